@@ -1,0 +1,521 @@
+//! The [`AiCliProvider`] trait and the plain data it speaks: [`Feature`],
+//! [`LaunchContext`], [`CommandSpec`], [`McpEndpoint`], [`McpWiring`], [`AuthStatus`].
+//!
+//! A provider is pure where it can be: it turns a task into a command to run and the
+//! CLI's lines into events and a result. It never spawns processes or awaits I/O except
+//! for the small local checks named below (finding the binary, a pre-flight look for
+//! credentials); the engine runs what the provider describes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::config::ProviderConfig;
+use crate::error::ProviderError;
+use crate::event::{AgentEvent, EventKind};
+use crate::result::{ParseContext, SessionResult};
+use crate::task::{PermissionMode, TaskSpec};
+use crate::usage::CanonicalUsage;
+
+/// Something a CLI may or may not support.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    /// A per-run dollar limit (Claude `--max-budget-usd`).
+    MaxBudget,
+    /// A per-run turn limit.
+    MaxTurns,
+    /// The CLI reports a session id.
+    SessionId,
+    /// A run can resume an earlier session.
+    Resume,
+    /// An MCP server can be wired in per run.
+    McpRuntime,
+    /// The CLI reports its own cost.
+    JsonCost,
+    /// The CLI finds an IDE through a lockfile.
+    IdeLockfile,
+    /// The CLI has its own sandbox or permission modes.
+    Sandbox,
+}
+
+impl Feature {
+    /// Every feature, in declaration order.
+    pub const ALL: [Feature; 8] = [
+        Feature::MaxBudget,
+        Feature::MaxTurns,
+        Feature::SessionId,
+        Feature::Resume,
+        Feature::McpRuntime,
+        Feature::JsonCost,
+        Feature::IdeLockfile,
+        Feature::Sandbox,
+    ];
+
+    /// The serialized name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Feature::MaxBudget => "max_budget",
+            Feature::MaxTurns => "max_turns",
+            Feature::SessionId => "session_id",
+            Feature::Resume => "resume",
+            Feature::McpRuntime => "mcp_runtime",
+            Feature::JsonCost => "json_cost",
+            Feature::IdeLockfile => "ide_lockfile",
+            Feature::Sandbox => "sandbox",
+        }
+    }
+
+    /// Parses a serialized name.
+    pub fn parse(s: &str) -> Option<Feature> {
+        Feature::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+}
+
+/// Where a CLI's executable is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BinaryLocation {
+    /// An executable file.
+    Path(PathBuf),
+    /// Run through `npx --yes <package>` (the configured fallback).
+    Npx {
+        /// The npx executable.
+        npx: PathBuf,
+        /// `package@version` to run.
+        package: String,
+    },
+}
+
+impl BinaryLocation {
+    /// The program to execute and the arguments that come before the CLI's own.
+    pub fn command_prefix(&self) -> (PathBuf, Vec<String>) {
+        match self {
+            BinaryLocation::Path(p) => (p.clone(), Vec::new()),
+            BinaryLocation::Npx { npx, package } => (
+                npx.clone(),
+                vec!["--yes".to_owned(), package.clone(), "--".to_owned()],
+            ),
+        }
+    }
+
+    /// For display.
+    pub fn describe(&self) -> String {
+        match self {
+            BinaryLocation::Path(p) => p.display().to_string(),
+            BinaryLocation::Npx { npx, package } => {
+                format!("{} --yes {package}", npx.display())
+            }
+        }
+    }
+}
+
+/// aicli's MCP server as one run sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpEndpoint {
+    /// The server's name in the CLI's config (`aicli`).
+    pub name: String,
+    /// The streamable-HTTP URL (`http://127.0.0.1:PORT/mcp`).
+    pub url: String,
+    /// The run's bearer token.
+    pub token: String,
+    /// The server's tool names (for allowlists such as Claude's `mcp__aicli__<tool>`).
+    pub tools: Vec<String>,
+}
+
+/// A file the engine writes before the run (and removes with the run's private dir).
+#[derive(Clone, PartialEq, Eq)]
+pub struct FileSpec {
+    /// Absolute path.
+    pub path: PathBuf,
+    /// Contents.
+    pub contents: String,
+    /// Unix mode (0o600 for anything holding a token).
+    pub mode: u32,
+}
+
+impl std::fmt::Debug for FileSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Contents may hold a bearer token: never print them.
+        f.debug_struct("FileSpec")
+            .field("path", &self.path)
+            .field("bytes", &self.contents.len())
+            .field("mode", &format_args!("{:o}", self.mode))
+            .finish()
+    }
+}
+
+/// How an MCP server is wired into one run of a CLI: arguments, environment and files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpWiring {
+    /// Arguments to add.
+    pub args: Vec<String>,
+    /// Environment to add.
+    pub env: BTreeMap<String, String>,
+    /// Files to write first.
+    pub files: Vec<FileSpec>,
+}
+
+/// Everything a provider needs to build a run's command. Built by the engine.
+#[derive(Debug, Clone)]
+pub struct LaunchContext<'a> {
+    /// The task.
+    pub task: &'a TaskSpec,
+    /// The executable.
+    pub binary: &'a BinaryLocation,
+    /// The directory the CLI runs in (the task's worktree, or a subdirectory).
+    pub workdir: &'a Path,
+    /// A private directory for this run's config files (0700, outside the worktree).
+    pub private_dir: &'a Path,
+    /// aicli's MCP server, when it runs.
+    pub mcp: Option<&'a McpEndpoint>,
+    /// What is left of the batch budget, USD, when the batch has one.
+    pub budget_remaining_usd: Option<f64>,
+    /// Whether aicli runs as root (Claude needs `IS_SANDBOX=1` to bypass permissions).
+    pub is_root: bool,
+}
+
+/// A command to run: the output of [`AiCliProvider::headless_argv`].
+#[derive(Clone, PartialEq)]
+pub struct CommandSpec {
+    /// The executable.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Environment set over the inherited one.
+    pub env: BTreeMap<String, String>,
+    /// Inherited variables to remove.
+    pub env_remove: Vec<String>,
+    /// What to write to stdin (then close it); stdin is null when `None`.
+    pub stdin: Option<String>,
+    /// The working directory.
+    pub cwd: PathBuf,
+    /// Files to write before starting.
+    pub files: Vec<FileSpec>,
+}
+
+impl std::fmt::Debug for CommandSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Env values may be secrets: show names only.
+        f.debug_struct("CommandSpec")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("env_remove", &self.env_remove)
+            .field("stdin_bytes", &self.stdin.as_ref().map(String::len))
+            .field("cwd", &self.cwd)
+            .field("files", &self.files)
+            .finish()
+    }
+}
+
+impl CommandSpec {
+    /// A command running `binary` (with its npx prefix, if any) in `cwd`.
+    pub fn new(binary: &BinaryLocation, cwd: &Path) -> CommandSpec {
+        let (program, args) = binary.command_prefix();
+        CommandSpec {
+            program,
+            args,
+            env: BTreeMap::new(),
+            env_remove: Vec::new(),
+            stdin: None,
+            cwd: cwd.to_path_buf(),
+            files: Vec::new(),
+        }
+    }
+
+    /// Appends arguments.
+    pub fn args<I, S>(&mut self, args: I) -> &mut Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable.
+    pub fn env(&mut self, k: impl Into<String>, v: impl Into<String>) -> &mut Self {
+        self.env.insert(k.into(), v.into());
+        self
+    }
+
+    /// Adds an MCP wiring.
+    pub fn wire(&mut self, w: McpWiring) -> &mut Self {
+        self.args.extend(w.args);
+        self.env.extend(w.env);
+        self.files.extend(w.files);
+        self
+    }
+}
+
+/// The outcome of a CLI's auth-status probe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum AuthStatus {
+    /// Logged in; `method` says how, when the CLI says.
+    LoggedIn {
+        /// e.g. `api_key`, `oauth`.
+        method: Option<String>,
+    },
+    /// Not logged in; `hint` says what to run.
+    LoggedOut {
+        /// What to do about it.
+        hint: String,
+    },
+    /// The CLI has no status probe or its answer was not understood.
+    Unknown {
+        /// Why.
+        detail: String,
+    },
+}
+
+/// A CLI vendor: everything vendor-specific about running one AI coding CLI headlessly.
+///
+/// The engine holds providers as `Arc<dyn AiCliProvider>` and never names a vendor. Most
+/// methods have defaults driven by the provider's [`ProviderConfig`]; an adapter must
+/// supply the config, the argv, the line parser and the result builder.
+///
+/// The object-safety of this trait is part of its contract (async methods go through
+/// `async_trait`).
+#[async_trait]
+pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
+    /// This provider's config entry (facts and defaults).
+    fn config(&self) -> &ProviderConfig;
+
+    /// The provider's name (its key in the config).
+    fn name(&self) -> &str;
+
+    /// The npm package that ships the CLI.
+    fn package_name(&self) -> &str {
+        &self.config().package
+    }
+
+    /// The executable's name.
+    fn binary_name(&self) -> &str {
+        &self.config().binary_name
+    }
+
+    /// The env var through which the CLI finds an IDE lockfile's port, if it uses one.
+    fn ide_lock_env_var(&self) -> Option<&str> {
+        self.config().ide_lock_env_var.as_deref()
+    }
+
+    /// Where the CLI looks for IDE lockfiles, relative to the home directory.
+    fn ide_lockfile_dir(&self) -> Option<&str> {
+        self.config().ide_lockfile_dir.as_deref()
+    }
+
+    /// The IDE lockfile to write for a run (file name and JSON contents), given the MCP
+    /// endpoint's port and the workspace. `None` when the CLI uses none.
+    fn ide_lockfile(
+        &self,
+        _endpoint: &McpEndpoint,
+        _port: u16,
+        _workspace: &Path,
+        _pid: u32,
+    ) -> Option<(String, String)> {
+        None
+    }
+
+    /// Finds the executable: the configured `binary_path`, else `binary_name` on
+    /// `search_path` (the process `PATH` when `None`), else `npx --yes <package>@<version>` when `npx_fallback` is
+    /// on, else a [`ProviderError::NotInstalled`] naming the npm package.
+    fn binary_path(&self, search_path: Option<&str>) -> Result<BinaryLocation, ProviderError> {
+        default_binary_path(self.name(), self.config(), search_path)
+    }
+
+    /// The command that runs `ctx.task` headlessly with NDJSON output: argv, env, stdin,
+    /// files (MCP wiring included when `ctx.mcp` is set). Pure: no I/O.
+    fn headless_argv(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError>;
+
+    /// How to wire `endpoint` into this CLI for one run; files go under `private_dir`.
+    fn mcp_wiring(
+        &self,
+        _endpoint: &McpEndpoint,
+        _private_dir: &Path,
+    ) -> Result<McpWiring, ProviderError> {
+        Err(ProviderError::Unsupported {
+            provider: self.name().to_owned(),
+            what: "MCP servers at run time".to_owned(),
+        })
+    }
+
+    /// argv (after the binary) that logs in interactively.
+    fn login_argv(&self) -> Vec<String> {
+        self.config().login_argv.clone()
+    }
+
+    /// argv (after the binary) that prints the auth status, if the CLI has one.
+    fn auth_status_argv(&self) -> Option<Vec<String>> {
+        let a = &self.config().auth_status_argv;
+        (!a.is_empty()).then(|| a.clone())
+    }
+
+    /// Reads the status probe's output.
+    fn parse_auth_status(&self, stdout: &str, stderr: &str, exit_code: Option<i32>) -> AuthStatus {
+        let _ = (stdout, stderr);
+        match exit_code {
+            Some(0) => AuthStatus::LoggedIn { method: None },
+            Some(_) => AuthStatus::LoggedOut {
+                hint: format!(
+                    "run: {} {}",
+                    self.binary_name(),
+                    self.login_argv().join(" ")
+                ),
+            },
+            None => AuthStatus::Unknown {
+                detail: "the status probe was killed".to_owned(),
+            },
+        }
+    }
+
+    /// A quick look for credentials before spawning (no network): `Some(message)` when
+    /// there are certainly none. `env` is the run's full environment, `home` its home
+    /// directory. The default looks for any of `auth_env_vars` and `auth_files`, and
+    /// says nothing when the config lists neither.
+    async fn auth_precheck(&self, env: &BTreeMap<String, String>, home: &Path) -> Option<String> {
+        let c = self.config();
+        if c.auth_env_vars.is_empty() && c.auth_files.is_empty() {
+            return None;
+        }
+        if c.auth_env_vars
+            .iter()
+            .any(|v| env.get(v).is_some_and(|s| !s.is_empty()))
+        {
+            return None;
+        }
+        for f in &c.auth_files {
+            if home.join(f).exists() {
+                return None;
+            }
+        }
+        Some(format!(
+            "not logged in: none of {} is set and no login file ({}) exists under {}; run: {} {}",
+            c.auth_env_vars.join(", "),
+            c.auth_files.join(", "),
+            home.display(),
+            self.binary_name(),
+            self.login_argv().join(" ")
+        ))
+    }
+
+    /// An auth failure, from stderr, the exit code and the events (Claude reports auth
+    /// failures on stdout with exit 1 and empty stderr). `Some(message)` when found.
+    fn detect_auth_error(
+        &self,
+        stderr: &str,
+        exit_code: Option<i32>,
+        events: &[AgentEvent],
+    ) -> Option<String>;
+
+    /// Parses one line (without its newline) into events. Never fails: a malformed line
+    /// is a [`EventKind::Protocol`] event, an unknown one [`EventKind::Unknown`].
+    fn parse_event(&self, line: &str) -> Vec<AgentEvent>;
+
+    /// Whether `event` is the CLI's last word (the engine stops waiting after it).
+    fn is_final_event(&self, event: &AgentEvent) -> bool {
+        matches!(event.kind, EventKind::Final { .. })
+    }
+
+    /// Builds the run's result from all its events, stderr and exit code.
+    fn event_to_session_result(
+        &self,
+        events: &[AgentEvent],
+        stderr: &str,
+        exit_code: Option<i32>,
+        ctx: &ParseContext,
+    ) -> SessionResult;
+
+    /// The run's usage in the canonical meaning, per run (not per session).
+    fn canonical_usage(&self, events: &[AgentEvent], ctx: &ParseContext) -> CanonicalUsage;
+
+    /// Whether the CLI supports `feature`.
+    fn supports(&self, feature: Feature) -> bool {
+        self.config().supports.contains(&feature)
+    }
+
+    /// The permission mode a task runs with.
+    fn permission_mode(&self, task: &TaskSpec) -> PermissionMode {
+        task.permission_mode
+            .unwrap_or(self.config().permission_mode)
+    }
+
+    /// The model a task runs with, when one is chosen.
+    fn model_for(&self, task: &TaskSpec) -> Option<String> {
+        task.model
+            .clone()
+            .or_else(|| self.config().default_model.clone())
+    }
+
+    /// Reads a `--version` output into a version string.
+    fn parse_version(&self, stdout: &str) -> Option<String> {
+        stdout
+            .split_whitespace()
+            .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+            .map(|w| {
+                w.trim_matches(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+                    .to_owned()
+            })
+    }
+}
+
+/// The default binary discovery (see [`AiCliProvider::binary_path`]).
+pub fn default_binary_path(
+    name: &str,
+    config: &ProviderConfig,
+    search_path: Option<&str>,
+) -> Result<BinaryLocation, ProviderError> {
+    if let Some(p) = &config.binary_path {
+        return if is_executable(p) {
+            Ok(BinaryLocation::Path(p.clone()))
+        } else {
+            Err(ProviderError::BadBinaryPath {
+                provider: name.to_owned(),
+                path: p.clone(),
+            })
+        };
+    }
+    let path_var = search_path
+        .map(str::to_owned)
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    if let Ok(p) = which::which_in(&config.binary_name, Some(&path_var), &cwd) {
+        return Ok(BinaryLocation::Path(p));
+    }
+    if config.npx_fallback
+        && let Ok(npx) = which::which_in("npx", Some(&path_var), &cwd)
+    {
+        let package = match &config.version {
+            Some(v) => format!("{}@{v}", config.package),
+            None => config.package.clone(),
+        };
+        return Ok(BinaryLocation::Npx { npx, package });
+    }
+    Err(ProviderError::NotInstalled {
+        binary: config.binary_name.clone(),
+        package: match &config.version {
+            Some(v) => format!("{}@{v}", config.package),
+            None => config.package.clone(),
+        },
+        looked_in: if config.npx_fallback {
+            "PATH, and npx is not on PATH".to_owned()
+        } else {
+            "PATH".to_owned()
+        },
+    })
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// A shared handle to a provider.
+pub type SharedProvider = Arc<dyn AiCliProvider>;

@@ -1,0 +1,186 @@
+//! The normalized outcome of one CLI run ([`SessionResult`]).
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::ErrorKind;
+use crate::usage::{CanonicalUsage, Cost, CostSource};
+
+/// How a run ended, at the level a person cares about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// The CLI finished and reported success.
+    Succeeded,
+    /// The run failed; `error_kind` says why.
+    Failed,
+    /// The agent asked a human a question and ended its turn; answering resumes it.
+    Blocked,
+    /// aicli itself stopped before the run ended (found on restart).
+    Interrupted,
+}
+
+/// A question the agent asked and is waiting on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PendingQuestion {
+    /// The question.
+    pub question: String,
+    /// Suggested answers, possibly none.
+    #[serde(default)]
+    pub options: Vec<String>,
+    /// When it was asked (RFC 3339).
+    #[serde(default)]
+    pub asked_at: String,
+}
+
+/// Figures the CLI reported as cumulative over the whole session at the end of a run.
+/// The next run that resumes the session subtracts them to get its own figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionTotals {
+    /// Session-cumulative usage as the CLI reported it (canonical meaning).
+    pub usage: CanonicalUsage,
+    /// Session-cumulative cost as the CLI reported it, where it does.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+}
+
+/// What the parser needs to know beyond the lines themselves.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct ParseContext {
+    /// The model the run asked for (Codex never names it in its stream).
+    pub model: Option<String>,
+    /// The session totals of the run this one resumed, if it resumed one.
+    pub prior: Option<SessionTotals>,
+}
+
+/// The normalized outcome of one CLI run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct SessionResult {
+    /// The task's id in its batch (empty when parsed outside a batch).
+    pub task_id: String,
+    /// The provider that ran it.
+    pub provider: String,
+    /// The CLI's session id, when the CLI reported one.
+    pub session_id: Option<String>,
+    /// The model, as the CLI reported it or as requested.
+    pub model: Option<String>,
+    /// The prompt (empty when parsed outside a batch).
+    pub prompt: String,
+    /// How it ended.
+    pub status: SessionStatus,
+    /// `status == succeeded`.
+    pub success: bool,
+    /// The agent's final answer (empty when there was none).
+    pub response: String,
+    /// Why it failed (null on success and when blocked).
+    pub error_kind: Option<ErrorKind>,
+    /// The failure in words.
+    pub error: Option<String>,
+    /// USD this run cost, when known.
+    pub cost_usd: Option<f64>,
+    /// Where `cost_usd` came from.
+    pub cost_source: CostSource,
+    /// Wall-clock duration of the run (the CLI's figure when parsed offline).
+    pub duration_ms: u64,
+    /// Turns the CLI counted, where it counts them.
+    pub num_turns: Option<u32>,
+    /// Tool invocations the agent made.
+    pub tool_calls: u32,
+    /// Per-run token usage.
+    pub canonical_usage: CanonicalUsage,
+    /// Session-cumulative figures the CLI reported, kept for a later resume.
+    pub session_totals: Option<SessionTotals>,
+    /// The CLI's exit code (null when killed by a signal or never started).
+    pub exit_code: Option<i32>,
+    /// The git branch the task ran on.
+    pub branch: Option<String>,
+    /// The worktree the task ran in (kept when it holds work).
+    pub worktree: Option<PathBuf>,
+    /// The pending question, when blocked.
+    pub question: Option<PendingQuestion>,
+    /// The CLI's version, when it reported it.
+    pub cli_version: Option<String>,
+    /// Lines that broke the protocol (malformed, over-long, wrong vendor).
+    pub protocol_errors: u32,
+    /// Vendor facts with no neutral field (Claude `terminal_reason`, denials, ...).
+    pub provider_data: Value,
+}
+
+impl Default for SessionResult {
+    fn default() -> SessionResult {
+        SessionResult {
+            task_id: String::new(),
+            provider: String::new(),
+            session_id: None,
+            model: None,
+            prompt: String::new(),
+            status: SessionStatus::Failed,
+            success: false,
+            response: String::new(),
+            error_kind: Some(ErrorKind::Unknown),
+            error: None,
+            cost_usd: None,
+            cost_source: CostSource::Unknown,
+            duration_ms: 0,
+            num_turns: None,
+            tool_calls: 0,
+            canonical_usage: CanonicalUsage::default(),
+            session_totals: None,
+            exit_code: None,
+            branch: None,
+            worktree: None,
+            question: None,
+            cli_version: None,
+            protocol_errors: 0,
+            provider_data: Value::Null,
+        }
+    }
+}
+
+impl SessionResult {
+    /// Marks the result failed with `kind` and `message` (keeping everything else).
+    pub fn fail(&mut self, kind: ErrorKind, message: impl Into<String>) {
+        self.status = SessionStatus::Failed;
+        self.success = false;
+        self.error_kind = Some(kind);
+        self.error = Some(message.into());
+    }
+
+    /// Marks the result succeeded.
+    pub fn succeed(&mut self) {
+        self.status = SessionStatus::Succeeded;
+        self.success = true;
+        self.error_kind = None;
+        self.error = None;
+    }
+
+    /// Marks the result blocked on `question` (not a failure).
+    pub fn block(&mut self, question: PendingQuestion) {
+        self.status = SessionStatus::Blocked;
+        self.success = false;
+        self.error_kind = None;
+        self.error = None;
+        self.question = Some(question);
+    }
+
+    /// Sets the cost and its source.
+    pub fn set_cost(&mut self, cost: Cost) {
+        self.cost_usd = cost.cost_usd;
+        self.cost_source = cost.cost_source;
+    }
+
+    /// A failed result for a run that never started (binary missing, bad task).
+    pub fn not_started(provider: &str, kind: ErrorKind, message: impl Into<String>) -> Self {
+        let mut r = SessionResult {
+            provider: provider.to_owned(),
+            ..SessionResult::default()
+        };
+        r.fail(kind, message);
+        r
+    }
+}

@@ -1,0 +1,279 @@
+//! Canonical token usage and cost, with one meaning across vendors.
+//!
+//! - `input_tokens`: input tokens NOT read from cache (Claude reports it this way; Codex
+//!   and Gemini include cached input in their input count, so their adapters subtract).
+//! - `cache_read`: input tokens served from the prompt cache.
+//! - `cache_write`: input tokens written to the cache (Claude's cache creation).
+//! - `output_tokens`: every output token billed, reasoning included.
+//! - `reasoning_tokens`: the reasoning ("thinking") part of `output_tokens`.
+//! - `request_count`: model API requests the run made, where known.
+//!
+//! All figures are per run: a resumed run reports what that run used, even where the CLI
+//! reports session-cumulative figures.
+
+use std::collections::BTreeMap;
+use std::ops::{Add, AddAssign};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Token usage of one run, in the canonical meaning described in the module docs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct CanonicalUsage {
+    /// Input tokens not read from cache.
+    pub input_tokens: u64,
+    /// Every output token billed, reasoning included.
+    pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read: u64,
+    /// Input tokens written to the prompt cache.
+    pub cache_write: u64,
+    /// The reasoning part of `output_tokens`.
+    pub reasoning_tokens: u64,
+    /// Model API requests made.
+    pub request_count: u64,
+}
+
+impl CanonicalUsage {
+    /// All input tokens, cached or not.
+    pub fn total_input(&self) -> u64 {
+        self.input_tokens + self.cache_read + self.cache_write
+    }
+
+    /// Whether every counter is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == CanonicalUsage::default()
+    }
+
+    /// `self - earlier`, counter by counter, never below zero: the usage of the last run
+    /// of a session when the CLI reports figures cumulative over the session.
+    pub fn saturating_sub(&self, earlier: &CanonicalUsage) -> CanonicalUsage {
+        CanonicalUsage {
+            input_tokens: self.input_tokens.saturating_sub(earlier.input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(earlier.output_tokens),
+            cache_read: self.cache_read.saturating_sub(earlier.cache_read),
+            cache_write: self.cache_write.saturating_sub(earlier.cache_write),
+            reasoning_tokens: self
+                .reasoning_tokens
+                .saturating_sub(earlier.reasoning_tokens),
+            request_count: self.request_count.saturating_sub(earlier.request_count),
+        }
+    }
+}
+
+impl Add for CanonicalUsage {
+    type Output = CanonicalUsage;
+    fn add(mut self, rhs: CanonicalUsage) -> CanonicalUsage {
+        self += rhs;
+        self
+    }
+}
+
+impl AddAssign for CanonicalUsage {
+    fn add_assign(&mut self, rhs: CanonicalUsage) {
+        self.input_tokens += rhs.input_tokens;
+        self.output_tokens += rhs.output_tokens;
+        self.cache_read += rhs.cache_read;
+        self.cache_write += rhs.cache_write;
+        self.reasoning_tokens += rhs.reasoning_tokens;
+        self.request_count += rhs.request_count;
+    }
+}
+
+/// Where a `cost_usd` figure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CostSource {
+    /// The CLI reported it (Claude's `total_cost_usd` / `costUSD`).
+    Reported,
+    /// Estimated from the config's price table and the canonical usage.
+    Estimated,
+    /// Neither: no reported figure and no price for the model. Never treat as 0.
+    Unknown,
+}
+
+/// Prices of one model, in USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    /// Uncached input.
+    pub input: f64,
+    /// Input read from cache; defaults to `input` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input: Option<f64>,
+    /// Input written to cache; defaults to `input` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
+    /// Output, reasoning included.
+    pub output: f64,
+}
+
+impl ModelPrice {
+    /// The cost of `usage` at these prices.
+    pub fn cost(&self, usage: &CanonicalUsage) -> f64 {
+        const M: f64 = 1_000_000.0;
+        (usage.input_tokens as f64 * self.input
+            + usage.cache_read as f64 * self.cached_input.unwrap_or(self.input)
+            + usage.cache_write as f64 * self.cache_write.unwrap_or(self.input)
+            + usage.output_tokens as f64 * self.output)
+            / M
+    }
+}
+
+/// Model name -> prices. Lookup is exact first, then the longest configured name that is
+/// a prefix of the asked model (so `gpt-5.5` prices `gpt-5.5-2026-01-01`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct PriceTable(pub BTreeMap<String, ModelPrice>);
+
+impl PriceTable {
+    /// The prices of `model`, if the table has them.
+    pub fn get(&self, model: &str) -> Option<&ModelPrice> {
+        if let Some(p) = self.0.get(model) {
+            return Some(p);
+        }
+        self.0
+            .iter()
+            .filter(|(name, _)| model.starts_with(name.as_str()))
+            .max_by_key(|(name, _)| name.len())
+            .map(|(_, p)| p)
+    }
+
+    /// Estimated cost of per-model usage; `None` if any model with non-zero usage has no
+    /// price (a partial sum would under-report, which is worse than "unknown").
+    pub fn estimate<'a>(
+        &self,
+        per_model: impl IntoIterator<Item = (&'a str, &'a CanonicalUsage)>,
+    ) -> Option<f64> {
+        let mut total = 0.0;
+        for (model, usage) in per_model {
+            if usage.is_zero() {
+                continue;
+            }
+            total += self.get(model)?.cost(usage);
+        }
+        Some(total)
+    }
+}
+
+/// A cost figure and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Cost {
+    /// USD, or `None` when unknown.
+    pub cost_usd: Option<f64>,
+    /// Where the figure came from.
+    pub cost_source: CostSource,
+}
+
+impl Cost {
+    /// A figure the CLI reported.
+    pub fn reported(usd: f64) -> Cost {
+        Cost {
+            cost_usd: Some(usd),
+            cost_source: CostSource::Reported,
+        }
+    }
+
+    /// An estimate from a price table, or unknown when there was none.
+    pub fn estimated(usd: Option<f64>) -> Cost {
+        match usd {
+            Some(v) => Cost {
+                cost_usd: Some(v),
+                cost_source: CostSource::Estimated,
+            },
+            None => Cost::unknown(),
+        }
+    }
+
+    /// No figure.
+    pub fn unknown() -> Cost {
+        Cost {
+            cost_usd: None,
+            cost_source: CostSource::Unknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(i: u64, o: u64, cr: u64, cw: u64) -> CanonicalUsage {
+        CanonicalUsage {
+            input_tokens: i,
+            output_tokens: o,
+            cache_read: cr,
+            cache_write: cw,
+            reasoning_tokens: 0,
+            request_count: 1,
+        }
+    }
+
+    #[test]
+    fn price_applies_each_rate() {
+        let p = ModelPrice {
+            input: 5.0,
+            cached_input: Some(0.5),
+            cache_write: Some(6.25),
+            output: 25.0,
+        };
+        // 12 * 5 + 7 * 25 + 56 * 0.5 + 34 * 6.25 = 475.5 per million.
+        let c = p.cost(&usage(12, 7, 56, 34));
+        assert!((c - 0.0004755).abs() < 1e-12, "{c}");
+        let flat = ModelPrice {
+            input: 1.0,
+            cached_input: None,
+            cache_write: None,
+            output: 2.0,
+        };
+        assert!((flat.cost(&usage(1_000_000, 1_000_000, 1_000_000, 0)) - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn lookup_prefers_exact_then_longest_prefix() {
+        let mut t = BTreeMap::new();
+        let p = |x: f64| ModelPrice {
+            input: x,
+            cached_input: None,
+            cache_write: None,
+            output: x,
+        };
+        t.insert("gpt-5".to_owned(), p(1.0));
+        t.insert("gpt-5.5".to_owned(), p(2.0));
+        let t = PriceTable(t);
+        assert_eq!(t.get("gpt-5.5").map(|p| p.input), Some(2.0));
+        assert_eq!(t.get("gpt-5.5-mini").map(|p| p.input), Some(2.0));
+        assert_eq!(t.get("gpt-5-nano").map(|p| p.input), Some(1.0));
+        assert_eq!(t.get("o3"), None);
+    }
+
+    #[test]
+    fn estimate_is_unknown_when_a_used_model_has_no_price() {
+        let mut t = BTreeMap::new();
+        t.insert(
+            "a".to_owned(),
+            ModelPrice {
+                input: 1.0,
+                cached_input: None,
+                cache_write: None,
+                output: 1.0,
+            },
+        );
+        let t = PriceTable(t);
+        let u = usage(1_000_000, 0, 0, 0);
+        let zero = CanonicalUsage::default();
+        assert_eq!(t.estimate([("a", &u), ("b", &zero)]), Some(1.0));
+        assert_eq!(t.estimate([("a", &u), ("b", &u)]), None);
+    }
+
+    #[test]
+    fn saturating_sub_gives_the_last_run_of_a_cumulative_session() {
+        let a = usage(120, 9, 30, 0);
+        let b = usage(240, 18, 60, 0);
+        let mut expect = usage(120, 9, 30, 0);
+        expect.request_count = 0;
+        assert_eq!(b.saturating_sub(&a), expect);
+        assert_eq!(a.saturating_sub(&b), CanonicalUsage::default());
+    }
+}

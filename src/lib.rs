@@ -1,0 +1,1 @@
+//! aicli engine (in progress).
