@@ -1,0 +1,1 @@
+//! Test support for aicli: fake model APIs on loopback (in progress).
