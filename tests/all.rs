@@ -1,0 +1,3 @@
+//! The integration tests of aicli: one binary, modules under `tests/suite/`.
+
+mod suite;
