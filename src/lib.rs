@@ -6,6 +6,20 @@
 //! vendor.
 #![deny(missing_docs)]
 
+pub mod events;
 pub mod mcp;
+pub mod pool;
+pub mod process;
+pub mod runner;
+pub mod service;
+pub mod session;
+pub mod store;
+pub mod testing;
+pub mod util;
+pub mod worktree;
+
+pub use events::BatchEvent;
+pub use service::{BatchOptions, Engine, EngineError, run_batch};
+pub use store::BatchResult;
 
 pub use aicli_providers as providers;

@@ -1,1 +1,275 @@
-fn main() {}
+//! `aicli-fake-cli`: a stand-in for a real AI coding CLI in tests and benches.
+//!
+//! It replays a recorded transcript (stdout lines, stderr, exit code) with a delay
+//! between lines, and can misbehave on purpose. It is a real process, so everything the
+//! engine does to processes (groups, signals, pipes) is exercised for real.
+//!
+//! ```text
+//! aicli-fake-cli [--replay FILE.ndjson] [--stderr-file F] [--exit-file F] [options]
+//!   --line-delay-ms N        sleep N ms before each line (default 0)
+//!   --start-delay-ms N       sleep N ms before the first line
+//!   --session-id ID          replace the recorded session id with ID in every line
+//!   --exit CODE              exit with CODE (overrides --exit-file)
+//!   --stderr TEXT            write TEXT to stderr first
+//!   --hang                   after the transcript, sleep forever
+//!   --hang-after N           sleep forever after N lines
+//!   --crash-mid-line         after the transcript, print half a JSON line and abort
+//!   --garbage N              print N lines of garbage before the transcript
+//!   --overlong BYTES         print one line of BYTES bytes before the transcript
+//!   --invalid-utf8           print one line with invalid UTF-8 before the transcript
+//!   --spawn-grandchildren N  start N grandchildren (sleepers), one of them in its own
+//!                            session (setsid), before the transcript
+//!   --ignore-sigterm         this process and its grandchildren ignore SIGTERM
+//!   --pid-file F             write this process's pid and the grandchildren's to F
+//!   --linger-ms N            after the transcript, keep running N ms before exiting
+//!   --require-env K=V        exit 3 with a message when the env var K is not V
+//!   --touch FILE             create FILE (relative to the cwd) — "the tool ran"
+//!   --record-argv FILE       append this process's argv as one JSON line to FILE
+//! ```
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::process::Command;
+use std::time::Duration;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--sleeper") {
+        sleeper(args.get(1).map(String::as_str) == Some("--ignore-sigterm"));
+    }
+    let mut o = Opts::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().unwrap_or_default();
+        match a.as_str() {
+            "--replay" => o.replay = Some(val()),
+            "--stderr-file" => o.stderr_file = Some(val()),
+            "--exit-file" => o.exit_file = Some(val()),
+            "--line-delay-ms" => o.line_delay = val().parse().unwrap_or(0),
+            "--start-delay-ms" => o.start_delay = val().parse().unwrap_or(0),
+            "--session-id" => o.session_id = Some(val()),
+            "--exit" => o.exit = Some(val().parse().unwrap_or(1)),
+            "--stderr" => o.stderr = Some(val()),
+            "--hang" => o.hang = true,
+            "--hang-after" => o.hang_after = Some(val().parse().unwrap_or(0)),
+            "--crash-mid-line" => o.crash_mid_line = true,
+            "--garbage" => o.garbage = val().parse().unwrap_or(0),
+            "--overlong" => o.overlong = val().parse().unwrap_or(0),
+            "--invalid-utf8" => o.invalid_utf8 = true,
+            "--spawn-grandchildren" => o.grandchildren = val().parse().unwrap_or(0),
+            "--ignore-sigterm" => o.ignore_sigterm = true,
+            "--pid-file" => o.pid_file = Some(val()),
+            "--linger-ms" => o.linger = val().parse().unwrap_or(0),
+            "--require-env" => o.require_env.push(val()),
+            "--touch" => o.touch.push(val()),
+            "--record-argv" => o.record_argv = Some(val()),
+            // Anything else (the provider's own flags, the prompt) is accepted and ignored.
+            _ => {}
+        }
+    }
+    run(o, &args);
+}
+
+#[derive(Default)]
+struct Opts {
+    replay: Option<String>,
+    stderr_file: Option<String>,
+    exit_file: Option<String>,
+    line_delay: u64,
+    start_delay: u64,
+    session_id: Option<String>,
+    exit: Option<i32>,
+    stderr: Option<String>,
+    hang: bool,
+    hang_after: Option<usize>,
+    crash_mid_line: bool,
+    garbage: usize,
+    overlong: usize,
+    invalid_utf8: bool,
+    grandchildren: usize,
+    ignore_sigterm: bool,
+    pid_file: Option<String>,
+    linger: u64,
+    require_env: Vec<String>,
+    touch: Vec<String>,
+    record_argv: Option<String>,
+}
+
+fn ignore_sigterm() {
+    // SAFETY: installing SIG_IGN has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+    }
+}
+
+fn sleeper(ignore: bool) -> ! {
+    if ignore {
+        ignore_sigterm();
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn hang() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn run(o: Opts, args: &[String]) {
+    if let Some(f) = &o.record_argv {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(f)
+            .unwrap();
+        writeln!(file, "{}", serde_json::to_string(args).unwrap()).unwrap();
+    }
+    for kv in &o.require_env {
+        let (k, v) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
+        if std::env::var(k).ok().as_deref() != Some(v) {
+            eprintln!("fake-cli: environment variable {k} is not '{v}'");
+            std::process::exit(3);
+        }
+    }
+    if o.ignore_sigterm {
+        ignore_sigterm();
+    }
+    let me = std::env::current_exe().unwrap();
+    let mut pids = vec![std::process::id()];
+    for i in 0..o.grandchildren {
+        let mut c = Command::new(&me);
+        c.arg("--sleeper");
+        if o.ignore_sigterm {
+            c.arg("--ignore-sigterm");
+        }
+        c.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if i == 0 {
+            use std::os::unix::process::CommandExt;
+            // One grandchild leaves the session and process group, like a daemon.
+            // SAFETY: setsid() is async-signal-safe.
+            unsafe {
+                c.pre_exec(|| {
+                    libc::setsid();
+                    Ok(())
+                });
+            }
+        }
+        pids.push(c.spawn().unwrap().id());
+    }
+    if let Some(f) = &o.pid_file {
+        let text: Vec<String> = pids.iter().map(u32::to_string).collect();
+        std::fs::write(f, text.join("\n")).unwrap();
+    }
+    for t in &o.touch {
+        std::fs::write(t, b"touched by aicli-fake-cli\n").unwrap();
+    }
+    if let Some(s) = &o.stderr {
+        eprintln!("{s}");
+    }
+    if o.start_delay > 0 {
+        std::thread::sleep(Duration::from_millis(o.start_delay));
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for i in 0..o.garbage {
+        writeln!(out, "this is not json #{i} {{{{").unwrap();
+    }
+    if o.overlong > 0 {
+        let mut line = vec![b'x'; o.overlong];
+        line.push(b'\n');
+        out.write_all(&line).unwrap();
+    }
+    if o.invalid_utf8 {
+        out.write_all(b"{\"type\":\"\xff\xfe\"}\n").unwrap();
+    }
+    out.flush().unwrap();
+    let transcript = o
+        .replay
+        .as_ref()
+        .map(|p| std::fs::read(p).unwrap_or_else(|e| panic!("{p}: {e}")))
+        .unwrap_or_default();
+    let recorded_sid = find_session_id(&transcript);
+    let mut lines = transcript.split(|b| *b == b'\n').peekable();
+    let mut n = 0;
+    while let Some(line) = lines.next() {
+        if lines.peek().is_none() && line.is_empty() {
+            break;
+        }
+        if o.hang_after == Some(n) {
+            out.flush().unwrap();
+            hang();
+        }
+        if o.line_delay > 0 {
+            std::thread::sleep(Duration::from_millis(o.line_delay));
+        }
+        let mut line = line.to_vec();
+        if let (Some(new), Some(old)) = (&o.session_id, &recorded_sid) {
+            line = replace_all(&line, old.as_bytes(), new.as_bytes());
+        }
+        line.push(b'\n');
+        out.write_all(&line).unwrap();
+        out.flush().unwrap();
+        n += 1;
+    }
+    if let Some(f) = &o.stderr_file {
+        let bytes = std::fs::read(f).unwrap_or_default();
+        std::io::stderr().write_all(&bytes).unwrap();
+    }
+    if o.crash_mid_line {
+        out.write_all(b"{\"type\":\"result\",\"subtype\":\"succ")
+            .unwrap();
+        out.flush().unwrap();
+        std::process::abort();
+    }
+    if o.hang {
+        hang();
+    }
+    if o.linger > 0 {
+        std::thread::sleep(Duration::from_millis(o.linger));
+    }
+    let code = o.exit.unwrap_or_else(|| {
+        o.exit_file
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    });
+    std::process::exit(code);
+}
+
+/// The first `session_id` / `thread_id` value in the transcript.
+fn find_session_id(transcript: &[u8]) -> Option<String> {
+    for line in transcript.split(|b| *b == b'\n') {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+            continue;
+        };
+        for k in ["session_id", "thread_id"] {
+            if let Some(s) = v.get(k).and_then(|x| x.as_str()) {
+                return Some(s.to_owned());
+            }
+        }
+    }
+    None
+}
+
+fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    if from.is_empty() {
+        return hay.to_vec();
+    }
+    let mut out = Vec::with_capacity(hay.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if hay[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+        } else {
+            out.push(hay[i]);
+            i += 1;
+        }
+    }
+    out
+}

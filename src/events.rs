@@ -1,0 +1,77 @@
+//! The live stream of a batch: what subscribers (progress display, `--json` output, the
+//! MCP log) receive while tasks run.
+
+use std::sync::Arc;
+
+use aicli_providers::{AgentEvent, PendingQuestion, SessionResult};
+use serde::Serialize;
+
+/// One thing that happened in a batch.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BatchEvent {
+    /// A task's CLI run started.
+    TaskStarted {
+        /// The task.
+        task_id: Arc<str>,
+        /// Its provider.
+        provider: Arc<str>,
+        /// 1 for the first run, more for retries and resumes.
+        attempt: u32,
+    },
+    /// A normalized event of a running task.
+    Agent {
+        /// The task.
+        task_id: Arc<str>,
+        /// The event.
+        event: AgentEvent,
+    },
+    /// A task will be retried after a back-off.
+    Backoff {
+        /// The task.
+        task_id: Arc<str>,
+        /// The attempt that failed.
+        attempt: u32,
+        /// How long the pool waits before starting anything.
+        delay_ms: u64,
+        /// The pool's parallelism from now on.
+        parallelism: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A task ended blocked on a question to a human.
+    TaskBlocked {
+        /// The task.
+        task_id: Arc<str>,
+        /// The question.
+        question: PendingQuestion,
+    },
+    /// A task ended (any way).
+    TaskFinished {
+        /// The task.
+        task_id: Arc<str>,
+        /// Its result.
+        result: Arc<SessionResult>,
+    },
+    /// The batch budget is spent: nothing new starts, running tasks are cancelled.
+    BudgetSpent {
+        /// USD spent so far.
+        spent_usd: f64,
+        /// The budget.
+        budget_usd: f64,
+    },
+}
+
+impl BatchEvent {
+    /// The task the event is about, if any.
+    pub fn task_id(&self) -> Option<&str> {
+        match self {
+            BatchEvent::TaskStarted { task_id, .. }
+            | BatchEvent::Agent { task_id, .. }
+            | BatchEvent::Backoff { task_id, .. }
+            | BatchEvent::TaskBlocked { task_id, .. }
+            | BatchEvent::TaskFinished { task_id, .. } => Some(task_id),
+            BatchEvent::BudgetSpent { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,641 @@
+//! Process supervision: spawn a command in its own session (and so its own process
+//! group), stream its stdout as capped lines, drain its stderr into a bounded tail, and
+//! shut the whole tree down — SIGTERM, a grace period, SIGKILL — on cancel, timeout and
+//! drop.
+//!
+//! "The whole tree" is every process of the child's session plus every descendant of
+//! the child found in `/proc` (a descendant that called `setsid()` leaves the session
+//! but keeps its parent). [`ProcessTree`] finds them; [`LocalProcess::shutdown`] and
+//! the `Drop` safety net kill them.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aicli_providers::CommandSpec;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// One line of a child's stdout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StdoutLine {
+    /// A complete line (without `\n`), or the last bytes before EOF.
+    Line(Vec<u8>),
+    /// A line longer than the cap: its size and first bytes (the rest was not kept in
+    /// memory; the tee file has all of it).
+    Overlong {
+        /// The line's length in bytes.
+        len: u64,
+        /// Its first bytes (up to 4 KiB).
+        prefix: Vec<u8>,
+    },
+}
+
+/// How much of an over-long line is kept.
+const OVERLONG_PREFIX: usize = 4096;
+
+/// Options for reading a child's output.
+#[derive(Debug)]
+pub struct OutputOptions {
+    /// Longest stdout line accepted, bytes.
+    pub line_cap: usize,
+    /// Bytes of stderr kept in memory (the tail).
+    pub stderr_tail: usize,
+    /// Every stdout byte, as read, goes here too (the run record's `events.ndjson`).
+    pub stdout_tee: Option<File>,
+    /// Every stderr byte goes here too, up to `stderr_file_cap` (the run record's
+    /// `stderr.log`).
+    pub stderr_tee: Option<File>,
+    /// Most stderr bytes written to `stderr_tee`.
+    pub stderr_file_cap: u64,
+}
+
+impl Default for OutputOptions {
+    fn default() -> OutputOptions {
+        OutputOptions {
+            line_cap: aicli_providers::replay::DEFAULT_LINE_CAP,
+            stderr_tail: 64 * 1024,
+            stdout_tee: None,
+            stderr_tee: None,
+            stderr_file_cap: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// The last bytes a child wrote to stderr.
+#[derive(Debug, Clone, Default)]
+pub struct StderrTail {
+    inner: Arc<Mutex<TailBuf>>,
+}
+
+#[derive(Debug, Default)]
+struct TailBuf {
+    buf: Vec<u8>,
+    cap: usize,
+    dropped: u64,
+}
+
+impl StderrTail {
+    fn new(cap: usize) -> StderrTail {
+        StderrTail {
+            inner: Arc::new(Mutex::new(TailBuf {
+                buf: Vec::new(),
+                cap,
+                dropped: 0,
+            })),
+        }
+    }
+
+    fn push(&self, bytes: &[u8]) {
+        let Ok(mut t) = self.inner.lock() else { return };
+        t.buf.extend_from_slice(bytes);
+        if t.buf.len() > t.cap {
+            let excess = t.buf.len() - t.cap;
+            t.buf.drain(..excess);
+            t.dropped += excess as u64;
+        }
+    }
+
+    /// The kept tail as text (lossy UTF-8), prefixed with a note when bytes were dropped.
+    pub fn text(&self) -> String {
+        let Ok(t) = self.inner.lock() else {
+            return String::new();
+        };
+        let body = String::from_utf8_lossy(&t.buf);
+        if t.dropped > 0 {
+            format!(
+                "[aicli: {} earlier bytes of stderr not kept]\n{body}",
+                t.dropped
+            )
+        } else {
+            body.into_owned()
+        }
+    }
+}
+
+/// Errors starting a process.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The executable could not be started.
+    #[error("cannot start {program}: {source}")]
+    Start {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The working directory does not exist.
+    #[error("working directory {0} does not exist")]
+    NoCwd(String),
+}
+
+/// A running child process in its own session, with its output being read.
+#[derive(Debug)]
+pub struct LocalProcess {
+    child: Child,
+    pid: u32,
+    /// Closed when stdout reaches EOF.
+    pub lines: mpsc::Receiver<StdoutLine>,
+    /// The stderr tail.
+    pub stderr: StderrTail,
+    readers: Vec<JoinHandle<()>>,
+    exit: Option<Option<i32>>,
+}
+
+impl LocalProcess {
+    /// Spawns `cmd` with its environment on top of the inherited one, in a new session
+    /// (so a new process group whose id is the child's pid), stdin null unless the
+    /// command has stdin text.
+    pub fn spawn(cmd: &CommandSpec, out: OutputOptions) -> Result<LocalProcess, SpawnError> {
+        if !cmd.cwd.is_dir() {
+            return Err(SpawnError::NoCwd(cmd.cwd.display().to_string()));
+        }
+        let mut c = Command::new(&cmd.program);
+        c.args(&cmd.args)
+            .current_dir(&cmd.cwd)
+            .stdin(if cmd.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for k in &cmd.env_remove {
+            c.env_remove(k);
+        }
+        c.envs(&cmd.env);
+        // SAFETY: setsid() is async-signal-safe and touches no memory of the parent; it
+        // makes the child a session and process-group leader so the whole group can be
+        // signalled, and detaches it from our controlling terminal.
+        unsafe {
+            c.pre_exec(|| {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                Ok(())
+            });
+        }
+        let mut child = c.spawn().map_err(|source| SpawnError::Start {
+            program: cmd.program.display().to_string(),
+            source,
+        })?;
+        let pid = child.id().unwrap_or(0);
+        let mut readers = Vec::new();
+        if let (Some(text), Some(mut stdin)) = (cmd.stdin.clone(), child.stdin.take()) {
+            readers.push(tokio::spawn(async move {
+                // A child that exits without reading its stdin is not an error here.
+                let _ = stdin.write_all(text.as_bytes()).await;
+                let _ = stdin.shutdown().await;
+            }));
+        }
+        let (tx, rx) = mpsc::channel(256);
+        if let Some(stdout) = child.stdout.take() {
+            let cap = out.line_cap;
+            let tee = out.stdout_tee;
+            readers.push(tokio::spawn(read_lines(stdout, cap, tee, tx)));
+        }
+        let stderr = StderrTail::new(out.stderr_tail);
+        if let Some(err) = child.stderr.take() {
+            let tail = stderr.clone();
+            let tee = out.stderr_tee;
+            let cap = out.stderr_file_cap;
+            readers.push(tokio::spawn(drain_stderr(err, tail, tee, cap)));
+        }
+        tracing::debug!(pid, program = %cmd.program.display(), "spawned");
+        Ok(LocalProcess {
+            child,
+            pid,
+            lines: rx,
+            stderr,
+            readers,
+            exit: None,
+        })
+    }
+
+    /// The child's pid (also its process-group and session id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Waits for the child to exit; `Some(code)`, or `None` when a signal ended it.
+    pub async fn wait(&mut self) -> Option<i32> {
+        if let Some(code) = self.exit {
+            return code;
+        }
+        let code = match self.child.wait().await {
+            Ok(status) => status.code(),
+            Err(_) => None,
+        };
+        self.exit = Some(code);
+        code
+    }
+
+    /// Waits until stdout and stderr are fully read (after the child and everything
+    /// holding its pipes exited, or were killed).
+    pub async fn drain(&mut self) {
+        for h in self.readers.drain(..) {
+            let _ = h.await;
+        }
+    }
+
+    /// Shuts the whole tree down: SIGTERM to the session's processes and the child's
+    /// descendants, up to `grace` for them to go, then SIGKILL to whatever is left.
+    /// Returns the child's exit code (as [`LocalProcess::wait`]).
+    pub async fn shutdown(&mut self, grace: Duration) -> Option<i32> {
+        let tree = ProcessTree::of(self.pid);
+        tree.signal(Signal::SIGTERM);
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let exited = match self.exit {
+                Some(_) => true,
+                None => matches!(self.child.try_wait(), Ok(Some(_))),
+            };
+            if exited && tree.alive().is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        // Whatever is still there (or appeared since) gets SIGKILL.
+        let tree = tree.refreshed();
+        tree.signal(Signal::SIGKILL);
+        let code = self.wait().await;
+        tree.wait_gone(Duration::from_secs(5)).await;
+        code
+    }
+}
+
+impl Drop for LocalProcess {
+    fn drop(&mut self) {
+        // Safety net: an explicit shutdown() is the normal path. If the child or
+        // anything of its tree is still there, kill it now, without grace.
+        let tree = ProcessTree::of(self.pid);
+        if !tree.alive().is_empty() {
+            tree.signal(Signal::SIGKILL);
+        }
+    }
+}
+
+async fn read_lines<R: AsyncRead + Unpin>(
+    stdout: R,
+    cap: usize,
+    mut tee: Option<File>,
+    tx: mpsc::Sender<StdoutLine>,
+) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    let mut line: Vec<u8> = Vec::new();
+    // While skipping an over-long line: its length so far.
+    let mut overlong: Option<u64> = None;
+    loop {
+        let chunk = match reader.fill_buf().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading stdout failed");
+                break;
+            }
+        };
+        if chunk.is_empty() {
+            break;
+        }
+        if let Some(f) = tee.as_mut()
+            && let Err(e) = f.write_all(chunk)
+        {
+            tracing::warn!(error = %e, "writing the stdout record failed; stopped recording");
+            tee = None;
+        }
+        let n = chunk.len();
+        let mut start = 0;
+        let mut out = Vec::new();
+        while start < n {
+            match memchr(b'\n', &chunk[start..]) {
+                Some(i) => {
+                    let piece = &chunk[start..start + i];
+                    match overlong.take() {
+                        Some(len) => out.push(StdoutLine::Overlong {
+                            len: len + piece.len() as u64,
+                            prefix: std::mem::take(&mut line),
+                        }),
+                        None => {
+                            if line.len() + piece.len() > cap {
+                                let total = (line.len() + piece.len()) as u64;
+                                extend_prefix(&mut line, piece);
+                                out.push(StdoutLine::Overlong {
+                                    len: total,
+                                    prefix: std::mem::take(&mut line),
+                                });
+                            } else {
+                                line.extend_from_slice(piece);
+                                out.push(StdoutLine::Line(std::mem::take(&mut line)));
+                            }
+                        }
+                    }
+                    start += i + 1;
+                }
+                None => {
+                    let piece = &chunk[start..];
+                    match overlong.as_mut() {
+                        Some(len) => *len += piece.len() as u64,
+                        None => {
+                            if line.len() + piece.len() > cap {
+                                let total = (line.len() + piece.len()) as u64;
+                                extend_prefix(&mut line, piece);
+                                overlong = Some(total);
+                            } else {
+                                line.extend_from_slice(piece);
+                            }
+                        }
+                    }
+                    start = n;
+                }
+            }
+        }
+        reader.consume(n);
+        for l in out {
+            // When nobody listens any more, keep draining so the child never blocks on
+            // a full pipe, and keep recording.
+            let _ = tx.send(l).await;
+        }
+    }
+    if let Some(len) = overlong {
+        let _ = tx
+            .send(StdoutLine::Overlong {
+                len,
+                prefix: std::mem::take(&mut line),
+            })
+            .await;
+    } else if !line.is_empty() {
+        let _ = tx.send(StdoutLine::Line(line)).await;
+    }
+    if let Some(f) = tee.as_mut() {
+        let _ = f.flush();
+        let _ = f.sync_data();
+    }
+}
+
+fn extend_prefix(prefix: &mut Vec<u8>, piece: &[u8]) {
+    if prefix.len() > OVERLONG_PREFIX {
+        prefix.truncate(OVERLONG_PREFIX);
+    }
+    let room = OVERLONG_PREFIX.saturating_sub(prefix.len());
+    prefix.extend_from_slice(&piece[..room.min(piece.len())]);
+}
+
+fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
+    hay.iter().position(|b| *b == needle)
+}
+
+async fn drain_stderr<R: AsyncRead + Unpin>(
+    mut err: R,
+    tail: StderrTail,
+    mut tee: Option<File>,
+    file_cap: u64,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut written: u64 = 0;
+    let mut truncated = false;
+    loop {
+        let n = match err.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        tail.push(&buf[..n]);
+        if let Some(f) = tee.as_mut() {
+            if written < file_cap {
+                let take = ((file_cap - written) as usize).min(n);
+                let _ = f.write_all(&buf[..take]);
+                written += take as u64;
+            } else if !truncated {
+                truncated = true;
+                let _ = writeln!(f, "\n[aicli: stderr.log truncated after {file_cap} bytes]");
+            }
+        }
+    }
+    if let Some(f) = tee.as_mut() {
+        let _ = f.flush();
+        let _ = f.sync_data();
+    }
+}
+
+/// The processes that belong to a run: the members of the child's session and the
+/// child's descendants, as found in `/proc`.
+#[derive(Debug, Clone)]
+pub struct ProcessTree {
+    root: u32,
+    pids: BTreeSet<u32>,
+}
+
+/// What `/proc/<pid>/stat` says of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// Parent pid.
+    pub ppid: u32,
+    /// Process group.
+    pub pgrp: u32,
+    /// Session.
+    pub session: u32,
+    /// State letter (`R`, `S`, `Z`, ...).
+    pub state: char,
+}
+
+/// Reads `/proc/<pid>/stat`.
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+fn parse_stat(text: &str) -> Option<ProcStat> {
+    // `pid (comm) state ppid pgrp session ...`; comm may contain spaces and parens.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    let pgrp = f.next()?.parse().ok()?;
+    let session = f.next()?.parse().ok()?;
+    Some(ProcStat {
+        ppid,
+        pgrp,
+        session,
+        state,
+    })
+}
+
+/// Every live (not zombie) process on the machine, by pid.
+pub fn all_processes() -> HashMap<u32, ProcStat> {
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(st) = proc_stat(pid)
+            && st.state != 'Z'
+            && st.state != 'X'
+        {
+            out.insert(pid, st);
+        }
+    }
+    out
+}
+
+impl ProcessTree {
+    /// The tree of `root` (a session leader started by [`LocalProcess::spawn`]).
+    pub fn of(root: u32) -> ProcessTree {
+        let mut t = ProcessTree {
+            root,
+            pids: BTreeSet::new(),
+        };
+        t.scan();
+        t
+    }
+
+    fn scan(&mut self) {
+        if self.root == 0 {
+            return;
+        }
+        let procs = all_processes();
+        for (pid, st) in &procs {
+            if st.session == self.root || st.pgrp == self.root {
+                self.pids.insert(*pid);
+            }
+        }
+        // Descendants of anything already in the set (setsid'ed children keep parents).
+        let mut frontier: Vec<u32> = self.pids.iter().copied().collect();
+        frontier.push(self.root);
+        while let Some(p) = frontier.pop() {
+            for (pid, st) in &procs {
+                if st.ppid == p && self.pids.insert(*pid) {
+                    frontier.push(*pid);
+                }
+            }
+        }
+        if procs.contains_key(&self.root) {
+            self.pids.insert(self.root);
+        }
+    }
+
+    /// A fresh scan, keeping the pids known before (a process that left the tree by
+    /// double-forking was still seen earlier).
+    pub fn refreshed(&self) -> ProcessTree {
+        let mut t = self.clone();
+        t.scan();
+        t
+    }
+
+    /// The pids of the tree still alive (not zombies).
+    pub fn alive(&self) -> Vec<u32> {
+        self.pids
+            .iter()
+            .copied()
+            .filter(|p| proc_stat(*p).is_some_and(|s| s.state != 'Z' && s.state != 'X'))
+            .collect()
+    }
+
+    /// Sends `sig` to the session's process group and to every known pid.
+    pub fn signal(&self, sig: Signal) {
+        if self.root != 0 {
+            let _ = killpg(Pid::from_raw(self.root as i32), sig);
+        }
+        for p in &self.pids {
+            let _ = kill(Pid::from_raw(*p as i32), sig);
+        }
+    }
+
+    /// Waits (up to `max`) until no process of the tree is alive.
+    pub async fn wait_gone(&self, max: Duration) {
+        let deadline = tokio::time::Instant::now() + max;
+        while !self.refreshed().alive().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Whether `path` is an executable file.
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_with_odd_command_names_parse() {
+        let s = "4242 (my (weird) prog) S 1 4242 4242 0 -1 4194560 0 0";
+        assert_eq!(
+            parse_stat(s),
+            Some(ProcStat {
+                ppid: 1,
+                pgrp: 4242,
+                session: 4242,
+                state: 'S'
+            })
+        );
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[tokio::test]
+    async fn lines_are_split_and_capped() {
+        let input: &[u8] = b"one\ntwo\r\nthree-is-long\nfour";
+        let (tx, mut rx) = mpsc::channel(16);
+        read_lines(input, 8, None, tx).await;
+        let mut got = Vec::new();
+        while let Some(l) = rx.recv().await {
+            got.push(l);
+        }
+        assert_eq!(
+            got,
+            vec![
+                StdoutLine::Line(b"one".to_vec()),
+                StdoutLine::Line(b"two\r".to_vec()),
+                StdoutLine::Overlong {
+                    len: 13,
+                    prefix: b"three-is-long".to_vec()
+                },
+                StdoutLine::Line(b"four".to_vec()),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_overlong_line_spanning_reads_keeps_only_a_prefix() {
+        let big = vec![b'x'; 200_000];
+        let mut input = big.clone();
+        input.extend_from_slice(b"\nok\n");
+        let (tx, mut rx) = mpsc::channel(16);
+        read_lines(&input[..], 1024, None, tx).await;
+        match rx.recv().await {
+            Some(StdoutLine::Overlong { len, prefix }) => {
+                assert_eq!(len, 200_000);
+                assert_eq!(prefix.len(), OVERLONG_PREFIX);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(rx.recv().await, Some(StdoutLine::Line(b"ok".to_vec())));
+    }
+
+    #[test]
+    fn stderr_tail_keeps_the_end() {
+        let t = StderrTail::new(5);
+        t.push(b"hello ");
+        t.push(b"world");
+        assert_eq!(
+            t.text(),
+            "[aicli: 6 earlier bytes of stderr not kept]\nworld"
+        );
+    }
+}

@@ -1,0 +1,54 @@
+//! Runs CLIs as local processes, each in its own session / process group.
+
+use std::time::Duration;
+
+use aicli_providers::CommandSpec;
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::{RunHandle, Runner, RunnerError};
+use crate::process::{LocalProcess, OutputOptions, StderrTail, StdoutLine};
+
+/// Runs CLIs as child processes of aicli.
+#[derive(Debug, Clone, Default)]
+pub struct LocalRunner;
+
+#[async_trait]
+impl Runner for LocalRunner {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    async fn start(
+        &self,
+        cmd: &CommandSpec,
+        out: OutputOptions,
+    ) -> Result<Box<dyn RunHandle>, RunnerError> {
+        Ok(Box::new(LocalHandle(LocalProcess::spawn(cmd, out)?)))
+    }
+}
+
+#[derive(Debug)]
+struct LocalHandle(LocalProcess);
+
+#[async_trait]
+impl RunHandle for LocalHandle {
+    fn lines(&mut self) -> &mut mpsc::Receiver<StdoutLine> {
+        &mut self.0.lines
+    }
+    fn stderr(&self) -> StderrTail {
+        self.0.stderr.clone()
+    }
+    fn pid(&self) -> Option<u32> {
+        Some(self.0.pid())
+    }
+    async fn wait(&mut self) -> Option<i32> {
+        self.0.wait().await
+    }
+    async fn shutdown(&mut self, grace: Duration) -> Option<i32> {
+        self.0.shutdown(grace).await
+    }
+    async fn drain(&mut self) {
+        self.0.drain().await
+    }
+}

@@ -1,0 +1,866 @@
+//! The batch service: `run_batch(provider, tasks, options) -> BatchResult`.
+//!
+//! Resolves providers, checks the repository, records the batch, mints an MCP token
+//! per task run (when an agent server is attached), runs the tasks through the
+//! [`pool`](crate::pool) (each in its own worktree), enforces the batch budget, cleans
+//! up worktrees that hold no work, and aggregates the result.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aicli_providers::{
+    AgentEvent, AiCliConfig, ErrorKind, McpEndpoint, ParseContext, ProviderRegistry, SessionResult,
+    SessionStatus, SessionTotals, SharedProvider, TaskSpec,
+};
+use async_trait::async_trait;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::events::BatchEvent;
+use crate::pool::{self, Backoff, Control, PoolOwner};
+use crate::runner::{LocalRunner, Runner};
+use crate::session::{SessionIo, SessionLimits, SessionOutcome, SessionSpec, run_session};
+use crate::store::{
+    AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec, RunStore, TaskRecord,
+    TaskState,
+};
+use crate::util::now_rfc3339;
+use crate::worktree::{Cleanup, Repo, Worktree, WorktreeError};
+
+/// What a task run may reach through aicli's agent server.
+#[derive(Debug, Clone)]
+pub struct TaskScope {
+    /// The batch.
+    pub batch_id: String,
+    /// The task.
+    pub task_id: String,
+    /// The task's workspace (its worktree).
+    pub workspace: PathBuf,
+    /// Skills connected to the task.
+    pub skills: Vec<String>,
+    /// Credential names the task may read.
+    pub credentials: Vec<String>,
+}
+
+/// A token granted to one run.
+#[derive(Debug)]
+pub struct AgentGrant {
+    /// How the CLI reaches the server (URL and token).
+    pub endpoint: McpEndpoint,
+    /// The server's port.
+    pub port: u16,
+    /// Events the server makes for this run (logs, questions).
+    pub events: mpsc::UnboundedReceiver<AgentEvent>,
+}
+
+/// The agent server as the engine sees it: grants a token per run, revokes it after.
+pub trait AgentServer: Send + Sync + std::fmt::Debug {
+    /// A token bound to `scope`; `host` is the address the CLI uses to reach us.
+    fn grant(&self, scope: TaskScope, host: &str) -> AgentGrant;
+    /// Revokes a token: the next request with it is refused.
+    fn revoke(&self, token: &str);
+}
+
+/// Errors that stop a batch before any task runs.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A config or provider problem.
+    #[error(transparent)]
+    Config(#[from] aicli_providers::ConfigError),
+    /// A repository problem.
+    #[error(transparent)]
+    Worktree(#[from] WorktreeError),
+    /// A task spec is invalid.
+    #[error("task {index} ({id}): {message}")]
+    InvalidTask {
+        /// Its position in the batch (1-based).
+        index: usize,
+        /// Its id.
+        id: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Nothing to run.
+    #[error("the batch has no tasks")]
+    NoTasks,
+    /// The run records could not be written.
+    #[error("cannot write the run record in {path}: {source}")]
+    Record {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record could not be read (resume, answer).
+    #[error("{0}")]
+    NotFound(String),
+    /// The operation does not apply (e.g. answering a task that is not blocked).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// How a batch runs. `None` fields take the config's engine defaults.
+#[derive(Debug, Clone)]
+pub struct BatchOptions {
+    /// The repository (or, without worktrees, the directory) tasks run against.
+    pub repo: PathBuf,
+    /// The provider for tasks that name none (the config's default when `None`).
+    pub provider: Option<String>,
+    /// Sessions at once.
+    pub max_parallel: Option<usize>,
+    /// Batch budget in USD.
+    pub budget_usd: Option<f64>,
+    /// Wall-clock limit per run.
+    pub timeout: Option<Duration>,
+    /// Idle limit per run.
+    pub idle_timeout: Option<Duration>,
+    /// Where run records go.
+    pub runs_dir: Option<PathBuf>,
+    /// Base of the worktrees.
+    pub base_ref: String,
+    /// Run each task in its own worktree (else in `repo` itself).
+    pub worktrees: bool,
+    /// Use this batch id instead of a new one.
+    pub batch_id: Option<String>,
+}
+
+impl BatchOptions {
+    /// Defaults for `repo`.
+    pub fn new(repo: impl Into<PathBuf>) -> BatchOptions {
+        BatchOptions {
+            repo: repo.into(),
+            provider: None,
+            max_parallel: None,
+            budget_usd: None,
+            timeout: None,
+            idle_timeout: None,
+            runs_dir: None,
+            base_ref: "HEAD".to_owned(),
+            worktrees: true,
+            batch_id: None,
+        }
+    }
+}
+
+/// The engine: config, providers, a runner, and optionally an agent server.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    config: Arc<AiCliConfig>,
+    registry: Arc<ProviderRegistry>,
+    runner: Arc<dyn Runner>,
+    agent_server: Option<Arc<dyn AgentServer>>,
+    search_path: Option<String>,
+    inherited_env: BTreeMap<String, String>,
+    auth_precheck: bool,
+}
+
+impl Engine {
+    /// An engine over `config` and `registry`, running CLIs as local processes.
+    pub fn new(config: AiCliConfig, registry: ProviderRegistry) -> Engine {
+        Engine {
+            config: Arc::new(config),
+            registry: Arc::new(registry),
+            runner: Arc::new(LocalRunner),
+            agent_server: None,
+            search_path: None,
+            inherited_env: std::env::vars().collect(),
+            auth_precheck: true,
+        }
+    }
+
+    /// Uses `runner` to start CLIs.
+    pub fn with_runner(mut self, runner: Arc<dyn Runner>) -> Engine {
+        self.runner = runner;
+        self
+    }
+
+    /// Attaches an agent (MCP) server: each run gets a token and the wiring.
+    pub fn with_agent_server(mut self, server: Arc<dyn AgentServer>) -> Engine {
+        self.agent_server = Some(server);
+        self
+    }
+
+    /// Looks for CLIs on `path` instead of the process PATH.
+    pub fn with_search_path(mut self, path: impl Into<String>) -> Engine {
+        self.search_path = Some(path.into());
+        self
+    }
+
+    /// The environment the CLIs inherit (the process's by default). Tests pass their
+    /// own instead of changing the process environment.
+    pub fn with_env(mut self, env: BTreeMap<String, String>) -> Engine {
+        self.inherited_env = env;
+        self
+    }
+
+    /// Turns the quick pre-flight credentials check on or off.
+    pub fn with_auth_precheck(mut self, on: bool) -> Engine {
+        self.auth_precheck = on;
+        self
+    }
+
+    /// The config.
+    pub fn config(&self) -> &AiCliConfig {
+        &self.config
+    }
+
+    /// The providers.
+    pub fn registry(&self) -> &ProviderRegistry {
+        &self.registry
+    }
+
+    /// The run-records directory for `repo` under `options`.
+    pub fn runs_dir(&self, repo: &Path, explicit: Option<&Path>) -> PathBuf {
+        explicit
+            .map(Path::to_path_buf)
+            .or_else(|| self.config.engine.runs_dir.clone())
+            .unwrap_or_else(|| repo.join(".aicli").join("runs"))
+    }
+
+    fn limits(&self, opts: &BatchOptions, task: &TaskSpec) -> SessionLimits {
+        let e = &self.config.engine;
+        SessionLimits {
+            timeout: task
+                .timeout_secs
+                .map(Duration::from_secs)
+                .or(opts.timeout)
+                .unwrap_or(Duration::from_secs(e.timeout_secs)),
+            idle_timeout: task
+                .idle_timeout_secs
+                .map(Duration::from_secs)
+                .or(opts.idle_timeout)
+                .unwrap_or(Duration::from_secs(e.idle_timeout_secs)),
+            kill_grace: Duration::from_millis(e.kill_grace_ms),
+            final_grace: Duration::from_secs(2),
+            line_cap: e.line_cap_bytes,
+            stderr_tail: e.stderr_tail_bytes,
+        }
+    }
+
+    /// Runs `tasks` as a new batch; live events go to `live`.
+    pub async fn run_batch(
+        &self,
+        mut tasks: Vec<TaskSpec>,
+        opts: BatchOptions,
+        live: broadcast::Sender<BatchEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BatchResult, EngineError> {
+        if tasks.is_empty() {
+            return Err(EngineError::NoTasks);
+        }
+        assign_ids(&mut tasks)?;
+        let default_provider = opts
+            .provider
+            .clone()
+            .unwrap_or_else(|| self.config.default_provider.clone());
+        for t in &tasks {
+            self.registry
+                .get(t.provider.as_deref().unwrap_or(&default_provider))?;
+        }
+        let (workdir_root, base) = if opts.worktrees {
+            let repo = Repo::open(&opts.repo).await?;
+            let base = repo.resolve(&opts.base_ref).await?;
+            repo.ensure_state_dir()
+                .map_err(|source| EngineError::Record {
+                    path: repo.state_dir(),
+                    source,
+                })?;
+            (repo.root().to_path_buf(), base)
+        } else {
+            if !opts.repo.is_dir() {
+                return Err(EngineError::NotFound(format!(
+                    "{} is not a directory",
+                    opts.repo.display()
+                )));
+            }
+            (opts.repo.clone(), String::new())
+        };
+        let runs_dir = self.runs_dir(&workdir_root, opts.runs_dir.as_deref());
+        let batch_id = opts
+            .batch_id
+            .clone()
+            .unwrap_or_else(crate::util::new_batch_id);
+        let spec = BatchSpec {
+            batch_id: batch_id.clone(),
+            created_at: now_rfc3339(),
+            repo: workdir_root.clone(),
+            provider: default_provider.clone(),
+            base_ref: base,
+            tasks: tasks.clone(),
+            max_parallel: opts
+                .max_parallel
+                .unwrap_or(self.config.engine.max_parallel)
+                .max(1),
+            budget_usd: opts.budget_usd,
+            worktrees: opts.worktrees,
+            aicli_version: env!("CARGO_PKG_VERSION").to_owned(),
+        };
+        let store = RunStore::new(&runs_dir);
+        let record = store
+            .create_batch(&spec)
+            .map_err(|source| EngineError::Record {
+                path: runs_dir.join(&batch_id),
+                source,
+            })?;
+        let records: Vec<TaskRecord> = tasks
+            .iter()
+            .map(|t| {
+                TaskRecord::queued(
+                    t.clone(),
+                    t.provider.as_deref().unwrap_or(&default_provider),
+                )
+            })
+            .collect();
+        for r in &records {
+            record.write_task(r).map_err(|source| EngineError::Record {
+                path: record.task_dir(&r.task.id),
+                source,
+            })?;
+        }
+        let plan: Vec<Planned> = records
+            .into_iter()
+            .map(|rec| Planned {
+                kind: AttemptKind::Run,
+                resume: None,
+                prompt: None,
+                rec,
+            })
+            .collect();
+        self.execute(spec, record, plan, opts, live, cancel).await
+    }
+
+    /// Runs `plan` (tasks with their records) of batch `spec` to the batch result.
+    pub(crate) async fn execute(
+        &self,
+        spec: BatchSpec,
+        record: BatchRecord,
+        plan: Vec<Planned>,
+        opts: BatchOptions,
+        live: broadcast::Sender<BatchEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BatchResult, EngineError> {
+        let started = Instant::now();
+        let repo = if spec.worktrees {
+            Some(Repo::open(&spec.repo).await?)
+        } else {
+            None
+        };
+        let spent_before: f64 = record
+            .tasks()
+            .map(|ts| ts.iter().map(|t| t.spent().0).sum())
+            .unwrap_or(0.0);
+        let shared = Arc::new(Shared {
+            engine: self.clone(),
+            spec: spec.clone(),
+            record: record.clone(),
+            repo,
+            opts: opts.clone(),
+            live: live.clone(),
+            tasks: Mutex::new(plan),
+            spent: Mutex::new(spent_before),
+        });
+        let n = shared.tasks.lock().map(|t| t.len()).unwrap_or(0);
+        let mut owner = Owner {
+            shared: shared.clone(),
+        };
+        let s2 = shared.clone();
+        pool::run(
+            n,
+            spec.max_parallel,
+            &self.config.engine.retry,
+            move |index, attempt, cancel| {
+                let s = s2.clone();
+                async move { s.run_attempt(index, attempt, cancel).await }
+            },
+            &mut owner,
+            cancel,
+        )
+        .await;
+        let result = shared.batch_result(started.elapsed());
+        record
+            .write_result(&result)
+            .map_err(|source| EngineError::Record {
+                path: record.dir().to_path_buf(),
+                source,
+            })?;
+        Ok(result)
+    }
+}
+
+/// A task as the pool will run it.
+#[derive(Debug, Clone)]
+pub(crate) struct Planned {
+    /// Its record.
+    pub rec: TaskRecord,
+    /// What the first attempt of this invocation is.
+    pub kind: AttemptKind,
+    /// Resume this CLI session.
+    pub resume: Option<(String, Option<SessionTotals>)>,
+    /// Use this prompt instead of the task's (answers carry the question and answer).
+    pub prompt: Option<String>,
+}
+
+fn assign_ids(tasks: &mut [TaskSpec]) -> Result<(), EngineError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, t) in tasks.iter_mut().enumerate() {
+        if t.id.is_empty() {
+            t.id = format!("task-{}", i + 1);
+        }
+        if let Err(message) = t.validate() {
+            return Err(EngineError::InvalidTask {
+                index: i + 1,
+                id: t.id.clone(),
+                message,
+            });
+        }
+        if !seen.insert(t.id.clone()) {
+            return Err(EngineError::InvalidTask {
+                index: i + 1,
+                id: t.id.clone(),
+                message: "id: another task has the same id".to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+struct Shared {
+    engine: Engine,
+    spec: BatchSpec,
+    record: BatchRecord,
+    repo: Option<Repo>,
+    opts: BatchOptions,
+    live: broadcast::Sender<BatchEvent>,
+    tasks: Mutex<Vec<Planned>>,
+    spent: Mutex<f64>,
+}
+
+impl Shared {
+    fn provider(&self, rec: &TaskRecord) -> Result<SharedProvider, aicli_providers::ConfigError> {
+        self.engine.registry.get(&rec.provider)
+    }
+
+    fn planned(&self, index: usize) -> Option<Planned> {
+        self.tasks.lock().ok().and_then(|t| t.get(index).cloned())
+    }
+
+    fn store_planned(&self, index: usize, planned: Planned) {
+        if let Ok(mut t) = self.tasks.lock()
+            && let Some(slot) = t.get_mut(index)
+        {
+            *slot = planned;
+        }
+    }
+
+    fn budget_remaining(&self) -> Option<f64> {
+        let spent = self.spent.lock().map(|s| *s).unwrap_or(0.0);
+        self.spec.budget_usd.map(|b| (b - spent).max(0.0))
+    }
+
+    async fn ensure_worktree(&self, rec: &mut TaskRecord) -> Result<PathBuf, String> {
+        let Some(repo) = &self.repo else {
+            return Ok(self.spec.repo.clone());
+        };
+        if let (Some(path), Some(_)) = (&rec.worktree, &rec.branch)
+            && path.is_dir()
+        {
+            return Ok(path.clone());
+        }
+        let branch = format!(
+            "{}{}/{}",
+            crate::worktree::BRANCH_PREFIX,
+            self.spec.batch_id,
+            rec.task.id
+        );
+        let path = repo
+            .state_dir()
+            .join("worktrees")
+            .join(&self.spec.batch_id)
+            .join(&rec.task.id);
+        let wt = repo
+            .add_worktree(&branch, &path, &self.spec.base_ref)
+            .await
+            .map_err(|e| e.to_string())?;
+        rec.branch = Some(wt.branch);
+        rec.worktree = Some(wt.path.clone());
+        rec.base_commit = Some(wt.base);
+        Ok(wt.path)
+    }
+
+    async fn run_attempt(
+        &self,
+        index: usize,
+        attempt_in_run: u32,
+        cancel: CancellationToken,
+    ) -> SessionOutcome {
+        let Some(mut planned) = self.planned(index) else {
+            return SessionOutcome {
+                result: SessionResult::not_started("", ErrorKind::Unknown, "no such task"),
+                events: Vec::new(),
+            };
+        };
+        let provider = match self.provider(&planned.rec) {
+            Ok(p) => p,
+            Err(e) => {
+                return SessionOutcome {
+                    result: SessionResult::not_started(
+                        &planned.rec.provider,
+                        ErrorKind::BadRequest,
+                        e.to_string(),
+                    ),
+                    events: Vec::new(),
+                };
+            }
+        };
+        let task_id: Arc<str> = Arc::from(planned.rec.task.id.as_str());
+        let workdir = match self.ensure_worktree(&mut planned.rec).await {
+            Ok(w) => w,
+            Err(e) => {
+                return SessionOutcome {
+                    result: SessionResult::not_started(
+                        provider.name(),
+                        ErrorKind::Unknown,
+                        format!("cannot create the worktree: {e}"),
+                    ),
+                    events: Vec::new(),
+                };
+            }
+        };
+        let workdir = match &planned.rec.task.cwd {
+            Some(sub) => workdir.join(sub),
+            None => workdir,
+        };
+        let attempt_no = planned.rec.attempts.len() as u32 + 1;
+        let kind = if attempt_in_run > 1 {
+            AttemptKind::Retry
+        } else {
+            planned.kind
+        };
+        let mut task = planned.rec.task.clone();
+        if let Some(p) = &planned.prompt {
+            task.prompt = p.clone();
+        }
+        let mut prior = None;
+        if let Some((sid, totals)) = &planned.resume {
+            task.resume_session_id = Some(sid.clone());
+            prior = *totals;
+        }
+        planned.rec.attempts.push(AttemptRecord {
+            attempt: attempt_no,
+            kind,
+            started_at: now_rfc3339(),
+            finished_at: None,
+            events_start: self.record.events_len(&task.id),
+            events_end: None,
+            resumed_session: task.resume_session_id.clone(),
+            result: None,
+        });
+        planned.rec.state = TaskState::Running;
+        if let Err(e) = self.record.write_task(&planned.rec) {
+            tracing::warn!(task = %task.id, error = %e, "cannot write the task record");
+        }
+        self.store_planned(index, planned.clone());
+        let _ = self.live.send(BatchEvent::TaskStarted {
+            task_id: task_id.clone(),
+            provider: Arc::from(provider.name()),
+            attempt: attempt_no,
+        });
+
+        let private_dir = self
+            .record
+            .dir()
+            .join("private")
+            .join(format!("{}-{attempt_no}", task.id));
+        let mut skills = self.engine.config.engine.skills.clone();
+        skills.extend(task.skills.iter().cloned());
+        let grant = self.engine.agent_server.as_ref().map(|s| {
+            s.grant(
+                TaskScope {
+                    batch_id: self.spec.batch_id.clone(),
+                    task_id: task.id.clone(),
+                    workspace: workdir.clone(),
+                    skills,
+                    credentials: task.credentials.clone(),
+                },
+                &self.engine.runner.host_address(),
+            )
+        });
+        let (mcp, injected, token) = match grant {
+            Some(g) => {
+                let token = g.endpoint.token.clone();
+                (Some((g.endpoint, g.port)), Some(g.events), Some(token))
+            }
+            None => (None, None, None),
+        };
+        let spec = SessionSpec {
+            limits: self.engine.limits(&self.opts, &task),
+            parse_ctx: ParseContext {
+                model: provider.model_for(&task),
+                prior,
+            },
+            task,
+            provider: provider.clone(),
+            workdir,
+            private_dir: private_dir.clone(),
+            record_dir: Some(self.record.task_dir(&task_id)),
+            mcp,
+            budget_remaining_usd: self.budget_remaining(),
+            search_path: self.engine.search_path.clone(),
+            inherited_env: self.engine.inherited_env.clone(),
+            auth_precheck: self.engine.auth_precheck,
+        };
+        let io = SessionIo {
+            live: self.live.clone(),
+            injected,
+            cancel,
+        };
+        let outcome = run_session(spec, io, self.engine.runner.as_ref()).await;
+        if let (Some(s), Some(t)) = (&self.engine.agent_server, &token) {
+            s.revoke(t);
+        }
+        let _ = std::fs::remove_dir_all(&private_dir);
+        outcome
+    }
+
+    fn batch_result(&self, wall: Duration) -> BatchResult {
+        let tasks = self.tasks.lock().map(|t| t.clone()).unwrap_or_default();
+        // Include tasks of the batch that this invocation did not plan (resume).
+        let all = self
+            .record
+            .tasks()
+            .unwrap_or_else(|_| tasks.iter().map(|p| p.rec.clone()).collect());
+        let mut results = Vec::new();
+        let mut total = 0.0;
+        let mut unknown = 0;
+        for rec in &all {
+            let (spent, unk) = rec.spent();
+            total += spent;
+            if unk {
+                unknown += 1;
+            }
+            let mut r = rec.latest_result().cloned().unwrap_or_else(|| {
+                let mut r = SessionResult::not_started(
+                    &rec.provider,
+                    ErrorKind::Cancelled,
+                    "never started",
+                );
+                r.task_id = rec.task.id.clone();
+                r.prompt = rec.task.prompt.clone();
+                r
+            });
+            if r.task_id.is_empty() {
+                r.task_id = rec.task.id.clone();
+            }
+            results.push(r);
+        }
+        let count = |s: SessionStatus| results.iter().filter(|r| r.status == s).count();
+        BatchResult {
+            batch_id: self.spec.batch_id.clone(),
+            provider: self.spec.provider.clone(),
+            timestamp: self.spec.created_at.clone(),
+            n_tasks: results.len(),
+            n_succeeded: count(SessionStatus::Succeeded),
+            n_failed: count(SessionStatus::Failed) + count(SessionStatus::Interrupted),
+            n_blocked: count(SessionStatus::Blocked),
+            tasks: results,
+            total_cost_usd: total,
+            n_cost_unknown: unknown,
+            wall_clock_ms: wall.as_millis() as u64,
+            budget_usd: self.spec.budget_usd,
+            budget_remaining_usd: self.spec.budget_usd.map(|b| (b - total).max(0.0)),
+            runs_dir: self.record.dir().to_path_buf(),
+        }
+    }
+}
+
+struct Owner {
+    shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl PoolOwner for Owner {
+    async fn on_attempt_end(
+        &mut self,
+        index: usize,
+        _attempt: u32,
+        outcome: &SessionOutcome,
+        will_retry: bool,
+    ) -> Control {
+        let s = &self.shared;
+        let Some(mut planned) = s.planned(index) else {
+            return Control::Continue;
+        };
+        let mut result = outcome.result.clone();
+        result.task_id = planned.rec.task.id.clone();
+        result.prompt = planned.rec.task.prompt.clone();
+        // Worktree: keep it while the task may go on (retry, blocked); else clean up.
+        if let (Some(repo), Some(path), Some(branch), Some(base)) = (
+            &s.repo,
+            planned.rec.worktree.clone(),
+            planned.rec.branch.clone(),
+            planned.rec.base_commit.clone(),
+        ) {
+            let wt = Worktree {
+                path: path.clone(),
+                branch: branch.clone(),
+                base,
+            };
+            let keep_anyway = will_retry || result.status == SessionStatus::Blocked;
+            let outcome = if keep_anyway {
+                Ok(Cleanup::Kept {
+                    reason: "the task may continue".to_owned(),
+                })
+            } else {
+                repo.cleanup(&wt).await
+            };
+            match outcome {
+                Ok(Cleanup::Removed) => {
+                    planned.rec.worktree = None;
+                    planned.rec.branch = None;
+                }
+                Ok(Cleanup::Kept { reason }) => {
+                    result.branch = Some(branch);
+                    result.worktree = Some(path);
+                    tracing::info!(task = %result.task_id, %reason, "worktree kept");
+                }
+                Err(e) => {
+                    tracing::warn!(task = %result.task_id, error = %e, "worktree cleanup failed; kept");
+                    result.branch = Some(branch);
+                    result.worktree = Some(path);
+                }
+            }
+        }
+        let end = s.record.events_len(&result.task_id);
+        if let Some(a) = planned.rec.attempts.last_mut() {
+            a.finished_at = Some(now_rfc3339());
+            a.events_end = Some(end);
+            a.result = Some(result.clone());
+        }
+        planned.rec.state = if will_retry {
+            TaskState::Queued
+        } else {
+            TaskState::of(&result)
+        };
+        if let Err(e) = s.record.write_task(&planned.rec) {
+            tracing::warn!(task = %result.task_id, error = %e, "cannot write the task record");
+        }
+        // Later attempts of this invocation are plain retries of the same run.
+        planned.kind = AttemptKind::Retry;
+        s.store_planned(index, planned.clone());
+        let task_id: Arc<str> = Arc::from(result.task_id.as_str());
+        if let (SessionStatus::Blocked, Some(q)) = (result.status, &result.question) {
+            let _ = s.live.send(BatchEvent::TaskBlocked {
+                task_id: task_id.clone(),
+                question: q.clone(),
+            });
+        }
+        let result = Arc::new(result);
+        if !will_retry {
+            let _ = s.live.send(BatchEvent::TaskFinished {
+                task_id,
+                result: result.clone(),
+            });
+        }
+        // Budget.
+        let spent = {
+            let Ok(mut spent) = s.spent.lock() else {
+                return Control::Continue;
+            };
+            *spent += result.cost_usd.unwrap_or(0.0);
+            *spent
+        };
+        match s.spec.budget_usd {
+            Some(b) if spent >= b => {
+                let _ = s.live.send(BatchEvent::BudgetSpent {
+                    spent_usd: spent,
+                    budget_usd: b,
+                });
+                if spent > b {
+                    Control::CancelRunning
+                } else {
+                    Control::StopStarting
+                }
+            }
+            Some(_) | None => Control::Continue,
+        }
+    }
+
+    fn on_backoff(&mut self, b: &Backoff) {
+        let task_id = self
+            .shared
+            .tasks
+            .lock()
+            .ok()
+            .and_then(|t| t.get(b.index).map(|p| p.rec.task.id.clone()))
+            .unwrap_or_default();
+        tracing::info!(task = %task_id, delay_ms = b.delay.as_millis() as u64, parallelism = b.parallelism, reason = %b.reason, "backing off");
+        let _ = self.shared.live.send(BatchEvent::Backoff {
+            task_id: Arc::from(task_id.as_str()),
+            attempt: b.attempt,
+            delay_ms: b.delay.as_millis() as u64,
+            parallelism: b.parallelism,
+            reason: b.reason.clone(),
+        });
+    }
+
+    fn on_never_started(&mut self, index: usize, _why: Control) {
+        let s = &self.shared;
+        let budget_spent = s
+            .spec
+            .budget_usd
+            .is_some_and(|b| s.spent.lock().map(|x| *x >= b).unwrap_or(false));
+        if !budget_spent {
+            // Cancelled: the task stays queued in its record, so a resume runs it.
+            return;
+        }
+        let Some(mut planned) = s.planned(index) else {
+            return;
+        };
+        let mut r = SessionResult::not_started(
+            &planned.rec.provider,
+            ErrorKind::Budget,
+            "the batch budget was spent before this task started",
+        );
+        r.task_id = planned.rec.task.id.clone();
+        r.prompt = planned.rec.task.prompt.clone();
+        let now = now_rfc3339();
+        let offset = s.record.events_len(&r.task_id);
+        planned.rec.attempts.push(AttemptRecord {
+            attempt: planned.rec.attempts.len() as u32 + 1,
+            kind: planned.kind,
+            started_at: now.clone(),
+            finished_at: Some(now),
+            events_start: offset,
+            events_end: Some(offset),
+            resumed_session: None,
+            result: Some(r.clone()),
+        });
+        planned.rec.state = TaskState::Failed;
+        if let Err(e) = s.record.write_task(&planned.rec) {
+            tracing::warn!(task = %r.task_id, error = %e, "cannot write the task record");
+        }
+        s.store_planned(index, planned);
+        let _ = s.live.send(BatchEvent::TaskFinished {
+            task_id: Arc::from(r.task_id.as_str()),
+            result: Arc::new(r),
+        });
+    }
+}
+
+/// `run_batch(provider, tasks, options)`: runs `tasks` with `provider` as the default
+/// provider, without a live subscriber.
+pub async fn run_batch(
+    engine: &Engine,
+    provider: &str,
+    tasks: Vec<TaskSpec>,
+    mut options: BatchOptions,
+) -> Result<BatchResult, EngineError> {
+    options.provider = Some(provider.to_owned());
+    let (tx, _rx) = broadcast::channel(1024);
+    engine
+        .run_batch(tasks, options, tx, CancellationToken::new())
+        .await
+}

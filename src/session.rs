@@ -1,0 +1,505 @@
+//! One task = one CLI run -> [`SessionResult`].
+//!
+//! The session resolves the binary, asks the provider for the command, writes the
+//! files it needs (MCP config, IDE lockfile), starts it through a [`Runner`], and then
+//! reads lines until the final event, EOF, the wall-clock timeout, the idle watchdog or
+//! cancellation — whichever comes first. However it ends, the run's whole process tree
+//! is shut down before the result is built. Every stdout byte is teed into the run
+//! record as it arrives (by the process reader), so a crash loses nothing printed.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aicli_providers::replay::{over_long_line, parse_line_bytes};
+use aicli_providers::{
+    AgentEvent, ErrorKind, EventKind, LaunchContext, McpEndpoint, ParseContext, PendingQuestion,
+    SessionResult, SharedProvider, TaskSpec,
+};
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::events::BatchEvent;
+use crate::process::{OutputOptions, StdoutLine};
+use crate::runner::{RunHandle, Runner};
+
+/// Time and size limits of one run.
+#[derive(Debug, Clone)]
+pub struct SessionLimits {
+    /// Wall-clock limit.
+    pub timeout: Duration,
+    /// No output for this long ends the run.
+    pub idle_timeout: Duration,
+    /// Between SIGTERM and SIGKILL.
+    pub kill_grace: Duration,
+    /// How long a CLI may linger after its final event before it is shut down.
+    pub final_grace: Duration,
+    /// Longest stdout line.
+    pub line_cap: usize,
+    /// Bytes of stderr kept in memory.
+    pub stderr_tail: usize,
+}
+
+impl Default for SessionLimits {
+    fn default() -> SessionLimits {
+        SessionLimits {
+            timeout: Duration::from_secs(1800),
+            idle_timeout: Duration::from_secs(600),
+            kill_grace: Duration::from_secs(3),
+            final_grace: Duration::from_secs(2),
+            line_cap: aicli_providers::replay::DEFAULT_LINE_CAP,
+            stderr_tail: 64 * 1024,
+        }
+    }
+}
+
+/// Everything one run needs.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    /// The task (its `id` set).
+    pub task: TaskSpec,
+    /// The provider.
+    pub provider: SharedProvider,
+    /// The directory the CLI runs in.
+    pub workdir: PathBuf,
+    /// A private directory for this run's files (outside the worktree).
+    pub private_dir: PathBuf,
+    /// The task's record directory (`events.ndjson`, `stderr.log`, `aicli-events.ndjson`
+    /// are appended there), if recording.
+    pub record_dir: Option<PathBuf>,
+    /// aicli's MCP server for this run (token included) and its port.
+    pub mcp: Option<(McpEndpoint, u16)>,
+    /// What is left of the batch budget.
+    pub budget_remaining_usd: Option<f64>,
+    /// What the parser needs besides the lines (model, prior session totals).
+    pub parse_ctx: ParseContext,
+    /// Limits.
+    pub limits: SessionLimits,
+    /// PATH to find the CLI on (the process PATH when `None`).
+    pub search_path: Option<String>,
+    /// The environment the CLI will inherit (for the auth pre-check and `HOME`).
+    pub inherited_env: BTreeMap<String, String>,
+    /// Run the provider's quick credentials check before spawning.
+    pub auth_precheck: bool,
+}
+
+/// Channels a session talks through.
+#[derive(Debug)]
+pub struct SessionIo {
+    /// Live events go here.
+    pub live: broadcast::Sender<BatchEvent>,
+    /// Events aicli's MCP server made for this task (logs, questions).
+    pub injected: Option<mpsc::UnboundedReceiver<AgentEvent>>,
+    /// Cancels the run.
+    pub cancel: CancellationToken,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct SessionOutcome {
+    /// The normalized result.
+    pub result: SessionResult,
+    /// Every event, CLI and aicli-made, in arrival order.
+    pub events: Vec<AgentEvent>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EndReason {
+    Eof,
+    Final,
+    WallTimeout,
+    IdleTimeout,
+    Cancelled,
+}
+
+/// Runs one task to its result. Never panics and never leaves a process behind.
+pub async fn run_session(spec: SessionSpec, io: SessionIo, runner: &dyn Runner) -> SessionOutcome {
+    let started = Instant::now();
+    let task_id: Arc<str> = Arc::from(spec.task.id.as_str());
+    let provider = spec.provider.clone();
+    let mut outcome = match prepare_and_run(&spec, io, runner, task_id.clone()).await {
+        Ok(o) => o,
+        Err(result) => SessionOutcome {
+            result: *result,
+            events: Vec::new(),
+        },
+    };
+    let r = &mut outcome.result;
+    r.task_id = spec.task.id.clone();
+    r.prompt = spec.task.prompt.clone();
+    r.provider = provider.name().to_owned();
+    if r.model.is_none() {
+        r.model = spec.parse_ctx.model.clone();
+    }
+    r.duration_ms = started.elapsed().as_millis() as u64;
+    outcome
+}
+
+fn not_started(spec: &SessionSpec, kind: ErrorKind, message: String) -> Box<SessionResult> {
+    tracing::info!(task = %spec.task.id, kind = %kind, %message, "run not started");
+    Box::new(SessionResult::not_started(
+        spec.provider.name(),
+        kind,
+        message,
+    ))
+}
+
+async fn prepare_and_run(
+    spec: &SessionSpec,
+    io: SessionIo,
+    runner: &dyn Runner,
+    task_id: Arc<str>,
+) -> Result<SessionOutcome, Box<SessionResult>> {
+    let provider = &spec.provider;
+    if let Err(msg) = spec.task.validate() {
+        return Err(not_started(
+            spec,
+            ErrorKind::BadRequest,
+            format!("invalid task: {msg}"),
+        ));
+    }
+    let binary = provider
+        .binary_path(spec.search_path.as_deref())
+        .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
+
+    // The environment the CLI will see, for the pre-check.
+    let mut env = spec.inherited_env.clone();
+    env.extend(provider.config().env.clone());
+    env.extend(spec.task.env.clone());
+    let home = env
+        .get("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    if spec.auth_precheck
+        && let Some(msg) = provider.auth_precheck(&env, &home).await
+    {
+        return Err(not_started(spec, ErrorKind::Auth, msg));
+    }
+
+    std::fs::create_dir_all(&spec.private_dir).map_err(|e| {
+        not_started(
+            spec,
+            ErrorKind::Unknown,
+            format!("cannot create {}: {e}", spec.private_dir.display()),
+        )
+    })?;
+    set_mode(&spec.private_dir, 0o700);
+    let is_root = nix::unistd::geteuid().is_root();
+    let ctx = LaunchContext {
+        task: &spec.task,
+        binary: &binary,
+        workdir: &spec.workdir,
+        private_dir: &spec.private_dir,
+        mcp: spec.mcp.as_ref().map(|(e, _)| e),
+        budget_remaining_usd: spec.budget_remaining_usd,
+        is_root,
+    };
+    let mut cmd = provider
+        .headless_argv(&ctx)
+        .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
+    for f in &cmd.files {
+        write_private_file(&f.path, &f.contents, f.mode).map_err(|e| {
+            not_started(
+                spec,
+                ErrorKind::Unknown,
+                format!("cannot write {}: {e}", f.path.display()),
+            )
+        })?;
+    }
+    // The IDE lockfile, for CLIs that look for one.
+    let mut lockfile: Option<PathBuf> = None;
+    if let (Some((endpoint, port)), Some(dir)) = (&spec.mcp, provider.ide_lockfile_dir())
+        && let Some((name, contents)) =
+            provider.ide_lockfile(endpoint, *port, &spec.workdir, std::process::id())
+    {
+        let path = home.join(dir).join(name);
+        if write_private_file(&path, &contents, 0o600).is_ok() {
+            lockfile = Some(path);
+            if let Some(var) = provider.ide_lock_env_var() {
+                cmd.env.insert(var.to_owned(), port.to_string());
+            }
+        }
+    }
+
+    let mut out = OutputOptions {
+        line_cap: spec.limits.line_cap,
+        stderr_tail: spec.limits.stderr_tail,
+        ..OutputOptions::default()
+    };
+    let mut aicli_log: Option<File> = None;
+    if let Some(dir) = &spec.record_dir {
+        let open = |name: &str| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(name))
+        };
+        match (
+            open("events.ndjson"),
+            open("stderr.log"),
+            open("aicli-events.ndjson"),
+        ) {
+            (Ok(a), Ok(b), Ok(c)) => {
+                out.stdout_tee = Some(a);
+                out.stderr_tee = Some(b);
+                aicli_log = Some(c);
+            }
+            (a, b, c) => {
+                let err = [a.err(), b.err(), c.err()]
+                    .into_iter()
+                    .flatten()
+                    .map(|e| e.to_string())
+                    .next()
+                    .unwrap_or_default();
+                return Err(not_started(
+                    spec,
+                    ErrorKind::Unknown,
+                    format!("cannot open the run record in {}: {err}", dir.display()),
+                ));
+            }
+        }
+    }
+
+    tracing::info!(task = %task_id, provider = provider.name(), program = %cmd.program.display(), "starting run");
+    let handle = match runner.start(&cmd, out).await {
+        Ok(h) => h,
+        Err(e) => {
+            remove_quietly(lockfile.as_deref());
+            let kind = match &e {
+                crate::runner::RunnerError::Spawn(crate::process::SpawnError::Start {
+                    source,
+                    ..
+                }) if source.kind() == std::io::ErrorKind::NotFound => ErrorKind::NotInstalled,
+                crate::runner::RunnerError::Spawn(_)
+                | crate::runner::RunnerError::Backend { .. } => ErrorKind::Crashed,
+            };
+            return Err(not_started(spec, kind, e.to_string()));
+        }
+    };
+    let outcome = supervise(spec, io, handle, task_id, aicli_log).await;
+    remove_quietly(lockfile.as_deref());
+    for f in &cmd.files {
+        remove_quietly(Some(&f.path));
+    }
+    Ok(outcome)
+}
+
+async fn supervise(
+    spec: &SessionSpec,
+    mut io: SessionIo,
+    mut handle: Box<dyn RunHandle>,
+    task_id: Arc<str>,
+    mut aicli_log: Option<File>,
+) -> SessionOutcome {
+    let provider = spec.provider.clone();
+    let limits = &spec.limits;
+    let start = tokio::time::Instant::now();
+    let wall_deadline = start + limits.timeout;
+    let mut idle_deadline = start + limits.idle_timeout;
+    let mut final_deadline: Option<tokio::time::Instant> = None;
+    let mut cli_events: Vec<AgentEvent> = Vec::new();
+    let mut all_events: Vec<AgentEvent> = Vec::new();
+    let mut questions: Vec<PendingQuestion> = Vec::new();
+    let mut injected = io.injected.take();
+    let line_cap = limits.line_cap;
+
+    let on_line = |line: StdoutLine,
+                   cli_events: &mut Vec<AgentEvent>,
+                   all: &mut Vec<AgentEvent>|
+     -> bool {
+        let evs = match line {
+            StdoutLine::Line(bytes) => parse_line_bytes(provider.as_ref(), &bytes, line_cap),
+            StdoutLine::Overlong { len, prefix } => vec![over_long_line(len, &prefix, line_cap)],
+        };
+        let mut is_final = false;
+        for ev in evs {
+            is_final |= provider.is_final_event(&ev);
+            let _ = io.live.send(BatchEvent::Agent {
+                task_id: task_id.clone(),
+                event: ev.clone(),
+            });
+            cli_events.push(ev.clone());
+            all.push(ev);
+        }
+        is_final
+    };
+
+    let reason = loop {
+        let final_sleep = async {
+            match final_deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let injected_recv = async {
+            match injected.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = io.cancel.cancelled() => break EndReason::Cancelled,
+            line = handle.lines().recv() => match line {
+                Some(line) => {
+                    idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
+                    if on_line(line, &mut cli_events, &mut all_events) && final_deadline.is_none() {
+                        final_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
+                    }
+                }
+                None => break if final_deadline.is_some() { EndReason::Final } else { EndReason::Eof },
+            },
+            ev = injected_recv => match ev {
+                Some(ev) => {
+                    record_aicli_event(&mut aicli_log, &ev);
+                    if let EventKind::Question { question, options } = &ev.kind {
+                        questions.push(PendingQuestion {
+                            question: question.clone(),
+                            options: options.clone(),
+                            asked_at: crate::util::now_rfc3339(),
+                        });
+                    }
+                    let _ = io.live.send(BatchEvent::Agent { task_id: task_id.clone(), event: ev.clone() });
+                    all_events.push(ev);
+                }
+                None => injected = None,
+            },
+            _ = final_sleep => break EndReason::Final,
+            _ = tokio::time::sleep_until(wall_deadline) => break EndReason::WallTimeout,
+            _ = tokio::time::sleep_until(idle_deadline) => break EndReason::IdleTimeout,
+        }
+    };
+
+    // After EOF the CLI normally exits at once; give it until the deadlines.
+    let mut exit_code = None;
+    let mut reason = reason;
+    if reason == EndReason::Eof {
+        tokio::select! {
+            biased;
+            _ = io.cancel.cancelled() => reason = EndReason::Cancelled,
+            code = handle.wait() => exit_code = code,
+            _ = tokio::time::sleep_until(wall_deadline) => reason = EndReason::WallTimeout,
+            _ = tokio::time::sleep_until(idle_deadline) => reason = EndReason::IdleTimeout,
+        }
+    }
+    // However it ended: no process of the run may be left.
+    let code = handle.shutdown(limits.kill_grace).await;
+    if exit_code.is_none() {
+        exit_code = code;
+    }
+    // Lines still in flight (the tee has them all; parse what the reader delivered).
+    if tokio::time::timeout(Duration::from_secs(5), handle.drain())
+        .await
+        .is_err()
+    {
+        tracing::warn!(task = %task_id, "output pipes still open after shutdown; giving up on them");
+    }
+    while let Ok(line) = handle.lines().try_recv() {
+        on_line(line, &mut cli_events, &mut all_events);
+    }
+    if let Some(rx) = injected.as_mut() {
+        while let Ok(ev) = rx.try_recv() {
+            record_aicli_event(&mut aicli_log, &ev);
+            if let EventKind::Question { question, options } = &ev.kind {
+                questions.push(PendingQuestion {
+                    question: question.clone(),
+                    options: options.clone(),
+                    asked_at: crate::util::now_rfc3339(),
+                });
+            }
+            all_events.push(ev);
+        }
+    }
+    if let Some(f) = aicli_log.as_mut() {
+        let _ = f.sync_data();
+    }
+
+    let stderr = handle.stderr().text();
+    let mut result =
+        provider.event_to_session_result(&cli_events, &stderr, exit_code, &spec.parse_ctx);
+    let saw_final = cli_events.iter().any(|e| provider.is_final_event(e));
+    match reason {
+        EndReason::Cancelled if !saw_final => {
+            result.fail(ErrorKind::Cancelled, "the run was cancelled")
+        }
+        EndReason::WallTimeout if !saw_final => result.fail(
+            ErrorKind::Timeout,
+            format!(
+                "wall-clock timeout: the run took longer than {}s{}",
+                limits.timeout.as_secs(),
+                last_words(&result)
+            ),
+        ),
+        EndReason::IdleTimeout if !saw_final => result.fail(
+            ErrorKind::Timeout,
+            format!(
+                "idle watchdog: no output for {}s{}",
+                limits.idle_timeout.as_secs(),
+                last_words(&result)
+            ),
+        ),
+        EndReason::Cancelled
+        | EndReason::WallTimeout
+        | EndReason::IdleTimeout
+        | EndReason::Eof
+        | EndReason::Final => {}
+    }
+    if let Some(q) = questions.pop()
+        && reason != EndReason::Cancelled
+    {
+        result.block(q);
+    }
+    result.exit_code = exit_code;
+    SessionOutcome {
+        result,
+        events: all_events,
+    }
+}
+
+/// " (last from the CLI: ...)" when the provider classified something before the end.
+fn last_words(r: &SessionResult) -> String {
+    match (&r.error_kind, &r.error) {
+        (Some(k), Some(m)) if !m.is_empty() => format!(" (before that: {k}: {m})"),
+        _ => String::new(),
+    }
+}
+
+fn record_aicli_event(log: &mut Option<File>, ev: &AgentEvent) {
+    if let Some(f) = log.as_mut()
+        && let Ok(mut line) = serde_json::to_vec(ev)
+    {
+        line.push(b'\n');
+        let _ = f.write_all(&line);
+    }
+}
+
+/// Writes `contents` to `path` with `mode`, creating parent directories.
+pub fn write_private_file(path: &Path, contents: &str, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(mode)
+        .open(path)?;
+    set_mode(path, mode);
+    f.write_all(contents.as_bytes())?;
+    f.sync_all()
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+}
+
+fn remove_quietly(path: Option<&Path>) {
+    if let Some(p) = path {
+        let _ = std::fs::remove_file(p);
+    }
+}

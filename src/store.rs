@@ -1,0 +1,419 @@
+//! Run records on disk: `<runs>/<batch-id>/`.
+//!
+//! ```text
+//! batch.json                    the batch spec (written once, atomically)
+//! result.json                   the BatchResult (atomic; rewritten as the batch ends)
+//! tasks/<task>/task.json        the task's state and attempts (atomic rewrite)
+//! tasks/<task>/events.ndjson    raw stdout of every attempt, appended as received
+//! tasks/<task>/stderr.log       stderr of every attempt, appended
+//! tasks/<task>/aicli-events.ndjson  events aicli made (MCP logs, questions), appended
+//! tasks/<task>/result.json      the task's latest SessionResult (atomic)
+//! ```
+//!
+//! Appends are fsynced when an attempt ends; JSON files are replaced by atomic rename,
+//! so a `kill -9` at any moment leaves every file valid (an attempt that was running is
+//! recognisable: it has a start offset and no end).
+
+use std::path::{Path, PathBuf};
+
+use aicli_providers::{SessionResult, SessionStatus, TaskSpec};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::util::{read_json, write_json_atomic};
+
+/// The state of a task in its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Not started yet.
+    Queued,
+    /// A CLI run is (or was, if aicli died) in progress.
+    Running,
+    /// Finished: succeeded.
+    Succeeded,
+    /// Finished: failed.
+    Failed,
+    /// Finished: waiting for a human's answer.
+    Blocked,
+    /// Found running after aicli died; to be re-run.
+    Interrupted,
+}
+
+impl TaskState {
+    /// Whether the task has a final result.
+    pub fn is_final(self) -> bool {
+        match self {
+            TaskState::Succeeded | TaskState::Failed | TaskState::Blocked => true,
+            TaskState::Queued | TaskState::Running | TaskState::Interrupted => false,
+        }
+    }
+
+    /// The state a result puts a task in.
+    pub fn of(result: &SessionResult) -> TaskState {
+        match result.status {
+            SessionStatus::Succeeded => TaskState::Succeeded,
+            SessionStatus::Failed => TaskState::Failed,
+            SessionStatus::Blocked => TaskState::Blocked,
+            SessionStatus::Interrupted => TaskState::Interrupted,
+        }
+    }
+}
+
+/// Why an attempt was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptKind {
+    /// The first run.
+    Run,
+    /// A retry after a rate limit or overload.
+    Retry,
+    /// A resume with a human's answer.
+    Answer,
+    /// A re-run after aicli itself was interrupted.
+    Recover,
+}
+
+/// One CLI run of a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AttemptRecord {
+    /// 1, 2, ...
+    pub attempt: u32,
+    /// Why it was made.
+    pub kind: AttemptKind,
+    /// When it started (RFC 3339).
+    pub started_at: String,
+    /// When it ended, if it did.
+    #[serde(default)]
+    pub finished_at: Option<String>,
+    /// Byte offset in `events.ndjson` where its stdout starts.
+    pub events_start: u64,
+    /// Byte offset where it ends, if it ended.
+    #[serde(default)]
+    pub events_end: Option<u64>,
+    /// The session it resumed, if any.
+    #[serde(default)]
+    pub resumed_session: Option<String>,
+    /// Its result, if it ended.
+    #[serde(default)]
+    pub result: Option<SessionResult>,
+}
+
+/// A human's answer to a blocked task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AnswerRecord {
+    /// The question answered.
+    pub question: String,
+    /// The answer.
+    pub answer: String,
+    /// When (RFC 3339).
+    pub answered_at: String,
+}
+
+/// `tasks/<task>/task.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskRecord {
+    /// The task.
+    pub task: TaskSpec,
+    /// Its provider.
+    pub provider: String,
+    /// Where it stands.
+    pub state: TaskState,
+    /// Its branch, once it has a worktree.
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// Its worktree.
+    #[serde(default)]
+    pub worktree: Option<PathBuf>,
+    /// The worktree's base commit.
+    #[serde(default)]
+    pub base_commit: Option<String>,
+    /// Every attempt, oldest first.
+    #[serde(default)]
+    pub attempts: Vec<AttemptRecord>,
+    /// Answers given to its questions, oldest first.
+    #[serde(default)]
+    pub answers: Vec<AnswerRecord>,
+}
+
+impl TaskRecord {
+    /// A queued task.
+    pub fn queued(task: TaskSpec, provider: &str) -> TaskRecord {
+        TaskRecord {
+            task,
+            provider: provider.to_owned(),
+            state: TaskState::Queued,
+            branch: None,
+            worktree: None,
+            base_commit: None,
+            attempts: Vec::new(),
+            answers: Vec::new(),
+        }
+    }
+
+    /// The latest finished attempt's result.
+    pub fn latest_result(&self) -> Option<&SessionResult> {
+        self.attempts.iter().rev().find_map(|a| a.result.as_ref())
+    }
+
+    /// USD spent over all attempts (known costs), and whether any cost is unknown.
+    pub fn spent(&self) -> (f64, bool) {
+        let mut total = 0.0;
+        let mut unknown = false;
+        for r in self.attempts.iter().filter_map(|a| a.result.as_ref()) {
+            match r.cost_usd {
+                Some(c) => total += c,
+                None => unknown |= r.exit_code.is_some() || r.session_id.is_some(),
+            }
+        }
+        (total, unknown)
+    }
+}
+
+/// `batch.json`: what was asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BatchSpec {
+    /// The batch id.
+    pub batch_id: String,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// The repository.
+    pub repo: PathBuf,
+    /// The default provider.
+    pub provider: String,
+    /// Base commit of the worktrees.
+    pub base_ref: String,
+    /// The tasks (ids assigned).
+    pub tasks: Vec<TaskSpec>,
+    /// Parallelism.
+    pub max_parallel: usize,
+    /// Batch budget, USD.
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
+    /// Whether tasks ran in worktrees.
+    pub worktrees: bool,
+    /// aicli's version.
+    pub aicli_version: String,
+}
+
+/// `result.json` of a batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BatchResult {
+    /// The batch id.
+    pub batch_id: String,
+    /// The default provider.
+    pub provider: String,
+    /// When the batch started (RFC 3339).
+    pub timestamp: String,
+    /// Every task's latest result, in task order.
+    pub tasks: Vec<SessionResult>,
+    /// Tasks in the batch.
+    pub n_tasks: usize,
+    /// Tasks that succeeded.
+    pub n_succeeded: usize,
+    /// Tasks that failed.
+    pub n_failed: usize,
+    /// Tasks blocked on a question.
+    pub n_blocked: usize,
+    /// USD spent over all attempts of all tasks, counting known costs.
+    pub total_cost_usd: f64,
+    /// Tasks with an attempt whose cost is unknown (so `total_cost_usd` is a lower bound).
+    pub n_cost_unknown: usize,
+    /// Wall-clock time of the batch (of this invocation when resumed).
+    pub wall_clock_ms: u64,
+    /// The budget, if any.
+    pub budget_usd: Option<f64>,
+    /// What is left of it.
+    pub budget_remaining_usd: Option<f64>,
+    /// Where the records are.
+    pub runs_dir: PathBuf,
+}
+
+/// A run-records directory.
+#[derive(Debug, Clone)]
+pub struct RunStore {
+    root: PathBuf,
+}
+
+/// One batch's record directory.
+#[derive(Debug, Clone)]
+pub struct BatchRecord {
+    dir: PathBuf,
+}
+
+/// A line of `aicli runs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchSummary {
+    /// The batch id.
+    pub batch_id: String,
+    /// When it started.
+    pub created_at: String,
+    /// Its provider.
+    pub provider: String,
+    /// Tasks.
+    pub n_tasks: usize,
+    /// Succeeded.
+    pub n_succeeded: usize,
+    /// Failed.
+    pub n_failed: usize,
+    /// Blocked.
+    pub n_blocked: usize,
+    /// Not finished (queued, running, interrupted).
+    pub n_unfinished: usize,
+    /// Known cost.
+    pub cost_usd: f64,
+}
+
+impl RunStore {
+    /// The store at `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> RunStore {
+        RunStore { root: root.into() }
+    }
+
+    /// Its directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Creates the record of a new batch and writes its spec.
+    pub fn create_batch(&self, spec: &BatchSpec) -> std::io::Result<BatchRecord> {
+        let dir = self.root.join(&spec.batch_id);
+        std::fs::create_dir_all(dir.join("tasks"))?;
+        write_json_atomic(&dir.join("batch.json"), spec)?;
+        Ok(BatchRecord { dir })
+    }
+
+    /// The record of batch `id`, or an error naming where it looked.
+    pub fn open_batch(&self, id: &str) -> Result<BatchRecord, String> {
+        let dir = self.root.join(id);
+        if dir.join("batch.json").is_file() {
+            Ok(BatchRecord { dir })
+        } else {
+            Err(format!(
+                "no batch '{id}' in {} (no {}/batch.json)",
+                self.root.display(),
+                dir.display()
+            ))
+        }
+    }
+
+    /// Every batch, newest first.
+    pub fn list(&self) -> Vec<BatchRecord> {
+        let mut ids: Vec<PathBuf> = std::fs::read_dir(&self.root)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.join("batch.json").is_file())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids.reverse();
+        ids.into_iter().map(|dir| BatchRecord { dir }).collect()
+    }
+
+    /// Finds the batch holding task `task_id` (newest first); `batch/task` selects one.
+    pub fn find_task(&self, task_ref: &str) -> Result<(BatchRecord, String), String> {
+        let (batch, task) = match task_ref.split_once('/') {
+            Some((b, t)) => (Some(b), t),
+            None => (None, task_ref),
+        };
+        for rec in self.list() {
+            if batch.is_some_and(|b| b != rec.batch_id()) {
+                continue;
+            }
+            if rec.task_dir(task).join("task.json").is_file() {
+                return Ok((rec, task.to_owned()));
+            }
+        }
+        Err(format!(
+            "no task '{task_ref}' in any batch under {}",
+            self.root.display()
+        ))
+    }
+}
+
+impl BatchRecord {
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The batch id.
+    pub fn batch_id(&self) -> String {
+        self.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> Result<BatchSpec, String> {
+        read_json(&self.dir.join("batch.json"))
+    }
+
+    /// The result, if the batch ended (or was summarized) at least once.
+    pub fn result(&self) -> Option<BatchResult> {
+        read_json(&self.dir.join("result.json")).ok()
+    }
+
+    /// Writes the batch result.
+    pub fn write_result(&self, r: &BatchResult) -> std::io::Result<()> {
+        write_json_atomic(&self.dir.join("result.json"), r)
+    }
+
+    /// A task's record directory (created).
+    pub fn task_dir(&self, task_id: &str) -> PathBuf {
+        self.dir.join("tasks").join(task_id)
+    }
+
+    /// Reads a task's record.
+    pub fn task(&self, task_id: &str) -> Result<TaskRecord, String> {
+        read_json(&self.task_dir(task_id).join("task.json"))
+    }
+
+    /// Writes a task's record (and `result.json` when it has a result).
+    pub fn write_task(&self, rec: &TaskRecord) -> std::io::Result<()> {
+        let dir = self.task_dir(&rec.task.id);
+        std::fs::create_dir_all(&dir)?;
+        write_json_atomic(&dir.join("task.json"), rec)?;
+        if let Some(r) = rec.latest_result() {
+            write_json_atomic(&dir.join("result.json"), r)?;
+        }
+        Ok(())
+    }
+
+    /// The size of a task's `events.ndjson` (where the next attempt's stdout starts).
+    pub fn events_len(&self, task_id: &str) -> u64 {
+        std::fs::metadata(self.task_dir(task_id).join("events.ndjson"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    }
+
+    /// Every task record, in spec order.
+    pub fn tasks(&self) -> Result<Vec<TaskRecord>, String> {
+        let spec = self.spec()?;
+        spec.tasks.iter().map(|t| self.task(&t.id)).collect()
+    }
+
+    /// One line for `aicli runs`.
+    pub fn summary(&self) -> Result<BatchSummary, String> {
+        let spec = self.spec()?;
+        let tasks = self.tasks().unwrap_or_default();
+        let count = |s: TaskState| tasks.iter().filter(|t| t.state == s).count();
+        Ok(BatchSummary {
+            batch_id: spec.batch_id,
+            created_at: spec.created_at,
+            provider: spec.provider,
+            n_tasks: spec.tasks.len(),
+            n_succeeded: count(TaskState::Succeeded),
+            n_failed: count(TaskState::Failed),
+            n_blocked: count(TaskState::Blocked),
+            n_unfinished: spec.tasks.len()
+                - count(TaskState::Succeeded)
+                - count(TaskState::Failed)
+                - count(TaskState::Blocked),
+            cost_usd: tasks.iter().map(|t| t.spent().0).sum(),
+        })
+    }
+}

@@ -1,0 +1,140 @@
+//! Support for tests and benches: a provider that runs `aicli-fake-cli` (a real
+//! process that replays a recorded transcript) and parses its output with any real
+//! adapter. Vendor-neutral: it wraps whatever provider it is given.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use aicli_providers::{
+    AgentEvent, AiCliProvider, CanonicalUsage, CommandSpec, LaunchContext, McpEndpoint, McpWiring,
+    ParseContext, ProviderConfig, ProviderError, SessionResult, SharedProvider,
+};
+
+/// Runs `aicli-fake-cli` instead of a real CLI and parses its output with `inner`.
+///
+/// The command is `aicli-fake-cli [--replay F.ndjson --stderr-file F.stderr --exit-file
+/// F.exit] [--session-id ID when resuming] <task.extra_args...>`, so each task picks its
+/// behaviour through `extra_args` (see the fake CLI's docs).
+#[derive(Debug, Clone)]
+pub struct ReplayProvider {
+    name: String,
+    inner: SharedProvider,
+    config: ProviderConfig,
+    fixture: Option<PathBuf>,
+}
+
+impl ReplayProvider {
+    /// A provider called `name` running `fake_cli`, parsing with `inner`, replaying
+    /// `fixture` (the path without extension, e.g. `fixtures/claude/text`) unless a
+    /// task's `extra_args` say otherwise.
+    pub fn new(
+        name: &str,
+        inner: SharedProvider,
+        fake_cli: &Path,
+        fixture: Option<&Path>,
+    ) -> ReplayProvider {
+        let mut config = inner.config().clone();
+        config.binary_path = Some(fake_cli.to_path_buf());
+        config.binary_name = "aicli-fake-cli".to_owned();
+        config.env.clear();
+        config.extra_args.clear();
+        config.auth_env_vars.clear();
+        config.auth_files.clear();
+        ReplayProvider {
+            name: name.to_owned(),
+            inner,
+            config,
+            fixture: fixture.map(Path::to_path_buf),
+        }
+    }
+
+    /// The same, shared.
+    pub fn shared(self) -> SharedProvider {
+        Arc::new(self)
+    }
+
+    /// Changes the config (e.g. supported features, prices).
+    pub fn with_config(mut self, f: impl FnOnce(&mut ProviderConfig)) -> ReplayProvider {
+        f(&mut self.config);
+        self
+    }
+}
+
+fn with_ext(stem: &Path, ext: &str) -> String {
+    format!("{}.{ext}", stem.display())
+}
+
+#[async_trait::async_trait]
+impl AiCliProvider for ReplayProvider {
+    fn config(&self) -> &ProviderConfig {
+        &self.config
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn headless_argv(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError> {
+        let mut c = CommandSpec::new(ctx.binary, ctx.workdir);
+        if let Some(f) = &self.fixture
+            && !ctx.task.extra_args.iter().any(|a| a == "--replay")
+        {
+            c.args([
+                "--replay".to_owned(),
+                with_ext(f, "ndjson"),
+                "--stderr-file".to_owned(),
+                with_ext(f, "stderr"),
+                "--exit-file".to_owned(),
+                with_ext(f, "exit"),
+            ]);
+        }
+        if let Some(id) = &ctx.task.resume_session_id {
+            c.args(["--session-id".to_owned(), id.clone()]);
+        }
+        if let Some(b) = ctx.budget_remaining_usd {
+            c.env("AICLI_FAKE_BUDGET_USD", b.to_string());
+        }
+        c.args(ctx.task.extra_args.iter().cloned());
+        c.env.extend(ctx.task.env.clone());
+        if let Some(m) = ctx.mcp {
+            c.env("AICLI_MCP_URL", m.url.clone());
+            c.env("AICLI_MCP_TOKEN", m.token.clone());
+        }
+        c.args(["--prompt".to_owned(), ctx.task.prompt.clone()]);
+        Ok(c)
+    }
+    fn mcp_wiring(&self, e: &McpEndpoint, _dir: &Path) -> Result<McpWiring, ProviderError> {
+        let mut w = McpWiring::default();
+        w.env.insert("AICLI_MCP_URL".into(), e.url.clone());
+        w.env.insert("AICLI_MCP_TOKEN".into(), e.token.clone());
+        Ok(w)
+    }
+    fn detect_auth_error(
+        &self,
+        stderr: &str,
+        exit_code: Option<i32>,
+        events: &[AgentEvent],
+    ) -> Option<String> {
+        self.inner.detect_auth_error(stderr, exit_code, events)
+    }
+    fn parse_event(&self, line: &str) -> Vec<AgentEvent> {
+        self.inner.parse_event(line)
+    }
+    fn is_final_event(&self, event: &AgentEvent) -> bool {
+        self.inner.is_final_event(event)
+    }
+    fn event_to_session_result(
+        &self,
+        events: &[AgentEvent],
+        stderr: &str,
+        exit_code: Option<i32>,
+        ctx: &ParseContext,
+    ) -> SessionResult {
+        let mut r = self
+            .inner
+            .event_to_session_result(events, stderr, exit_code, ctx);
+        r.provider = self.name.clone();
+        r
+    }
+    fn canonical_usage(&self, events: &[AgentEvent], ctx: &ParseContext) -> CanonicalUsage {
+        self.inner.canonical_usage(events, ctx)
+    }
+}

@@ -1,0 +1,324 @@
+//! Per-task git worktrees, and their safe cleanup.
+//!
+//! Each task runs in `<repo>/.aicli/worktrees/<batch>/<task>` on a new branch
+//! `aicli/<batch>/<task>` made from a base commit (HEAD by default). The base commit is
+//! kept in the branch's git config (`branch.<name>.aicliBase`) so a later `prune`
+//! knows it. Cleanup never destroys work: a worktree with uncommitted changes (untracked
+//! files included) or with commits that no other branch holds is kept and reported; a
+//! clean, unchanged one is removed together with its branch.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tokio::process::Command;
+
+/// The branch prefix of every branch aicli makes.
+pub const BRANCH_PREFIX: &str = "aicli/";
+
+/// Errors about repositories and worktrees.
+#[derive(Debug, thiserror::Error)]
+pub enum WorktreeError {
+    /// The directory is not inside a git repository.
+    #[error("not a git repository: {path}; run `git init` or pass --repo")]
+    NotARepo {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A git command failed.
+    #[error("git {args} failed in {dir}: {stderr}")]
+    Git {
+        /// The arguments.
+        args: String,
+        /// Where it ran.
+        dir: PathBuf,
+        /// What git said.
+        stderr: String,
+    },
+    /// git could not be run at all.
+    #[error("cannot run git: {0}; install git")]
+    NoGit(#[source] std::io::Error),
+}
+
+/// A git repository aicli runs tasks against.
+#[derive(Debug, Clone)]
+pub struct Repo {
+    root: PathBuf,
+}
+
+/// A worktree made for a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Worktree {
+    /// Its directory.
+    pub path: PathBuf,
+    /// Its branch.
+    pub branch: String,
+    /// The commit it started from.
+    pub base: String,
+}
+
+/// What cleanup did with a worktree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Cleanup {
+    /// Removed with its branch: it held no work.
+    Removed,
+    /// Kept because it holds work.
+    Kept {
+        /// Why, in words (e.g. "2 commits not on any other branch").
+        reason: String,
+    },
+}
+
+/// One aicli worktree as `git worktree list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorktreeInfo {
+    /// Its directory.
+    pub path: PathBuf,
+    /// Its branch.
+    pub branch: String,
+    /// Its HEAD commit.
+    pub head: String,
+    /// The commit it started from, when recorded.
+    pub base: Option<String>,
+    /// Whether it holds work (and so cleanup keeps it).
+    pub holds_work: Option<String>,
+}
+
+async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(WorktreeError::NoGit)?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+    } else {
+        Err(WorktreeError::Git {
+            args: args.join(" "),
+            dir: dir.to_path_buf(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+impl Repo {
+    /// The repository containing `dir`.
+    pub async fn open(dir: &Path) -> Result<Repo, WorktreeError> {
+        if !dir.is_dir() {
+            return Err(WorktreeError::NotARepo {
+                path: dir.to_path_buf(),
+            });
+        }
+        match git(dir, &["rev-parse", "--show-toplevel"]).await {
+            Ok(top) => Ok(Repo {
+                root: PathBuf::from(top),
+            }),
+            Err(WorktreeError::Git { .. }) => Err(WorktreeError::NotARepo {
+                path: dir.to_path_buf(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The repository's top directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory aicli keeps its state in (`<repo>/.aicli`), git-ignored.
+    pub fn state_dir(&self) -> PathBuf {
+        self.root.join(".aicli")
+    }
+
+    /// Makes sure `<repo>/.aicli/` exists and git ignores it.
+    pub fn ensure_state_dir(&self) -> std::io::Result<PathBuf> {
+        let dir = self.state_dir();
+        std::fs::create_dir_all(&dir)?;
+        let ignore = dir.join(".gitignore");
+        if !ignore.exists() {
+            std::fs::write(
+                &ignore,
+                "# aicli's runs and worktrees; not part of the project\n*\n",
+            )?;
+        }
+        Ok(dir)
+    }
+
+    /// The commit `rev` names.
+    pub async fn resolve(&self, rev: &str) -> Result<String, WorktreeError> {
+        git(
+            &self.root,
+            &["rev-parse", "--verify", &format!("{rev}^{{commit}}")],
+        )
+        .await
+    }
+
+    /// Creates a worktree at `path` on a new branch `branch` from `base`.
+    pub async fn add_worktree(
+        &self,
+        branch: &str,
+        path: &Path,
+        base: &str,
+    ) -> Result<Worktree, WorktreeError> {
+        let base = self.resolve(base).await?;
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| WorktreeError::Git {
+                args: "worktree add".into(),
+                dir: parent.to_path_buf(),
+                stderr: e.to_string(),
+            })?;
+        }
+        let p = path.display().to_string();
+        git(
+            &self.root,
+            &["worktree", "add", "--quiet", "-b", branch, &p, &base],
+        )
+        .await?;
+        git(
+            &self.root,
+            &["config", &format!("branch.{branch}.aicliBase"), &base],
+        )
+        .await?;
+        Ok(Worktree {
+            path: path.to_path_buf(),
+            branch: branch.to_owned(),
+            base,
+        })
+    }
+
+    /// Why a worktree must be kept, or `None` when it holds no work.
+    pub async fn holds_work(&self, wt: &Worktree) -> Result<Option<String>, WorktreeError> {
+        if wt.path.is_dir() {
+            let status = git(
+                &wt.path,
+                &["status", "--porcelain", "--untracked-files=all"],
+            )
+            .await?;
+            let dirty = status.lines().filter(|l| !l.trim().is_empty()).count();
+            if dirty > 0 {
+                return Ok(Some(format!("{dirty} uncommitted changes")));
+            }
+        }
+        // Commits on the branch that neither the base nor any other branch holds.
+        let exclude = format!("--exclude={}", wt.branch);
+        let count = git(
+            &self.root,
+            &[
+                "rev-list",
+                "--count",
+                &format!("refs/heads/{}", wt.branch),
+                "--not",
+                &wt.base,
+                &exclude,
+                "--branches",
+            ],
+        )
+        .await?;
+        let n: u64 = count.trim().parse().unwrap_or(0);
+        if n > 0 {
+            return Ok(Some(format!("{n} commits not on any other branch")));
+        }
+        Ok(None)
+    }
+
+    /// Removes `wt` and its branch when it holds no work; keeps it otherwise.
+    pub async fn cleanup(&self, wt: &Worktree) -> Result<Cleanup, WorktreeError> {
+        if let Some(reason) = self.holds_work(wt).await? {
+            return Ok(Cleanup::Kept { reason });
+        }
+        let p = wt.path.display().to_string();
+        if wt.path.exists() {
+            // Not --force: git refuses to remove a dirty worktree, a second safety net.
+            git(&self.root, &["worktree", "remove", &p]).await?;
+        } else {
+            git(&self.root, &["worktree", "prune"]).await?;
+        }
+        git(&self.root, &["branch", "-D", &wt.branch]).await?;
+        // Empty batch directories go too.
+        if let Some(parent) = wt.path.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+        Ok(Cleanup::Removed)
+    }
+
+    /// Every worktree on an `aicli/` branch, with whether it holds work.
+    pub async fn list(&self) -> Result<Vec<WorktreeInfo>, WorktreeError> {
+        let text = git(&self.root, &["worktree", "list", "--porcelain"]).await?;
+        let mut out = Vec::new();
+        for block in text.split("\n\n") {
+            let mut path = None;
+            let mut head = String::new();
+            let mut branch = None;
+            for line in block.lines() {
+                if let Some(p) = line.strip_prefix("worktree ") {
+                    path = Some(PathBuf::from(p));
+                } else if let Some(h) = line.strip_prefix("HEAD ") {
+                    head = h.to_owned();
+                } else if let Some(b) = line.strip_prefix("branch refs/heads/") {
+                    branch = Some(b.to_owned());
+                }
+            }
+            let (Some(path), Some(branch)) = (path, branch) else {
+                continue;
+            };
+            if !branch.starts_with(BRANCH_PREFIX) {
+                continue;
+            }
+            let base = git(
+                &self.root,
+                &["config", "--get", &format!("branch.{branch}.aicliBase")],
+            )
+            .await
+            .ok();
+            let holds_work = match &base {
+                Some(b) => self
+                    .holds_work(&Worktree {
+                        path: path.clone(),
+                        branch: branch.clone(),
+                        base: b.clone(),
+                    })
+                    .await
+                    .unwrap_or_else(|e| Some(format!("cannot tell: {e}"))),
+                None => Some("no recorded base commit".to_owned()),
+            };
+            out.push(WorktreeInfo {
+                path,
+                branch,
+                head,
+                base,
+                holds_work,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Removes every aicli worktree that holds no work; returns what it did with each.
+    pub async fn prune(&self) -> Result<Vec<(WorktreeInfo, Cleanup)>, WorktreeError> {
+        let mut out = Vec::new();
+        for info in self.list().await? {
+            let outcome = match (&info.base, &info.holds_work) {
+                (Some(base), None) => {
+                    self.cleanup(&Worktree {
+                        path: info.path.clone(),
+                        branch: info.branch.clone(),
+                        base: base.clone(),
+                    })
+                    .await?
+                }
+                (_, Some(reason)) => Cleanup::Kept {
+                    reason: reason.clone(),
+                },
+                (None, None) => Cleanup::Kept {
+                    reason: "no recorded base commit".to_owned(),
+                },
+            };
+            out.push((info, outcome));
+        }
+        let _ = git(&self.root, &["worktree", "prune"]).await;
+        Ok(out)
+    }
+}
