@@ -1,1 +1,4 @@
+mod engine;
 mod mcp;
+mod process;
+mod support;

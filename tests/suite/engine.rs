@@ -1,0 +1,707 @@
+//! Sessions, pool, budget, back-off, cancel, timeouts, worktrees and run records,
+//! through the fake CLI (a real process replaying real transcripts) and real git.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use aicli::providers::{ErrorKind, SessionStatus, TaskSpec};
+use aicli::store::{RunStore, TaskState};
+use aicli::{BatchEvent, BatchOptions};
+use tokio_util::sync::CancellationToken;
+
+use super::support::*;
+
+fn task(id: &str, args: &[&str]) -> TaskSpec {
+    TaskSpec {
+        id: id.to_owned(),
+        prompt: format!("prompt of {id}"),
+        extra_args: args.iter().map(|s| s.to_string()).collect(),
+        ..TaskSpec::default()
+    }
+}
+
+fn opts(repo: &std::path::Path, provider: &str) -> BatchOptions {
+    let mut o = BatchOptions::new(repo);
+    o.provider = Some(provider.to_owned());
+    o
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_each_task_in_its_own_worktree_and_records_everything() {
+    let repo = git_repo();
+    let fx = fixture("claude", "text");
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider("fake", "claude", Some(&fx)))],
+    );
+    let (tx, events) = collect_events();
+    let tasks = vec![
+        task("clean", &[]),
+        task("dirty", &["--touch", "made-by-agent.txt"]),
+    ];
+    let r = engine
+        .run_batch(
+            tasks,
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let events = events.await.unwrap();
+    assert_eq!((r.n_tasks, r.n_succeeded, r.n_failed), (2, 2, 0));
+    let clean = &r.tasks[0];
+    assert_eq!(clean.task_id, "clean");
+    assert_eq!(clean.provider, "fake");
+    assert_eq!(clean.response, "Hello from the fake Anthropic API.");
+    assert_eq!(
+        clean.session_id.as_deref(),
+        Some("20d19ac2-06fa-4ed4-8c4f-6e8abb872002")
+    );
+    assert_eq!(clean.exit_code, Some(0));
+    assert_eq!(clean.worktree, None, "a clean worktree is removed");
+    // A worktree that holds work is kept and reported.
+    let dirty = &r.tasks[1];
+    let wt = dirty.worktree.clone().expect("kept worktree");
+    assert!(wt.join("made-by-agent.txt").is_file());
+    assert_eq!(
+        dirty.branch.as_deref(),
+        Some(format!("aicli/{}/dirty", r.batch_id).as_str())
+    );
+    let branches = git(repo.path(), &["branch", "--list", "aicli/*"]);
+    assert!(branches.contains(&format!("aicli/{}/dirty", r.batch_id)));
+    // Records: the raw stream equals what the CLI printed, the result re-parses.
+    let store = RunStore::new(repo.path().join(".aicli/runs"));
+    let rec = store.open_batch(&r.batch_id).unwrap();
+    let raw = std::fs::read(rec.task_dir("dirty").join("events.ndjson")).unwrap();
+    assert_eq!(raw, std::fs::read(fx.with_extension("ndjson")).unwrap());
+    let t = rec.task("dirty").unwrap();
+    assert_eq!(t.state, TaskState::Succeeded);
+    assert_eq!(t.attempts.len(), 1);
+    assert_eq!(t.attempts[0].events_start, 0);
+    assert_eq!(t.attempts[0].events_end, Some(raw.len() as u64));
+    assert!(rec.result().is_some());
+    // The live stream saw starts, agent events and ends of both tasks.
+    let started: BTreeSet<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            BatchEvent::TaskStarted { task_id, .. } => Some(&**task_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, BTreeSet::from(["clean", "dirty"]));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, BatchEvent::Agent { event, .. } if event.type_name() == "final"))
+    );
+    // .aicli is ignored by git: the main checkout stays clean.
+    assert_eq!(git(repo.path(), &["status", "--porcelain"]), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_worktree_is_removed_with_its_branch() {
+    let repo = git_repo();
+    let fx = fixture("claude", "text");
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider("fake", "claude", Some(&fx)))],
+    );
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .run_batch(
+            vec![task("t", &[])],
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let t = &r.tasks[0];
+    assert!(t.success, "{t:?}");
+    assert_eq!(t.worktree, None);
+    assert_eq!(t.branch, None);
+    assert_eq!(git(repo.path(), &["branch", "--list", "aicli/*"]), "");
+    assert!(
+        !repo
+            .path()
+            .join(".aicli/worktrees")
+            .join(&r.batch_id)
+            .join("t")
+            .exists()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_with_a_commit_is_kept() {
+    let repo = git_repo();
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    );
+    let (tx, _ev) = collect_events();
+    let mut o = opts(repo.path(), "fake");
+    o.batch_id = Some("b1".into());
+    // The task commits inside its worktree, through a pre-made commit on its branch:
+    // run it, then commit, then prune must keep it.
+    let r = engine
+        .run_batch(
+            vec![task("t", &["--touch", "f.txt"])],
+            o,
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let wt = r.tasks[0].worktree.clone().unwrap();
+    git(&wt, &["add", "f.txt"]);
+    git(&wt, &["commit", "-q", "-m", "agent work"]);
+    let repo_h = aicli::worktree::Repo::open(repo.path()).await.unwrap();
+    let list = repo_h.list().await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(
+        list[0].holds_work.as_deref(),
+        Some("1 commits not on any other branch")
+    );
+    let pruned = repo_h.prune().await.unwrap();
+    assert!(matches!(pruned[0].1, aicli::worktree::Cleanup::Kept { .. }));
+    assert!(wt.is_dir());
+    // Once the commit is merged into main, prune removes it.
+    git(repo.path(), &["merge", "-q", "--ff-only", "aicli/b1/t"]);
+    let pruned = repo_h.prune().await.unwrap();
+    assert_eq!(pruned[0].1, aicli::worktree::Cleanup::Removed);
+    assert!(!wt.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_a_git_repository_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider("fake", "claude", None))],
+    );
+    let (tx, _ev) = collect_events();
+    let err = engine
+        .run_batch(
+            vec![task("t", &[])],
+            opts(dir.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "not a git repository: {}; run `git init` or pass --repo",
+            dir.path().display()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_provider_lists_the_known_ones() {
+    let repo = git_repo();
+    let engine = engine_with(test_config(), vec![]);
+    let (tx, _ev) = collect_events();
+    let err = engine
+        .run_batch(
+            vec![task("t", &[])],
+            opts(repo.path(), "claud"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unknown provider 'claud'; known providers: claude, codex, gemini"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_binary_fails_fast_with_not_installed_and_the_npm_command() {
+    let repo = git_repo();
+    let mut config = test_config();
+    let mut p = config.providers["codex"].clone();
+    p.binary_name = "definitely-not-installed-cli".into();
+    config.providers.insert("codex".into(), p);
+    let engine = engine_with(config, vec![]);
+    let (tx, _ev) = collect_events();
+    let t0 = std::time::Instant::now();
+    let r = engine
+        .run_batch(
+            vec![task("t", &[])],
+            opts(repo.path(), "codex"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let t = &r.tasks[0];
+    assert_eq!(t.error_kind, Some(ErrorKind::NotInstalled));
+    assert_eq!(
+        t.error.as_deref(),
+        Some(
+            "definitely-not-installed-cli is not installed (looked in PATH); install it with: npm install -g @openai/codex@0.171.0"
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wall_clock_timeout_and_idle_watchdog_end_hung_runs_and_leave_nothing() {
+    let repo = git_repo();
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    );
+    let (tx, _ev) = collect_events();
+    let pid_wall = repo.path().join("pids-wall");
+    let pid_idle = repo.path().join("pids-idle");
+    let mut wall = task(
+        "wall",
+        &[
+            "--hang-after",
+            "1",
+            "--line-delay-ms",
+            "0",
+            "--spawn-grandchildren",
+            "2",
+            "--ignore-sigterm",
+            "--pid-file",
+            pid_wall.to_str().unwrap(),
+        ],
+    );
+    wall.timeout_secs = Some(1);
+    wall.idle_timeout_secs = Some(60);
+    let mut idle = task(
+        "idle",
+        &[
+            "--hang-after",
+            "1",
+            "--spawn-grandchildren",
+            "1",
+            "--pid-file",
+            pid_idle.to_str().unwrap(),
+        ],
+    );
+    idle.idle_timeout_secs = Some(1);
+    let r = engine
+        .run_batch(
+            vec![wall, idle],
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let (w, i) = (&r.tasks[0], &r.tasks[1]);
+    assert_eq!(w.error_kind, Some(ErrorKind::Timeout));
+    assert!(
+        w.error
+            .as_deref()
+            .unwrap()
+            .starts_with("wall-clock timeout: the run took longer than 1s"),
+        "{:?}",
+        w.error
+    );
+    assert_eq!(i.error_kind, Some(ErrorKind::Timeout));
+    assert!(
+        i.error
+            .as_deref()
+            .unwrap()
+            .starts_with("idle watchdog: no output for 1s"),
+        "{:?}",
+        i.error
+    );
+    // The session id printed before the hang is kept.
+    assert_eq!(
+        w.session_id.as_deref(),
+        Some("20d19ac2-06fa-4ed4-8c4f-6e8abb872002")
+    );
+    assert_all_gone(&pid_wall, Duration::from_secs(2)).await;
+    assert_all_gone(&pid_idle, Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_batch_stops_running_and_queued_tasks() {
+    let repo = git_repo();
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    );
+    let (tx, _ev) = collect_events();
+    let pids = repo.path().join("pids");
+    let tasks = vec![
+        task(
+            "running",
+            &[
+                "--hang",
+                "--spawn-grandchildren",
+                "2",
+                "--ignore-sigterm",
+                "--pid-file",
+                pids.to_str().unwrap(),
+            ],
+        ),
+        task("queued", &[]),
+    ];
+    let mut o = opts(repo.path(), "fake");
+    o.max_parallel = Some(1);
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        c2.cancel();
+    });
+    let t0 = std::time::Instant::now();
+    let r = engine.run_batch(tasks, o, tx, cancel).await.unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.tasks[0].error_kind, Some(ErrorKind::Cancelled));
+    assert_eq!(r.tasks[1].error_kind, Some(ErrorKind::Cancelled));
+    assert_eq!(r.tasks[1].error.as_deref(), Some("never started"));
+    assert_all_gone(&pids, Duration::from_secs(2)).await;
+    // The queued task stays queued in its record, so a resume would run it.
+    let rec = RunStore::new(repo.path().join(".aicli/runs"))
+        .open_batch(&r.batch_id)
+        .unwrap();
+    assert_eq!(rec.task("queued").unwrap().state, TaskState::Queued);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_final_event_ends_the_wait_even_if_the_cli_lingers() {
+    let repo = git_repo();
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    );
+    let (tx, _ev) = collect_events();
+    let t0 = std::time::Instant::now();
+    let r = engine
+        .run_batch(
+            vec![task("t", &["--linger-ms", "60000"])],
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    assert!(r.tasks[0].success, "{:?}", r.tasks[0]);
+    assert_eq!(r.tasks[0].response, "Hello from the fake Anthropic API.");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_mid_line_keeps_what_was_printed_and_says_crashed() {
+    let repo = git_repo();
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    );
+    let fx = fixture("claude", "text");
+    let partial = repo.path().join("partial.ndjson");
+    let full = std::fs::read_to_string(fx.with_extension("ndjson")).unwrap();
+    let first_two: String = full.lines().take(2).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&partial, first_two).unwrap();
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .run_batch(
+            vec![task(
+                "c",
+                &["--replay", partial.to_str().unwrap(), "--crash-mid-line"],
+            )],
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let t = &r.tasks[0];
+    assert!(!t.success);
+    assert!(
+        matches!(
+            t.error_kind,
+            Some(ErrorKind::Crashed) | Some(ErrorKind::Protocol)
+        ),
+        "{t:?}"
+    );
+    assert_eq!(
+        t.session_id.as_deref(),
+        Some("20d19ac2-06fa-4ed4-8c4f-6e8abb872002")
+    );
+    assert_eq!(t.exit_code, None, "abort() is a signal");
+    let rec = RunStore::new(repo.path().join(".aicli/runs"))
+        .open_batch(&r.batch_id)
+        .unwrap();
+    let raw = std::fs::read_to_string(rec.task_dir("c").join("events.ndjson")).unwrap();
+    assert!(
+        raw.ends_with("{\"type\":\"result\",\"subtype\":\"succ"),
+        "the cut line is recorded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_max_parallel_sessions_run_at_once() {
+    let repo = git_repo();
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    );
+    let (tx, events) = collect_events();
+    let tasks: Vec<TaskSpec> = (0..6)
+        .map(|i| task(&format!("t{i}"), &["--start-delay-ms", "300"]))
+        .collect();
+    let mut o = opts(repo.path(), "fake");
+    o.max_parallel = Some(2);
+    let r = engine
+        .run_batch(tasks, o, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(r.n_succeeded, 6);
+    let events = events.await.unwrap();
+    let mut running = 0i32;
+    let mut peak = 0;
+    let mut order = Vec::new();
+    for e in &events {
+        match e {
+            BatchEvent::TaskStarted { task_id, .. } => {
+                running += 1;
+                peak = peak.max(running);
+                order.push(task_id.to_string());
+            }
+            BatchEvent::TaskFinished { .. } => running -= 1,
+            _ => {}
+        }
+    }
+    assert_eq!(peak, 2);
+    assert_eq!(order, ["t0", "t1", "t2", "t3", "t4", "t5"], "FIFO");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_back_off_lower_parallelism_and_retry() {
+    let repo = git_repo();
+    let mut config = test_config();
+    config.engine.retry.max_attempts = 3;
+    let engine = engine_with(
+        config,
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "err429_retries1")),
+        ))],
+    );
+    let (tx, events) = collect_events();
+    let tasks = vec![task("a", &[]), task("b", &[])];
+    let mut o = opts(repo.path(), "fake");
+    o.max_parallel = Some(2);
+    let r = engine
+        .run_batch(tasks, o, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    for t in &r.tasks {
+        assert_eq!(t.error_kind, Some(ErrorKind::RateLimit), "{t:?}");
+    }
+    let events = events.await.unwrap();
+    let backoffs: Vec<(u32, usize)> = events
+        .iter()
+        .filter_map(|e| match e {
+            BatchEvent::Backoff {
+                attempt,
+                parallelism,
+                ..
+            } => Some((*attempt, *parallelism)),
+            _ => None,
+        })
+        .collect();
+    // Each task is tried 3 times: 2 back-offs per task.
+    assert_eq!(backoffs.len(), 4, "{backoffs:?}");
+    assert_eq!(backoffs[0].1, 1, "parallelism halves");
+    let rec = RunStore::new(repo.path().join(".aicli/runs"))
+        .open_batch(&r.batch_id)
+        .unwrap();
+    let a = rec.task("a").unwrap();
+    assert_eq!(a.attempts.len(), 3);
+    assert_eq!(a.state, TaskState::Failed);
+    // Other errors are not retried.
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "err401_retries1")),
+        ))],
+    );
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .run_batch(
+            vec![task("x", &[])],
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.tasks[0].error_kind, Some(ErrorKind::Auth));
+    let rec = RunStore::new(repo.path().join(".aicli/runs"))
+        .open_batch(&r.batch_id)
+        .unwrap();
+    assert_eq!(rec.task("x").unwrap().attempts.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_batch_budget_stops_new_tasks_and_cancels_running_ones() {
+    let repo = git_repo();
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    );
+    let (tx, events) = collect_events();
+    // Each run reports $0.0003692. Budget $0.0005: the 2nd finished run passes it.
+    let tasks = vec![
+        task("a", &[]),
+        task("b", &["--start-delay-ms", "200"]),
+        task("slow", &["--start-delay-ms", "30000"]),
+        task("never", &[]),
+    ];
+    let mut o = opts(repo.path(), "fake");
+    o.max_parallel = Some(3);
+    o.budget_usd = Some(0.0005);
+    let r = engine
+        .run_batch(tasks, o, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(r.tasks[0].success && r.tasks[1].success);
+    assert_eq!(
+        r.tasks[2].error_kind,
+        Some(ErrorKind::Cancelled),
+        "{:?}",
+        r.tasks[2]
+    );
+    assert_eq!(
+        r.tasks[3].error_kind,
+        Some(ErrorKind::Budget),
+        "{:?}",
+        r.tasks[3]
+    );
+    assert!(
+        (r.total_cost_usd - 2.0 * 0.0003692).abs() < 1e-9,
+        "{}",
+        r.total_cost_usd
+    );
+    assert_eq!(r.budget_remaining_usd, Some(0.0));
+    assert!(
+        events
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e, BatchEvent::BudgetSpent { .. }))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_costs_are_reported_as_unknown_never_zero() {
+    let repo = git_repo();
+    let mut p = replay_provider("fake", "codex", Some(&fixture("codex", "text")));
+    p = p.with_config(|c| c.prices.0.clear());
+    let engine = engine_with(test_config(), vec![shared(p)]);
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .run_batch(
+            vec![task("t", &[])],
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let t = &r.tasks[0];
+    assert!(t.success, "{t:?}");
+    assert_eq!(t.cost_usd, None);
+    assert_eq!(t.cost_source, aicli::providers::CostSource::Unknown);
+    assert_eq!(r.n_cost_unknown, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_over_long_lines_are_reported_not_dropped() {
+    let repo = git_repo();
+    let mut config = test_config();
+    config.engine.line_cap_bytes = 64 * 1024;
+    let engine = engine_with(
+        config,
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    );
+    let (tx, events) = collect_events();
+    let r = engine
+        .run_batch(
+            vec![task(
+                "t",
+                &["--garbage", "2", "--overlong", "200000", "--invalid-utf8"],
+            )],
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let t = &r.tasks[0];
+    assert!(t.success, "the run itself finished: {t:?}");
+    assert_eq!(t.protocol_errors, 4);
+    let events = events.await.unwrap();
+    let protocol: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            BatchEvent::Agent { event, .. } => match &event.kind {
+                aicli::providers::EventKind::Protocol { message, .. } => Some(message.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(protocol.len(), 4, "{protocol:?}");
+    assert!(
+        protocol
+            .iter()
+            .any(|m| m.starts_with("line of 200000 bytes exceeds the cap of 65536 bytes")),
+        "{protocol:?}"
+    );
+    assert!(
+        protocol
+            .iter()
+            .any(|m| m.starts_with("line is not valid UTF-8")),
+        "{protocol:?}"
+    );
+    assert_eq!(t.status, SessionStatus::Succeeded);
+}

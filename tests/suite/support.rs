@@ -1,0 +1,140 @@
+//! Shared test helpers: real git repos in temp dirs, an engine over the fake CLI, and
+//! process checks.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aicli::providers::{AiCliConfig, ProviderRegistry, SharedProvider};
+use aicli::testing::ReplayProvider;
+use aicli::{BatchEvent, Engine};
+use tokio::sync::broadcast;
+
+/// The fake CLI binary built with this crate.
+pub fn fake_cli() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_aicli-fake-cli"))
+}
+
+/// The repository's `fixtures/` directory.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// `fixtures/<provider>/<scenario>` (without extension).
+pub fn fixture(provider: &str, scenario: &str) -> PathBuf {
+    fixtures().join(provider).join(scenario)
+}
+
+/// Runs git in `dir`, panicking with its stderr on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A new git repository with one commit.
+pub fn git_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    git(
+        dir.path(),
+        &["config", "user.email", "test@example.invalid"],
+    );
+    git(dir.path(), &["config", "user.name", "aicli test"]);
+    git(dir.path(), &["config", "commit.gpgsign", "false"]);
+    std::fs::write(dir.path().join("README.md"), "# test repo\n").expect("write");
+    git(dir.path(), &["add", "README.md"]);
+    git(dir.path(), &["commit", "-q", "-m", "initial"]);
+    dir
+}
+
+/// The built-in config with engine knobs turned for quick tests.
+pub fn test_config() -> AiCliConfig {
+    let mut c = AiCliConfig::builtin().expect("builtin config");
+    c.engine.kill_grace_ms = 300;
+    c.engine.retry.base_delay_ms = 50;
+    c.engine.retry.max_delay_ms = 200;
+    c
+}
+
+/// A replay provider called `name` parsing with the built-in adapter `adapter`.
+pub fn replay_provider(name: &str, adapter: &str, fixture: Option<&Path>) -> ReplayProvider {
+    let reg =
+        ProviderRegistry::from_config(&AiCliConfig::builtin().expect("config")).expect("registry");
+    ReplayProvider::new(
+        name,
+        reg.get(adapter).expect("adapter"),
+        &fake_cli(),
+        fixture,
+    )
+}
+
+/// An engine whose registry holds the built-in providers plus `extra`.
+pub fn engine_with(config: AiCliConfig, extra: Vec<SharedProvider>) -> Engine {
+    let mut reg = ProviderRegistry::from_config(&config).expect("registry");
+    for p in extra {
+        reg.register(p);
+    }
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    Engine::new(config, reg).with_env(env)
+}
+
+/// A live channel and a task collecting everything it carries.
+pub fn collect_events() -> (
+    broadcast::Sender<BatchEvent>,
+    tokio::task::JoinHandle<Vec<BatchEvent>>,
+) {
+    let (tx, mut rx) = broadcast::channel(65536);
+    let h = tokio::spawn(async move {
+        let mut out = Vec::new();
+        loop {
+            match rx.recv().await {
+                Ok(e) => out.push(e),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+        out
+    });
+    (tx, h)
+}
+
+/// Whether a process is alive (not a zombie).
+pub fn alive(pid: u32) -> bool {
+    aicli::process::proc_stat(pid).is_some_and(|s| s.state != 'Z' && s.state != 'X')
+}
+
+/// Reads a pid file the fake CLI wrote and asserts that none of the pids is alive
+/// (allowing the kernel `within` to finish the kills).
+pub async fn assert_all_gone(pid_file: &Path, within: Duration) {
+    let text = std::fs::read_to_string(pid_file).expect("pid file");
+    let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    assert!(!pids.is_empty(), "no pids in {}", pid_file.display());
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("processes left behind: {left:?} (of {pids:?})");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Shared handle for a provider.
+pub fn shared(p: ReplayProvider) -> SharedProvider {
+    Arc::new(p)
+}
