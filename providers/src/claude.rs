@@ -1778,3 +1778,1752 @@ fn provider_data(scan: &Scan) -> Value {
         Value::Object(m)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    use pretty_assertions::assert_eq;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::config::AiCliConfig;
+    use crate::provider::BinaryLocation;
+    use crate::replay;
+    use crate::result::SessionStatus;
+    use crate::task::TaskSpec;
+    use crate::usage::CostSource;
+
+    // -- helpers --------------------------------------------------------------------
+
+    fn config() -> ProviderConfig {
+        AiCliConfig::builtin().unwrap().providers["claude"].clone()
+    }
+
+    fn provider() -> ClaudeProvider {
+        ClaudeProvider::new("claude", config())
+    }
+
+    /// A recorded transcript from `fixtures/claude/`.
+    struct Fixture {
+        stdout: &'static [u8],
+        stderr: &'static str,
+        exit: &'static str,
+        meta: &'static str,
+    }
+
+    macro_rules! fixture {
+        ($name:literal) => {
+            Fixture {
+                stdout: include_bytes!(concat!("../../fixtures/claude/", $name, ".ndjson")),
+                stderr: include_str!(concat!("../../fixtures/claude/", $name, ".stderr")),
+                exit: include_str!(concat!("../../fixtures/claude/", $name, ".exit")),
+                meta: include_str!(concat!("../../fixtures/claude/", $name, ".meta.json")),
+            }
+        };
+    }
+
+    impl Fixture {
+        fn exit_code(&self) -> Option<i32> {
+            self.exit.trim().parse().ok()
+        }
+
+        fn context(&self) -> ParseContext {
+            let meta: Value = serde_json::from_str(self.meta).unwrap();
+            serde_json::from_value(meta["context"].clone()).unwrap()
+        }
+
+        fn run(&self) -> (Vec<AgentEvent>, SessionResult) {
+            replay::replay(
+                &provider(),
+                self.stdout,
+                self.stderr,
+                self.exit_code(),
+                &self.context(),
+            )
+        }
+
+        /// The lines, without the ones for which `drop` is true.
+        fn lines_without(&self, drop: impl Fn(&str) -> bool) -> String {
+            let text = std::str::from_utf8(self.stdout).unwrap();
+            text.lines()
+                .filter(|l| !drop(l))
+                .map(|l| format!("{l}\n"))
+                .collect()
+        }
+    }
+
+    fn kinds(events: &[AgentEvent]) -> Vec<EventKind> {
+        events.iter().map(|e| e.kind.clone()).collect()
+    }
+
+    /// The facts of a result every scenario test compares whole.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Facts {
+        status: SessionStatus,
+        error_kind: Option<ErrorKind>,
+        error: Option<String>,
+        response: String,
+        session_id: Option<String>,
+        model: Option<String>,
+        cost_usd: Option<f64>,
+        cost_source: CostSource,
+        usage: CanonicalUsage,
+        num_turns: Option<u32>,
+        tool_calls: u32,
+        exit_code: Option<i32>,
+        protocol_errors: u32,
+    }
+
+    impl Facts {
+        fn of(r: &SessionResult) -> Facts {
+            Facts {
+                status: r.status,
+                error_kind: r.error_kind,
+                error: r.error.clone(),
+                response: r.response.clone(),
+                session_id: r.session_id.clone(),
+                model: r.model.clone(),
+                cost_usd: r.cost_usd,
+                cost_source: r.cost_source,
+                usage: r.canonical_usage,
+                num_turns: r.num_turns,
+                tool_calls: r.tool_calls,
+                exit_code: r.exit_code,
+                protocol_errors: r.protocol_errors,
+            }
+        }
+
+        /// A successful run of the fake API's one-request answer.
+        fn ok(session: &str, response: &str, usage: CanonicalUsage, cost: f64) -> Facts {
+            Facts {
+                status: SessionStatus::Succeeded,
+                error_kind: None,
+                error: None,
+                response: response.to_owned(),
+                session_id: Some(session.to_owned()),
+                model: Some("claude-opus-5-5".to_owned()),
+                cost_usd: Some(cost),
+                cost_source: CostSource::Reported,
+                usage,
+                num_turns: Some(1),
+                tool_calls: 0,
+                exit_code: Some(0),
+                protocol_errors: 0,
+            }
+        }
+
+        /// A failed run.
+        fn failed(kind: ErrorKind, error: &str) -> Facts {
+            Facts {
+                status: SessionStatus::Failed,
+                error_kind: Some(kind),
+                error: Some(error.to_owned()),
+                response: String::new(),
+                session_id: None,
+                model: None,
+                cost_usd: None,
+                cost_source: CostSource::Unknown,
+                usage: CanonicalUsage::default(),
+                num_turns: None,
+                tool_calls: 0,
+                exit_code: Some(1),
+                protocol_errors: 0,
+            }
+        }
+    }
+
+    fn usage(i: u64, o: u64, cr: u64, cw: u64, requests: u64) -> CanonicalUsage {
+        CanonicalUsage {
+            input_tokens: i,
+            output_tokens: o,
+            cache_read: cr,
+            cache_write: cw,
+            reasoning_tokens: 0,
+            request_count: requests,
+        }
+    }
+
+    /// What the fake API bills per request: 12 in, 7 out, 56 cache read, 34 cache write.
+    fn per_request(n: u64) -> CanonicalUsage {
+        usage(12 * n, 7 * n, 56 * n, 34 * n, n)
+    }
+
+    const TOOLS: [&str; 22] = [
+        "Task",
+        "Bash",
+        "CronCreate",
+        "CronDelete",
+        "CronList",
+        "Edit",
+        "EnterWorktree",
+        "ExitWorktree",
+        "ListAgents",
+        "Monitor",
+        "NotebookEdit",
+        "Read",
+        "ReportFindings",
+        "ScheduleWakeup",
+        "SendMessage",
+        "Skill",
+        "TaskStop",
+        "ToolSearch",
+        "WebFetch",
+        "WebSearch",
+        "Workflow",
+        "Write",
+    ];
+
+    fn text(t: &str) -> EventKind {
+        EventKind::AssistantText {
+            text: t.to_owned(),
+            delta: false,
+        }
+    }
+
+    fn bash_echo(id: &str, description: &str) -> EventKind {
+        EventKind::ToolCall {
+            id: id.to_owned(),
+            name: "Bash".to_owned(),
+            input: json!({"command": "echo hi", "description": description}),
+            mcp_server: None,
+        }
+    }
+
+    fn tool_result(id: &str, output: &str, is_error: bool) -> EventKind {
+        EventKind::ToolResult {
+            id: id.to_owned(),
+            name: None,
+            output: output.to_owned(),
+            is_error,
+            exit_code: None,
+        }
+    }
+
+    // -- scenario families, from the real transcripts ---------------------------------
+
+    #[test]
+    fn plain_text_run() {
+        let (events, r) = fixture!("text").run();
+        assert_eq!(
+            kinds(&events),
+            vec![
+                EventKind::SessionStarted {
+                    session_id: "20d19ac2-06fa-4ed4-8c4f-6e8abb872002".into(),
+                    model: Some("claude-opus-5-5".into()),
+                    cwd: Some("/workspace/demo".into()),
+                    tools: TOOLS.iter().map(|t| t.to_string()).collect(),
+                    mcp_servers: vec![],
+                    cli_version: Some("2.1.332".into()),
+                },
+                text("Hello from the fake Anthropic API."),
+                EventKind::Final {
+                    success: true,
+                    text: Some("Hello from the fake Anthropic API.".into()),
+                    error_kind: None,
+                    error: None,
+                    usage: Some(usage(12, 7, 56, 34, 0)),
+                    cost_usd: Some(0.0003692),
+                    num_turns: Some(1),
+                    duration_ms: Some(203),
+                },
+            ]
+        );
+        assert_eq!(
+            Facts::of(&r),
+            Facts::ok(
+                "20d19ac2-06fa-4ed4-8c4f-6e8abb872002",
+                "Hello from the fake Anthropic API.",
+                per_request(1),
+                0.0003692
+            )
+        );
+        assert_eq!(r.cli_version.as_deref(), Some("2.1.332"));
+        assert_eq!(r.duration_ms, 203);
+        assert_eq!(
+            r.session_totals,
+            Some(SessionTotals {
+                usage: per_request(1),
+                cost_usd: Some(0.0003692)
+            })
+        );
+        assert_eq!(r.provider_data["terminal_reason"], json!("completed"));
+        assert_eq!(r.provider_data["apiKeySource"], json!("ANTHROPIC_API_KEY"));
+        assert!(provider().is_final_event(&events[2]));
+    }
+
+    #[test]
+    fn bash_allowed_runs_the_command() {
+        let (events, r) = fixture!("bash_allowed").run();
+        assert_eq!(
+            kinds(&events)[1..],
+            [
+                text("I will run echo."),
+                bash_echo("toolu_fakec1c77acfee3947a1", "Print hi"),
+                tool_result("toolu_fakec1c77acfee3947a1", "hi", false),
+                text("The tool returned: hi"),
+                EventKind::Final {
+                    success: true,
+                    text: Some("The tool returned: hi".into()),
+                    error_kind: None,
+                    error: None,
+                    usage: Some(usage(24, 14, 112, 68, 0)),
+                    cost_usd: Some(0.0007384),
+                    num_turns: Some(2),
+                    duration_ms: Some(266),
+                },
+            ]
+        );
+        // The text and the tool call of one message are two lines with one message id.
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                num_turns: Some(2),
+                tool_calls: 1,
+                ..Facts::ok(
+                    "55e98bea-4c3c-4d63-9536-e9e8a28a0793",
+                    "The tool returned: hi",
+                    per_request(2),
+                    0.0007384
+                )
+            }
+        );
+    }
+
+    #[test]
+    fn bash_denied_in_default_mode_is_a_denial_not_a_failure() {
+        let (events, r) = fixture!("bash_write_default_perms").run();
+        let denial = "touch in '/workspace/demo/created_by_claude.txt' needs approval. The path is inside the working directories for this session ('/workspace/demo'), and Claude Code asks before a shell command creates, changes or removes files there.";
+        assert_eq!(
+            kinds(&events)[3..5],
+            [
+                EventKind::PermissionDenied {
+                    tool: "Bash".into(),
+                    tool_call_id: Some("toolu_fakeeddf1e23c0fd4f63".into()),
+                    message: denial.into(),
+                },
+                tool_result("toolu_fakeeddf1e23c0fd4f63", denial, true),
+            ]
+        );
+        assert_eq!(r.status, SessionStatus::Succeeded);
+        assert_eq!(
+            r.provider_data["permission_denials"],
+            json!([{
+                "tool_name": "Bash",
+                "tool_use_id": "toolu_fakeeddf1e23c0fd4f63",
+                "tool_input": {"command": "touch created_by_claude.txt", "description": "Run it"}
+            }])
+        );
+        // Allowed, the same command runs.
+        let (events, r) = fixture!("bash_write_allowed").run();
+        assert_eq!(
+            kinds(&events)[3],
+            tool_result(
+                "toolu_fake19f900d5c94c43c5",
+                "(Bash completed with no output)",
+                false
+            )
+        );
+        assert_eq!(r.provider_data["permission_denials"], json!([]));
+    }
+
+    #[test]
+    fn permission_denied_without_an_approval_surface() {
+        let (events, r) = fixture!("bash_write_permprompts_none").run();
+        let EventKind::PermissionDenied {
+            tool,
+            tool_call_id,
+            message,
+        } = &events[3].kind
+        else {
+            panic!("{:?}", events[3].kind)
+        };
+        assert_eq!(
+            (tool.as_str(), tool_call_id.as_deref()),
+            ("Bash", Some("toolu_fakeca12a48112304f7d"))
+        );
+        assert!(message.starts_with("Permission for this tool use was denied."));
+        assert_eq!(r.status, SessionStatus::Succeeded);
+        assert_eq!(r.tool_calls, 1);
+    }
+
+    #[test]
+    fn mcp_tool_found_through_tool_search() {
+        let (events, r) = fixture!("mcp").run();
+        let EventKind::SessionStarted {
+            mcp_servers, tools, ..
+        } = &events[0].kind
+        else {
+            panic!("{:?}", events[0].kind)
+        };
+        assert_eq!(
+            mcp_servers,
+            &vec![McpServerStatus {
+                name: "echo".into(),
+                status: "connected".into()
+            }]
+        );
+        assert!(tools.contains(&"mcp__echo__echo".to_owned()));
+        assert_eq!(
+            kinds(&events)[1..5],
+            [
+                EventKind::ToolCall {
+                    id: "toolu_fake74d52ffcdb7f4b3f".into(),
+                    name: "ToolSearch".into(),
+                    input: json!({"query": "select:mcp__echo__echo", "max_results": 5}),
+                    mcp_server: None,
+                },
+                tool_result(
+                    "toolu_fake74d52ffcdb7f4b3f",
+                    r#"[{"type":"tool_reference","tool_name":"mcp__echo__echo"}]"#,
+                    false
+                ),
+                EventKind::ToolCall {
+                    id: "toolu_fakee73049f73f324437".into(),
+                    name: "echo".into(),
+                    input: json!({"text": "ping from fake model"}),
+                    mcp_server: Some("echo".into()),
+                },
+                tool_result(
+                    "toolu_fakee73049f73f324437",
+                    r#"{"result":"echo: ping from fake model"}"#,
+                    false
+                ),
+            ]
+        );
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                num_turns: Some(3),
+                tool_calls: 2,
+                ..Facts::ok(
+                    "d1450a1b-2b77-42f7-933d-7028314805ee",
+                    r#"The MCP tool returned: {"result":"echo: ping from fake model"}"#,
+                    per_request(3),
+                    0.0011075999999999998
+                )
+            }
+        );
+        // Without --allowedTools the MCP call is denied.
+        let (events, _) = fixture!("mcp_default_perms").run();
+        assert_eq!(
+            events[4].kind,
+            EventKind::PermissionDenied {
+                tool: "mcp__echo__echo".into(),
+                tool_call_id: Some("toolu_fakeed0023bffc624f85".into()),
+                message:
+                    "Claude requested permissions to use mcp__echo__echo, but you haven't granted it yet."
+                        .into(),
+            }
+        );
+    }
+
+    /// An API error: the failed run's facts (no tokens, nothing billed).
+    fn api_failure(session: &str, kind: ErrorKind, error: &str) -> Facts {
+        Facts {
+            session_id: Some(session.into()),
+            model: Some("claude-opus-5-5".into()),
+            cost_usd: Some(0.0),
+            cost_source: CostSource::Reported,
+            num_turns: Some(1),
+            ..Facts::failed(kind, error)
+        }
+    }
+
+    #[test]
+    fn http_errors_are_classified_from_the_status() {
+        let cases = [
+            (
+                fixture!("err400_retries1"),
+                "72159acb-27d7-4f30-a11d-9c4e2e191e04",
+                ErrorKind::BadRequest,
+                400,
+                "API Error: 400 messages: text content blocks must be non-empty",
+                0,
+            ),
+            (
+                fixture!("err429_retries1"),
+                "e527ab59-e9b2-49d1-99c3-ac7701f618cc",
+                ErrorKind::RateLimit,
+                429,
+                "API Error: Request rejected (429) · Number of request tokens has exceeded your per-minute rate limit",
+                1,
+            ),
+            (
+                fixture!("err500_retries1"),
+                "a94c7647-99a2-496a-94cf-1fd6724462cd",
+                ErrorKind::ServerError,
+                500,
+                "API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:8781).",
+                1,
+            ),
+            // The assistant line says `server_error`; the status says overloaded.
+            (
+                fixture!("err529_retries1"),
+                "7933d5ff-845a-4f36-aee0-71584cfddaf3",
+                ErrorKind::Overloaded,
+                529,
+                "API Error: 529 Overloaded. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:8781).",
+                1,
+            ),
+        ];
+        for (f, session, kind, status, message, retries) in cases {
+            let (events, r) = f.run();
+            assert_eq!(
+                Facts::of(&r),
+                api_failure(session, kind, message),
+                "{status}"
+            );
+            let errors: Vec<EventKind> = kinds(&events)
+                .into_iter()
+                .filter(|k| matches!(k, EventKind::Error { .. }))
+                .collect();
+            assert_eq!(
+                errors,
+                vec![EventKind::Error {
+                    error_kind: kind,
+                    message: message.into(),
+                    fatal: true,
+                    http_status: Some(status),
+                }]
+            );
+            let retry_events = events
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::Retry { .. }))
+                .count();
+            assert_eq!(retry_events, retries, "{status}");
+            assert_eq!(r.provider_data["api_error_status"], json!(status));
+        }
+    }
+
+    #[test]
+    fn a_retry_line_becomes_a_retry_event() {
+        let (events, _) = fixture!("err429_retries1").run();
+        assert_eq!(
+            events[1].kind,
+            EventKind::Retry {
+                attempt: Some(1),
+                max_retries: Some(1),
+                delay_ms: Some(515),
+                http_status: Some(429),
+                error_kind: ErrorKind::RateLimit,
+                message: "API request failed (HTTP 429, error rate_limit); retry 1 of 1 in 515 ms"
+                    .into(),
+            }
+        );
+    }
+
+    #[test]
+    fn a_rejected_key_is_an_auth_failure_that_says_what_to_do() {
+        let (events, r) = fixture!("err401_retries1").run();
+        let msg = "Invalid API key · Fix external API key: Claude Code is not logged in or its credentials were rejected; run `claude auth login`, or set ANTHROPIC_API_KEY to a valid API key";
+        assert_eq!(
+            Facts::of(&r),
+            api_failure("bc63bf80-24db-4826-95f6-e893cb10d2d0", ErrorKind::Auth, msg)
+        );
+        let f = fixture!("err401_retries1");
+        assert_eq!(
+            provider().detect_auth_error(f.stderr, f.exit_code(), &events),
+            Some(msg.to_owned())
+        );
+    }
+
+    #[test]
+    fn no_key_is_an_auth_failure_that_says_what_to_do() {
+        let f = fixture!("unauth_nokey");
+        let (events, r) = f.run();
+        let msg = "Not logged in · Please run /login: Claude Code is not logged in or its credentials were rejected; run `claude auth login`, or set ANTHROPIC_API_KEY to a valid API key";
+        assert_eq!(
+            Facts::of(&r),
+            api_failure("4bba3ae2-5856-4a5c-a4b9-049178125ac3", ErrorKind::Auth, msg)
+        );
+        // The assistant line carries the structured `authentication_failed`.
+        assert_eq!(
+            kinds(&events)[1..3],
+            [
+                text("Not logged in · Please run /login"),
+                EventKind::Error {
+                    error_kind: ErrorKind::Auth,
+                    message: "Not logged in · Please run /login".into(),
+                    fatal: true,
+                    http_status: None,
+                },
+            ]
+        );
+        assert_eq!(r.provider_data["apiKeySource"], json!("none"));
+        assert_eq!(
+            r.provider_data["assistant_error"],
+            json!("authentication_failed")
+        );
+        assert_eq!(
+            provider().detect_auth_error(f.stderr, f.exit_code(), &events),
+            Some(msg.to_owned())
+        );
+        // A successful run has no auth error.
+        let f = fixture!("text");
+        let (events, _) = f.run();
+        assert_eq!(
+            provider().detect_auth_error(f.stderr, f.exit_code(), &events),
+            None
+        );
+    }
+
+    #[test]
+    fn auth_errors_on_stderr_are_found_as_a_last_resort() {
+        let msg = provider().detect_auth_error(
+            "boom\nInvalid API key · Fix external API key\n",
+            Some(1),
+            &[],
+        );
+        assert_eq!(
+            msg.as_deref(),
+            Some(
+                "Invalid API key · Fix external API key: Claude Code is not logged in or its credentials were rejected; run `claude auth login`, or set ANTHROPIC_API_KEY to a valid API key"
+            )
+        );
+        let r = provider().event_to_session_result(
+            &[],
+            "Invalid API key · Fix external API key\n",
+            Some(1),
+            &ParseContext::default(),
+        );
+        assert_eq!(r.error_kind, Some(ErrorKind::Auth));
+    }
+
+    #[test]
+    fn unreachable_api_is_a_network_failure() {
+        let msg =
+            "API Error: Connection refused — a firewall or proxy may be blocking it (ECONNREFUSED)";
+        let (events, r) = fixture!("conn_refused_default_retries").run();
+        assert_eq!(
+            Facts::of(&r),
+            api_failure(
+                "919eee69-cb1e-4470-a802-8ffdce3500db",
+                ErrorKind::Network,
+                msg
+            )
+        );
+        let retries: Vec<(Option<u32>, ErrorKind, Option<u16>)> = events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::Retry {
+                    attempt,
+                    error_kind,
+                    http_status,
+                    ..
+                } => Some((*attempt, *error_kind, *http_status)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            retries,
+            (1..=10)
+                .map(|a| (Some(a), ErrorKind::Network, None))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(r.provider_data["api_error"], json!("connection_failed"));
+        assert_eq!(r.provider_data["api_retries"], json!(10));
+    }
+
+    #[test]
+    fn a_bad_key_without_network_is_a_network_failure_not_auth() {
+        // The key is never checked: claude cannot reach the API (EAI_AGAIN).
+        let (_, r) = fixture!("badkey_long").run();
+        assert_eq!(
+            Facts::of(&r),
+            api_failure(
+                "61121204-eab6-4d8f-9b81-123080e6869c",
+                ErrorKind::Network,
+                "API Error: Can't reach the API server — check your internet or DNS (EAI_AGAIN)"
+            )
+        );
+        assert_eq!(r.duration_ms, 182_295);
+        // Cut by a 90 s timeout (exit 124) during the retries: still network, no cost.
+        let (_, r) = fixture!("badkey").run();
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                session_id: Some("da51e006-4bab-48db-a942-0982071d6c1d".into()),
+                model: Some("claude-opus-5-5".into()),
+                exit_code: Some(124),
+                ..Facts::failed(
+                    ErrorKind::Network,
+                    "API request failed (no HTTP response, error unknown); retry 7 of 10 in 33504 ms (the CLI ended without a final event, exit code 124)"
+                )
+            }
+        );
+    }
+
+    #[test]
+    fn max_turns() {
+        let (_, r) = fixture!("maxturns1").run();
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                session_id: Some("8d556cff-4123-4a5b-9f70-e3979d4db8ea".into()),
+                model: Some("claude-opus-5-5".into()),
+                cost_usd: Some(0.0003692),
+                cost_source: CostSource::Reported,
+                usage: per_request(1),
+                // The CLI counts the turn it refused to start.
+                num_turns: Some(2),
+                tool_calls: 1,
+                ..Facts::failed(ErrorKind::MaxTurns, "Reached maximum number of turns (1)")
+            }
+        );
+        let (_, r) = fixture!("maxturns3").run();
+        assert_eq!(
+            (r.error_kind, r.error.as_deref(), r.canonical_usage),
+            (
+                Some(ErrorKind::MaxTurns),
+                Some("Reached maximum number of turns (3)"),
+                per_request(3)
+            )
+        );
+    }
+
+    #[test]
+    fn resume_of_an_unknown_session() {
+        let (events, r) = fixture!("resume_unknown_id").run();
+        assert_eq!(events.len(), 1);
+        // The prior in the fixture's context is above the line's total: the total (0)
+        // is this run's cost, not a negative difference.
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                cost_usd: Some(0.0),
+                cost_source: CostSource::Reported,
+                num_turns: Some(0),
+                ..Facts::failed(
+                    ErrorKind::InvalidResume,
+                    "No conversation found with session ID: 11111111-2222-3333-4444-555555555555"
+                )
+            }
+        );
+        assert_eq!(r.session_totals, None);
+    }
+
+    #[test]
+    fn a_preset_session_id_is_the_session_id() {
+        let (_, r) = fixture!("session_id_preset").run();
+        assert_eq!(
+            Facts::of(&r),
+            Facts::ok(
+                "0a0a0a0a-1111-4222-8333-444444444444",
+                "This request carried 2 messages.",
+                per_request(1),
+                0.0003692
+            )
+        );
+    }
+
+    #[test]
+    fn partial_messages_give_deltas_and_the_same_result() {
+        let f = fixture!("bash_partial");
+        let (events, r) = f.run();
+        let deltas: Vec<EventKind> = kinds(&events)
+            .into_iter()
+            .filter(|k| matches!(k, EventKind::AssistantText { delta: true, .. }))
+            .collect();
+        let d = |t: &str| EventKind::AssistantText {
+            text: t.into(),
+            delta: true,
+        };
+        assert_eq!(
+            deltas,
+            vec![
+                d("I "),
+                d("will "),
+                d("run "),
+                d("a "),
+                d("command."),
+                d("The "),
+                d("tool "),
+                d("returned: "),
+                d("hi")
+            ]
+        );
+        assert_eq!(
+            kinds(&events)[1..4],
+            [
+                EventKind::Unknown {
+                    vendor_type: Some("system/status".into())
+                },
+                EventKind::Unknown {
+                    vendor_type: Some("stream_event/message_start".into())
+                },
+                EventKind::Unknown {
+                    vendor_type: Some("stream_event/content_block_start".into())
+                },
+            ]
+        );
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                num_turns: Some(2),
+                tool_calls: 1,
+                ..Facts::ok(
+                    "195ae492-f15c-45a3-80ba-520f91e85fb5",
+                    "The tool returned: hi",
+                    per_request(2),
+                    0.0007384
+                )
+            }
+        );
+        // Without its result line, the usage is rebuilt from the partial messages and
+        // the cost estimated from the price table (claude-opus-5: 5 / 0.5 / 6.25 / 25).
+        let cut = f.lines_without(|l| l.contains(r#""type":"result""#));
+        let (_, r) = replay::replay(
+            &provider(),
+            cut.as_bytes(),
+            "",
+            None,
+            &ParseContext::default(),
+        );
+        let expected_usd = (24.0 * 5.0 + 112.0 * 0.5 + 68.0 * 6.25 + 14.0 * 25.0) / 1e6;
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                session_id: Some("195ae492-f15c-45a3-80ba-520f91e85fb5".into()),
+                model: Some("claude-opus-5-5".into()),
+                response: "I will run a command.\n\nThe tool returned: hi".into(),
+                cost_usd: Some(expected_usd),
+                cost_source: CostSource::Estimated,
+                usage: per_request(2),
+                tool_calls: 1,
+                exit_code: None,
+                ..Facts::failed(
+                    ErrorKind::Crashed,
+                    "the CLI ended without a final event (killed by a signal)"
+                )
+            }
+        );
+    }
+
+    #[test]
+    fn other_output_formats() {
+        // `--output-format json`: one result object, no assistant lines to count.
+        let (_, r) = fixture!("text_json_output").run();
+        assert_eq!(
+            Facts::of(&r),
+            Facts::ok(
+                "da575889-df85-4864-94ff-41d11b6832a8",
+                "Hello from the fake Anthropic API.",
+                per_request(1).saturating_sub(&usage(0, 0, 0, 0, 1)),
+                0.0003692
+            )
+        );
+        // Plain text output is not stream-json at all.
+        let (_, r) = fixture!("text_plain_output").run();
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                exit_code: Some(0),
+                protocol_errors: 1,
+                ..Facts::failed(
+                    ErrorKind::Protocol,
+                    "no line was a valid Claude Code event (1 malformed or over-long lines; exit code 0)"
+                )
+            }
+        );
+        // stream-json without --verbose: the CLI refuses.
+        let (_, r) = fixture!("text_no_verbose").run();
+        assert_eq!(
+            Facts::of(&r),
+            Facts::failed(
+                ErrorKind::Crashed,
+                "the CLI ended without any Claude Code event (exit code 1); stderr: Error: When using --print, --output-format=stream-json requires --verbose"
+            )
+        );
+    }
+
+    #[test]
+    fn models_come_from_init() {
+        let (_, r) = fixture!("text_model_sonnet").run();
+        assert_eq!(
+            (r.model.as_deref(), r.cost_usd),
+            (Some("claude-sonnet-5-5"), Some(0.0001846))
+        );
+        let (_, r) = fixture!("text_model_custom").run();
+        assert_eq!(r.model.as_deref(), Some("fake-model-x"));
+        assert_eq!(r.status, SessionStatus::Succeeded);
+    }
+
+    #[test]
+    fn root_bypass_without_is_sandbox_is_a_permission_failure() {
+        for f in [
+            fixture!("bash_write_bypass_root"),
+            fixture!("bash_write_skipperms_root"),
+        ] {
+            let (events, r) = f.run();
+            assert!(events.is_empty());
+            assert_eq!(r.error_kind, Some(ErrorKind::Permission));
+            let e = r.error.unwrap_or_default();
+            assert!(
+                e.starts_with(
+                    "--dangerously-skip-permissions cannot be used with root/sudo privileges"
+                ) && e.contains("IS_SANDBOX=1"),
+                "{e}"
+            );
+        }
+        let (_, r) = fixture!("bash_write_skipperms_root_issandbox").run();
+        assert_eq!(r.status, SessionStatus::Succeeded);
+        assert_eq!(
+            r.provider_data["permissionMode"],
+            json!("bypassPermissions")
+        );
+    }
+
+    #[test]
+    fn canonical_usage_agrees_with_the_result_for_every_fixture() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/claude");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|x| x != "ndjson") {
+                continue;
+            }
+            let stem = path.with_extension("");
+            let with = |ext: &str| PathBuf::from(format!("{}.{ext}", stem.display()));
+            let meta: Value =
+                serde_json::from_slice(&std::fs::read(with("meta.json")).unwrap()).unwrap();
+            let ctx: ParseContext = serde_json::from_value(meta["context"].clone()).unwrap();
+            let stdout = std::fs::read(&path).unwrap();
+            let stderr = std::fs::read_to_string(with("stderr")).unwrap();
+            let exit = std::fs::read_to_string(with("exit"))
+                .unwrap()
+                .trim()
+                .parse()
+                .ok();
+            let p = provider();
+            let (events, r) = replay::replay(&p, &stdout, &stderr, exit, &ctx);
+            assert_eq!(
+                p.canonical_usage(&events, &ctx),
+                r.canonical_usage,
+                "{}",
+                path.display()
+            );
+            assert!(r.cost_usd.is_none_or(|c| c >= 0.0), "{}", path.display());
+            if r.cost_usd.is_none() {
+                assert_eq!(r.cost_source, CostSource::Unknown);
+            }
+            n += 1;
+        }
+        assert!(n >= 30, "{n}");
+    }
+
+    // -- lines the transcripts do not show -------------------------------------------
+
+    #[test]
+    fn one_line_with_several_blocks_shares_its_raw_line() {
+        let line = r#"{"type":"assistant","message":{"id":"msg_1","model":"claude-opus-5-5","content":[{"type":"thinking","thinking":"Let me think.","signature":"sig"},{"type":"text","text":"Done."},{"type":"tool_use","id":"t1","name":"mcp__aicli__ask_user","input":{"question":"Which?"}},{"type":"redacted_thinking","data":"x"}]},"session_id":"s"}"#;
+        let events = provider().parse_event(line);
+        assert_eq!(
+            kinds(&events),
+            vec![
+                EventKind::Thinking {
+                    text: "Let me think.".into()
+                },
+                text("Done."),
+                EventKind::ToolCall {
+                    id: "t1".into(),
+                    name: "ask_user".into(),
+                    input: json!({"question": "Which?"}),
+                    mcp_server: Some("aicli".into()),
+                },
+                EventKind::Unknown {
+                    vendor_type: Some("assistant/redacted_thinking".into())
+                },
+            ]
+        );
+        assert!(events.iter().all(|e| Arc::ptr_eq(&e.raw, &events[0].raw)));
+        assert_eq!(&*events[0].raw, line);
+    }
+
+    #[test]
+    fn thinking_deltas_rate_limits_and_unknown_types() {
+        let p = provider();
+        let thinking = r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Hmm"}},"session_id":"s"}"#;
+        assert_eq!(
+            kinds(&p.parse_event(thinking)),
+            vec![EventKind::Thinking { text: "Hmm".into() }]
+        );
+        let rate = r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","resetsAt":1796000000,"rateLimitType":"five_hour","utilization":0.9},"session_id":"s"}"#;
+        assert_eq!(
+            kinds(&p.parse_event(rate)),
+            vec![EventKind::RateLimit {
+                status: "allowed_warning".into(),
+                resets_at: Some(1_796_000_000),
+                limit_type: Some("five_hour".into()),
+            }]
+        );
+        assert_eq!(
+            kinds(&p.parse_event(r#"{"type":"system","subtype":"compact_boundary"}"#)),
+            vec![EventKind::Unknown {
+                vendor_type: Some("system/compact_boundary".into())
+            }]
+        );
+        assert_eq!(
+            kinds(&p.parse_event(r#"{"type":"tool_progress","x":1}"#)),
+            vec![EventKind::Unknown {
+                vendor_type: Some("tool_progress".into())
+            }]
+        );
+        assert_eq!(
+            kinds(&p.parse_event(r#"{"x":1}"#)),
+            vec![EventKind::Unknown { vendor_type: None }]
+        );
+        // A known type with a broken shape is a protocol event naming it.
+        assert_eq!(
+            kinds(&p.parse_event(r#"{"type":"result","num_turns":"many"}"#)),
+            vec![EventKind::Protocol {
+                message: "claude `result` does not have the expected shape: invalid type: string \"many\", expected u32".into(),
+                line_bytes: 36,
+            }]
+        );
+    }
+
+    /// The text fixture's result line, rewritten as after `--resume`: session-cumulative
+    /// `total_cost_usd` and `modelUsage` (two runs), this run in `since`.
+    fn resumed_result_line(with_since: bool) -> String {
+        let f = fixture!("text");
+        let text = std::str::from_utf8(f.stdout).unwrap();
+        let last = text.lines().last().unwrap();
+        let mut v: Value = serde_json::from_str(last).unwrap();
+        v["total_cost_usd"] = json!(0.0007384);
+        v["modelUsage"]["claude-opus-5-5"] = json!({
+            "inputTokens": 24, "outputTokens": 14, "cacheReadInputTokens": 112,
+            "cacheCreationInputTokens": 68, "thinkingTokens": 0, "costUSD": 0.0007384
+        });
+        if !with_since {
+            v.as_object_mut()
+                .unwrap()
+                .remove("model_usage_since_last_result");
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        format!("{}\n{}\n{v}\n", lines[0], lines[1])
+    }
+
+    #[test]
+    fn cost_after_resume_is_per_run() {
+        let prior = SessionTotals {
+            usage: per_request(1),
+            cost_usd: Some(0.0003692),
+        };
+        let ctx = ParseContext {
+            model: None,
+            prior: Some(prior),
+        };
+        let p = provider();
+        // `model_usage_since_last_result` gives the run's cost.
+        let (_, r) = replay::replay(&p, resumed_result_line(true).as_bytes(), "", Some(0), &ctx);
+        assert_eq!(
+            (r.cost_usd, r.cost_source, r.canonical_usage),
+            (Some(0.0003692), CostSource::Reported, per_request(1))
+        );
+        assert_eq!(
+            r.session_totals,
+            Some(SessionTotals {
+                usage: per_request(2),
+                cost_usd: Some(0.0007384)
+            })
+        );
+        // Without it: the cumulative total minus the prior total.
+        let (_, r) = replay::replay(&p, resumed_result_line(false).as_bytes(), "", Some(0), &ctx);
+        assert_eq!(r.cost_source, CostSource::Reported);
+        assert!(
+            (r.cost_usd.unwrap_or(-1.0) - 0.0003692).abs() < 1e-12,
+            "{:?}",
+            r.cost_usd
+        );
+        // Without either: the total as reported.
+        let (_, r) = replay::replay(
+            &p,
+            resumed_result_line(false).as_bytes(),
+            "",
+            Some(0),
+            &ParseContext::default(),
+        );
+        assert_eq!(r.cost_usd, Some(0.0007384));
+    }
+
+    #[test]
+    fn a_result_without_any_cost_is_estimated_and_never_zero() {
+        let line = r#"{"type":"result","subtype":"success","is_error":false,"terminal_reason":"completed","result":"ok","session_id":"s","usage":{"input_tokens":1000000,"output_tokens":0,"cache_read_input_tokens":0,"cache_creation_input_tokens":0}}"#;
+        let p = provider();
+        let ctx = ParseContext {
+            model: Some("claude-haiku-5".into()),
+            prior: None,
+        };
+        let r = p.event_to_session_result(&p.parse_event(line), "", Some(0), &ctx);
+        assert_eq!(
+            (r.cost_usd, r.cost_source),
+            (Some(1.0), CostSource::Estimated)
+        );
+        let ctx = ParseContext {
+            model: Some("no-such-model".into()),
+            prior: None,
+        };
+        let r = p.event_to_session_result(&p.parse_event(line), "", Some(0), &ctx);
+        assert_eq!((r.cost_usd, r.cost_source), (None, CostSource::Unknown));
+    }
+
+    // -- bad input ---------------------------------------------------------------------
+
+    #[test]
+    fn a_malformed_line_is_a_protocol_event_and_the_rest_still_counts() {
+        let f = fixture!("text");
+        let text = std::str::from_utf8(f.stdout).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let stream = format!(
+            "{}\n{{\"type\": \"assistant\", oops\n{}\n{}\n",
+            lines[0], lines[1], lines[2]
+        );
+        let (events, r) = replay::replay(
+            &provider(),
+            stream.as_bytes(),
+            "",
+            Some(0),
+            &ParseContext::default(),
+        );
+        assert_eq!(
+            events[1].kind,
+            EventKind::Protocol {
+                message: "malformed JSON: key must be a string at line 1 column 23".into(),
+                line_bytes: 26,
+            }
+        );
+        assert_eq!(events.len(), 4);
+        // The result line's verdict still stands; the bad line is counted.
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                protocol_errors: 1,
+                ..Facts::ok(
+                    "20d19ac2-06fa-4ed4-8c4f-6e8abb872002",
+                    "Hello from the fake Anthropic API.",
+                    per_request(1),
+                    0.0003692
+                )
+            }
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_and_over_long_lines_are_protocol_events() {
+        let p = provider();
+        let f = fixture!("text");
+        let init = std::str::from_utf8(f.stdout)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap();
+        let mut stream = format!("{init}\n").into_bytes();
+        stream.extend_from_slice(b"{\"type\":\"assistant\",\"x\":\"\xff\xfe\"}\n");
+        let events = replay::parse_bytes(&p, &stream, replay::DEFAULT_LINE_CAP);
+        assert_eq!(
+            events[1].kind,
+            EventKind::Protocol {
+                message: "line is not valid UTF-8 (invalid byte at offset 25)".into(),
+                line_bytes: 29,
+            }
+        );
+        let r = p.event_to_session_result(&events, "", Some(1), &ParseContext::default());
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                session_id: Some("20d19ac2-06fa-4ed4-8c4f-6e8abb872002".into()),
+                model: Some("claude-opus-5-5".into()),
+                protocol_errors: 1,
+                ..Facts::failed(
+                    ErrorKind::Protocol,
+                    "the stream ended without a final event after 1 malformed or over-long lines (exit code 1)"
+                )
+            }
+        );
+
+        // A 10 MB line against a 1 MiB cap: one protocol event keeping 4 KiB.
+        let mut big = br#"{"type":"user","message":{"content":""#.to_vec();
+        big.resize(10 * 1024 * 1024, b'a');
+        big.extend_from_slice(b"\"}}");
+        let events = replay::parse_line_bytes(&p, &big, 1024 * 1024);
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            events[0].kind,
+            EventKind::Protocol {
+                message: format!(
+                    "line of {} bytes exceeds the cap of 1048576 bytes; kept its first 4096 bytes",
+                    big.len()
+                ),
+                line_bytes: big.len() as u64,
+            }
+        );
+        assert_eq!(events[0].raw.len(), 4096);
+        let r = p.event_to_session_result(&events, "", Some(0), &ParseContext::default());
+        assert_eq!(r.error_kind, Some(ErrorKind::Protocol));
+    }
+
+    #[test]
+    fn an_empty_stream_is_a_crash() {
+        let (events, r) = replay::replay(&provider(), b"", "", Some(0), &ParseContext::default());
+        assert!(events.is_empty());
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                exit_code: Some(0),
+                ..Facts::failed(
+                    ErrorKind::Crashed,
+                    "the CLI ended without any Claude Code event (exit code 0)"
+                )
+            }
+        );
+    }
+
+    #[test]
+    fn a_stream_cut_mid_line_keeps_what_parsed() {
+        let f = fixture!("text");
+        let cut = &f.stdout[..f.stdout.len() - 200];
+        let (events, r) = replay::replay(&provider(), cut, "", None, &ParseContext::default());
+        assert_eq!(events.len(), 3);
+        assert!(matches!(events[2].kind, EventKind::Protocol { .. }));
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                session_id: Some("20d19ac2-06fa-4ed4-8c4f-6e8abb872002".into()),
+                model: Some("claude-opus-5-5".into()),
+                response: "Hello from the fake Anthropic API.".into(),
+                usage: usage(0, 0, 0, 0, 1),
+                exit_code: None,
+                protocol_errors: 1,
+                ..Facts::failed(
+                    ErrorKind::Protocol,
+                    "the stream ended without a final event after 1 malformed or over-long lines (killed by a signal)"
+                )
+            }
+        );
+    }
+
+    #[test]
+    fn a_stream_without_a_result_line_is_a_crash_with_unknown_cost() {
+        let f = fixture!("text");
+        let stream = f.lines_without(|l| l.contains(r#""type":"result""#));
+        let (events, r) = replay::replay(
+            &provider(),
+            stream.as_bytes(),
+            "",
+            Some(0),
+            &ParseContext::default(),
+        );
+        assert_eq!(events.len(), 2);
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                session_id: Some("20d19ac2-06fa-4ed4-8c4f-6e8abb872002".into()),
+                model: Some("claude-opus-5-5".into()),
+                response: "Hello from the fake Anthropic API.".into(),
+                usage: usage(0, 0, 0, 0, 1),
+                exit_code: Some(0),
+                ..Facts::failed(
+                    ErrorKind::Crashed,
+                    "the CLI ended without a final event (exit code 0)"
+                )
+            }
+        );
+    }
+
+    #[test]
+    fn a_codex_transcript_is_rejected_as_foreign() {
+        let codex = br#"{"type":"thread.started","thread_id":"01a22a82-66e8-7cf1-b039-f1b85ea2a9e0"}
+{"type":"turn.started"}
+{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"Hello from the fake OpenAI Responses API."}}
+{"type":"turn.completed","usage":{"input_tokens":120,"cached_input_tokens":30,"cache_write_input_tokens":0,"output_tokens":9,"reasoning_output_tokens":4}}
+"#;
+        let (events, r) = replay::replay(&provider(), codex, "", Some(0), &ParseContext::default());
+        assert_eq!(events.len(), 4);
+        assert_eq!(
+            Facts::of(&r),
+            Facts {
+                exit_code: Some(0),
+                ..Facts::failed(
+                    ErrorKind::Protocol,
+                    "the stream is not Claude Code stream-json: 4 JSON lines of types claude does not print (thread.started, turn.started, item.completed, turn.completed); was it recorded from another CLI?"
+                )
+            }
+        );
+    }
+
+    // -- argv --------------------------------------------------------------------------
+
+    fn endpoint() -> McpEndpoint {
+        McpEndpoint {
+            name: "aicli".into(),
+            url: "http://127.0.0.1:4000/mcp".into(),
+            token: "tok-123".into(),
+            tools: vec!["ask_user".into(), "log".into()],
+        }
+    }
+
+    const MCP_JSON: &str = r#"{"mcpServers":{"aicli":{"type":"http","url":"http://127.0.0.1:4000/mcp","headers":{"Authorization":"Bearer tok-123"}}}}"#;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn argv_with_every_flag() {
+        let mut cfg = config();
+        cfg.default_model = Some("opus".into());
+        cfg.allowed_tools = strings(&["Read"]);
+        cfg.disallowed_tools = strings(&["WebFetch"]);
+        cfg.extra_args = strings(&["--fallback-model", "sonnet"]);
+        cfg.env.insert("A".into(), "1".into());
+        let p = ClaudeProvider::new("claude", cfg);
+        let task = TaskSpec {
+            prompt: "Fix the bug".into(),
+            model: Some("sonnet".into()),
+            append_system_prompt: Some("Be brief.".into()),
+            max_turns: Some(5),
+            max_budget_usd: Some(2.0),
+            allowed_tools: strings(&["Bash(git log:*)", "Read"]),
+            disallowed_tools: strings(&["WebSearch"]),
+            permission_mode: Some(PermissionMode::Plan),
+            resume_session_id: Some("sess-1".into()),
+            extra_args: strings(&["--add-dir", "/x"]),
+            env: BTreeMap::from([("A".into(), "override".into()), ("B".into(), "2".into())]),
+            cwd: Some("sub".into()),
+            ..TaskSpec::default()
+        };
+        let binary = BinaryLocation::Path("/usr/bin/claude".into());
+        let ep = endpoint();
+        let ctx = LaunchContext {
+            task: &task,
+            binary: &binary,
+            workdir: Path::new("/w"),
+            private_dir: Path::new("/p"),
+            mcp: Some(&ep),
+            budget_remaining_usd: Some(0.5),
+            is_root: true,
+        };
+        let c = p.headless_argv(&ctx).unwrap();
+        assert_eq!(
+            c,
+            CommandSpec {
+                program: "/usr/bin/claude".into(),
+                args: strings(&[
+                    "-p",
+                    "Fix the bug",
+                    "--output-format",
+                    "stream-json",
+                    "--verbose",
+                    "--model",
+                    "sonnet",
+                    "--max-turns",
+                    "5",
+                    "--max-budget-usd",
+                    "0.5",
+                    "--append-system-prompt",
+                    "Be brief.",
+                    "--permission-mode",
+                    "plan",
+                    "--resume",
+                    "sess-1",
+                    "--mcp-config",
+                    "/p/claude-mcp.json",
+                    "--strict-mcp-config",
+                    "--allowedTools",
+                    "Read",
+                    "Bash(git log:*)",
+                    "mcp__aicli__ask_user",
+                    "mcp__aicli__log",
+                    "--disallowedTools",
+                    "WebFetch",
+                    "WebSearch",
+                    "--fallback-model",
+                    "sonnet",
+                    "--add-dir",
+                    "/x",
+                ]),
+                env: BTreeMap::from([
+                    ("A".into(), "override".into()),
+                    ("B".into(), "2".into()),
+                    (
+                        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(),
+                        "1".into()
+                    ),
+                ]),
+                env_remove: vec![],
+                stdin: None,
+                cwd: "/w/sub".into(),
+                files: vec![FileSpec {
+                    path: "/p/claude-mcp.json".into(),
+                    contents: MCP_JSON.into(),
+                    mode: 0o600,
+                }],
+            }
+        );
+    }
+
+    fn argv_for(task: &TaskSpec, is_root: bool, remaining: Option<f64>) -> CommandSpec {
+        let binary = BinaryLocation::Path("/usr/bin/claude".into());
+        let ctx = LaunchContext {
+            task,
+            binary: &binary,
+            workdir: Path::new("/w"),
+            private_dir: Path::new("/p"),
+            mcp: None,
+            budget_remaining_usd: remaining,
+            is_root,
+        };
+        provider().headless_argv(&ctx).unwrap()
+    }
+
+    #[test]
+    fn minimal_argv_uses_the_config_defaults() {
+        let c = argv_for(&TaskSpec::new("Say hello"), false, None);
+        assert_eq!(
+            c.args,
+            strings(&[
+                "-p",
+                "Say hello",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--permission-mode",
+                "acceptEdits"
+            ])
+        );
+        assert_eq!(c.cwd, PathBuf::from("/w"));
+        assert_eq!(c.stdin, None);
+        assert!(c.files.is_empty());
+    }
+
+    #[test]
+    fn permission_modes_map_to_flags_and_root_bypass_sets_is_sandbox() {
+        let with = |mode| TaskSpec {
+            permission_mode: Some(mode),
+            ..TaskSpec::new("x")
+        };
+        let tail = |c: &CommandSpec| c.args[5..].to_vec();
+        assert_eq!(
+            tail(&argv_for(&with(PermissionMode::Default), true, None)),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            tail(&argv_for(&with(PermissionMode::Plan), false, None)),
+            strings(&["--permission-mode", "plan"])
+        );
+        assert_eq!(
+            tail(&argv_for(&with(PermissionMode::AcceptEdits), true, None)),
+            strings(&["--permission-mode", "acceptEdits"])
+        );
+        let root = argv_for(&with(PermissionMode::Bypass), true, None);
+        assert_eq!(
+            tail(&root),
+            strings(&["--permission-mode", "bypassPermissions"])
+        );
+        assert_eq!(root.env.get("IS_SANDBOX").map(String::as_str), Some("1"));
+        let user = argv_for(&with(PermissionMode::Bypass), false, None);
+        assert_eq!(user.env.get("IS_SANDBOX"), None);
+        let plan_root = argv_for(&with(PermissionMode::Plan), true, None);
+        assert_eq!(plan_root.env.get("IS_SANDBOX"), None);
+    }
+
+    #[test]
+    fn budget_is_the_smaller_of_the_task_and_what_remains() {
+        let budget = |task_budget: Option<f64>, remaining: Option<f64>| {
+            let t = TaskSpec {
+                max_budget_usd: task_budget,
+                permission_mode: Some(PermissionMode::Default),
+                ..TaskSpec::new("x")
+            };
+            let c = argv_for(&t, false, remaining);
+            c.args
+                .iter()
+                .position(|a| a == "--max-budget-usd")
+                .map(|i| c.args[i + 1].clone())
+        };
+        assert_eq!(budget(Some(2.0), Some(0.25)), Some("0.25".into()));
+        assert_eq!(budget(Some(0.1), Some(5.0)), Some("0.1".into()));
+        assert_eq!(budget(Some(1.5), None), Some("1.5".into()));
+        assert_eq!(budget(None, Some(3.0)), Some("3".into()));
+        assert_eq!(budget(None, Some(-1.0)), Some("0".into()));
+        assert_eq!(budget(None, None), None);
+        // The config's limit stands in for the task's.
+        let mut cfg = config();
+        cfg.max_budget_usd = Some(0.75);
+        cfg.max_turns = Some(9);
+        let p = ClaudeProvider::new("claude", cfg);
+        let t = TaskSpec::new("x");
+        let binary = BinaryLocation::Path("/c".into());
+        let ctx = LaunchContext {
+            task: &t,
+            binary: &binary,
+            workdir: Path::new("/w"),
+            private_dir: Path::new("/p"),
+            mcp: None,
+            budget_remaining_usd: Some(1.0),
+            is_root: false,
+        };
+        let c = p.headless_argv(&ctx).unwrap();
+        assert_eq!(
+            c.args[5..9],
+            strings(&["--max-turns", "9", "--max-budget-usd", "0.75"])
+        );
+    }
+
+    #[test]
+    fn a_prompt_starting_with_a_dash_goes_after_double_dash() {
+        let t = TaskSpec {
+            permission_mode: Some(PermissionMode::Default),
+            allowed_tools: strings(&["Bash"]),
+            ..TaskSpec::new("- fix the list")
+        };
+        let c = argv_for(&t, false, None);
+        assert_eq!(
+            c.args,
+            strings(&[
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--allowedTools",
+                "Bash",
+                "--",
+                "- fix the list"
+            ])
+        );
+    }
+
+    #[test]
+    fn an_empty_prompt_is_refused() {
+        let t = TaskSpec {
+            resume_session_id: Some("s".into()),
+            ..TaskSpec::new("  ")
+        };
+        let binary = BinaryLocation::Path("/c".into());
+        let ctx = LaunchContext {
+            task: &t,
+            binary: &binary,
+            workdir: Path::new("/w"),
+            private_dir: Path::new("/p"),
+            mcp: None,
+            budget_remaining_usd: None,
+            is_root: false,
+        };
+        let err = provider().headless_argv(&ctx).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "invalid task for provider claude: claude -p needs a non-empty prompt (also when resuming a session)"
+            )
+        );
+    }
+
+    #[test]
+    fn mcp_wiring_writes_a_private_config_and_allows_the_tools() {
+        let w = provider().mcp_wiring(&endpoint(), Path::new("/p")).unwrap();
+        assert_eq!(
+            w,
+            McpWiring {
+                args: strings(&[
+                    "--mcp-config",
+                    "/p/claude-mcp.json",
+                    "--strict-mcp-config",
+                    "--allowedTools",
+                    "mcp__aicli__ask_user",
+                    "mcp__aicli__log"
+                ]),
+                env: BTreeMap::new(),
+                files: vec![FileSpec {
+                    path: "/p/claude-mcp.json".into(),
+                    contents: MCP_JSON.into(),
+                    mode: 0o600,
+                }],
+            }
+        );
+        let parsed: Value = serde_json::from_str(&w.files[0].contents).unwrap();
+        assert_eq!(
+            parsed["mcpServers"]["aicli"]["headers"]["Authorization"],
+            json!("Bearer tok-123")
+        );
+        // A server whose tools are not listed is allowed as a whole.
+        let ep = McpEndpoint {
+            tools: vec![],
+            ..endpoint()
+        };
+        let w = provider().mcp_wiring(&ep, Path::new("/p")).unwrap();
+        assert_eq!(w.args[3..], strings(&["--allowedTools", "mcp__aicli"]));
+    }
+
+    #[test]
+    fn ide_lockfile_names_the_port_and_carries_the_token() {
+        let (name, contents) = provider()
+            .ide_lockfile(&endpoint(), 4711, Path::new("/w/repo"), 42)
+            .unwrap();
+        assert_eq!(name, "4711.lock");
+        assert_eq!(
+            serde_json::from_str::<Value>(&contents).unwrap(),
+            json!({
+                "pid": 42,
+                "workspaceFolders": ["/w/repo"],
+                "ideName": "aicli",
+                "transport": "ws",
+                "authToken": "tok-123"
+            })
+        );
+        let p = provider();
+        assert_eq!(p.ide_lock_env_var(), Some("CLAUDE_CODE_SSE_PORT"));
+        assert_eq!(p.ide_lockfile_dir(), Some(".claude/ide"));
+        assert!(crate::provider::Feature::ALL.iter().all(|f| p.supports(*f)));
+    }
+
+    // -- auth status -------------------------------------------------------------------
+
+    /// `claude auth status` with ANTHROPIC_API_KEY=sk-invalid (exit 0; the key is not checked).
+    const AUTHSTATUS_BADKEY: &str = r#"{
+  "loggedIn": true,
+  "authMethod": "api_key",
+  "apiProvider": "firstParty",
+  "analyticsDisabled": false,
+  "projectsDirectory": "/home/tester/claude-as2/.claude/projects",
+  "configDirectory": "/home/tester/claude-as2/.claude",
+  "loginExpiresAt": null,
+  "consoleProfileSignInOffered": true,
+  "apiKeySource": "ANTHROPIC_API_KEY"
+}
+"#;
+
+    /// `claude auth status` with no credentials (exit 1).
+    const AUTHSTATUS_NOKEY: &str = r#"{
+  "loggedIn": false,
+  "authMethod": "none",
+  "apiProvider": "firstParty",
+  "analyticsDisabled": false,
+  "projectsDirectory": "/home/tester/claude-as/.claude/projects",
+  "configDirectory": "/home/tester/claude-as/.claude",
+  "loginExpiresAt": null,
+  "consoleProfileSignInOffered": true
+}
+"#;
+
+    /// `claude auth status --text` with no credentials (exit 1).
+    const AUTHSTATUS_NOKEY_TEXT: &str = "Not logged in. Run claude auth login to authenticate.\n";
+
+    #[test]
+    fn auth_status_probe_outputs() {
+        let p = provider();
+        let logged_out = AuthStatus::LoggedOut {
+            hint: "not logged in: run `claude auth login`, or set ANTHROPIC_API_KEY to a valid API key"
+                .into(),
+        };
+        assert_eq!(
+            p.parse_auth_status(AUTHSTATUS_BADKEY, "", Some(0)),
+            AuthStatus::LoggedIn {
+                method: Some("api_key".into())
+            }
+        );
+        assert_eq!(
+            p.parse_auth_status(AUTHSTATUS_NOKEY, "", Some(1)),
+            logged_out
+        );
+        assert_eq!(
+            p.parse_auth_status(AUTHSTATUS_NOKEY_TEXT, "", Some(1)),
+            logged_out
+        );
+        assert_eq!(
+            p.parse_auth_status("", "", None),
+            AuthStatus::Unknown {
+                detail: "the status probe was killed".into()
+            }
+        );
+        assert_eq!(
+            p.parse_auth_status("Logged in.", "", Some(0)),
+            AuthStatus::LoggedIn { method: None }
+        );
+        assert_eq!(p.auth_status_argv(), Some(strings(&["auth", "status"])));
+    }
+
+    // -- classification tables -----------------------------------------------------------
+
+    #[test]
+    fn structured_fields_win_over_words_and_text() {
+        let facts = |status,
+                     api_type: Option<&str>,
+                     api_error: Option<&str>,
+                     word: Option<&str>,
+                     text: &str| {
+            ApiErrorFacts {
+                status,
+                api_error_type: api_type.map(str::to_owned),
+                api_error: api_error.map(str::to_owned),
+                error_word: word.map(str::to_owned),
+                text: text.to_owned(),
+            }
+            .classify()
+        };
+        assert_eq!(
+            facts(Some(529), None, None, Some("server_error"), ""),
+            ErrorKind::Overloaded
+        );
+        assert_eq!(
+            facts(
+                None,
+                None,
+                Some("connection_failed"),
+                Some("server_error"),
+                ""
+            ),
+            ErrorKind::Network
+        );
+        assert_eq!(
+            facts(None, Some("rate_limit_error"), None, None, ""),
+            ErrorKind::RateLimit
+        );
+        assert_eq!(
+            facts(None, None, None, Some("authentication_failed"), ""),
+            ErrorKind::Auth
+        );
+        assert_eq!(
+            facts(
+                None,
+                None,
+                None,
+                Some("unknown"),
+                "Not logged in · Please run /login"
+            ),
+            ErrorKind::Auth
+        );
+        assert_eq!(
+            facts(None, None, None, Some("unknown"), "something"),
+            ErrorKind::Unknown
+        );
+        assert_eq!(retry_kind(None, Some("unknown")), ErrorKind::Network);
+        assert_eq!(
+            retry_kind(Some(529), Some("overloaded")),
+            ErrorKind::Overloaded
+        );
+        assert_eq!(retry_kind(None, Some("rate_limit")), ErrorKind::RateLimit);
+    }
+
+    #[test]
+    fn budget_and_turn_limits_from_the_result_line() {
+        let p = provider();
+        let budget = r#"{"type":"result","subtype":"error_max_budget_usd","is_error":true,"terminal_reason":"budget_exhausted","errors":["Reached maximum budget ($0.001)"],"total_cost_usd":0.0012,"session_id":"s"}"#;
+        let r = p.event_to_session_result(
+            &p.parse_event(budget),
+            "",
+            Some(1),
+            &ParseContext::default(),
+        );
+        assert_eq!(
+            (r.error_kind, r.error.as_deref(), r.cost_usd),
+            (
+                Some(ErrorKind::Budget),
+                Some("Reached maximum budget ($0.001)"),
+                Some(0.0012)
+            )
+        );
+    }
+}
