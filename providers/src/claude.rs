@@ -12,7 +12,8 @@
 //! config's extra args and the task's. A prompt that starts with `-` would be read as an
 //! option by the CLI's parser, so it goes last, after `--`. As root, bypassing permissions
 //! also needs `IS_SANDBOX=1` (else: exit 1, "--dangerously-skip-permissions cannot be used
-//! with root/sudo privileges").
+//! with root/sudo privileges"). The budget is the smaller of the task's (or config's)
+//! limit and what is left of the batch's; with nothing left the command is refused.
 //!
 //! # The stream
 //!
@@ -40,13 +41,16 @@
 //! - Usage is `result.usage` (per run; Claude's `input_tokens` already excludes cache).
 //!   `request_count` is the number of distinct model responses (`message.id`s of
 //!   non-synthetic assistant messages): failed attempts and the CLI's synthetic error
-//!   messages are not counted. The `usage` on `assistant` lines is a `message_start`
-//!   snapshot and is never used.
+//!   messages are not counted (`--output-format json` prints no assistant lines: 0 there).
+//!   The `usage` on `assistant` lines is a `message_start` snapshot and is never used.
 //! - Cost per run: the sum of `model_usage_since_last_result[*].costUSD`; else
 //!   `total_cost_usd` minus the prior session total when the run resumed one (after
 //!   `--resume`, `total_cost_usd` and `modelUsage` are cumulative for the session); else
 //!   `total_cost_usd`. Without a result line the cost is estimated from the price table
-//!   when the usage can be rebuilt from partial-message events, else unknown.
+//!   when the usage can be rebuilt from partial-message events (`message_start` input
+//!   side + `message_delta` output count), else unknown, never 0.
+//! - `session_totals` are the session-cumulative `modelUsage` sums and `total_cost_usd`
+//!   (request count: the prior's plus this run's), for the next resume to subtract.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -179,6 +183,14 @@ impl AiCliProvider for ClaudeProvider {
             task.max_budget_usd.or(self.config.max_budget_usd),
             ctx.budget_remaining_usd,
         ) {
+            if usd <= 0.0 {
+                // The CLI checks its budget after a model call, and may read 0 as "no
+                // limit": a run with nothing left to spend must not start.
+                return Err(ProviderError::InvalidTask {
+                    provider: self.name.clone(),
+                    message: "no budget left for this run (--max-budget-usd would be 0)".to_owned(),
+                });
+            }
             c.args(["--max-budget-usd".to_owned(), usd.to_string()]);
         }
         if let Some(s) = &task.append_system_prompt {
@@ -3248,8 +3260,35 @@ mod tests {
         assert_eq!(budget(Some(0.1), Some(5.0)), Some("0.1".into()));
         assert_eq!(budget(Some(1.5), None), Some("1.5".into()));
         assert_eq!(budget(None, Some(3.0)), Some("3".into()));
-        assert_eq!(budget(None, Some(-1.0)), Some("0".into()));
         assert_eq!(budget(None, None), None);
+        // Nothing left: the run is refused rather than started without a limit.
+        for (task_budget, remaining) in [
+            (None, Some(-1.0)),
+            (Some(1.0), Some(0.0)),
+            (Some(0.0), None),
+        ] {
+            let t = TaskSpec {
+                max_budget_usd: task_budget,
+                ..TaskSpec::new("x")
+            };
+            let binary = BinaryLocation::Path("/c".into());
+            let ctx = LaunchContext {
+                task: &t,
+                binary: &binary,
+                workdir: Path::new("/w"),
+                private_dir: Path::new("/p"),
+                mcp: None,
+                budget_remaining_usd: remaining,
+                is_root: false,
+            };
+            let err = provider().headless_argv(&ctx).err().map(|e| e.to_string());
+            assert_eq!(
+                err.as_deref(),
+                Some(
+                    "invalid task for provider claude: no budget left for this run (--max-budget-usd would be 0)"
+                )
+            );
+        }
         // The config's limit stands in for the task's.
         let mut cfg = config();
         cfg.max_budget_usd = Some(0.75);
