@@ -308,37 +308,15 @@ impl AiCliProvider for CodexProvider {
         _exit_code: Option<i32>,
         events: &[AgentEvent],
     ) -> Option<String> {
-        let has_final = events
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::Final { .. }));
-        for ev in events.iter().rev() {
-            match &ev.kind {
-                EventKind::Final {
-                    success: false,
-                    error_kind: Some(ErrorKind::Auth),
-                    error,
-                    ..
-                } => return Some(error.clone().unwrap_or_else(|| "unauthorized".to_owned())),
-                EventKind::Final { .. } => break,
-                // Without a final event, the last failure decides (a run cut off while
-                // retrying a 401).
-                EventKind::Error {
-                    error_kind,
-                    message,
-                    ..
-                }
-                | EventKind::Retry {
-                    error_kind,
-                    message,
-                    ..
-                } if !has_final => {
-                    if *error_kind == ErrorKind::Auth {
-                        return Some(message.clone());
-                    }
-                    break;
-                }
-                _ => {}
-            }
+        match turn_outcome(events) {
+            Some(TurnOutcome::Failed(ErrorKind::Auth, message)) => return Some(message),
+            // The structured outcome decides.
+            Some(TurnOutcome::Completed | TurnOutcome::Failed(..)) => return None,
+            None => {}
+        }
+        // No final event: the last failure decides (a run cut off while retrying a 401).
+        if let Some((ErrorKind::Auth, message)) = last_failure(events) {
+            return Some(message);
         }
         stderr
             .lines()
@@ -433,6 +411,10 @@ impl CodexProvider {
             );
         }
         let auth = self.detect_auth_error(stderr, exit_code, events);
+        // Only a failure the stream ended on says why it ended: retries the CLI recovered
+        // from earlier do not.
+        let mut b = b.clone();
+        b.last_error = trailing_failure(events);
         if auth.is_none()
             && b.fatal_error.is_none()
             && b.protocol_errors == 0
@@ -455,7 +437,7 @@ impl CodexProvider {
                 ),
             );
         }
-        common::classify_without_final("Codex", b, stderr, exit_code, auth)
+        common::classify_without_final("Codex", &b, stderr, exit_code, auth)
     }
 }
 
@@ -537,20 +519,58 @@ fn turn_outcome(events: &[AgentEvent]) -> Option<TurnOutcome> {
 }
 
 fn last_agent_message(events: &[AgentEvent]) -> Option<String> {
-    events.iter().rev().find_map(|ev| match &ev.kind {
-        EventKind::AssistantText { text, .. } => Some(text.clone()),
-        _ => None,
+    events.iter().rev().find_map(|ev| {
+        let EventKind::AssistantText { text, .. } = &ev.kind else {
+            return None;
+        };
+        Some(text.clone())
     })
+}
+
+/// The kind and words of the last `Error` or `Retry` event.
+fn last_failure(events: &[AgentEvent]) -> Option<(ErrorKind, String)> {
+    events.iter().rev().find_map(|ev| {
+        if let EventKind::Error {
+            error_kind,
+            message,
+            ..
+        }
+        | EventKind::Retry {
+            error_kind,
+            message,
+            ..
+        } = &ev.kind
+        {
+            Some((*error_kind, message.clone()))
+        } else {
+            None
+        }
+    })
+}
+
+/// The kind and words of the last event when it is an `Error` or `Retry` (lines Codex
+/// prints that carry no event of their own, like `turn.started`, are skipped).
+fn trailing_failure(events: &[AgentEvent]) -> Option<(ErrorKind, String)> {
+    let last = events.iter().rev().find(|ev| {
+        !matches!(
+            ev.kind,
+            EventKind::Unknown { .. } | EventKind::Log { .. } | EventKind::Question { .. }
+        )
+    })?;
+    last_failure(std::slice::from_ref(last))
 }
 
 /// The thread's cumulative usage from the last `turn.completed`.
 fn last_cumulative_usage(events: &[AgentEvent]) -> Option<CanonicalUsage> {
-    events.iter().rev().find_map(|ev| match &ev.kind {
-        EventKind::Usage {
+    events.iter().rev().find_map(|ev| {
+        let EventKind::Usage {
             usage,
             cumulative: true,
-        } => Some(*usage),
-        _ => None,
+        } = &ev.kind
+        else {
+            return None;
+        };
+        Some(*usage)
     })
 }
 
@@ -566,9 +586,12 @@ fn per_run(cumulative: CanonicalUsage, ctx: &ParseContext) -> CanonicalUsage {
 fn tool_call_count(events: &[AgentEvent]) -> u32 {
     let ids: BTreeSet<&str> = events
         .iter()
-        .filter_map(|ev| match &ev.kind {
-            EventKind::ToolCall { id, .. } | EventKind::ToolResult { id, .. } => Some(id.as_str()),
-            _ => None,
+        .filter_map(|ev| {
+            let (EventKind::ToolCall { id, .. } | EventKind::ToolResult { id, .. }) = &ev.kind
+            else {
+                return None;
+            };
+            Some(id.as_str())
         })
         .collect();
     u32::try_from(ids.len()).unwrap_or(u32::MAX)
@@ -582,14 +605,16 @@ fn provider_data(events: &[AgentEvent]) -> Value {
     let mut items: BTreeMap<String, u32> = BTreeMap::new();
     let mut last_raw: Option<&Arc<str>> = None;
     for ev in events {
-        match &ev.kind {
-            EventKind::Error {
-                fatal: false,
-                message,
-                ..
-            } => warnings.push(Value::String(message.clone())),
-            EventKind::Retry { .. } => retries += 1,
-            _ => {}
+        if let EventKind::Error {
+            fatal: false,
+            message,
+            ..
+        } = &ev.kind
+        {
+            warnings.push(Value::String(message.clone()));
+        }
+        if matches!(ev.kind, EventKind::Retry { .. }) {
+            retries += 1;
         }
         // One line may give several events: count each line once.
         if ev.raw.is_empty()
@@ -2565,6 +2590,37 @@ mod tests {
                 "Hi.",
                 Some(ErrorKind::Crashed),
                 Some("the CLI ended without a final event (exit code 101); stderr: thread 'main' panicked".into())
+            )
+        );
+    }
+
+    #[test]
+    fn retries_the_cli_recovered_from_do_not_explain_a_later_crash() {
+        let stream = [
+            r#"{"type":"thread.started","thread_id":"t-1"}"#,
+            r#"{"type":"turn.started"}"#,
+            r#"{"type":"error","message":"Reconnecting... 1/5 (stream disconnected before completion: error decoding response body)"}"#,
+            r#"{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"Working."}}"#,
+        ]
+        .join("\n");
+        let r = replay_str(&stream, "", None);
+        assert_eq!(
+            (r.error_kind, r.error),
+            (
+                Some(ErrorKind::Crashed),
+                Some("the CLI ended without a final event (killed by a signal)".into())
+            )
+        );
+        let cut = format!(
+            "{stream}\n{}",
+            r#"{"type":"error","message":"Reconnecting... 2/5 (stream disconnected before completion: error decoding response body)"}"#
+        );
+        let r = replay_str(&cut, "", None);
+        assert_eq!(
+            (r.error_kind, r.error),
+            (
+                Some(ErrorKind::Network),
+                Some("Reconnecting... 2/5 (stream disconnected before completion: error decoding response body) (codex was still retrying after 2 retry notices when the run ended without a final event, killed by a signal)".into())
             )
         );
     }
