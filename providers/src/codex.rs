@@ -8,7 +8,7 @@
 //! # The command
 //!
 //! ```text
-//! codex exec [-C <workdir>] [--sandbox <mode>] [resume] --json --skip-git-repo-check
+//! codex exec -C <workdir> [--sandbox <mode>] [resume] --json --skip-git-repo-check
 //!     [-m <model>] [--dangerously-bypass-approvals-and-sandbox]
 //!     [-c developer_instructions="..."] [-c mcp_servers.<name>={...}]
 //!     <config extra_args> <task extra_args> -- [<thread_id>] <prompt>
@@ -63,8 +63,9 @@
 //!
 //! # The result
 //!
-//! - Response: the text of the last `agent_message`.
-//! - Success: a `turn.completed` and no `turn.failed`.
+//! - Response: the text of the last `agent_message` (kept on failure too).
+//! - Success: a `turn.completed` and no `turn.failed`; a completed turn in which the
+//!   agent asked a question through aicli's MCP server is `blocked` instead.
 //! - Usage: `turn.completed.usage` is cumulative over the thread (120 -> 240 -> 360 input
 //!   tokens over three one-request runs of one thread), so the per-run usage is the
 //!   figure minus `ParseContext::prior`; the cumulative figure goes to `session_totals`.
