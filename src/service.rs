@@ -555,6 +555,10 @@ impl Shared {
             finished_at: None,
             events_start: self.record.events_len(&task.id),
             events_end: None,
+            stderr_start: self.record.stderr_len(&task.id),
+            stderr_end: None,
+            model: provider.model_for(&task),
+            prior,
             resumed_session: task.resume_session_id.clone(),
             result: None,
         });
@@ -734,9 +738,11 @@ impl PoolOwner for Owner {
             }
         }
         let end = s.record.events_len(&result.task_id);
+        let stderr_end = s.record.stderr_len(&result.task_id);
         if let Some(a) = planned.rec.attempts.last_mut() {
             a.finished_at = Some(now_rfc3339());
             a.events_end = Some(end);
+            a.stderr_end = Some(stderr_end);
             a.result = Some(result.clone());
         }
         planned.rec.state = if will_retry {
@@ -835,6 +841,10 @@ impl PoolOwner for Owner {
             finished_at: Some(now),
             events_start: offset,
             events_end: Some(offset),
+            stderr_start: 0,
+            stderr_end: Some(0),
+            model: None,
+            prior: None,
             resumed_session: None,
             result: Some(r.clone()),
         });

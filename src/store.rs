@@ -91,6 +91,18 @@ pub struct AttemptRecord {
     /// Byte offset where it ends, if it ended.
     #[serde(default)]
     pub events_end: Option<u64>,
+    /// Byte offset in `stderr.log` where its stderr starts.
+    #[serde(default)]
+    pub stderr_start: u64,
+    /// Byte offset where it ends, if it ended.
+    #[serde(default)]
+    pub stderr_end: Option<u64>,
+    /// The model the run asked for (for re-parsing).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The session totals of the run it resumed (for re-parsing per-run figures).
+    #[serde(default)]
+    pub prior: Option<aicli_providers::SessionTotals>,
     /// The session it resumed, if any.
     #[serde(default)]
     pub resumed_session: Option<String>,
@@ -264,6 +276,27 @@ pub struct BatchSummary {
     pub cost_usd: f64,
 }
 
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Reads `[start, end)` of a file (to its end when `end` is `None`).
+pub fn read_range(path: &Path, start: u64, end: Option<u64>) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::new();
+    match end {
+        Some(e) => {
+            f.take(e.saturating_sub(start)).read_to_end(&mut buf)?;
+        }
+        None => {
+            f.read_to_end(&mut buf)?;
+        }
+    }
+    Ok(buf)
+}
+
 impl RunStore {
     /// The store at `root` (created on first write).
     pub fn new(root: impl Into<PathBuf>) -> RunStore {
@@ -385,9 +418,12 @@ impl BatchRecord {
 
     /// The size of a task's `events.ndjson` (where the next attempt's stdout starts).
     pub fn events_len(&self, task_id: &str) -> u64 {
-        std::fs::metadata(self.task_dir(task_id).join("events.ndjson"))
-            .map(|m| m.len())
-            .unwrap_or(0)
+        file_len(&self.task_dir(task_id).join("events.ndjson"))
+    }
+
+    /// The size of a task's `stderr.log`.
+    pub fn stderr_len(&self, task_id: &str) -> u64 {
+        file_len(&self.task_dir(task_id).join("stderr.log"))
     }
 
     /// Every task record, in spec order.

@@ -106,8 +106,11 @@ impl TaskSpec {
                 self.id
             ));
         }
-        if self.id.starts_with('.') {
-            return Err(format!("id: '{}' must not start with '.'", self.id));
+        if self.id.starts_with('.') || self.id.contains("..") || self.id.ends_with(".lock") {
+            return Err(format!(
+                "id: '{}' must not start with '.', contain '..' or end with '.lock' (it names a git branch)",
+                self.id
+            ));
         }
         if let Some(b) = self.max_budget_usd
             && !(b.is_finite() && b >= 0.0)

@@ -349,7 +349,8 @@ async fn cancelling_a_batch_stops_running_and_queued_tasks() {
         task(
             "running",
             &[
-                "--hang",
+                "--hang-after",
+                "1",
                 "--spawn-grandchildren",
                 "2",
                 "--ignore-sigterm",
@@ -586,25 +587,27 @@ async fn the_batch_budget_stops_new_tasks_and_cancels_running_ones() {
     );
     let (tx, events) = collect_events();
     // Each run reports $0.0003692. Budget $0.0005: the 2nd finished run passes it.
+    // Two at a time: "a" and "slow" start; when "a" ends, "b" takes its slot; when
+    // "b" ends the budget is passed: "slow" is cancelled and "never" never starts.
     let tasks = vec![
         task("a", &[]),
-        task("b", &["--start-delay-ms", "200"]),
         task("slow", &["--start-delay-ms", "30000"]),
+        task("b", &["--start-delay-ms", "300"]),
         task("never", &[]),
     ];
     let mut o = opts(repo.path(), "fake");
-    o.max_parallel = Some(3);
+    o.max_parallel = Some(2);
     o.budget_usd = Some(0.0005);
     let r = engine
         .run_batch(tasks, o, tx, CancellationToken::new())
         .await
         .unwrap();
-    assert!(r.tasks[0].success && r.tasks[1].success);
+    assert!(r.tasks[0].success && r.tasks[2].success, "{:#?}", &r.tasks);
     assert_eq!(
-        r.tasks[2].error_kind,
+        r.tasks[1].error_kind,
         Some(ErrorKind::Cancelled),
         "{:?}",
-        r.tasks[2]
+        r.tasks[1]
     );
     assert_eq!(
         r.tasks[3].error_kind,

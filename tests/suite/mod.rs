@@ -1,4 +1,5 @@
 mod engine;
 mod mcp;
 mod process;
+mod schemas;
 mod support;

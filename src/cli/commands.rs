@@ -1,0 +1,713 @@
+//! The subcommands.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use aicli::providers::replay;
+use aicli::providers::{
+    AuthStatus, CommandSpec, Feature, ParseContext, SessionResult, SessionStatus, TaskSpec,
+};
+use aicli::store::{RunStore, read_range};
+use aicli::tasks_file::TasksFile;
+use aicli::worktree::{Cleanup, Repo};
+use aicli::{BatchEvent, BatchOptions, Engine};
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::exit::{BLOCKED, Failure, kind_code};
+use super::{Cli, Command, RepoArgs, load_config, output, registry};
+
+/// `aicli run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The prompt.
+    pub prompt: String,
+    /// The provider (default: the config's default_provider).
+    #[arg(long, short)]
+    pub provider: Option<String>,
+    /// The model.
+    #[arg(long, short)]
+    pub model: Option<String>,
+    /// Wall-clock limit, seconds.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Idle limit (no output), seconds.
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
+    /// Turn limit.
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Dollar limit.
+    #[arg(long, value_name = "USD")]
+    pub budget: Option<f64>,
+    /// Run in the repository itself instead of a new worktree.
+    #[arg(long)]
+    pub no_worktree: bool,
+    /// Print normalized events as NDJSON (and the result as the last line).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub repo: RepoArgs,
+}
+
+/// `aicli batch`.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// The tasks file (a JSON array of tasks, or {"tasks": [...], ...}).
+    pub tasks: PathBuf,
+    /// Sessions at once.
+    #[arg(long)]
+    pub max_parallel: Option<usize>,
+    /// Batch budget, USD.
+    #[arg(long, value_name = "USD")]
+    pub budget: Option<f64>,
+    /// The provider for tasks that name none.
+    #[arg(long, short)]
+    pub provider: Option<String>,
+    /// Wall-clock limit per task, seconds.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Idle limit per task, seconds.
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
+    /// Print the batch result as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub repo: RepoArgs,
+}
+
+/// `aicli parse`.
+#[derive(Debug, Args)]
+pub struct ParseArgs {
+    /// The transcript (NDJSON as the CLI printed it), or a run record's task directory.
+    pub file: PathBuf,
+    /// The provider whose format it is (read from the record when FILE is one).
+    #[arg(long, short)]
+    pub provider: Option<String>,
+    /// The CLI's stderr.
+    #[arg(long, value_name = "FILE")]
+    pub stderr: Option<PathBuf>,
+    /// The CLI's exit code.
+    #[arg(long)]
+    pub exit_code: Option<i32>,
+    /// The model the run asked for (for cost estimates).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Print the normalized events as NDJSON instead of the result.
+    #[arg(long)]
+    pub events: bool,
+    /// With a run record: which attempt (default: the last).
+    #[arg(long)]
+    pub attempt: Option<u32>,
+}
+
+/// `aicli runs ...`.
+#[derive(Debug, Subcommand)]
+pub enum RunsAction {
+    /// Show one batch: its tasks, results, questions and answers.
+    Show {
+        /// The batch id.
+        id: String,
+    },
+}
+
+/// `aicli worktrees ...`.
+#[derive(Debug, Subcommand)]
+pub enum WorktreesAction {
+    /// Remove every aicli worktree (and branch) that holds no work.
+    Prune,
+}
+
+pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config_path = cli.config.clone();
+    match cli.command {
+        Command::Run(a) => run(config_path.as_deref(), a).await,
+        Command::Batch(a) => batch(config_path.as_deref(), a).await,
+        Command::Providers { json } => providers(config_path.as_deref(), json, true).await,
+        Command::Status { json } => providers(config_path.as_deref(), json, false).await,
+        Command::Login { provider } => login(config_path.as_deref(), &provider).await,
+        Command::Parse(a) => parse(config_path.as_deref(), a),
+        Command::Runs { repo, json, action } => runs(config_path.as_deref(), repo, json, action),
+        Command::Worktrees { repo, json, action } => worktrees(repo, json, action).await,
+        Command::Schema { out } => schema(&out),
+    }
+}
+
+fn repo_dir(r: &RepoArgs) -> anyhow::Result<PathBuf> {
+    match &r.repo {
+        Some(p) => Ok(p.clone()),
+        None => std::env::current_dir().context("cannot read the current directory"),
+    }
+}
+
+fn ctrl_c_cancels(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\naicli: cancelling (records are kept)…");
+            cancel.cancel();
+        }
+    });
+}
+
+fn engine(config_path: Option<&Path>) -> anyhow::Result<Engine> {
+    let config = load_config(config_path)?;
+    let reg = registry(&config)?;
+    Ok(Engine::new(config, reg))
+}
+
+fn finish(result: &SessionResult) -> ExitCode {
+    match result.status {
+        SessionStatus::Succeeded => ExitCode::SUCCESS,
+        SessionStatus::Blocked => ExitCode::from(BLOCKED),
+        SessionStatus::Failed | SessionStatus::Interrupted => {
+            ExitCode::from(result.error_kind.map(kind_code).unwrap_or(1))
+        }
+    }
+}
+
+async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(config_path)?;
+    let repo = repo_dir(&a.repo)?;
+    let task = TaskSpec {
+        id: "run".to_owned(),
+        prompt: a.prompt.clone(),
+        model: a.model.clone(),
+        max_turns: a.max_turns,
+        max_budget_usd: a.budget,
+        ..TaskSpec::default()
+    };
+    let mut opts = BatchOptions::new(repo);
+    opts.provider = a.provider.clone();
+    opts.timeout = a.timeout.map(Duration::from_secs);
+    opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
+    opts.runs_dir = a.repo.runs_dir.clone();
+    opts.worktrees = !a.no_worktree;
+    let (tx, mut rx) = broadcast::channel::<BatchEvent>(4096);
+    let cancel = CancellationToken::new();
+    ctrl_c_cancels(cancel.clone());
+    let json = a.json;
+    let printer = tokio::spawn(async move {
+        let mut stdout = std::io::stdout();
+        let mut last_delta = false;
+        loop {
+            let ev = match rx.recv().await {
+                Ok(e) => e,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    eprintln!("aicli: {n} events were not shown (display too slow)");
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            };
+            let BatchEvent::Agent { event, .. } = ev else {
+                continue;
+            };
+            if json {
+                if let Ok(line) = serde_json::to_string(&event) {
+                    let _ = writeln!(stdout, "{line}");
+                }
+                continue;
+            }
+            let is_delta = matches!(
+                &event.kind,
+                aicli::providers::EventKind::AssistantText { delta: true, .. }
+            );
+            if let Some(line) = output::event_line(&event) {
+                if is_delta {
+                    let _ = write!(stdout, "{line}");
+                } else {
+                    if last_delta {
+                        let _ = writeln!(stdout);
+                    }
+                    let _ = writeln!(stdout, "{line}");
+                }
+                last_delta = is_delta;
+                let _ = stdout.flush();
+            }
+        }
+        if last_delta {
+            let _ = writeln!(stdout);
+        }
+    });
+    let result = engine.run_batch(vec![task], opts, tx, cancel).await;
+    let _ = printer.await;
+    let batch = result?;
+    let Some(r) = batch.tasks.first() else {
+        bail!("the run produced no result");
+    };
+    if a.json {
+        let mut v = serde_json::to_value(r)?;
+        if let Some(m) = v.as_object_mut() {
+            m.insert("type".into(), json!("session_result"));
+        }
+        println!("{v}");
+    } else {
+        println!("{}", output::summary(r));
+    }
+    Ok(finish(r))
+}
+
+async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::Result<ExitCode> {
+    let engine = engine(config_path)?;
+    let file = TasksFile::load(&a.tasks).map_err(|m| Failure {
+        kind: None,
+        message: m,
+    })?;
+    let repo = match (&a.repo.repo, &file.repo) {
+        (Some(r), _) => r.clone(),
+        (None, Some(r)) => a
+            .tasks
+            .parent()
+            .map(|p| p.join(r))
+            .unwrap_or_else(|| r.clone()),
+        (None, None) => std::env::current_dir()?,
+    };
+    let mut opts = BatchOptions::new(repo);
+    opts.provider = a.provider.clone().or(file.provider.clone());
+    opts.max_parallel = a.max_parallel.or(file.max_parallel);
+    opts.budget_usd = a.budget.or(file.budget_usd);
+    opts.timeout = a.timeout.map(Duration::from_secs);
+    opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
+    opts.runs_dir = a.repo.runs_dir.clone();
+    let n = file.tasks.len();
+    let (tx, rx) = broadcast::channel::<BatchEvent>(65536);
+    let cancel = CancellationToken::new();
+    ctrl_c_cancels(cancel.clone());
+    let display = tokio::spawn(super::progress::run(rx, n));
+    let result = engine.run_batch(file.tasks, opts, tx, cancel).await;
+    let _ = display.await;
+    let b = result?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&b)?);
+    } else {
+        println!("{}", output::batch_table(&b));
+    }
+    Ok(if b.n_failed > 0 {
+        ExitCode::from(1)
+    } else if b.n_blocked > 0 {
+        ExitCode::from(BLOCKED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn providers(
+    config_path: Option<&Path>,
+    json_out: bool,
+    details: bool,
+) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let reg = registry(&config)?;
+    let mut rows = Vec::new();
+    for p in reg.providers() {
+        let bin = p.binary_path(None);
+        let mut row = json!({
+            "name": p.name(),
+            "package": p.package_name(),
+            "binary": bin.as_ref().map(|b| b.describe()).ok(),
+            "installed": bin.is_ok(),
+        });
+        if let Err(e) = &bin {
+            row["problem"] = json!(e.to_string());
+        }
+        if let Ok(b) = &bin {
+            let cwd = std::env::temp_dir();
+            if details {
+                let mut c = CommandSpec::new(b, &cwd);
+                c.args(p.config().version_argv.iter().cloned());
+                let out = aicli::process::run_capture(&c, Duration::from_secs(20)).await;
+                row["version"] = json!(out.ok().and_then(|o| p.parse_version(&o.stdout)));
+                row["pinned_version"] = json!(p.config().version);
+            }
+            let status = match p.auth_status_argv() {
+                Some(argv) => {
+                    let mut c = CommandSpec::new(b, &cwd);
+                    c.args(argv);
+                    match aicli::process::run_capture(&c, Duration::from_secs(20)).await {
+                        Ok(o) if o.timed_out => AuthStatus::Unknown {
+                            detail: "the status probe timed out".into(),
+                        },
+                        Ok(o) => p.parse_auth_status(&o.stdout, &o.stderr, o.exit_code),
+                        Err(e) => AuthStatus::Unknown {
+                            detail: e.to_string(),
+                        },
+                    }
+                }
+                None => {
+                    let env: std::collections::BTreeMap<String, String> =
+                        std::env::vars().collect();
+                    let home = PathBuf::from(env.get("HOME").cloned().unwrap_or_default());
+                    match p.auth_precheck(&env, &home).await {
+                        Some(msg) => AuthStatus::LoggedOut { hint: msg },
+                        None => AuthStatus::Unknown {
+                            detail: "the CLI has no status command; credentials seem present"
+                                .into(),
+                        },
+                    }
+                }
+            };
+            row["auth"] = serde_json::to_value(&status)?;
+        }
+        if details {
+            let features: Vec<&str> = Feature::ALL
+                .into_iter()
+                .filter(|f| p.supports(*f))
+                .map(Feature::as_str)
+                .collect();
+            row["features"] = json!(features);
+            row["default"] = json!(reg.default_provider() == Some(p.name()));
+        }
+        rows.push(row);
+    }
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for r in &rows {
+        let name = r["name"].as_str().unwrap_or_default();
+        let auth = match r["auth"]["state"].as_str() {
+            Some("logged_in") => "logged in".to_owned(),
+            Some("logged_out") => format!(
+                "NOT logged in ({})",
+                r["auth"]["hint"].as_str().unwrap_or_default()
+            ),
+            Some(_) => format!(
+                "auth unknown ({})",
+                r["auth"]["detail"].as_str().unwrap_or_default()
+            ),
+            None => "-".to_owned(),
+        };
+        if r["installed"].as_bool() == Some(true) {
+            println!("{name}: {}", r["binary"].as_str().unwrap_or_default());
+            if details {
+                println!(
+                    "  version {} (pinned {})",
+                    r["version"].as_str().unwrap_or("?"),
+                    r["pinned_version"].as_str().unwrap_or("-")
+                );
+            }
+            println!("  {auth}");
+        } else {
+            println!(
+                "{name}: {}",
+                r["problem"].as_str().unwrap_or("not installed")
+            );
+        }
+        if details {
+            let f: Vec<&str> = r["features"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
+                .unwrap_or_default();
+            println!("  features: {}", f.join(", "));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn login(config_path: Option<&Path>, provider: &str) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let reg = registry(&config)?;
+    let p = reg.get(provider)?;
+    let argv = p.login_argv();
+    if argv.is_empty() {
+        bail!(
+            "{provider} has no login command; set its API key in the environment (see `aicli status`)"
+        );
+    }
+    let bin = p.binary_path(None)?;
+    let (program, mut args) = bin.command_prefix();
+    args.extend(argv);
+    // Interactive: the CLI gets our terminal.
+    let status = tokio::process::Command::new(program)
+        .args(&args)
+        .kill_on_drop(true)
+        .status()
+        .await?;
+    Ok(ExitCode::from(
+        status.code().unwrap_or(1).clamp(0, 255) as u8
+    ))
+}
+
+fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let reg = registry(&config)?;
+    // A run record's task directory (or its events.ndjson) carries its own context.
+    let task_dir = if a.file.is_dir() {
+        Some(a.file.clone())
+    } else if a.file.file_name().is_some_and(|n| n == "events.ndjson")
+        && a.file.with_file_name("task.json").is_file()
+    {
+        a.file.parent().map(Path::to_path_buf)
+    } else {
+        None
+    };
+    let (provider_name, stdout, stderr, exit_code, ctx) = if let Some(dir) = task_dir {
+        let rec: aicli::store::TaskRecord =
+            aicli::util::read_json(&dir.join("task.json")).map_err(anyhow::Error::msg)?;
+        let attempt = match a.attempt {
+            Some(n) => rec
+                .attempts
+                .iter()
+                .find(|x| x.attempt == n)
+                .with_context(|| format!("{} has no attempt {n}", dir.display()))?,
+            None => rec
+                .attempts
+                .last()
+                .with_context(|| format!("{} has no attempts", dir.display()))?,
+        };
+        let stdout = read_range(
+            &dir.join("events.ndjson"),
+            attempt.events_start,
+            attempt.events_end,
+        )?;
+        let stderr = read_range(
+            &dir.join("stderr.log"),
+            attempt.stderr_start,
+            attempt.stderr_end,
+        )
+        .unwrap_or_default();
+        let exit = a
+            .exit_code
+            .or(attempt.result.as_ref().and_then(|r| r.exit_code));
+        let ctx = ParseContext {
+            model: a.model.clone().or(attempt.model.clone()),
+            prior: attempt.prior,
+        };
+        (
+            a.provider.clone().unwrap_or(rec.provider.clone()),
+            stdout,
+            String::from_utf8_lossy(&stderr).into_owned(),
+            exit,
+            ctx,
+        )
+    } else {
+        let Some(p) = a.provider.clone() else {
+            bail!(
+                "--provider is required to parse {} (known: {})",
+                a.file.display(),
+                reg.names().join(", ")
+            );
+        };
+        let stdout =
+            std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+        let stderr = match &a.stderr {
+            Some(f) => std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read {}", f.display()))?,
+            None => String::new(),
+        };
+        (
+            p,
+            stdout,
+            stderr,
+            a.exit_code,
+            ParseContext {
+                model: a.model.clone(),
+                prior: None,
+            },
+        )
+    };
+    let provider = reg.get(&provider_name)?;
+    let ctx = ParseContext {
+        model: ctx
+            .model
+            .or_else(|| provider.config().default_model.clone()),
+        ..ctx
+    };
+    let (events, result) = replay::replay(provider.as_ref(), &stdout, &stderr, exit_code, &ctx);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if a.events {
+        for e in &events {
+            serde_json::to_writer(&mut out, e)?;
+            out.write_all(b"\n")?;
+        }
+    } else {
+        serde_json::to_writer_pretty(&mut out, &result)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn runs(
+    config_path: Option<&Path>,
+    r: RepoArgs,
+    json_out: bool,
+    action: Option<RunsAction>,
+) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let repo = repo_dir(&r)?;
+    let root = r
+        .runs_dir
+        .clone()
+        .or(config.engine.runs_dir.clone())
+        .unwrap_or_else(|| repo.join(".aicli/runs"));
+    let store = RunStore::new(&root);
+    match action {
+        None => {
+            let rows: Vec<_> = store
+                .list()
+                .iter()
+                .filter_map(|b| b.summary().ok())
+                .collect();
+            if json_out {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else if rows.is_empty() {
+                println!("no runs in {}", root.display());
+            } else {
+                println!(
+                    "{:<22} {:<20} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
+                    "batch", "started", "provider", "tasks", "ok", "fail", "blkd", "cost"
+                );
+                for s in rows {
+                    println!(
+                        "{:<22} {:<20} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
+                        s.batch_id,
+                        s.created_at,
+                        s.provider,
+                        s.n_tasks,
+                        s.n_succeeded,
+                        s.n_failed,
+                        s.n_blocked,
+                        format!("${:.4}", s.cost_usd)
+                    );
+                }
+            }
+        }
+        Some(RunsAction::Show { id }) => {
+            let b = store.open_batch(&id).map_err(anyhow::Error::msg)?;
+            let spec = b.spec().map_err(anyhow::Error::msg)?;
+            let tasks = b.tasks().map_err(anyhow::Error::msg)?;
+            if json_out {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &json!({"spec": spec, "tasks": tasks, "result": b.result()})
+                    )?
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "batch {} · {} · provider {} · repo {}",
+                spec.batch_id,
+                spec.created_at,
+                spec.provider,
+                spec.repo.display()
+            );
+            for t in tasks {
+                println!(
+                    "\n{} [{}] ({})",
+                    t.task.id,
+                    serde_json::to_value(t.state)?.as_str().unwrap_or_default(),
+                    t.provider
+                );
+                println!(
+                    "  prompt: {}",
+                    aicli::providers::common::truncate_chars(&t.task.prompt, 120)
+                );
+                for at in &t.attempts {
+                    let r = at.result.as_ref();
+                    println!(
+                        "  attempt {} ({}) {}: {}",
+                        at.attempt,
+                        serde_json::to_value(at.kind)?.as_str().unwrap_or_default(),
+                        at.started_at,
+                        match r {
+                            Some(r) => format!(
+                                "{} · {} · {}",
+                                match r.status {
+                                    SessionStatus::Succeeded => "ok".to_owned(),
+                                    SessionStatus::Blocked => "blocked".to_owned(),
+                                    SessionStatus::Failed | SessionStatus::Interrupted => format!(
+                                        "{}: {}",
+                                        r.error_kind.map(|k| k.as_str()).unwrap_or("failed"),
+                                        r.error.clone().unwrap_or_default()
+                                    ),
+                                },
+                                output::cost(r),
+                                output::tokens(r)
+                            ),
+                            None => "did not finish".to_owned(),
+                        }
+                    );
+                    if let Some(q) = r.and_then(|r| r.question.as_ref()) {
+                        println!("    asked: {}", q.question);
+                    }
+                }
+                for ans in &t.answers {
+                    println!(
+                        "  answered {}: {} -> {}",
+                        ans.answered_at, ans.question, ans.answer
+                    );
+                }
+                if let (Some(b), Some(w)) = (&t.branch, &t.worktree) {
+                    println!("  branch {b} at {}", w.display());
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn worktrees(
+    r: RepoArgs,
+    json_out: bool,
+    action: Option<WorktreesAction>,
+) -> anyhow::Result<ExitCode> {
+    let repo = Repo::open(&repo_dir(&r)?).await?;
+    match action {
+        None => {
+            let list = repo.list().await?;
+            if json_out {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else if list.is_empty() {
+                println!("no aicli worktrees");
+            } else {
+                for w in list {
+                    println!(
+                        "{}  {}  {}",
+                        w.branch,
+                        w.path.display(),
+                        w.holds_work
+                            .map(|h| format!("holds work: {h}"))
+                            .unwrap_or_else(|| "no work (prunable)".into())
+                    );
+                }
+            }
+        }
+        Some(WorktreesAction::Prune) => {
+            let done = repo.prune().await?;
+            if json_out {
+                let v: Vec<_> = done
+                    .iter()
+                    .map(|(i, c)| json!({"worktree": i, "cleanup": c}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                for (i, c) in &done {
+                    match c {
+                        Cleanup::Removed => println!("removed {} ({})", i.branch, i.path.display()),
+                        Cleanup::Kept { reason } => println!("kept {}: {reason}", i.branch),
+                    }
+                }
+                if done.is_empty() {
+                    println!("no aicli worktrees");
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn schema(out: &Path) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(out)?;
+    for (name, s) in aicli::schema::all() {
+        std::fs::write(out.join(name), aicli::schema::render(&s))?;
+        println!("wrote {}", out.join(name).display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,68 @@
+//! Exit codes.
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success |
+//! | 1 | aicli itself failed (I/O, a bug) |
+//! | 2 | bad usage or config |
+//! | 3 | the task is blocked on a question (`aicli answer`) |
+//! | 10-25 | the run failed; the code says the error kind (see [`kind_code`]) |
+
+use std::process::ExitCode;
+
+use aicli::providers::ErrorKind;
+
+/// A run that ended badly, to report and exit with.
+#[derive(Debug)]
+pub struct Failure {
+    /// Why.
+    pub kind: Option<ErrorKind>,
+    /// In words.
+    pub message: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            Some(k) => write!(f, "{k}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl Failure {
+    /// The process exit code.
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(self.kind.map(kind_code).unwrap_or(1))
+    }
+}
+
+/// `auth` 10, `rate_limit` 11, `overloaded` 12, `server_error` 13, `bad_request` 14,
+/// `network` 15, `max_turns` 16, `budget` 17, `invalid_resume` 18, `permission` 19,
+/// `timeout` 20, `cancelled` 21, `not_installed` 22, `crashed` 23, `protocol` 24,
+/// `unknown` 25.
+pub fn kind_code(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::Auth => 10,
+        ErrorKind::RateLimit => 11,
+        ErrorKind::Overloaded => 12,
+        ErrorKind::ServerError => 13,
+        ErrorKind::BadRequest => 14,
+        ErrorKind::Network => 15,
+        ErrorKind::MaxTurns => 16,
+        ErrorKind::Budget => 17,
+        ErrorKind::InvalidResume => 18,
+        ErrorKind::Permission => 19,
+        ErrorKind::Timeout => 20,
+        ErrorKind::Cancelled => 21,
+        ErrorKind::NotInstalled => 22,
+        ErrorKind::Crashed => 23,
+        ErrorKind::Protocol => 24,
+        ErrorKind::Unknown => 25,
+    }
+}
+
+/// Exit code of a blocked task.
+pub const BLOCKED: u8 = 3;

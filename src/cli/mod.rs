@@ -1,0 +1,157 @@
+//! Command-line parsing and dispatch. Output to the user happens here and in the
+//! submodules, never in the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use aicli::providers::{AiCliConfig, ProviderRegistry};
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+mod commands;
+mod exit;
+mod output;
+mod progress;
+
+pub use exit::Failure;
+
+/// Run AI coding CLIs (Claude Code, Codex, Gemini) headlessly and in parallel, each task
+/// in its own git worktree, with one normalized result.
+#[derive(Debug, Parser)]
+#[command(name = "aicli", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// A config file merged over the built-in defaults (also: $AICLI_CONFIG,
+    /// ~/.config/aicli/ai_cli_providers.json).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// More log output on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where runs happen and are recorded.
+#[derive(Debug, Clone, Args)]
+pub struct RepoArgs {
+    /// The git repository tasks run against (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub repo: Option<PathBuf>,
+    /// Where run records go (default: <repo>/.aicli/runs).
+    #[arg(long, value_name = "DIR")]
+    pub runs_dir: Option<PathBuf>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one task and show its progress.
+    Run(commands::RunArgs),
+    /// Run a JSON file of tasks in parallel, with a live progress display.
+    Batch(commands::BatchArgs),
+    /// List the providers: binary, version, login state, features.
+    Providers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show each provider's auth status.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a provider's interactive login.
+    Login {
+        /// The provider.
+        provider: String,
+    },
+    /// Parse a recorded NDJSON transcript into a session result (or events).
+    Parse(commands::ParseArgs),
+    /// List run records, or show one batch.
+    Runs {
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<commands::RunsAction>,
+    },
+    /// List aicli's worktrees, or prune those that hold no work.
+    Worktrees {
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<commands::WorktreesAction>,
+    },
+    /// Write the JSON Schemas of aicli's files into a directory.
+    Schema {
+        /// The directory (e.g. `schemas`).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+/// Loads the config: built-in defaults with the user's file merged over them.
+pub fn load_config(explicit: Option<&std::path::Path>) -> anyhow::Result<AiCliConfig> {
+    let loaded = AiCliConfig::load(explicit, |k| std::env::var(k).ok())?;
+    if let Some(f) = &loaded.user_file {
+        tracing::debug!(file = %f.display(), "config merged over the defaults");
+    }
+    Ok(loaded.config)
+}
+
+/// The registry of a config.
+pub fn registry(config: &AiCliConfig) -> anyhow::Result<ProviderRegistry> {
+    Ok(ProviderRegistry::from_config(config)?)
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AICLI_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Runs the command line; the exit code says how it went.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("aicli: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(commands::dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            if let Some(f) = e.downcast_ref::<Failure>() {
+                eprintln!("aicli: {f}");
+                return f.exit_code();
+            }
+            eprintln!("aicli: {e:#}");
+            let is_config = e.downcast_ref::<aicli::providers::ConfigError>().is_some();
+            ExitCode::from(if is_config { 2 } else { 1 })
+        }
+    }
+}
