@@ -63,6 +63,17 @@ use crate::usage::{CanonicalUsage, Cost};
 
 /// The environment variable through which Gemini reads its system settings file. aicli
 /// points it at the run's own settings file (system settings override the user's).
+///
+/// Gemini 0.61 reads a system settings file only when the file **and every directory
+/// above it are owned by root (uid 0) and not writable by group or others**; otherwise it
+/// prints `Security Warning: Skipping system settings file '…': …` on stderr and runs
+/// without it. So per-run settings work only when aicli runs as root (e.g. in its Docker
+/// runner) with the run's private directory in a root-owned tree such as
+/// `/root/.cache/aicli/…` or `/run/aicli/…`, never under `/tmp`. A run that depends on the
+/// file (an MCP server, a turn limit, tool lists) is refused by
+/// [`AiCliProvider::headless_argv`] where the skip is certain, and the result reports a
+/// skip in `provider_data.settings_file_skipped`. The path also replaces the admin's
+/// `/etc/gemini-cli/settings.json` (and `system-defaults.json`) for the run.
 pub const SETTINGS_PATH_ENV: &str = "GEMINI_CLI_SYSTEM_SETTINGS_PATH";
 
 /// The name of the per-run settings file inside the run's private directory.
@@ -192,9 +203,23 @@ impl AiCliProvider for GeminiProvider {
             excluded,
             ctx.mcp,
         );
-        let file = self.settings_file(&settings, ctx.private_dir)?;
-        c.env(SETTINGS_PATH_ENV, file.path.display().to_string());
-        c.files.push(file);
+        let refusal = settings_file_refusal(ctx.private_dir, Some(ctx.is_root));
+        match (refusal, settings.needs()) {
+            (None, _) => {
+                let file = self.settings_file(&settings, ctx.private_dir)?;
+                c.env(SETTINGS_PATH_ENV, file.path.display().to_string());
+                c.files.push(file);
+            }
+            (Some(why), Some(what)) => {
+                return Err(ProviderError::Unsupported {
+                    provider: self.name.clone(),
+                    what: format!("{what} in this setup: {why}"),
+                });
+            }
+            // Nothing the run depends on (only the usage-statistics opt-out): no file,
+            // rather than one Gemini would skip with a warning.
+            (Some(_), None) => {}
+        }
         Ok(c)
     }
 
@@ -207,12 +232,23 @@ impl AiCliProvider for GeminiProvider {
     /// tools to the model. No `--allowed-mcp-server-names` is added: it would hide the
     /// user's own MCP servers, which stay available as in an interactive session. (A user
     /// whose settings restrict servers with `mcp.allowed` must list this server there.)
+    ///
+    /// Gemini reads the file only when it and every directory above it are owned by root
+    /// and not writable by group or others (see [`SETTINGS_PATH_ENV`]); a `private_dir`
+    /// under `/tmp`, `/var/tmp` or `/dev/shm` is refused here.
     fn mcp_wiring(
         &self,
         endpoint: &McpEndpoint,
         private_dir: &Path,
     ) -> Result<McpWiring, ProviderError> {
         let settings = RunSettings::new(None, Vec::new(), Vec::new(), Some(endpoint));
+        // Whether aicli runs as root is not known here: only the path is checked.
+        if let Some(why) = settings_file_refusal(private_dir, None) {
+            return Err(ProviderError::Unsupported {
+                provider: self.name.clone(),
+                what: format!("an MCP server in this setup: {why}"),
+            });
+        }
         let file = self.settings_file(&settings, private_dir)?;
         let mut env = BTreeMap::new();
         env.insert(
@@ -299,6 +335,14 @@ impl AiCliProvider for GeminiProvider {
         if let Some(retries) = ApiRetries::from_stderr(stderr) {
             data.insert("api_retries".into(), json!(retries));
         }
+        if let Some(skipped) = stderr
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(SETTINGS_SKIPPED))
+        {
+            // The run went without its settings file: no MCP server, turn limit or tool
+            // lists from aicli.
+            data.insert("settings_file_skipped".into(), skipped.trim().into());
+        }
         let warnings: Vec<&str> = events
             .iter()
             .filter_map(|e| {
@@ -365,6 +409,32 @@ fn approval_mode(mode: PermissionMode) -> &'static str {
         PermissionMode::AcceptEdits => "auto_edit",
         PermissionMode::Bypass => "yolo",
     }
+}
+
+/// Why Gemini would certainly skip a settings file written by aicli under `private_dir`,
+/// as far as that is known without looking at the disk: aicli is not root (`is_root`), or
+/// the directory is under a world-writable temp directory.
+fn settings_file_refusal(private_dir: &Path, is_root: Option<bool>) -> Option<String> {
+    const WORLD_WRITABLE: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
+    if is_root == Some(false) {
+        return Some(
+            "gemini 0.61 reads per-run settings only from a system settings file owned by \
+             root, and aicli is not running as root (run it as root, e.g. in its Docker \
+             runner, or run gemini without these)"
+                .to_owned(),
+        );
+    }
+    WORLD_WRITABLE
+        .iter()
+        .find(|d| private_dir.starts_with(d))
+        .map(|d| {
+            format!(
+                "the run's private directory {} is under {d}, which others can write, and \
+                 gemini 0.61 skips a system settings file below such a directory (put \
+                 private directories in a root-owned tree that only root can write)",
+                private_dir.display()
+            )
+        })
 }
 
 /// The per-run settings file (Gemini's settings.json keys).
@@ -450,6 +520,25 @@ impl<'a> RunSettings<'a> {
             tools: ToolSettings { allowed, exclude },
             mcp_servers,
         }
+    }
+
+    /// What in these settings a run depends on (everything but the usage-statistics
+    /// opt-out), for an error message; `None` when nothing.
+    fn needs(&self) -> Option<String> {
+        let mut what = Vec::new();
+        if !self.mcp_servers.is_empty() {
+            what.push("an MCP server");
+        }
+        if self.model.is_some() {
+            what.push("max_turns");
+        }
+        if !self.tools.allowed.is_empty() {
+            what.push("allowed_tools");
+        }
+        if !self.tools.exclude.is_empty() {
+            what.push("disallowed_tools");
+        }
+        (!what.is_empty()).then(|| what.join(", "))
     }
 
     /// Gemini expands `$VAR` and `${VAR}` in every string of a settings file: a value with
@@ -1107,12 +1196,17 @@ const AUTH_SETUP_MARKERS: [&str; 4] = [
     "When using Vertex AI, you must specify",
 ];
 
-/// stderr lines Gemini prints on every run, which say nothing about the outcome.
-const STDERR_NOISE: [&str; 4] = [
+/// The stderr line in which Gemini says it ignored a system settings file.
+const SETTINGS_SKIPPED: &str = "Security Warning: Skipping system settings file";
+
+/// stderr lines that say nothing about why a run ended: start-up noise Gemini prints on
+/// every run, and the skipped-settings warning (reported on its own).
+const STDERR_NOISE: [&str; 5] = [
     "Warning: 256-color support not detected",
     "Ripgrep is not available",
     "[STARTUP]",
     "YOLO mode is enabled",
+    SETTINGS_SKIPPED,
 ];
 
 /// The stderr lines that say something: no start-up noise, no stack frames.
@@ -1198,7 +1292,19 @@ impl GeminiProvider {
                 .map(|(m, t)| (m.as_str(), tokens_usage(t)))
                 .collect();
             if !per_model.is_empty() {
-                data.insert("usage_by_model".into(), json!(per_model));
+                // Without `request_count`: the stats do not say how many calls each model
+                // answered.
+                let shown: Map<String, Value> = per_model
+                    .iter()
+                    .map(|(m, u)| {
+                        let mut v = json!(u);
+                        if let Some(o) = v.as_object_mut() {
+                            o.remove("request_count");
+                        }
+                        ((*m).to_owned(), v)
+                    })
+                    .collect();
+                data.insert("usage_by_model".into(), Value::Object(shown));
             }
             let estimate = if per_model.is_empty() {
                 // No per-model figures: only a run that used nothing can be priced.
@@ -1382,4 +1488,1170 @@ fn unix_millis(ts: &str) -> Option<i64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     Some(((days * 24 + h) * 60 + mi) * 60_000 + s * 1000 + millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+    use crate::config::AiCliConfig;
+    use crate::provider::BinaryLocation;
+    use crate::replay;
+    use crate::result::SessionStatus;
+    use crate::task::TaskSpec;
+    use crate::usage::CostSource;
+
+    fn provider() -> GeminiProvider {
+        let config = AiCliConfig::builtin().unwrap_or_else(|e| panic!("{e}"));
+        let entry = config
+            .providers
+            .get("gemini")
+            .cloned()
+            .unwrap_or_else(|| panic!("no gemini entry in the built-in config"));
+        GeminiProvider::new("gemini", entry)
+    }
+
+    /// A recorded fixture replayed through the provider: (events, result).
+    macro_rules! fixture {
+        ($name:literal, $model:expr) => {
+            replay_fixture(
+                include_bytes!(concat!("../../fixtures/gemini/", $name, ".ndjson")),
+                include_str!(concat!("../../fixtures/gemini/", $name, ".stderr")),
+                include_str!(concat!("../../fixtures/gemini/", $name, ".exit")),
+                $model,
+            )
+        };
+    }
+
+    fn replay_fixture(
+        stdout: &[u8],
+        stderr: &str,
+        exit: &str,
+        model: Option<&str>,
+    ) -> (Vec<AgentEvent>, SessionResult) {
+        let exit = exit.trim().parse::<i32>().ok();
+        let ctx = ParseContext {
+            model: model.map(str::to_owned),
+            prior: None,
+        };
+        replay::replay(&provider(), stdout, stderr, exit, &ctx)
+    }
+
+    fn run(stdout: &str, stderr: &str, exit: Option<i32>) -> (Vec<AgentEvent>, SessionResult) {
+        replay::replay(
+            &provider(),
+            stdout.as_bytes(),
+            stderr,
+            exit,
+            &ParseContext::default(),
+        )
+    }
+
+    fn usage(
+        input: u64,
+        output: u64,
+        cache_read: u64,
+        reasoning: u64,
+        requests: u64,
+    ) -> CanonicalUsage {
+        CanonicalUsage {
+            input_tokens: input,
+            output_tokens: output,
+            cache_read,
+            cache_write: 0,
+            reasoning_tokens: reasoning,
+            request_count: requests,
+        }
+    }
+
+    fn kinds(events: &[AgentEvent]) -> Vec<&'static str> {
+        events.iter().map(AgentEvent::type_name).collect()
+    }
+
+    /// (status, error kind, error message) of a result.
+    fn outcome(r: &SessionResult) -> (SessionStatus, Option<ErrorKind>, Option<String>) {
+        (r.status, r.error_kind, r.error.clone())
+    }
+
+    fn assert_close(actual: Option<f64>, expected: f64) {
+        let a = actual.unwrap_or(f64::NAN);
+        assert!((a - expected).abs() < 1e-12, "{a} != {expected}");
+    }
+
+    const INIT: &str = r#"{"type":"init","timestamp":"2026-11-30T03:35:26.354Z","session_id":"s-1","model":"gemini-2.5-flash"}"#;
+    const ZERO_STATS: &str = r#""stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,"duration_ms":0,"tool_calls":0,"models":{"gemini-2.5-flash":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0}}}"#;
+
+    /// A stream that fails with `message` (as `result.error.message`).
+    fn api_error_stream(message: &str) -> String {
+        let error = json!({"type": "unknown", "message": message});
+        format!(
+            "{INIT}\n{{\"type\":\"result\",\"timestamp\":\"2026-11-30T03:35:27.000Z\",\"status\":\"error\",\"error\":{error},{ZERO_STATS}}}\n"
+        )
+    }
+
+    // --- the recorded runs --------------------------------------------------------------
+
+    #[test]
+    fn text_with_the_router_counts_both_models() {
+        let (events, r) = fixture!("text", None);
+        assert_eq!(
+            events[0].kind,
+            EventKind::SessionStarted {
+                session_id: "ea7b22cc-15cd-436a-96b6-39fbd009390d".into(),
+                model: Some("auto".into()),
+                cwd: None,
+                tools: vec![],
+                mcp_servers: vec![],
+                cli_version: None,
+            }
+        );
+        assert_eq!(
+            events[1].kind,
+            EventKind::UserMessage {
+                text: "Say hello".into()
+            }
+        );
+        assert_eq!(r.status, SessionStatus::Succeeded);
+        assert_eq!(r.response, "Hello from the fake Gemini API.");
+        assert_eq!(r.model.as_deref(), Some("auto"));
+        // Two models x (200 prompt incl. 50 cached, 11 candidates, 236 total -> 25 thinking);
+        // the router's call and the main call.
+        assert_eq!(r.canonical_usage, usage(300, 72, 100, 50, 2));
+        // flash-lite 150*0.1 + 50*0.01 + 36*0.4 = 29.9; 3.8-flash 150*0.3 + 50*0.03 + 36*2.5
+        // = 136.5 (USD per million tokens).
+        assert_eq!(r.cost_source, CostSource::Estimated);
+        assert_close(r.cost_usd, 166.4e-6);
+        assert_eq!(r.duration_ms, 134);
+        assert_eq!(r.num_turns, None);
+        assert_eq!(
+            r.provider_data["usage_by_model"]["gemini-3.5-flash-lite"],
+            json!({"input_tokens":150,"output_tokens":36,"cache_read":50,"cache_write":0,"reasoning_tokens":25})
+        );
+    }
+
+    #[test]
+    fn text_with_a_model_flag_counts_one_request() {
+        let (_, r) = fixture!("text_model_flag", Some("gemini-2.5-flash"));
+        assert_eq!(outcome(&r), (SessionStatus::Succeeded, None, None));
+        assert_eq!(r.model.as_deref(), Some("gemini-2.5-flash"));
+        assert_eq!(r.canonical_usage, usage(150, 36, 50, 25, 1));
+        assert_close(r.cost_usd, 136.5e-6);
+        assert_eq!(r.duration_ms, 99);
+    }
+
+    #[test]
+    fn shell_call_and_result_are_normalized() {
+        let (events, r) = fixture!("shell", Some("gemini-2.5-flash"));
+        let calls: Vec<&EventKind> = events
+            .iter()
+            .map(|e| &e.kind)
+            .filter(|k| matches!(k, EventKind::ToolCall { .. } | EventKind::ToolResult { .. }))
+            .collect();
+        let id = "run_shell_command__run_shell_command_1796009707464_0";
+        assert_eq!(
+            calls,
+            [
+                &EventKind::ToolCall {
+                    id: id.into(),
+                    name: "run_shell_command".into(),
+                    input: json!({"command": "echo hi", "description": "run it"}),
+                    mcp_server: None,
+                },
+                &EventKind::ToolResult {
+                    id: id.into(),
+                    name: None,
+                    output: "hi".into(),
+                    is_error: false,
+                    exit_code: None,
+                },
+            ]
+        );
+        assert_eq!(r.status, SessionStatus::Succeeded);
+        assert_eq!(r.tool_calls, 1);
+        // Two model calls: the one that asked for the tool and the one that answered.
+        assert_eq!(r.canonical_usage, usage(300, 72, 100, 50, 2));
+        assert_eq!(r.provider_data["stats"]["tool_calls"], json!(1));
+    }
+
+    #[test]
+    fn shell_in_default_mode_is_not_offered_and_the_run_still_succeeds() {
+        let (events, r) = fixture!("shell_default_mode", Some("gemini-2.5-flash"));
+        assert!(!kinds(&events).contains(&"tool_call"));
+        assert_eq!(outcome(&r), (SessionStatus::Succeeded, None, None));
+        assert!(
+            r.response.starts_with("NO SHELL TOOL OFFERED"),
+            "{}",
+            r.response
+        );
+        assert_eq!(r.tool_calls, 0);
+    }
+
+    #[test]
+    fn mcp_tools_name_their_server() {
+        let (events, r) = fixture!("mcp", Some("gemini-2.5-flash"));
+        let call = events
+            .iter()
+            .find(|e| e.type_name() == "tool_call")
+            .map(|e| e.kind.clone());
+        assert_eq!(
+            call,
+            Some(EventKind::ToolCall {
+                id: "mcp_echo_echo__mcp_echo_echo_1796009713456_0".into(),
+                name: "echo".into(),
+                input: json!({"text": "ping from fake model"}),
+                mcp_server: Some("echo".into()),
+            })
+        );
+        assert_eq!(r.status, SessionStatus::Succeeded);
+        assert_eq!(r.tool_calls, 1);
+        assert_eq!(
+            split_mcp_tool_name("mcp_aicli_ask_user"),
+            Some(("aicli", "ask_user"))
+        );
+        assert_eq!(split_mcp_tool_name("run_shell_command"), None);
+        assert_eq!(split_mcp_tool_name("mcp_x"), None);
+    }
+
+    #[test]
+    fn an_untrusted_mcp_server_is_not_offered() {
+        let (events, r) = fixture!("mcp_untrusted", Some("gemini-2.5-flash"));
+        assert!(!kinds(&events).contains(&"tool_call"));
+        assert_eq!(r.status, SessionStatus::Succeeded);
+        assert!(
+            r.response.starts_with("NO MCP TOOL OFFERED"),
+            "{}",
+            r.response
+        );
+    }
+
+    #[test]
+    fn api_errors_are_classified_by_status_and_key() {
+        let cases = [
+            (
+                fixture!("err400", Some("gemini-2.5-flash")).1,
+                ErrorKind::BadRequest,
+                400,
+                144,
+            ),
+            (
+                fixture!("err401", Some("gemini-2.5-flash")).1,
+                ErrorKind::Auth,
+                400,
+                144,
+            ),
+            (
+                fixture!("err429", Some("gemini-2.5-flash")).1,
+                ErrorKind::RateLimit,
+                429,
+                173,
+            ),
+            (
+                fixture!("err500", Some("gemini-2.5-flash")).1,
+                ErrorKind::ServerError,
+                500,
+                244,
+            ),
+        ];
+        for (r, kind, http, exit) in cases {
+            assert_eq!(
+                (
+                    r.status,
+                    r.error_kind,
+                    r.exit_code,
+                    r.provider_data["http_status"].clone()
+                ),
+                (SessionStatus::Failed, Some(kind), Some(exit), json!(http))
+            );
+            // A failed call costs nothing, and the stats say so.
+            assert_eq!(
+                (r.cost_usd, r.cost_source),
+                (Some(0.0), CostSource::Estimated)
+            );
+        }
+        let (_, r) = fixture!("err401", Some("gemini-2.5-flash"));
+        assert_eq!(
+            r.provider_data["api_error"],
+            json!({"http_status":400,"status":"INVALID_ARGUMENT","reason":"API_KEY_INVALID","message":"API key not valid. Please pass a valid API key."})
+        );
+        assert!(
+            provider()
+                .detect_auth_error("", Some(144), &fixture!("err401", None).0)
+                .is_some()
+        );
+        assert_eq!(
+            provider().detect_auth_error("", Some(144), &fixture!("err400", None).0),
+            None
+        );
+    }
+
+    #[test]
+    fn a_429_names_its_retries_and_its_real_duration() {
+        let (_, r) = fixture!("err429", Some("gemini-2.5-flash"));
+        assert_eq!(
+            r.error.as_deref(),
+            Some(
+                "[API Error: Resource has been exhausted (e.g. check quota).]\nPlease wait and try again later. To increase your limits, request a quota increase through AI Studio, or switch to another /auth method"
+            )
+        );
+        assert_eq!(
+            r.provider_data["api_retries"],
+            json!({"failed_attempts": 10, "last_error": "Resource has been exhausted (e.g. check quota).. Max attempts reached"})
+        );
+        // stats.duration_ms is 0 on error results; the line timestamps span 03:35:40.563 to
+        // 03:39:22.750.
+        assert_eq!(r.duration_ms, 222_187);
+        assert_eq!(r.provider_data["duration_source"], json!("timestamps"));
+    }
+
+    #[test]
+    fn status_codes_without_a_recording_classify_too() {
+        let p = provider();
+        let cases = [
+            (
+                r#"[API Error: {"error":{"code":403,"message":"Generative Language API has not been used in project 1 before or it is disabled.","status":"PERMISSION_DENIED"}}]"#,
+                147,
+                ErrorKind::Permission,
+            ),
+            (
+                r#"[API Error: {"error":{"code":403,"message":"Your API key was reported as leaked. Please use another API key.","status":"PERMISSION_DENIED"}}]"#,
+                147,
+                ErrorKind::Auth,
+            ),
+            (
+                r#"[API Error: {"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}]"#,
+                247,
+                ErrorKind::Overloaded,
+            ),
+            (
+                "[API Error: The model is overloaded. (Status: UNAVAILABLE)]",
+                1,
+                ErrorKind::Overloaded,
+            ),
+            (
+                r#"[API Error: {"error":{"code":401,"message":"Request had invalid authentication credentials.","status":"UNAUTHENTICATED"}}]"#,
+                145,
+                ErrorKind::Auth,
+            ),
+            (
+                r#"[API Error: {"error":{"code":404,"message":"models/nope is not found","status":"NOT_FOUND"}}]"#,
+                148,
+                ErrorKind::BadRequest,
+            ),
+            (
+                "[API Error: exception TypeError: fetch failed sending request]",
+                1,
+                ErrorKind::Network,
+            ),
+            // No JSON in the message: the exit code says 429.
+            (
+                "[API Error: something unexpected]",
+                173,
+                ErrorKind::RateLimit,
+            ),
+        ];
+        for (message, exit, kind) in cases {
+            let (_, r) = run(&api_error_stream(message), "", Some(exit));
+            assert_eq!(
+                outcome(&r),
+                (SessionStatus::Failed, Some(kind), Some(message.to_owned())),
+                "{message}"
+            );
+        }
+        let (events, _) = run(&api_error_stream(cases[1].0), "", Some(147));
+        assert!(p.detect_auth_error("", Some(147), &events).is_some());
+    }
+
+    #[test]
+    fn the_turn_limit_is_max_turns() {
+        let (events, r) = fixture!("maxturns2", Some("gemini-2.5-flash"));
+        assert_eq!(
+            kinds(&events),
+            [
+                "session_started",
+                "user_message",
+                "tool_call",
+                "tool_result",
+                "tool_call",
+                "tool_result",
+                "final"
+            ]
+        );
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::MaxTurns),
+                Some("Reached max session turns for this session. Increase the number of turns by specifying maxSessionTurns in settings.json.".into())
+            )
+        );
+        assert_eq!(r.exit_code, Some(53));
+        assert_eq!(r.tool_calls, 2);
+        assert_eq!(r.canonical_usage, usage(300, 72, 100, 50, 2));
+        assert_eq!(
+            r.provider_data["error_type"],
+            json!("FatalTurnLimitedError")
+        );
+        assert_eq!(r.response, "");
+    }
+
+    #[test]
+    fn resume_by_uuid_keeps_the_session_and_counts_only_its_own_usage() {
+        let (_, first) = fixture!("resume_first", Some("gemini-2.5-flash"));
+        let prior = crate::result::SessionTotals {
+            usage: first.canonical_usage,
+            cost_usd: first.cost_usd,
+        };
+        let (events, _) = fixture!("resume_by_uuid", Some("gemini-2.5-flash"));
+        let ctx = ParseContext {
+            model: Some("gemini-2.5-flash".into()),
+            prior: Some(prior),
+        };
+        let r = provider().event_to_session_result(&events, "", Some(0), &ctx);
+        assert_eq!(r.session_id, first.session_id);
+        assert_eq!(r.status, SessionStatus::Succeeded);
+        // Gemini's stats are per run: nothing is subtracted, nothing is cumulative.
+        assert_eq!(r.canonical_usage, first.canonical_usage);
+        assert_eq!(r.session_totals, None);
+    }
+
+    #[test]
+    fn an_unknown_resume_id_is_invalid_resume() {
+        let (events, r) = fixture!("resume_unknown", Some("gemini-2.5-flash"));
+        assert!(events.is_empty());
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::InvalidResume),
+                Some("the session to resume does not exist: Error resuming session: Invalid session identifier \"11111111-2222-3333-4444-555555555555\". (exit code 42)".into())
+            )
+        );
+        // Exit 42 for another reason (an empty prompt) is a bad request.
+        let (_, r) = run(
+            "",
+            "No input provided via stdin. Input can be provided by piping data into gemini or using the --prompt option.\n",
+            Some(42),
+        );
+        assert_eq!(r.error_kind, Some(ErrorKind::BadRequest));
+    }
+
+    #[test]
+    fn every_unauthenticated_variant_is_auth() {
+        let results = [
+            fixture!("unauth_nokey", None),
+            fixture!("unauth_nokey_skiptrust", None),
+            fixture!("unauth_nokey_jsonformat", None),
+        ];
+        for (events, r) in &results {
+            assert!(events.is_empty());
+            assert_eq!(
+                (r.status, r.error_kind, r.exit_code),
+                (SessionStatus::Failed, Some(ErrorKind::Auth), Some(41))
+            );
+            let message = r.error.clone().unwrap_or_default();
+            assert!(
+                message.starts_with("not authenticated: Please set an Auth method in your /home/tester/gemini-unauth"),
+                "{message}"
+            );
+            assert!(
+                message.ends_with("GOOGLE_GENAI_USE_GCA (exit code 41)"),
+                "{message}"
+            );
+        }
+        let (_, r) = fixture!("text_try1", None);
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Auth),
+                Some("not authenticated: Invalid auth method selected. (exit code 41)".into())
+            )
+        );
+        let stderr = include_str!("../../fixtures/gemini/unauth_nokey.stderr");
+        assert_eq!(
+            provider().detect_auth_error(stderr, Some(41), &[]),
+            Some(stderr.trim().to_owned())
+        );
+        assert_eq!(provider().detect_auth_error("", Some(0), &[]), None);
+    }
+
+    #[test]
+    fn an_untrusted_directory_is_permission() {
+        let stderr = "Gemini CLI is not running in a trusted directory. To proceed, either use --skip-trust, set the GEMINI_CLI_TRUST_WORKSPACE=true environment variable, or trust this directory in interactive mode.\n";
+        let (_, r) = run("", stderr, Some(55));
+        assert_eq!(r.error_kind, Some(ErrorKind::Permission));
+        assert!(
+            r.error
+                .clone()
+                .unwrap_or_default()
+                .contains("use --skip-trust")
+        );
+    }
+
+    #[test]
+    fn a_run_stopped_by_timeout_says_what_it_was_doing() {
+        let (events, r) = fixture!("badkey", None);
+        assert_eq!(kinds(&events), ["session_started", "user_message"]);
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Timeout),
+                Some("stopped by a time limit (exit code 124, as timeout(1) reports) before the CLI printed a result; it was still retrying its API request (7 failed attempts, the last: Error: exception TypeError: fetch failed sending request)".into())
+            )
+        );
+        assert_eq!((r.cost_usd, r.cost_source), (None, CostSource::Unknown));
+        assert_eq!(
+            r.session_id.as_deref(),
+            Some("b7e9c34a-93df-4f97-a4e6-b188d43e942f")
+        );
+    }
+
+    #[test]
+    fn other_fatal_exit_codes() {
+        let (_, r) = run(INIT, "", Some(130));
+        assert_eq!(r.error_kind, Some(ErrorKind::Cancelled));
+        let (_, r) = run(
+            INIT,
+            "YOLO mode is disabled by the \"disableYolo\" setting.\n",
+            Some(52),
+        );
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Unknown),
+                Some("52: configuration error (FatalConfigError): YOLO mode is disabled by the \"disableYolo\" setting. (exit code 52)".into())
+            )
+        );
+        let (_, r) = run("", "Error: boom\n    at x (y.js:1:1)\n", Some(1));
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Crashed),
+                Some(
+                    "the CLI ended without any gemini event (exit code 1); stderr: Error: boom"
+                        .into()
+                )
+            )
+        );
+    }
+
+    #[test]
+    fn an_invalid_model_response_takes_its_reason_from_the_error_event() {
+        let stream = format!(
+            "{INIT}\n{}\n{}\n",
+            r#"{"type":"error","timestamp":"2026-11-30T03:35:26.400Z","severity":"error","message":"Model stream ended with an empty response."}"#,
+            r#"{"type":"result","timestamp":"2026-11-30T03:35:26.500Z","status":"error","stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,"duration_ms":146,"tool_calls":0,"models":{}}}"#
+        );
+        let (events, r) = run(&stream, "", Some(0));
+        assert_eq!(
+            events[1].kind,
+            EventKind::Error {
+                error_kind: ErrorKind::Unknown,
+                message: "Model stream ended with an empty response.".into(),
+                fatal: true,
+                http_status: None,
+            }
+        );
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Unknown),
+                Some("Model stream ended with an empty response.".into())
+            )
+        );
+        assert_eq!(r.duration_ms, 146);
+        // A warning does not fail a run; it is kept.
+        let warning = r#"{"type":"error","timestamp":"t","severity":"warning","message":"Loop detected, stopping execution"}"#;
+        let success = r#"{"type":"result","timestamp":"t","status":"success","stats":{"total_tokens":0,"input_tokens":0,"output_tokens":0,"cached":0,"input":0,"duration_ms":5,"tool_calls":0,"models":{}}}"#;
+        let (_, r) = run(&format!("{INIT}\n{warning}\n{success}\n"), "", Some(0));
+        assert_eq!(r.status, SessionStatus::Succeeded);
+        assert_eq!(
+            r.provider_data["warnings"],
+            json!(["Loop detected, stopping execution"])
+        );
+    }
+
+    #[test]
+    fn a_tool_error_is_an_error_result() {
+        let line = r#"{"type":"tool_result","timestamp":"t","tool_id":"read_file_1","status":"error","error":{"type":"FILE_NOT_FOUND","message":"File not found: /x"}}"#;
+        assert_eq!(
+            provider().parse_event(line)[0].kind,
+            EventKind::ToolResult {
+                id: "read_file_1".into(),
+                name: None,
+                output: "FILE_NOT_FOUND: File not found: /x".into(),
+                is_error: true,
+                exit_code: None,
+            }
+        );
+    }
+
+    #[test]
+    fn a_skipped_settings_file_is_reported() {
+        let stderr = "Security Warning: Skipping system settings file '/tmp/r/gemini-settings.json': Parent directory '/tmp' is insecure: Directory '/tmp' is writable by group or others (mode: 41777). To fix this, run: sudo chmod g-w,o-w \"/tmp\"\n";
+        let (_, r) = fixture!("text_model_flag", None);
+        let events = replay::parse_bytes(
+            &provider(),
+            include_bytes!("../../fixtures/gemini/text_model_flag.ndjson"),
+            1 << 20,
+        );
+        let skipped =
+            provider().event_to_session_result(&events, stderr, Some(0), &ParseContext::default());
+        assert_eq!(skipped.status, r.status);
+        assert_eq!(
+            skipped.provider_data["settings_file_skipped"],
+            json!(
+                "'/tmp/r/gemini-settings.json': Parent directory '/tmp' is insecure: Directory '/tmp' is writable by group or others (mode: 41777). To fix this, run: sudo chmod g-w,o-w \"/tmp\""
+            )
+        );
+    }
+
+    // --- bad input ----------------------------------------------------------------------
+
+    #[test]
+    fn malformed_json_is_a_protocol_event_and_the_rest_is_kept() {
+        let stream = format!("{INIT}\n{{\"type\":\"message\",\"role\":\n");
+        let (events, r) = run(&stream, "", Some(0));
+        assert_eq!(kinds(&events), ["session_started", "protocol"]);
+        assert_eq!(
+            events[1].kind,
+            EventKind::Protocol {
+                message: "malformed JSON: EOF while parsing a value at line 1 column 25".into(),
+                line_bytes: 25,
+            }
+        );
+        assert_eq!(r.session_id.as_deref(), Some("s-1"));
+        assert_eq!(r.protocol_errors, 1);
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Protocol),
+                Some("the stream ended without a final event after 1 malformed or over-long lines (exit code 0)".into())
+            )
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_protocol_event() {
+        let mut bytes = INIT.as_bytes().to_vec();
+        bytes.extend_from_slice(
+            b"\n{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"\xff\xfe\"}\n",
+        );
+        let events = replay::parse_bytes(&provider(), &bytes, 1 << 20);
+        assert_eq!(kinds(&events), ["session_started", "protocol"]);
+        assert_eq!(
+            events[1].kind,
+            EventKind::Protocol {
+                message: "line is not valid UTF-8 (invalid byte at offset 48)".into(),
+                line_bytes: 52,
+            }
+        );
+        let r = provider().event_to_session_result(&events, "", Some(0), &ParseContext::default());
+        assert_eq!(r.error_kind, Some(ErrorKind::Protocol));
+    }
+
+    #[test]
+    fn an_over_long_line_is_a_protocol_event() {
+        let line = format!(
+            r#"{{"type":"message","role":"assistant","content":"{}","delta":true}}"#,
+            "x".repeat(200)
+        );
+        let events = replay::parse_line_bytes(&provider(), line.as_bytes(), 64);
+        assert_eq!(
+            events.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
+            [EventKind::Protocol {
+                message: "line of 263 bytes exceeds the cap of 64 bytes; kept its first 263 bytes"
+                    .into(),
+                line_bytes: 263,
+            }]
+        );
+    }
+
+    #[test]
+    fn an_empty_stream_is_a_crash() {
+        let (events, r) = run("", "", Some(0));
+        assert!(events.is_empty());
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Crashed),
+                Some("the CLI ended without any gemini event (exit code 0)".into())
+            )
+        );
+        let (_, r) = run("", "", None);
+        assert_eq!(
+            r.error.as_deref(),
+            Some("the CLI ended without any gemini event (killed by a signal)")
+        );
+    }
+
+    #[test]
+    fn a_stream_cut_mid_line_keeps_what_came_before() {
+        let full = include_str!("../../fixtures/gemini/text_model_flag.ndjson");
+        let cut = &full[..full.len() - 40];
+        let (events, r) = run(cut, "", None);
+        assert_eq!(kinds(&events).last(), Some(&"protocol"));
+        assert_eq!(kinds(&events).len(), 9);
+        assert_eq!(r.response, "Hello from the fake Gemini API.");
+        assert_eq!(
+            r.session_id.as_deref(),
+            Some("133e6e35-49a9-43e1-a712-94e64101bc9a")
+        );
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Protocol),
+                Some("the stream ended without a final event after 1 malformed or over-long lines (killed by a signal)".into())
+            )
+        );
+    }
+
+    #[test]
+    fn a_claude_transcript_is_not_taken_for_gemini() {
+        let claude = concat!(
+            r#"{"type":"system","subtype":"init","cwd":"/workspace/demo","session_id":"20d19ac2-06fa-4ed4-8c4f-6e8abb872002","model":"claude-opus-5-5"}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"id":"msg_fake0007","type":"message","role":"assistant","model":"claude-opus-5-5","content":[{"type":"text","text":"Hello from the fake Anthropic API."}]},"session_id":"20d19ac2-06fa-4ed4-8c4f-6e8abb872002"}"#,
+            "\n",
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"Hello from the fake Anthropic API.","session_id":"20d19ac2-06fa-4ed4-8c4f-6e8abb872002","total_cost_usd":0.0003692}"#,
+            "\n"
+        );
+        let (events, r) = run(claude, "", Some(0));
+        assert_eq!(kinds(&events), ["unknown", "unknown", "protocol"]);
+        assert_eq!(
+            events[2].kind,
+            EventKind::Protocol {
+                message: "a `result` line that is not Gemini's shape: missing field `status`"
+                    .into(),
+                line_bytes: 179,
+            }
+        );
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Protocol),
+                Some("no line was a Gemini event (3 lines of another shape: another CLI's transcript?)".into())
+            )
+        );
+        assert_eq!(r.session_id, None);
+    }
+
+    #[test]
+    fn a_stream_without_a_result_line_is_a_crash() {
+        let full = include_str!("../../fixtures/gemini/text_model_flag.ndjson");
+        let without_result: String = full
+            .lines()
+            .filter(|l| !l.contains("\"result\""))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let (events, r) = run(&without_result, "", Some(0));
+        assert_eq!(events.len(), 8);
+        assert_eq!(r.response, "Hello from the fake Gemini API.");
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Crashed),
+                Some("the CLI ended without a final event (exit code 0)".into())
+            )
+        );
+        assert_eq!((r.cost_usd, r.cost_source), (None, CostSource::Unknown));
+    }
+
+    #[test]
+    fn odd_but_valid_lines_never_fail_a_run() {
+        let p = provider();
+        assert_eq!(p.parse_event("[1,2]")[0].type_name(), "protocol");
+        assert_eq!(
+            p.parse_event(r#"{"no_type":1}"#)[0].kind,
+            EventKind::Unknown { vendor_type: None }
+        );
+        assert_eq!(
+            p.parse_event(r#"{"type":"thought","text":"hm"}"#)[0].kind,
+            EventKind::Unknown {
+                vendor_type: Some("thought".into())
+            }
+        );
+        assert_eq!(
+            p.parse_event(r#"{"type":"message","role":"system","content":"x"}"#)[0].kind,
+            EventKind::Unknown {
+                vendor_type: Some("message/system".into())
+            }
+        );
+        assert_eq!(
+            p.parse_event(r#"{"type":"init"}"#)[0].type_name(),
+            "protocol"
+        );
+    }
+
+    // --- launch -------------------------------------------------------------------------
+
+    fn endpoint() -> McpEndpoint {
+        McpEndpoint {
+            name: "aicli".into(),
+            url: "http://127.0.0.1:4567/mcp".into(),
+            token: "tok-secret-123".into(),
+            tools: vec!["ask_user".into()],
+        }
+    }
+
+    fn launch(
+        task: &TaskSpec,
+        mcp: Option<&McpEndpoint>,
+        is_root: bool,
+    ) -> Result<CommandSpec, ProviderError> {
+        let binary = BinaryLocation::Path(PathBuf::from("/usr/bin/gemini"));
+        let ctx = LaunchContext {
+            task,
+            binary: &binary,
+            workdir: Path::new("/repo/wt/task-1"),
+            private_dir: Path::new("/root/.cache/aicli/runs/r1"),
+            mcp,
+            budget_remaining_usd: None,
+            is_root,
+        };
+        provider().headless_argv(&ctx)
+    }
+
+    fn args_of(task: &TaskSpec) -> Vec<String> {
+        launch(task, None, true)
+            .map(|c| c.args)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_plain_command() {
+        let c = launch(&TaskSpec::new("Say hello"), None, true).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.program, PathBuf::from("/usr/bin/gemini"));
+        assert_eq!(
+            c.args,
+            [
+                "-p",
+                "Say hello",
+                "--output-format",
+                "stream-json",
+                "--skip-trust",
+                "--approval-mode",
+                "auto_edit"
+            ]
+        );
+        assert_eq!(c.cwd, PathBuf::from("/repo/wt/task-1"));
+        assert_eq!(c.stdin, None);
+        let mut env = BTreeMap::new();
+        env.insert("GEMINI_CLI_NO_RELAUNCH".to_owned(), "true".to_owned());
+        env.insert(
+            SETTINGS_PATH_ENV.to_owned(),
+            "/root/.cache/aicli/runs/r1/gemini-settings.json".to_owned(),
+        );
+        assert_eq!(c.env, env);
+        assert_eq!(
+            c.files,
+            [FileSpec {
+                path: PathBuf::from("/root/.cache/aicli/runs/r1/gemini-settings.json"),
+                contents: "{\n  \"privacy\": {\n    \"usageStatisticsEnabled\": false\n  }\n}\n"
+                    .into(),
+                mode: 0o600,
+            }]
+        );
+    }
+
+    #[test]
+    fn approval_modes_map_one_to_one() {
+        let modes = [
+            (PermissionMode::Plan, "plan"),
+            (PermissionMode::Default, "default"),
+            (PermissionMode::AcceptEdits, "auto_edit"),
+            (PermissionMode::Bypass, "yolo"),
+        ];
+        for (mode, flag) in modes {
+            let mut t = TaskSpec::new("x");
+            t.permission_mode = Some(mode);
+            let args = args_of(&t);
+            let at = args
+                .iter()
+                .position(|a| a == "--approval-mode")
+                .unwrap_or(usize::MAX);
+            assert_eq!(args.get(at + 1).map(String::as_str), Some(flag), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn model_resume_cwd_extra_args_and_env() {
+        let mut t = TaskSpec::new("Second prompt");
+        t.model = Some("gemini-2.5-flash".into());
+        t.resume_session_id = Some("49e4ff3c-f478-40e9-a4b7-ac429591d1e6".into());
+        t.cwd = Some("sub/dir".into());
+        t.extra_args = vec!["--debug".into()];
+        t.env
+            .insert("GEMINI_CLI_NO_RELAUNCH".into(), "false".into());
+        t.env.insert("X".into(), "1".into());
+        let mut p = provider();
+        p.config.extra_args = vec!["--include-directories".into(), "/data".into()];
+        let binary = BinaryLocation::Path(PathBuf::from("/usr/bin/gemini"));
+        let ctx = LaunchContext {
+            task: &t,
+            binary: &binary,
+            workdir: Path::new("/repo/wt/task-1"),
+            private_dir: Path::new("/root/.cache/aicli/runs/r1"),
+            mcp: None,
+            budget_remaining_usd: None,
+            is_root: true,
+        };
+        let c = p.headless_argv(&ctx).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.args,
+            [
+                "-p",
+                "Second prompt",
+                "--output-format",
+                "stream-json",
+                "--skip-trust",
+                "-m",
+                "gemini-2.5-flash",
+                "--approval-mode",
+                "auto_edit",
+                "--resume",
+                "49e4ff3c-f478-40e9-a4b7-ac429591d1e6",
+                "--include-directories",
+                "/data",
+                "--debug",
+            ]
+        );
+        assert_eq!(c.cwd, PathBuf::from("/repo/wt/task-1/sub/dir"));
+        assert_eq!(
+            c.env.get("GEMINI_CLI_NO_RELAUNCH").map(String::as_str),
+            Some("false")
+        );
+        assert_eq!(c.env.get("X").map(String::as_str), Some("1"));
+        // The config's default model applies when the task names none.
+        p.config.default_model = Some("gemini-2.5-pro".into());
+        let mut t2 = t.clone();
+        t2.model = None;
+        let ctx = LaunchContext { task: &t2, ..ctx };
+        let args = p.headless_argv(&ctx).map(|c| c.args).unwrap_or_default();
+        assert!(
+            args.windows(2).any(|w| w == ["-m", "gemini-2.5-pro"]),
+            "{args:?}"
+        );
+    }
+
+    #[test]
+    fn a_prompt_that_looks_like_a_flag_stays_whole() {
+        // `gemini -p -x` exits 1 "Not enough arguments following: p" (checked on 0.61.0).
+        assert_eq!(
+            args_of(&TaskSpec::new("-x marks the spot"))[0],
+            "--prompt=-x marks the spot"
+        );
+    }
+
+    #[test]
+    fn the_settings_file_carries_mcp_turns_and_tools_and_the_token_only_there() {
+        let mut t = TaskSpec::new("go");
+        t.max_turns = Some(7);
+        t.allowed_tools = vec!["run_shell_command(git)".into()];
+        t.disallowed_tools = vec!["google_web_search".into()];
+        let ep = endpoint();
+        let c = launch(&t, Some(&ep), true).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.files.len(), 1);
+        let file = &c.files[0];
+        assert_eq!(
+            (file.path.as_path(), file.mode),
+            (
+                Path::new("/root/.cache/aicli/runs/r1/gemini-settings.json"),
+                0o600
+            )
+        );
+        let settings: Value = serde_json::from_str(&file.contents).unwrap_or_default();
+        assert_eq!(
+            settings,
+            json!({
+                "privacy": {"usageStatisticsEnabled": false},
+                "model": {"maxSessionTurns": 7},
+                "tools": {"allowed": ["run_shell_command(git)"], "exclude": ["google_web_search"]},
+                "mcpServers": {"aicli": {
+                    "httpUrl": "http://127.0.0.1:4567/mcp",
+                    "headers": {"Authorization": "Bearer tok-secret-123"},
+                    "trust": true
+                }}
+            })
+        );
+        assert_eq!(
+            c.env.get(SETTINGS_PATH_ENV),
+            Some(&file.path.display().to_string())
+        );
+        assert!(
+            !c.args.iter().any(|a| a.contains("tok-secret-123")),
+            "{:?}",
+            c.args
+        );
+        assert!(!c.env.values().any(|v| v.contains("tok-secret-123")));
+        assert!(
+            !c.args.iter().any(|a| a.starts_with("--allowed")),
+            "{:?}",
+            c.args
+        );
+        assert!(!format!("{c:?}").contains("tok-secret-123"));
+    }
+
+    #[test]
+    fn mcp_wiring_is_the_same_file() {
+        let w = provider()
+            .mcp_wiring(&endpoint(), Path::new("/root/.cache/aicli/runs/r1"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(w.args.is_empty());
+        assert_eq!(w.files.len(), 1);
+        assert_eq!(w.files[0].mode, 0o600);
+        assert_eq!(
+            w.env.get(SETTINGS_PATH_ENV),
+            Some(&w.files[0].path.display().to_string())
+        );
+        let v: Value = serde_json::from_str(&w.files[0].contents).unwrap_or_default();
+        assert_eq!(v["mcpServers"]["aicli"]["trust"], json!(true));
+        let in_tmp = provider().mcp_wiring(&endpoint(), Path::new("/tmp/aicli-r1"));
+        assert!(
+            matches!(in_tmp, Err(ProviderError::Unsupported { .. })),
+            "{in_tmp:?}"
+        );
+    }
+
+    #[test]
+    fn settings_gemini_would_skip_are_refused_not_dropped() {
+        let ep = endpoint();
+        // Not root: Gemini 0.61 ignores a system settings file not owned by root.
+        let err = launch(&TaskSpec::new("go"), Some(&ep), false)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with("provider gemini does not support an MCP server in this setup: gemini 0.61 reads per-run settings only from a system settings file owned by root"),
+            "{err}"
+        );
+        let mut t = TaskSpec::new("go");
+        t.max_turns = Some(3);
+        let err = launch(&t, None, false)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("does not support max_turns in this setup"),
+            "{err}"
+        );
+        // Nothing the run depends on: no file at all.
+        let c = launch(&TaskSpec::new("go"), None, false).unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.files.is_empty());
+        assert!(!c.env.contains_key(SETTINGS_PATH_ENV));
+        // Root, but a private dir under /tmp.
+        let binary = BinaryLocation::Path(PathBuf::from("gemini"));
+        let task = TaskSpec::new("go");
+        let ctx = LaunchContext {
+            task: &task,
+            binary: &binary,
+            workdir: Path::new("/w"),
+            private_dir: Path::new("/tmp/aicli/r1"),
+            mcp: Some(&ep),
+            budget_remaining_usd: None,
+            is_root: true,
+        };
+        let err = provider()
+            .headless_argv(&ctx)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("/tmp/aicli/r1 is under /tmp"), "{err}");
+    }
+
+    #[test]
+    fn tasks_gemini_cannot_run_as_written_are_refused() {
+        let refused = |t: &TaskSpec, mcp: Option<&McpEndpoint>| {
+            launch(t, mcp, true)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            refused(&TaskSpec::new("  "), None),
+            "invalid task for provider gemini: gemini needs a prompt, also when resuming a session"
+        );
+        let mut t = TaskSpec::new("x");
+        t.append_system_prompt = Some("be brief".into());
+        assert!(refused(&t, None).contains("append_system_prompt"));
+        let mut t = TaskSpec::new("x");
+        t.env
+            .insert(SETTINGS_PATH_ENV.into(), "/etc/mine.json".into());
+        assert!(refused(&t, None).contains("GEMINI_CLI_SYSTEM_SETTINGS_PATH is set by the task"));
+        let mut ep = endpoint();
+        ep.token = "ab$cd".into();
+        let err = refused(&TaskSpec::new("x"), Some(&ep));
+        assert_eq!(
+            err,
+            "invalid task for provider gemini: the MCP token contains '$', which Gemini would expand as an environment variable in its settings file"
+        );
+        let mut t = TaskSpec::new("x");
+        t.allowed_tools = vec!["run_shell_command(echo $HOME)".into()];
+        assert!(refused(&t, None).contains("allowed tool contains '$'"));
+    }
+
+    // --- pieces ---------------------------------------------------------------------------
+
+    #[test]
+    fn usage_math() {
+        // 200 prompt (50 cached), 11 candidates, 236 total: 25 thinking tokens.
+        assert_eq!(
+            canonical_model_usage(236, 200, 11, 50),
+            usage(150, 36, 50, 25, 0)
+        );
+        // A total below prompt + candidates (no thinking) never goes negative.
+        assert_eq!(
+            canonical_model_usage(100, 90, 20, 0),
+            usage(90, 20, 0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn exit_codes_read_back() {
+        assert_eq!(
+            [144, 145, 147, 173, 244, 247, 41, 42, 53, 55, 124, 130, 1, 0]
+                .map(|c| Exit::from_code(Some(c))),
+            [
+                Exit::Http(400),
+                Exit::Http(401),
+                Exit::Http(403),
+                Exit::Http(429),
+                Exit::Http(500),
+                Exit::Http(503),
+                Exit::Auth,
+                Exit::Input,
+                Exit::TurnLimit,
+                Exit::Untrusted,
+                Exit::TimedOut,
+                Exit::Cancelled,
+                Exit::Other(1),
+                Exit::Ok,
+            ]
+        );
+        assert_eq!(Exit::from_code(None), Exit::Signal);
+    }
+
+    #[test]
+    fn timestamps_read() {
+        assert_eq!(unix_millis("1970-01-01T00:00:00.000Z"), Some(0));
+        assert_eq!(
+            unix_millis("2026-11-30T03:35:40.563Z"),
+            Some(1_796_009_740_563)
+        );
+        assert_eq!(unix_millis("2000-03-01T00:00:01Z"), Some(951_868_801_000));
+        assert_eq!(unix_millis("2026-11-30 03:35:40Z"), None);
+        assert_eq!(unix_millis("t"), None);
+    }
 }
