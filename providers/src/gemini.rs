@@ -12,7 +12,9 @@
 //! alone. The file holds `privacy.usageStatisticsEnabled: false`, `model.maxSessionTurns`
 //! (Gemini has no turn flag), `tools.allowed` / `tools.exclude` (the `--allowed-tools`
 //! flag is deprecated) and, when aicli's MCP server runs, `mcpServers.<name>` with the
-//! bearer token (the token is never in argv). See [`SETTINGS_PATH_ENV`].
+//! bearer token (the token is never in argv). Gemini 0.61 reads that file only when it
+//! and every directory above it are owned by root and writable by no one else: see
+//! [`SETTINGS_PATH_ENV`] for what that means for non-root users.
 //!
 //! # Stream
 //!
@@ -399,9 +401,14 @@ impl AiCliProvider for GeminiProvider {
 // Launch
 // ---------------------------------------------------------------------------------------
 
-/// `--approval-mode` for a neutral permission mode. In `default` mode Gemini silently
-/// withholds the shell tool and untrusted MCP tools from the model (headless runs cannot
-/// ask), so a task that must run commands needs `bypass`.
+/// `--approval-mode` for a neutral permission mode.
+///
+/// In a headless run Gemini's policy engine turns every "ask the user" into "deny", and it
+/// does not even declare a denied tool to the model. So in `default` (seen in the
+/// `shell_default_mode` fixture) and in `auto_edit` (accept_edits; the same policy rules
+/// in the 0.61 bundle) the shell tool and untrusted MCP tools are silently withheld,
+/// unless `allowed_tools` allows them (`run_shell_command(git)` declares the shell tool
+/// and allows only `git ...`). A task that must run arbitrary commands needs `bypass`.
 fn approval_mode(mode: PermissionMode) -> &'static str {
     match mode {
         PermissionMode::Plan => "plan",
@@ -1387,9 +1394,10 @@ impl GeminiProvider {
             Exit::Auth => return (ErrorKind::Auth, with_detail("not authenticated")),
             Exit::Input => {
                 let kind = input_kind(stderr);
-                let what = match kind {
-                    ErrorKind::InvalidResume => "the session to resume does not exist",
-                    _ => "the CLI rejected its input",
+                let what = if kind == ErrorKind::InvalidResume {
+                    "the session to resume does not exist"
+                } else {
+                    "the CLI rejected its input"
                 };
                 return (kind, with_detail(what));
             }
