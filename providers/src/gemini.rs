@@ -819,7 +819,8 @@ fn result_line(events: &[AgentEvent]) -> Option<(&AgentEvent, WireResult)> {
 /// - `output_tokens = output_tokens + reasoning_tokens` (canonical output includes
 ///   reasoning).
 ///
-/// `request_count` is left 0: the stats do not say (see [`stream_request_count`]).
+/// `request_count` is left 0: the stats do not say (the result counts requests from the
+/// stream instead).
 pub fn canonical_model_usage(
     total_tokens: u64,
     input_tokens: u64,
@@ -2275,6 +2276,24 @@ mod tests {
             )
         );
         assert_eq!((r.cost_usd, r.cost_source), (None, CostSource::Unknown));
+    }
+
+    #[test]
+    fn list_sessions_text_output_is_not_a_run() {
+        // `gemini --list-sessions` (shared/transcripts/gemini/list_sessions): plain text on
+        // stdout, exit 0. Not a headless run, so not a fixture; aicli resumes by uuid and
+        // never parses this list.
+        let stdout = "\nAvailable sessions for this project (1):\n  1. ok (Just now) [49e4ff3c-f478-40e9-a4b7-ac429591d1e6]\n";
+        let (events, r) = run(stdout, "", Some(0));
+        assert_eq!(kinds(&events), ["protocol", "protocol"]);
+        assert_eq!(
+            outcome(&r),
+            (
+                SessionStatus::Failed,
+                Some(ErrorKind::Protocol),
+                Some("no line was a valid gemini event (2 malformed or over-long lines; exit code 0)".into())
+            )
+        );
     }
 
     #[test]
