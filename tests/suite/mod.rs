@@ -1,5 +1,6 @@
 mod engine;
 mod mcp;
+mod new_vendor;
 mod process;
 mod schemas;
 mod support;
