@@ -1,12 +1,13 @@
-//! Process supervision: spawn a command in its own session (and so its own process
-//! group), stream its stdout as capped lines, drain its stderr into a bounded tail, and
-//! shut the whole tree down — SIGTERM, a grace period, SIGKILL — on cancel, timeout and
-//! drop.
+//! Process supervision: spawn a command in its own process group, stream its stdout as
+//! capped lines, drain its stderr into a bounded tail, and shut the whole tree down —
+//! SIGTERM, a grace period, SIGKILL — on cancel, timeout and drop.
 //!
-//! "The whole tree" is every process of the child's session plus every descendant of
-//! the child found in `/proc` (a descendant that called `setsid()` leaves the session
-//! but keeps its parent). [`ProcessTree`] finds them; [`LocalProcess::shutdown`] and
-//! the `Drop` safety net kill them.
+//! "The whole tree" is every process of the child's process group plus every descendant
+//! of the child's group found in `/proc` (a descendant that called `setsid()` or
+//! `setpgid()` leaves the group but keeps its parent). [`ProcessTree`] finds them;
+//! [`LocalProcess::shutdown`] and the `Drop` safety net kill them. The group is made with
+//! `posix_spawn`'s process-group attribute (no `fork` of aicli's address space, so
+//! spawning stays cheap however large aicli gets).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
@@ -174,15 +175,9 @@ impl LocalProcess {
             c.env_remove(k);
         }
         c.envs(&cmd.env);
-        // SAFETY: setsid() is async-signal-safe and touches no memory of the parent; it
-        // makes the child a session and process-group leader so the whole group can be
-        // signalled, and detaches it from our controlling terminal.
-        unsafe {
-            c.pre_exec(|| {
-                nix::unistd::setsid().map_err(std::io::Error::from)?;
-                Ok(())
-            });
-        }
+        // Own process group (pgid = the child's pid): the whole group can be signalled,
+        // and a Ctrl-C on aicli's terminal does not reach it (aicli shuts it down itself).
+        c.process_group(0);
         let mut child = c.spawn().map_err(|source| SpawnError::Start {
             program: cmd.program.display().to_string(),
             source,
@@ -220,7 +215,7 @@ impl LocalProcess {
         })
     }
 
-    /// The child's pid (also its process-group and session id).
+    /// The child's pid (also its process-group id).
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -250,6 +245,12 @@ impl LocalProcess {
     /// descendants, up to `grace` for them to go, then SIGKILL to whatever is left.
     /// Returns the child's exit code (as [`LocalProcess::wait`]).
     pub async fn shutdown(&mut self, grace: Duration) -> Option<i32> {
+        if self.exit.is_some() && group_is_empty(self.pid) {
+            // The child exited and nothing is left in its group: the usual end of a run.
+            // (A descendant that left the group and whose parent died is reparented away
+            // from the tree and cannot be found by anyone; see the module docs.)
+            return self.exit.flatten();
+        }
         let tree = ProcessTree::of(self.pid);
         tree.signal(Signal::SIGTERM);
         let deadline = tokio::time::Instant::now() + grace;
@@ -279,6 +280,9 @@ impl Drop for LocalProcess {
     fn drop(&mut self) {
         // Safety net: an explicit shutdown() is the normal path. If the child or
         // anything of its tree is still there, kill it now, without grace.
+        if self.exit.is_some() && group_is_empty(self.pid) {
+            return;
+        }
         let tree = ProcessTree::of(self.pid);
         if !tree.alive().is_empty() {
             tree.signal(Signal::SIGKILL);
@@ -426,8 +430,17 @@ async fn drain_stderr<R: AsyncRead + Unpin>(
     }
 }
 
-/// The processes that belong to a run: the members of the child's session and the
-/// child's descendants, as found in `/proc`.
+/// Whether no process is left in process group `pgid`.
+pub fn group_is_empty(pgid: u32) -> bool {
+    pgid == 0
+        || matches!(
+            killpg(Pid::from_raw(pgid as i32), None),
+            Err(nix::errno::Errno::ESRCH)
+        )
+}
+
+/// The processes that belong to a run: the members of the child's process group (and
+/// session, should it have made one) and their descendants, as found in `/proc`.
 #[derive(Debug, Clone)]
 pub struct ProcessTree {
     root: u32,
@@ -490,7 +503,7 @@ pub fn all_processes() -> HashMap<u32, ProcStat> {
 }
 
 impl ProcessTree {
-    /// The tree of `root` (a session leader started by [`LocalProcess::spawn`]).
+    /// The tree of `root` (a process-group leader started by [`LocalProcess::spawn`]).
     pub fn of(root: u32) -> ProcessTree {
         let mut t = ProcessTree {
             root,

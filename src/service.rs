@@ -315,10 +315,12 @@ impl Engine {
             })
             .collect();
         for r in &records {
-            record.write_task(r).map_err(|source| EngineError::Record {
-                path: record.task_dir(&r.task.id),
-                source,
-            })?;
+            record
+                .write_task(r, false)
+                .map_err(|source| EngineError::Record {
+                    path: record.task_dir(&r.task.id),
+                    source,
+                })?;
         }
         let plan: Vec<Planned> = records
             .into_iter()
@@ -359,12 +361,16 @@ impl Engine {
             repo,
             opts: opts.clone(),
             live: live.clone(),
+            persist_locks: (0..plan.len())
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
             tasks: Mutex::new(plan),
             spent: Mutex::new(spent_before),
         });
         let n = shared.tasks.lock().map(|t| t.len()).unwrap_or(0);
         let mut owner = Owner {
             shared: shared.clone(),
+            finalizers: tokio::task::JoinSet::new(),
         };
         let s2 = shared.clone();
         pool::run(
@@ -379,6 +385,7 @@ impl Engine {
             cancel,
         )
         .await;
+        owner.wait_finalizers().await;
         let result = shared.batch_result(started.elapsed());
         record
             .write_result(&result)
@@ -435,6 +442,9 @@ struct Shared {
     opts: BatchOptions,
     live: broadcast::Sender<BatchEvent>,
     tasks: Mutex<Vec<Planned>>,
+    /// One lock per task: record writes of a task happen one at a time, each writing the
+    /// task's state as it is when the write starts, so the last write is the newest.
+    persist_locks: Vec<tokio::sync::Mutex<()>>,
     spent: Mutex<f64>,
 }
 
@@ -447,11 +457,32 @@ impl Shared {
         self.tasks.lock().ok().and_then(|t| t.get(index).cloned())
     }
 
-    fn store_planned(&self, index: usize, planned: Planned) {
+    /// Changes the task's in-memory state.
+    fn update(&self, index: usize, f: impl FnOnce(&mut Planned)) {
         if let Ok(mut t) = self.tasks.lock()
             && let Some(slot) = t.get_mut(index)
         {
-            *slot = planned;
+            f(slot);
+        }
+    }
+
+    /// Writes the task's record as it is now (off the async workers).
+    async fn persist(&self, index: usize, durable: bool) {
+        let Some(lock) = self.persist_locks.get(index) else {
+            return;
+        };
+        let _guard = lock.lock().await;
+        let Some(planned) = self.planned(index) else {
+            return;
+        };
+        let record = self.record.clone();
+        let id = planned.rec.task.id.clone();
+        let res =
+            tokio::task::spawn_blocking(move || record.write_task(&planned.rec, durable)).await;
+        match res {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(task = %id, error = %e, "cannot write the task record"),
+            Err(e) => tracing::warn!(task = %id, error = %e, "the record writer failed"),
         }
     }
 
@@ -490,6 +521,14 @@ impl Shared {
         Ok(wt.path)
     }
 
+    fn never_ran(provider: &str, kind: ErrorKind, message: String) -> SessionOutcome {
+        SessionOutcome {
+            result: SessionResult::not_started(provider, kind, message),
+            events: Vec::new(),
+        }
+    }
+
+    /// One attempt: worktree, record, token, session, record again.
     async fn run_attempt(
         &self,
         index: usize,
@@ -497,48 +536,20 @@ impl Shared {
         cancel: CancellationToken,
     ) -> SessionOutcome {
         let Some(mut planned) = self.planned(index) else {
-            return SessionOutcome {
-                result: SessionResult::not_started("", ErrorKind::Unknown, "no such task"),
-                events: Vec::new(),
-            };
+            return Self::never_ran("", ErrorKind::Unknown, "no such task".into());
         };
         let provider = match self.provider(&planned.rec) {
             Ok(p) => p,
             Err(e) => {
-                return SessionOutcome {
-                    result: SessionResult::not_started(
-                        &planned.rec.provider,
-                        ErrorKind::BadRequest,
-                        e.to_string(),
-                    ),
-                    events: Vec::new(),
-                };
+                return Self::never_ran(
+                    &planned.rec.provider,
+                    ErrorKind::BadRequest,
+                    e.to_string(),
+                );
             }
         };
         let task_id: Arc<str> = Arc::from(planned.rec.task.id.as_str());
-        let workdir = match self.ensure_worktree(&mut planned.rec).await {
-            Ok(w) => w,
-            Err(e) => {
-                return SessionOutcome {
-                    result: SessionResult::not_started(
-                        provider.name(),
-                        ErrorKind::Unknown,
-                        format!("cannot create the worktree: {e}"),
-                    ),
-                    events: Vec::new(),
-                };
-            }
-        };
-        let workdir = match &planned.rec.task.cwd {
-            Some(sub) => workdir.join(sub),
-            None => workdir,
-        };
-        let attempt_no = planned.rec.attempts.len() as u32 + 1;
-        let kind = if attempt_in_run > 1 {
-            AttemptKind::Retry
-        } else {
-            planned.kind
-        };
+        let workdir = self.ensure_worktree(&mut planned.rec).await;
         let mut task = planned.rec.task.clone();
         if let Some(p) = &planned.prompt {
             task.prompt = p.clone();
@@ -548,6 +559,12 @@ impl Shared {
             task.resume_session_id = Some(sid.clone());
             prior = *totals;
         }
+        let attempt_no = planned.rec.attempts.len() as u32 + 1;
+        let kind = if attempt_in_run > 1 {
+            AttemptKind::Retry
+        } else {
+            planned.kind
+        };
         planned.rec.attempts.push(AttemptRecord {
             attempt: attempt_no,
             kind,
@@ -563,16 +580,81 @@ impl Shared {
             result: None,
         });
         planned.rec.state = TaskState::Running;
-        if let Err(e) = self.record.write_task(&planned.rec) {
-            tracing::warn!(task = %task.id, error = %e, "cannot write the task record");
-        }
-        self.store_planned(index, planned.clone());
+        let (rec_snapshot, prompt_for_result) =
+            (planned.rec.clone(), planned.rec.task.prompt.clone());
+        self.update(index, |p| p.rec = rec_snapshot);
+        self.persist(index, false).await;
         let _ = self.live.send(BatchEvent::TaskStarted {
             task_id: task_id.clone(),
             provider: Arc::from(provider.name()),
             attempt: attempt_no,
         });
 
+        let outcome = match workdir {
+            Err(e) => Self::never_ran(
+                provider.name(),
+                ErrorKind::Unknown,
+                format!("cannot create the worktree: {e}"),
+            ),
+            Ok(workdir) => {
+                let workdir = match &task.cwd {
+                    Some(sub) => workdir.join(sub),
+                    None => workdir,
+                };
+                self.session(
+                    index,
+                    &task,
+                    provider.clone(),
+                    workdir,
+                    prior,
+                    attempt_no,
+                    cancel,
+                )
+                .await
+            }
+        };
+
+        // The attempt's end goes into the record now, from this task (not the pool loop).
+        let mut result = outcome.result.clone();
+        result.task_id = task.id.clone();
+        result.prompt = prompt_for_result;
+        let events_end = self.record.events_len(&task.id);
+        let stderr_end = self.record.stderr_len(&task.id);
+        let provisional = if result.error_kind.is_some_and(|k| k.is_backoff()) {
+            TaskState::Queued
+        } else {
+            TaskState::of(&result)
+        };
+        self.update(index, |p| {
+            if let Some(a) = p.rec.attempts.last_mut() {
+                a.finished_at = Some(now_rfc3339());
+                a.events_end = Some(events_end);
+                a.stderr_end = Some(stderr_end);
+                a.result = Some(result.clone());
+            }
+            p.rec.state = provisional;
+            // Later attempts of this invocation are plain retries of the same run.
+            p.kind = AttemptKind::Retry;
+        });
+        self.persist(index, true).await;
+        SessionOutcome {
+            result,
+            events: outcome.events,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn session(
+        &self,
+        index: usize,
+        task: &TaskSpec,
+        provider: SharedProvider,
+        workdir: PathBuf,
+        prior: Option<SessionTotals>,
+        attempt_no: u32,
+        cancel: CancellationToken,
+    ) -> SessionOutcome {
+        let _ = index;
         let private_dir = self
             .record
             .dir()
@@ -600,16 +682,16 @@ impl Shared {
             None => (None, None, None),
         };
         let spec = SessionSpec {
-            limits: self.engine.limits(&self.opts, &task),
+            limits: self.engine.limits(&self.opts, task),
             parse_ctx: ParseContext {
-                model: provider.model_for(&task),
+                model: provider.model_for(task),
                 prior,
             },
-            task,
-            provider: provider.clone(),
+            task: task.clone(),
+            provider,
             workdir,
             private_dir: private_dir.clone(),
-            record_dir: Some(self.record.task_dir(&task_id)),
+            record_dir: Some(self.record.task_dir(&task.id)),
             mcp,
             budget_remaining_usd: self.budget_remaining(),
             search_path: self.engine.search_path.clone(),
@@ -629,13 +711,88 @@ impl Shared {
         outcome
     }
 
+    /// After the last attempt of a task in this invocation: clean up its worktree (or
+    /// keep it), settle its record, tell subscribers.
+    async fn finalize(&self, index: usize, mut result: SessionResult) {
+        let Some(planned) = self.planned(index) else {
+            return;
+        };
+        let rec = &planned.rec;
+        let mut drop_worktree = false;
+        if let (Some(repo), Some(path), Some(branch), Some(base)) = (
+            &self.repo,
+            rec.worktree.clone(),
+            rec.branch.clone(),
+            rec.base_commit.clone(),
+        ) {
+            let wt = Worktree {
+                path: path.clone(),
+                branch: branch.clone(),
+                base,
+            };
+            let cleanup = if result.status == SessionStatus::Blocked {
+                Ok(Cleanup::Kept {
+                    reason: "the task waits for an answer".to_owned(),
+                })
+            } else {
+                repo.cleanup(&wt).await
+            };
+            match cleanup {
+                Ok(Cleanup::Removed) => drop_worktree = true,
+                Ok(Cleanup::Kept { reason }) => {
+                    tracing::info!(task = %result.task_id, %reason, "worktree kept");
+                    result.branch = Some(branch);
+                    result.worktree = Some(path);
+                }
+                Err(e) => {
+                    tracing::warn!(task = %result.task_id, error = %e, "worktree cleanup failed; kept");
+                    result.branch = Some(branch);
+                    result.worktree = Some(path);
+                }
+            }
+        }
+        let state = TaskState::of(&result);
+        let final_result = result.clone();
+        self.update(index, |p| {
+            if drop_worktree {
+                p.rec.worktree = None;
+                p.rec.branch = None;
+            }
+            if let Some(a) = p.rec.attempts.last_mut() {
+                a.result = Some(final_result);
+            }
+            p.rec.state = state;
+        });
+        self.persist(index, true).await;
+        let task_id: Arc<str> = Arc::from(result.task_id.as_str());
+        if let (SessionStatus::Blocked, Some(q)) = (result.status, &result.question) {
+            let _ = self.live.send(BatchEvent::TaskBlocked {
+                task_id: task_id.clone(),
+                question: q.clone(),
+            });
+        }
+        let _ = self.live.send(BatchEvent::TaskFinished {
+            task_id,
+            result: Arc::new(result),
+        });
+    }
+
     fn batch_result(&self, wall: Duration) -> BatchResult {
-        let tasks = self.tasks.lock().map(|t| t.clone()).unwrap_or_default();
-        // Include tasks of the batch that this invocation did not plan (resume).
-        let all = self
-            .record
-            .tasks()
-            .unwrap_or_else(|_| tasks.iter().map(|p| p.rec.clone()).collect());
+        let planned: Vec<TaskRecord> = self
+            .tasks
+            .lock()
+            .map(|t| t.iter().map(|p| p.rec.clone()).collect())
+            .unwrap_or_default();
+        // Tasks of the batch this invocation did not plan (a resume) come from the record.
+        let mut all = self.record.tasks().unwrap_or_default();
+        for rec in &mut all {
+            if let Some(p) = planned.iter().find(|p| p.task.id == rec.task.id) {
+                *rec = p.clone();
+            }
+        }
+        if all.is_empty() {
+            all = planned;
+        }
         let mut results = Vec::new();
         let mut total = 0.0;
         let mut unknown = 0;
@@ -646,18 +803,10 @@ impl Shared {
                 unknown += 1;
             }
             let mut r = rec.latest_result().cloned().unwrap_or_else(|| {
-                let mut r = SessionResult::not_started(
-                    &rec.provider,
-                    ErrorKind::Cancelled,
-                    "never started",
-                );
-                r.task_id = rec.task.id.clone();
-                r.prompt = rec.task.prompt.clone();
-                r
+                SessionResult::not_started(&rec.provider, ErrorKind::Cancelled, "never started")
             });
-            if r.task_id.is_empty() {
-                r.task_id = rec.task.id.clone();
-            }
+            r.task_id = rec.task.id.clone();
+            r.prompt = rec.task.prompt.clone();
             results.push(r);
         }
         let count = |s: SessionStatus| results.iter().filter(|r| r.status == s).count();
@@ -680,8 +829,21 @@ impl Shared {
     }
 }
 
+/// The pool's owner: quick decisions in the pool loop; slow work (git, records) in
+/// tasks of its own, awaited before the batch result is built.
 struct Owner {
     shared: Arc<Shared>,
+    finalizers: tokio::task::JoinSet<()>,
+}
+
+impl Owner {
+    async fn wait_finalizers(&mut self) {
+        while let Some(r) = self.finalizers.join_next().await {
+            if let Err(e) = r {
+                tracing::error!(error = %e, "finalizing a task failed");
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -693,89 +855,21 @@ impl PoolOwner for Owner {
         outcome: &SessionOutcome,
         will_retry: bool,
     ) -> Control {
-        let s = &self.shared;
-        let Some(mut planned) = s.planned(index) else {
-            return Control::Continue;
-        };
-        let mut result = outcome.result.clone();
-        result.task_id = planned.rec.task.id.clone();
-        result.prompt = planned.rec.task.prompt.clone();
-        // Worktree: keep it while the task may go on (retry, blocked); else clean up.
-        if let (Some(repo), Some(path), Some(branch), Some(base)) = (
-            &s.repo,
-            planned.rec.worktree.clone(),
-            planned.rec.branch.clone(),
-            planned.rec.base_commit.clone(),
-        ) {
-            let wt = Worktree {
-                path: path.clone(),
-                branch: branch.clone(),
-                base,
-            };
-            let keep_anyway = will_retry || result.status == SessionStatus::Blocked;
-            let outcome = if keep_anyway {
-                Ok(Cleanup::Kept {
-                    reason: "the task may continue".to_owned(),
-                })
-            } else {
-                repo.cleanup(&wt).await
-            };
-            match outcome {
-                Ok(Cleanup::Removed) => {
-                    planned.rec.worktree = None;
-                    planned.rec.branch = None;
-                }
-                Ok(Cleanup::Kept { reason }) => {
-                    result.branch = Some(branch);
-                    result.worktree = Some(path);
-                    tracing::info!(task = %result.task_id, %reason, "worktree kept");
-                }
-                Err(e) => {
-                    tracing::warn!(task = %result.task_id, error = %e, "worktree cleanup failed; kept");
-                    result.branch = Some(branch);
-                    result.worktree = Some(path);
-                }
-            }
-        }
-        let end = s.record.events_len(&result.task_id);
-        let stderr_end = s.record.stderr_len(&result.task_id);
-        if let Some(a) = planned.rec.attempts.last_mut() {
-            a.finished_at = Some(now_rfc3339());
-            a.events_end = Some(end);
-            a.stderr_end = Some(stderr_end);
-            a.result = Some(result.clone());
-        }
-        planned.rec.state = if will_retry {
-            TaskState::Queued
+        let s = self.shared.clone();
+        let result = outcome.result.clone();
+        let cost = result.cost_usd.unwrap_or(0.0);
+        if will_retry {
+            s.update(index, |p| p.rec.state = TaskState::Queued);
         } else {
-            TaskState::of(&result)
-        };
-        if let Err(e) = s.record.write_task(&planned.rec) {
-            tracing::warn!(task = %result.task_id, error = %e, "cannot write the task record");
+            let s2 = s.clone();
+            self.finalizers
+                .spawn(async move { s2.finalize(index, result).await });
         }
-        // Later attempts of this invocation are plain retries of the same run.
-        planned.kind = AttemptKind::Retry;
-        s.store_planned(index, planned.clone());
-        let task_id: Arc<str> = Arc::from(result.task_id.as_str());
-        if let (SessionStatus::Blocked, Some(q)) = (result.status, &result.question) {
-            let _ = s.live.send(BatchEvent::TaskBlocked {
-                task_id: task_id.clone(),
-                question: q.clone(),
-            });
-        }
-        let result = Arc::new(result);
-        if !will_retry {
-            let _ = s.live.send(BatchEvent::TaskFinished {
-                task_id,
-                result: result.clone(),
-            });
-        }
-        // Budget.
         let spent = {
             let Ok(mut spent) = s.spent.lock() else {
                 return Control::Continue;
             };
-            *spent += result.cost_usd.unwrap_or(0.0);
+            *spent += cost;
             *spent
         };
         match s.spec.budget_usd {
@@ -797,10 +891,8 @@ impl PoolOwner for Owner {
     fn on_backoff(&mut self, b: &Backoff) {
         let task_id = self
             .shared
-            .tasks
-            .lock()
-            .ok()
-            .and_then(|t| t.get(b.index).map(|p| p.rec.task.id.clone()))
+            .planned(b.index)
+            .map(|p| p.rec.task.id)
             .unwrap_or_default();
         tracing::info!(task = %task_id, delay_ms = b.delay.as_millis() as u64, parallelism = b.parallelism, reason = %b.reason, "backing off");
         let _ = self.shared.live.send(BatchEvent::Backoff {
@@ -813,7 +905,7 @@ impl PoolOwner for Owner {
     }
 
     fn on_never_started(&mut self, index: usize, _why: Control) {
-        let s = &self.shared;
+        let s = self.shared.clone();
         let budget_spent = s
             .spec
             .budget_usd
@@ -822,7 +914,7 @@ impl PoolOwner for Owner {
             // Cancelled: the task stays queued in its record, so a resume runs it.
             return;
         }
-        let Some(mut planned) = s.planned(index) else {
+        let Some(planned) = s.planned(index) else {
             return;
         };
         let mut r = SessionResult::not_started(
@@ -834,29 +926,25 @@ impl PoolOwner for Owner {
         r.prompt = planned.rec.task.prompt.clone();
         let now = now_rfc3339();
         let offset = s.record.events_len(&r.task_id);
-        planned.rec.attempts.push(AttemptRecord {
-            attempt: planned.rec.attempts.len() as u32 + 1,
-            kind: planned.kind,
-            started_at: now.clone(),
-            finished_at: Some(now),
-            events_start: offset,
-            events_end: Some(offset),
-            stderr_start: 0,
-            stderr_end: Some(0),
-            model: None,
-            prior: None,
-            resumed_session: None,
-            result: Some(r.clone()),
+        let result = r.clone();
+        s.update(index, |p| {
+            p.rec.attempts.push(AttemptRecord {
+                attempt: p.rec.attempts.len() as u32 + 1,
+                kind: p.kind,
+                started_at: now.clone(),
+                finished_at: Some(now),
+                events_start: offset,
+                events_end: Some(offset),
+                stderr_start: 0,
+                stderr_end: Some(0),
+                model: None,
+                prior: None,
+                resumed_session: None,
+                result: Some(result),
+            });
         });
-        planned.rec.state = TaskState::Failed;
-        if let Err(e) = s.record.write_task(&planned.rec) {
-            tracing::warn!(task = %r.task_id, error = %e, "cannot write the task record");
-        }
-        s.store_planned(index, planned);
-        let _ = s.live.send(BatchEvent::TaskFinished {
-            task_id: Arc::from(r.task_id.as_str()),
-            result: Arc::new(r),
-        });
+        self.finalizers
+            .spawn(async move { s.finalize(index, r).await });
     }
 }
 

@@ -20,7 +20,7 @@ use aicli_providers::{SessionResult, SessionStatus, TaskSpec};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::util::{read_json, write_json_atomic};
+use crate::util::{read_json, write_json, write_json_atomic};
 
 /// The state of a task in its record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -405,13 +405,14 @@ impl BatchRecord {
         read_json(&self.task_dir(task_id).join("task.json"))
     }
 
-    /// Writes a task's record (and `result.json` when it has a result).
-    pub fn write_task(&self, rec: &TaskRecord) -> std::io::Result<()> {
+    /// Writes a task's record (and `result.json` when it has a result), atomically;
+    /// fsynced when `durable` (at the end of an attempt).
+    pub fn write_task(&self, rec: &TaskRecord, durable: bool) -> std::io::Result<()> {
         let dir = self.task_dir(&rec.task.id);
         std::fs::create_dir_all(&dir)?;
-        write_json_atomic(&dir.join("task.json"), rec)?;
+        write_json(&dir.join("task.json"), rec, durable)?;
         if let Some(r) = rec.latest_result() {
-            write_json_atomic(&dir.join("result.json"), r)?;
+            write_json(&dir.join("result.json"), r, durable)?;
         }
         Ok(())
     }

@@ -13,14 +13,27 @@ pub fn now_rfc3339() -> String {
 /// directory, fsync, rename. A reader (or a `kill -9` at any moment) sees the old file
 /// or the new one, never a torn one.
 pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+    write_json(path, value, true)
+}
+
+/// [`write_json_atomic`], with the fsyncs only when `durable`. The rename alone already
+/// protects against a killed aicli (the page cache survives it); the fsyncs protect
+/// against a machine crash, and cost milliseconds each.
+pub fn write_json<T: serde::Serialize>(
+    path: &Path,
+    value: &T,
+    durable: bool,
+) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     serde_json::to_writer_pretty(&mut tmp, value).map_err(std::io::Error::other)?;
     tmp.write_all(b"\n")?;
-    tmp.as_file().sync_all()?;
+    if durable {
+        tmp.as_file().sync_all()?;
+    }
     tmp.persist(path).map_err(|e| e.error)?;
-    if let Ok(d) = std::fs::File::open(dir) {
+    if durable && let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())

@@ -25,6 +25,7 @@
 //!   --require-env K=V        exit 3 with a message when the env var K is not V
 //!   --touch FILE             create FILE (relative to the cwd) — "the tool ran"
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
+//!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -63,6 +64,7 @@ fn main() {
             "--require-env" => o.require_env.push(val()),
             "--touch" => o.touch.push(val()),
             "--record-argv" => o.record_argv = Some(val()),
+            "--timeline" => o.timeline = Some(val()),
             // Anything else (the provider's own flags, the prompt) is accepted and ignored.
             _ => {}
         }
@@ -93,6 +95,22 @@ struct Opts {
     require_env: Vec<String>,
     touch: Vec<String>,
     record_argv: Option<String>,
+    timeline: Option<String>,
+}
+
+fn timeline(file: &Option<String>, what: &str) {
+    if let Some(f) = file {
+        let ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(f)
+            .unwrap();
+        writeln!(file, "{ns} {what}").unwrap();
+    }
 }
 
 fn ignore_sigterm() {
@@ -118,6 +136,7 @@ fn hang() -> ! {
 }
 
 fn run(o: Opts, args: &[String]) {
+    timeline(&o.timeline, "start");
     if let Some(f) = &o.record_argv {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
@@ -231,6 +250,7 @@ fn run(o: Opts, args: &[String]) {
     if o.linger > 0 {
         std::thread::sleep(Duration::from_millis(o.linger));
     }
+    timeline(&o.timeline, "end");
     let code = o.exit.unwrap_or_else(|| {
         o.exit_file
             .as_ref()
