@@ -200,7 +200,9 @@ fn last_tool_result(body: &Value) -> Option<(String, String)> {
         .rev()
         .find(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))?;
     let id = result.get("tool_use_id")?.as_str()?;
-    let text = content_text(result.get("content").unwrap_or(&Value::Null));
+    let text = content_text(result.get("content").unwrap_or(&Value::Null))
+        .trim_end()
+        .to_owned();
     let name = messages
         .iter()
         .filter_map(|m| m.get("content").and_then(Value::as_array))
@@ -215,15 +217,37 @@ fn last_tool_result(body: &Value) -> Option<(String, String)> {
     Some((name, text))
 }
 
-/// Whether `tools[]` carries `name` as a loaded (not deferred) tool.
+/// Whether the model may call `name`: it is in `tools[]` and either not deferred, or
+/// loaded by a `ToolSearch` result (a `tool_reference` to it in the messages). Claude
+/// Code 2.1.332 lists an MCP tool in `tools[]` only once ToolSearch found it, and then
+/// still with `defer_loading: true`.
 fn has_loaded_tool(body: &Value, name: &str) -> bool {
-    body.get("tools")
+    let Some(tool) = body
+        .get("tools")
         .and_then(Value::as_array)
-        .is_some_and(|tools| {
-            tools.iter().any(|t| {
-                t.get("name").and_then(Value::as_str) == Some(name)
-                    && t.get("defer_loading").and_then(Value::as_bool) != Some(true)
-            })
+        .and_then(|tools| {
+            tools
+                .iter()
+                .find(|t| t.get("name").and_then(Value::as_str) == Some(name))
+        })
+    else {
+        return false;
+    };
+    if tool.get("defer_loading").and_then(Value::as_bool) != Some(true) {
+        return true;
+    }
+    body.get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("content").and_then(Value::as_array))
+        .flatten()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        .filter_map(|b| b.get("content").and_then(Value::as_array))
+        .flatten()
+        .any(|c| {
+            c.get("type").and_then(Value::as_str) == Some("tool_reference")
+                && c.get("tool_name").and_then(Value::as_str) == Some(name)
         })
 }
 
@@ -268,6 +292,8 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
             input,
         } => {
             let full = format!("mcp__{server}__{tool}");
+            // After a search that did not load the tool, call it anyway: the CLI then
+            // reports the unknown tool instead of the fake searching forever.
             let searched = matches!(last_tool_result(ctx.body), Some((n, _)) if n == "ToolSearch");
             if has_loaded_tool(ctx.body, &full) || searched {
                 Rendered::done(
@@ -382,7 +408,11 @@ mod tests {
             serde_json::from_str::<Value>(&input).unwrap(),
             json!({"query": "select:mcp__echo__echo", "max_results": 5})
         );
-        let body = json!({"messages": [], "tools": [{"name": "mcp__echo__echo"}]});
+        // As Claude sends it after the search: deferred, and loaded by a tool_reference.
+        let body = json!({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                          "content": [{"type": "tool_reference", "tool_name": "mcp__echo__echo"}]}]}],
+                          "tools": [{"name": "mcp__echo__echo", "defer_loading": true}]});
+        assert!(has_loaded_tool(&body, "mcp__echo__echo"));
         let second = render(&ctx(&body), &step);
         assert!(second.advance);
         assert_eq!(second.note, "tool_use mcp__echo__echo");

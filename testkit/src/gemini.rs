@@ -281,22 +281,67 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
     }
 }
 
-/// Answers a `:generateContent` call. The model router asks for
-/// `{"reasoning","model_choice"}` (its `generationConfig` schema names `model_choice`);
-/// anything else gets the default text. Errors are not scripted here: the router is a
-/// side call and must not use up the script.
+/// A JSON value that fits a Gemini response schema (`responseJsonSchema` or
+/// `responseSchema`). Router fields get the scripted choice: `model_choice` (the
+/// classifier) is `router_choice`; `complexity_score` (the numerical classifier, used by
+/// 0.61 by default) is 10 for `"flash"` and 90 otherwise; `next_speaker` is `"user"`.
+fn value_for_schema(schema: &Value, router_choice: &str) -> Value {
+    let kind = schema
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("object")
+        .to_ascii_lowercase();
+    match kind.as_str() {
+        "object" => {
+            let mut out = serde_json::Map::new();
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (name, prop) in props {
+                    let v = match name.as_str() {
+                        "model_choice" => Value::from(router_choice),
+                        "complexity_score" => Value::from(if router_choice == "flash" { 10 } else { 90 }),
+                        "next_speaker" => Value::from("user"),
+                        _ => value_for_schema(prop, router_choice),
+                    };
+                    out.insert(name.clone(), v);
+                }
+            }
+            Value::Object(out)
+        }
+        "string" => match schema.get("enum").and_then(Value::as_array) {
+            Some(options) if !options.is_empty() => options
+                .iter()
+                .find(|o| o.as_str() == Some(router_choice))
+                .unwrap_or(&options[0])
+                .clone(),
+            _ => Value::from("A simple, bounded request."),
+        },
+        "integer" | "number" => Value::from(1),
+        "boolean" => Value::from(false),
+        "array" => Value::Array(Vec::new()),
+        _ => Value::Null,
+    }
+}
+
+/// Answers a `:generateContent` call (not streamed). Gemini CLI uses it for side calls
+/// that want JSON: the model router (numerical classifier without `-m`), loop and
+/// next-speaker checks, session summaries. When the request asks for JSON the answer
+/// fits its schema (see [`value_for_schema`]); otherwise it is the default text. These
+/// calls never use the script.
 pub(crate) fn render_generate(ctx: &Ctx<'_>, router_choice: &str) -> Rendered {
-    let is_router = ctx
-        .body
-        .get("generationConfig")
-        .is_some_and(|g| g.to_string().contains("model_choice"));
-    let (t, note) = if is_router {
-        (
-            json!({"reasoning": "A simple, bounded request.", "model_choice": router_choice}).to_string(),
-            format!("router answer model_choice={router_choice}"),
-        )
-    } else {
-        (default_text(Vendor::Gemini).to_owned(), "generateContent text".to_owned())
+    let config = ctx.body.get("generationConfig");
+    let schema = config.and_then(|g| g.get("responseJsonSchema").or_else(|| g.get("responseSchema")));
+    let wants_json = config
+        .and_then(|g| g.get("responseMimeType"))
+        .and_then(Value::as_str)
+        == Some("application/json");
+    let (t, note) = match schema {
+        Some(schema) => {
+            let v = value_for_schema(schema, router_choice);
+            let note = format!("generateContent JSON {v}");
+            (v.to_string(), note)
+        }
+        None if wants_json => ("{}".to_owned(), "generateContent JSON {}".to_owned()),
+        None => (default_text(Vendor::Gemini).to_owned(), "generateContent text".to_owned()),
     };
     Rendered::done(
         Reply::Json {
@@ -386,10 +431,21 @@ mod tests {
 
     #[test]
     fn router_answer_is_classifier_json() {
-        let body = json!({"generationConfig": {"responseJsonSchema": {"properties": {"model_choice": {}}}}});
-        let r = render_generate(&ctx(&body), "flash");
-        let Reply::Json { body, .. } = r.reply else { panic!() };
-        let t = body["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap();
-        assert_eq!(serde_json::from_str::<Value>(t).unwrap()["model_choice"], "flash");
+        let answer = |schema: Value| {
+            let body = json!({"generationConfig": {"responseMimeType": "application/json", "responseJsonSchema": schema}});
+            let Reply::Json { body, .. } = render_generate(&ctx(&body), "flash").reply else {
+                panic!()
+            };
+            let t = body["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap().to_owned();
+            serde_json::from_str::<Value>(&t).unwrap()
+        };
+        assert_eq!(
+            answer(json!({"type": "OBJECT", "properties": {"complexity_reasoning": {"type": "STRING"}, "complexity_score": {"type": "INTEGER"}}})),
+            json!({"complexity_reasoning": "A simple, bounded request.", "complexity_score": 10})
+        );
+        assert_eq!(
+            answer(json!({"type": "OBJECT", "properties": {"reasoning": {"type": "STRING"}, "model_choice": {"type": "STRING", "enum": ["flash", "pro"]}}}))["model_choice"],
+            "flash"
+        );
     }
 }

@@ -22,7 +22,8 @@ pub use server::{FakeApi, RecordedRequest, RequestKind, serve};
 pub use wiring::{CliWiring, HomeFile, RunDirs, WiringOptions, cli_cache_dir, installed_cli};
 
 /// Which model API a fake speaks, and so which CLI it serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Vendor {
     /// Anthropic Messages API, for Claude Code (`claude`).
     Anthropic,

@@ -274,10 +274,12 @@ fn quote(body: &Value) -> Option<String> {
             && i.get("call_id").and_then(Value::as_str) == call_id
             && i.get("namespace").is_some_and(|n| !n.is_null())
     });
+    // Trailing whitespace trimmed, as the reference fake did ("…Output:\nhi").
+    let text = content_text(output).trim_end().to_owned();
     Some(if namespaced {
-        format!("The MCP tool said: {}", Value::from(content_text(output)))
+        format!("The MCP tool said: {}", Value::from(text))
     } else {
-        format!("The shell said: {}", content_text(output))
+        format!("The shell said: {text}")
     })
 }
 

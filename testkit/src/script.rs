@@ -298,6 +298,11 @@ impl Script {
         Script::from_step(Step::Error(ErrorReply::status(status)))
     }
 
+    /// Answer 429 with a `retry-after` hint.
+    pub fn rate_limited(retry_after: Duration) -> Script {
+        Script::error_reply(ErrorReply::status(429).with_retry_after(retry_after))
+    }
+
     /// Answer with this error.
     pub fn error_reply(reply: ErrorReply) -> Script {
         Script::from_step(Step::Error(reply))

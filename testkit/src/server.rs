@@ -27,7 +27,8 @@ use crate::{FakeApiError, Vendor, anthropic, gemini, openai, sse};
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
 /// What a request was, as far as the script is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RequestKind {
     /// A model call answered from the script (`/v1/messages`, `/v1/responses`,
     /// `:streamGenerateContent`).
@@ -41,7 +42,7 @@ pub enum RequestKind {
 }
 
 /// One request as the fake received it, with what it answered.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RecordedRequest {
     /// Which fake received it.
     pub vendor: Vendor,
@@ -80,9 +81,11 @@ impl RecordedRequest {
         gemini_path(&self.path).map(|(m, _)| m.to_owned())
     }
 
-    /// The tool names the request offers the model: Anthropic `tools[].name` (deferred
-    /// tools, `defer_loading: true`, left out), OpenAI `tools[].name` (a namespace `ns` with
-    /// tool `t` as `ns.t`), Gemini `tools[].functionDeclarations[].name`.
+    /// The tool names the request offers the model: Anthropic `tools[].name` (an MCP tool
+    /// shows up there only after `ToolSearch` loaded it, still flagged
+    /// `defer_loading: true`; `DeferredToolPlaceholder` stands for the others), OpenAI `tools[].name` (or the `type` of a
+    /// built-in tool such as `tool_search`; a namespace `ns` with tool `t` as `ns.t`),
+    /// Gemini `tools[].functionDeclarations[].name`.
     pub fn declared_tools(&self) -> Vec<String> {
         let tools = self
             .body
@@ -90,13 +93,15 @@ impl RecordedRequest {
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let name = |v: &Value| v.get("name").and_then(Value::as_str).map(str::to_owned);
+        // Built-in tools without a name (`tool_search`, `web_search`) go by their type.
+        let name = |v: &Value| {
+            v.get("name")
+                .or_else(|| v.get("type"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
         match self.vendor {
-            Vendor::Anthropic => tools
-                .iter()
-                .filter(|t| t.get("defer_loading").and_then(Value::as_bool) != Some(true))
-                .filter_map(name)
-                .collect(),
+            Vendor::Anthropic => tools.iter().filter_map(name).collect(),
             Vendor::OpenAi => tools
                 .iter()
                 .flat_map(|t| {
