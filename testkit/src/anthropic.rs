@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::Vendor;
 use crate::render::{
-    Ctx, Reply, Rendered, StreamEnd, content_text, default_text, short_id, word_chunks,
+    Ctx, Rendered, Reply, StreamEnd, content_text, default_text, short_id, word_chunks,
 };
 use crate::script::{ErrorFlavor, ErrorReply, Step};
 
@@ -255,7 +255,10 @@ fn has_loaded_tool(body: &Value, name: &str) -> bool {
 pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
     match step {
         Step::DefaultText => Rendered::done(
-            message(ctx, &[Block::Text(default_text(Vendor::Anthropic).to_owned())]),
+            message(
+                ctx,
+                &[Block::Text(default_text(Vendor::Anthropic).to_owned())],
+            ),
             "text (default)",
         ),
         Step::Text(t) => Rendered::done(message(ctx, &[Block::Text(t.clone())]), "text"),
@@ -267,7 +270,10 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
                 Some((_, out)) => format!("The tool returned: {out}"),
                 None => default_text(Vendor::Anthropic).to_owned(),
             };
-            Rendered::done(message(ctx, &[Block::Text(text)]), "text quoting the tool result")
+            Rendered::done(
+                message(ctx, &[Block::Text(text)]),
+                "text quoting the tool result",
+            )
         }
         Step::ToolCall {
             name,
@@ -312,7 +318,10 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
                 )
             }
         }
-        Step::Error(reply) => Rendered::done(error(reply), format!("error {}", reply.http_status(Vendor::Anthropic))),
+        Step::Error(reply) => Rendered::done(
+            error(reply),
+            format!("error {}", reply.http_status(Vendor::Anthropic)),
+        ),
         Step::DropMidStream => {
             let mut frames = vec![message_start(ctx), ping()];
             let blocks = block_frames(0, &Block::Text(default_text(Vendor::Anthropic).to_owned()));
@@ -378,8 +387,19 @@ mod tests {
         let r = render(&ctx(&body), &Step::DefaultText);
         let ev = events(&r.reply);
         let types: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
-        assert_eq!(types[..4], ["message_start", "ping", "content_block_start", "content_block_delta"]);
-        assert_eq!(types[types.len() - 3..], ["content_block_stop", "message_delta", "message_stop"]);
+        assert_eq!(
+            types[..4],
+            [
+                "message_start",
+                "ping",
+                "content_block_start",
+                "content_block_delta"
+            ]
+        );
+        assert_eq!(
+            types[types.len() - 3..],
+            ["content_block_stop", "message_delta", "message_stop"]
+        );
         assert_eq!(ev[0]["message"]["id"], "msg_fake0007");
         assert_eq!(ev[0]["message"]["usage"]["cache_read_input_tokens"], 56);
         let text: String = ev
@@ -397,7 +417,8 @@ mod tests {
             tool: "echo".into(),
             input: json!({"text": "x"}),
         };
-        let body = json!({"messages": [{"role": "user", "content": "go"}], "tools": [{"name": "Bash"}]});
+        let body =
+            json!({"messages": [{"role": "user", "content": "go"}], "tools": [{"name": "Bash"}]});
         let first = render(&ctx(&body), &step);
         assert!(!first.advance);
         let input: String = events(&first.reply)
@@ -438,6 +459,9 @@ mod tests {
             panic!()
         };
         assert_eq!(status, 529);
-        assert_eq!(body, json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}));
+        assert_eq!(
+            body,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+        );
     }
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::Vendor;
 use crate::pyjson;
-use crate::render::{Ctx, Reply, Rendered, StreamEnd, default_text, word_chunks};
+use crate::render::{Ctx, Rendered, Reply, StreamEnd, default_text, word_chunks};
 use crate::script::{ErrorFlavor, ErrorReply, Step};
 
 fn usage_metadata(ctx: &Ctx<'_>) -> Value {
@@ -32,7 +32,8 @@ fn response_id(ctx: &Ctx<'_>) -> String {
 /// One response chunk holding `parts`; the last chunk also gets the finish reason and usage.
 fn chunk(ctx: &Ctx<'_>, parts: Value, last: bool) -> Value {
     let mut candidate = json!({"content": {"role": "model", "parts": parts}, "index": 0});
-    let mut out = json!({"candidates": [], "modelVersion": ctx.model, "responseId": response_id(ctx)});
+    let mut out =
+        json!({"candidates": [], "modelVersion": ctx.model, "responseId": response_id(ctx)});
     if last {
         if let Some(c) = candidate.as_object_mut() {
             c.insert("finishReason".to_owned(), Value::from("STOP"));
@@ -132,11 +133,10 @@ fn error_parts(ctx: &Ctx<'_>, reply: &ErrorReply) -> (&'static str, String, Vec<
 fn error_body(ctx: &Ctx<'_>, reply: &ErrorReply) -> Value {
     let (status, default_message, details) = error_parts(ctx, reply);
     let message = reply.message.clone().unwrap_or(default_message);
-    let mut error = json!({"code": reply.http_status(Vendor::Gemini), "message": message, "status": status});
-    if !details.is_empty() {
-        if let Some(e) = error.as_object_mut() {
-            e.insert("details".to_owned(), Value::from(details));
-        }
+    let mut error =
+        json!({"code": reply.http_status(Vendor::Gemini), "message": message, "status": status});
+    if let (false, Some(e)) = (details.is_empty(), error.as_object_mut()) {
+        e.insert("details".to_owned(), Value::from(details));
     }
     json!({"error": error})
 }
@@ -171,7 +171,10 @@ fn last_function_responses(body: &Value) -> Vec<(String, Value)> {
                 .filter_map(|p| p.get("functionResponse"))
                 .map(|fr| {
                     (
-                        fr.get("name").and_then(Value::as_str).unwrap_or("").to_owned(),
+                        fr.get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned(),
                         fr.get("response").cloned().unwrap_or(Value::Null),
                     )
                 })
@@ -197,7 +200,7 @@ pub(crate) fn declared_functions(body: &Value) -> Vec<String> {
 fn mcp_function_name(body: &Value, server: &str, tool: &str) -> String {
     let wanted = format!("mcp_{server}_{tool}");
     let declared = declared_functions(body);
-    if declared.iter().any(|d| *d == wanted) {
+    if declared.contains(&wanted) {
         return wanted;
     }
     let suffix = format!("_{tool}");
@@ -210,7 +213,9 @@ fn mcp_function_name(body: &Value, server: &str, tool: &str) -> String {
 /// Renders `step` for a `:streamGenerateContent` request.
 pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
     match step {
-        Step::DefaultText => Rendered::done(text(ctx, default_text(Vendor::Gemini)), "text (default)"),
+        Step::DefaultText => {
+            Rendered::done(text(ctx, default_text(Vendor::Gemini)), "text (default)")
+        }
         Step::Text(t) => Rendered::done(text(ctx, t), "text"),
         Step::QuoteToolResult => {
             let responses = last_function_responses(ctx.body);
@@ -298,7 +303,9 @@ fn value_for_schema(schema: &Value, router_choice: &str) -> Value {
                 for (name, prop) in props {
                     let v = match name.as_str() {
                         "model_choice" => Value::from(router_choice),
-                        "complexity_score" => Value::from(if router_choice == "flash" { 10 } else { 90 }),
+                        "complexity_score" => {
+                            Value::from(if router_choice == "flash" { 10 } else { 90 })
+                        }
                         "next_speaker" => Value::from("user"),
                         _ => value_for_schema(prop, router_choice),
                     };
@@ -329,7 +336,10 @@ fn value_for_schema(schema: &Value, router_choice: &str) -> Value {
 /// calls never use the script.
 pub(crate) fn render_generate(ctx: &Ctx<'_>, router_choice: &str) -> Rendered {
     let config = ctx.body.get("generationConfig");
-    let schema = config.and_then(|g| g.get("responseJsonSchema").or_else(|| g.get("responseSchema")));
+    let schema = config.and_then(|g| {
+        g.get("responseJsonSchema")
+            .or_else(|| g.get("responseSchema"))
+    });
     let wants_json = config
         .and_then(|g| g.get("responseMimeType"))
         .and_then(Value::as_str)
@@ -341,7 +351,10 @@ pub(crate) fn render_generate(ctx: &Ctx<'_>, router_choice: &str) -> Rendered {
             (v.to_string(), note)
         }
         None if wants_json => ("{}".to_owned(), "generateContent JSON {}".to_owned()),
-        None => (default_text(Vendor::Gemini).to_owned(), "generateContent text".to_owned()),
+        None => (
+            default_text(Vendor::Gemini).to_owned(),
+            "generateContent text".to_owned(),
+        ),
     };
     Rendered::done(
         Reply::Json {
@@ -384,9 +397,16 @@ mod tests {
         let c = chunks(&render(&ctx(&Value::Null), &Step::DefaultText).reply);
         let words: Vec<&str> = c
             .iter()
-            .map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap())
+            .map(|c| {
+                c["candidates"][0]["content"]["parts"][0]["text"]
+                    .as_str()
+                    .unwrap()
+            })
             .collect();
-        assert_eq!(words, ["Hello ", "from ", "the ", "fake ", "Gemini ", "API."]);
+        assert_eq!(
+            words,
+            ["Hello ", "from ", "the ", "fake ", "Gemini ", "API."]
+        );
         assert!(c[0]["candidates"][0].get("finishReason").is_none());
         let last = c.last().unwrap();
         assert_eq!(last["candidates"][0]["finishReason"], "STOP");
@@ -407,9 +427,16 @@ mod tests {
         let c = chunks(&render(&ctx(&body), &Step::QuoteToolResult).reply);
         let t: String = c
             .iter()
-            .map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap())
+            .map(|c| {
+                c["candidates"][0]["content"]["parts"][0]["text"]
+                    .as_str()
+                    .unwrap()
+            })
             .collect();
-        assert_eq!(t, "The tool run_shell_command returned: {\"output\": \"hi\\nthere\"}");
+        assert_eq!(
+            t,
+            "The tool run_shell_command returned: {\"output\": \"hi\\nthere\"}"
+        );
     }
 
     #[test]
@@ -422,7 +449,9 @@ mod tests {
 
     #[test]
     fn invalid_key_is_a_400_with_error_info() {
-        let Reply::Json { status, body, .. } = error(&ctx(&Value::Null), &ErrorReply::invalid_api_key()) else {
+        let Reply::Json { status, body, .. } =
+            error(&ctx(&Value::Null), &ErrorReply::invalid_api_key())
+        else {
             panic!()
         };
         assert_eq!(status, 400);
@@ -436,15 +465,22 @@ mod tests {
             let Reply::Json { body, .. } = render_generate(&ctx(&body), "flash").reply else {
                 panic!()
             };
-            let t = body["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap().to_owned();
+            let t = body["candidates"][0]["content"]["parts"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_owned();
             serde_json::from_str::<Value>(&t).unwrap()
         };
         assert_eq!(
-            answer(json!({"type": "OBJECT", "properties": {"complexity_reasoning": {"type": "STRING"}, "complexity_score": {"type": "INTEGER"}}})),
+            answer(
+                json!({"type": "OBJECT", "properties": {"complexity_reasoning": {"type": "STRING"}, "complexity_score": {"type": "INTEGER"}}})
+            ),
             json!({"complexity_reasoning": "A simple, bounded request.", "complexity_score": 10})
         );
         assert_eq!(
-            answer(json!({"type": "OBJECT", "properties": {"reasoning": {"type": "STRING"}, "model_choice": {"type": "STRING", "enum": ["flash", "pro"]}}}))["model_choice"],
+            answer(
+                json!({"type": "OBJECT", "properties": {"reasoning": {"type": "STRING"}, "model_choice": {"type": "STRING", "enum": ["flash", "pro"]}}})
+            )["model_choice"],
             "flash"
         );
     }

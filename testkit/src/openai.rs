@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::Vendor;
 use crate::render::{
-    Ctx, Reply, Rendered, StreamEnd, content_text, default_text, short_id, word_chunks,
+    Ctx, Rendered, Reply, StreamEnd, content_text, default_text, short_id, word_chunks,
 };
 use crate::script::{ErrorFlavor, ErrorReply, Step};
 
@@ -197,9 +197,14 @@ fn error_parts(ctx: &Ctx<'_>, reply: &ErrorReply) -> (&'static str, Value, Strin
         (ErrorFlavor::QuotaExhausted, _) => (
             "insufficient_quota",
             json!("insufficient_quota"),
-            "You exceeded your current quota, please check your plan and billing details.".to_owned(),
+            "You exceeded your current quota, please check your plan and billing details."
+                .to_owned(),
         ),
-        (_, 400) => ("invalid_request_error", Value::Null, "Invalid request.".to_owned()),
+        (_, 400) => (
+            "invalid_request_error",
+            Value::Null,
+            "Invalid request.".to_owned(),
+        ),
         (_, 403) => (
             "invalid_request_error",
             json!("unsupported_country_region_territory"),
@@ -208,7 +213,10 @@ fn error_parts(ctx: &Ctx<'_>, reply: &ErrorReply) -> (&'static str, Value, Strin
         (_, 404) => (
             "invalid_request_error",
             json!("model_not_found"),
-            format!("The model `{}` does not exist or you do not have access to it.", ctx.model),
+            format!(
+                "The model `{}` does not exist or you do not have access to it.",
+                ctx.model
+            ),
         ),
         (_, 429) => (
             "requests",
@@ -291,11 +299,13 @@ fn knows_namespace_tool(body: &Value, ns: &str, tool: &str) -> bool {
             list.iter().any(|t| {
                 item_type(t) == Some("namespace")
                     && t.get("name").and_then(Value::as_str) == Some(ns)
-                    && t.get("tools").and_then(Value::as_array).is_some_and(|inner| {
-                        inner
-                            .iter()
-                            .any(|f| f.get("name").and_then(Value::as_str) == Some(tool))
-                    })
+                    && t.get("tools")
+                        .and_then(Value::as_array)
+                        .is_some_and(|inner| {
+                            inner
+                                .iter()
+                                .any(|f| f.get("name").and_then(Value::as_str) == Some(tool))
+                        })
             })
         })
     };
@@ -385,8 +395,15 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
             s.message(default_text(Vendor::OpenAi), true);
             let mut failed = s.response("failed", Value::Null);
             if let Some(obj) = failed.as_object_mut() {
-                let code = if code.is_null() { json!("server_error") } else { code };
-                obj.insert("error".to_owned(), json!({"code": code, "message": message}));
+                let code = if code.is_null() {
+                    json!("server_error")
+                } else {
+                    code
+                };
+                obj.insert(
+                    "error".to_owned(),
+                    json!({"code": code, "message": message}),
+                );
             }
             s.event("response.failed", json!({"response": failed}));
             Rendered::done(
@@ -446,7 +463,10 @@ mod tests {
         for (i, e) in ev.iter().enumerate() {
             assert_eq!(e["sequence_number"], i as u64);
         }
-        let done = ev.iter().find(|e| e["type"] == "response.output_text.done").unwrap();
+        let done = ev
+            .iter()
+            .find(|e| e["type"] == "response.output_text.done")
+            .unwrap();
         assert_eq!(done["text"], "Hello from the fake OpenAI Responses API.");
         let usage = &ev.last().unwrap()["response"]["usage"];
         assert_eq!(usage["input_tokens"], 120);
@@ -473,7 +493,10 @@ mod tests {
         let second = render(&ctx(&body), &step);
         assert!(second.advance);
         let ev = events(&second.reply);
-        let item = &ev.iter().find(|e| e["type"] == "response.output_item.done").unwrap()["item"];
+        let item = &ev
+            .iter()
+            .find(|e| e["type"] == "response.output_item.done")
+            .unwrap()["item"];
         assert_eq!(item["namespace"], "mcp__echo");
         assert_eq!(item["name"], "echo");
         assert_eq!(item["arguments"], "{\"text\":\"x\"}");
@@ -495,11 +518,17 @@ mod tests {
 
     #[test]
     fn error_401_quotes_the_key() {
-        let Reply::Json { status, body, .. } = error(&ctx(&Value::Null), &ErrorReply::status(401)) else {
+        let Reply::Json { status, body, .. } = error(&ctx(&Value::Null), &ErrorReply::status(401))
+        else {
             panic!()
         };
         assert_eq!(status, 401);
         assert_eq!(body["error"]["code"], "invalid_api_key");
-        assert!(body["error"]["message"].as_str().unwrap().starts_with("Incorrect API key provided: sk-fake."));
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Incorrect API key provided: sk-fake.")
+        );
     }
 }

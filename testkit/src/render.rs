@@ -38,10 +38,7 @@ pub(crate) enum Reply {
         body: Value,
     },
     /// `text/event-stream` frames (already formatted, each ends with a blank line).
-    Sse {
-        frames: Vec<String>,
-        end: StreamEnd,
-    },
+    Sse { frames: Vec<String>, end: StreamEnd },
     /// A status with no body.
     Empty { status: u16 },
     /// Never answer.
@@ -134,7 +131,9 @@ mod tests {
     fn content_text_joins_blocks() {
         assert_eq!(content_text(&json!("hi")), "hi");
         assert_eq!(
-            content_text(&json!([{"type": "text", "text": "a"}, {"type": "tool_reference"}, {"type": "text", "text": "b"}])),
+            content_text(
+                &json!([{"type": "text", "text": "a"}, {"type": "tool_reference"}, {"type": "text", "text": "b"}])
+            ),
             "a\nb"
         );
     }

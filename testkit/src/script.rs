@@ -289,7 +289,11 @@ impl Script {
     }
 
     /// Call an MCP tool (see [`Step::McpToolCall`]).
-    pub fn mcp_tool_call(server: impl Into<String>, tool: impl Into<String>, input: Value) -> Script {
+    pub fn mcp_tool_call(
+        server: impl Into<String>,
+        tool: impl Into<String>,
+        input: Value,
+    ) -> Script {
         Script::new().then_mcp_tool_call(server, tool, input)
     }
 
@@ -449,7 +453,8 @@ mod tests {
 
     #[test]
     fn preamble_applies_to_the_last_call() {
-        let s = Script::tool_call("Bash", json!({"command": "echo hi"})).with_preamble("I will run echo.");
+        let s = Script::tool_call("Bash", json!({"command": "echo hi"}))
+            .with_preamble("I will run echo.");
         assert_eq!(
             s.steps()[0],
             Step::ToolCall {
@@ -462,8 +467,14 @@ mod tests {
 
     #[test]
     fn error_statuses_per_vendor() {
-        assert_eq!(ErrorReply::invalid_api_key().http_status(Vendor::Gemini), 400);
-        assert_eq!(ErrorReply::invalid_api_key().http_status(Vendor::OpenAi), 401);
+        assert_eq!(
+            ErrorReply::invalid_api_key().http_status(Vendor::Gemini),
+            400
+        );
+        assert_eq!(
+            ErrorReply::invalid_api_key().http_status(Vendor::OpenAi),
+            401
+        );
         assert_eq!(ErrorReply::status(529).http_status(Vendor::Anthropic), 529);
         let r = ErrorReply::status(429).with_retry_after(Duration::from_millis(1500));
         assert_eq!(r.retry_after_secs(), Some(2));

@@ -234,13 +234,11 @@ impl FakeApi {
                 addr,
                 source,
             })?;
-        let local = listener
-            .local_addr()
-            .map_err(|source| FakeApiError::Bind {
-                vendor,
-                addr,
-                source,
-            })?;
+        let local = listener.local_addr().map_err(|source| FakeApiError::Bind {
+            vendor,
+            addr,
+            source,
+        })?;
         let shared = Arc::new(Shared {
             vendor,
             state: Mutex::new(Inner {
@@ -362,13 +360,12 @@ impl FakeApi {
     /// finish.
     pub async fn shutdown(mut self) {
         self.shared.cancel.cancel();
-        if let Some(mut task) = self.task.take() {
-            if tokio::time::timeout(Duration::from_secs(1), &mut task)
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(Duration::from_secs(1), &mut task)
                 .await
                 .is_err()
-            {
-                task.abort();
-            }
+        {
+            task.abort();
         }
     }
 }
@@ -428,7 +425,13 @@ fn not_found(vendor: Vendor, path: &str) -> Reply {
     }
 }
 
-fn route(vendor: Vendor, method: &Method, path: &str, headers: &HeaderMap, usage_input: u64) -> Route {
+fn route(
+    vendor: Vendor,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    usage_input: u64,
+) -> Route {
     match vendor {
         Vendor::Anthropic => match (method.as_str(), path) {
             ("POST", "/v1/messages") => Route::Model { model: None },
@@ -480,8 +483,7 @@ fn api_key(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     };
     header("x-api-key")
         .or_else(|| {
-            header("authorization")
-                .map(|a| a.strip_prefix("Bearer ").unwrap_or(&a).to_owned())
+            header("authorization").map(|a| a.strip_prefix("Bearer ").unwrap_or(&a).to_owned())
         })
         .or_else(|| header("x-goog-api-key"))
         .or_else(|| {
@@ -541,7 +543,9 @@ fn record_query(query: Option<&str>) -> Option<String> {
 /// The one handler: log the request, pick the answer, send it.
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_BODY).await.unwrap_or_default();
+    let bytes = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .unwrap_or_default();
     let body: Value = if bytes.is_empty() {
         Value::Null
     } else {
@@ -661,7 +665,8 @@ async fn respond(shared: &Shared, seq: u64, reply: Reply, delay: Duration) -> Re
         }
     };
     let mut response = Response::new(body);
-    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let h = response.headers_mut();
     if let Some(ct) = content_type {
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
@@ -690,7 +695,10 @@ mod tests {
     #[test]
     fn secrets_keep_a_prefix_only() {
         let mut h = HeaderMap::new();
-        h.insert("authorization", HeaderValue::from_static("Bearer sk-fake-secret"));
+        h.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer sk-fake-secret"),
+        );
         h.insert("x-api-key", HeaderValue::from_static("sk-ant-secret"));
         h.insert("user-agent", HeaderValue::from_static("codex"));
         let r = record_headers(&h);

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::{FakeApiError, Vendor};
 
 /// Choices that change the wiring.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WiringOptions {
     /// How often the CLI may retry a failed request. Claude: `CLAUDE_CODE_MAX_RETRIES`;
     /// Codex: the provider's `request_max_retries` and `stream_max_retries`; Gemini:
@@ -30,17 +30,6 @@ pub struct WiringOptions {
     pub api_key: Option<String>,
     /// Codex only: the provider's `stream_idle_timeout_ms` (Codex default 300 s).
     pub stream_idle_timeout: Option<Duration>,
-}
-
-impl Default for WiringOptions {
-    fn default() -> Self {
-        WiringOptions {
-            max_retries: 0,
-            model: None,
-            api_key: None,
-            stream_idle_timeout: None,
-        }
-    }
 }
 
 impl WiringOptions {
@@ -138,7 +127,10 @@ impl CliWiring {
                 args.extend(["--disable".to_owned(), "plugins".to_owned()]);
                 args.extend([
                     "-m".to_owned(),
-                    options.model.clone().unwrap_or_else(|| "gpt-5.5".to_owned()),
+                    options
+                        .model
+                        .clone()
+                        .unwrap_or_else(|| "gpt-5.5".to_owned()),
                 ]);
             }
             Vendor::Gemini => {
@@ -201,7 +193,10 @@ impl CliWiring {
                 if let Some(dir) = p.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
-                std::fs::write(p, serde_json::to_string_pretty(&file.json).unwrap_or_default())
+                std::fs::write(
+                    p,
+                    serde_json::to_string_pretty(&file.json).unwrap_or_default(),
+                )
             };
             write(&path).map_err(|source| FakeApiError::Write {
                 path: path.clone(),
@@ -287,8 +282,8 @@ impl RunDirs {
     /// `HOME`, `TMPDIR`, `PATH` (this process's, or a standard one), `LANG=C.UTF-8`: the
     /// whole environment of a run apart from the wiring.
     pub fn base_env(&self) -> BTreeMap<String, String> {
-        let path = std::env::var("PATH")
-            .unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned());
+        let path =
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned());
         BTreeMap::from([
             ("HOME".to_owned(), self.home.display().to_string()),
             ("TMPDIR".to_owned(), self.tmp.display().to_string()),

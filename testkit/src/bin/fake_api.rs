@@ -36,11 +36,17 @@ fn parse(args: &[String]) -> Result<(Vendor, u16, Script, Option<String>), Strin
                 let (server, tool) = value
                     .split_once('/')
                     .ok_or_else(|| format!("--mcp wants SERVER/TOOL\n{USAGE}"))?;
-                script = Script::mcp_tool_call(server, tool, serde_json::json!({"text": "ping from fake model"}))
-                    .then_quote_tool_result();
+                script = Script::mcp_tool_call(
+                    server,
+                    tool,
+                    serde_json::json!({"text": "ping from fake model"}),
+                )
+                .then_quote_tool_result();
             }
             "--log" => log = Some(value.clone()),
-            "--error" => script = Script::error(value.parse().map_err(|e| format!("--error: {e}"))?),
+            "--error" => {
+                script = Script::error(value.parse().map_err(|e| format!("--error: {e}"))?)
+            }
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
     }
@@ -57,7 +63,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let fake = match FakeApi::start_at(vendor, script, SocketAddr::from((Ipv4Addr::LOCALHOST, port))).await {
+    let fake = match FakeApi::start_at(
+        vendor,
+        script,
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+    )
+    .await
+    {
         Ok(f) => f,
         Err(e) => {
             eprintln!("aicli-fake-api: {e}");

@@ -31,7 +31,10 @@ async fn plain_answer() {
     assert_eq!(log.len(), 1, "{log:#?}");
     let req = &log[0];
     assert_eq!(req.kind, RequestKind::Model);
-    assert_eq!((req.method.as_str(), req.path.as_str()), ("POST", "/v1/messages"));
+    assert_eq!(
+        (req.method.as_str(), req.path.as_str()),
+        ("POST", "/v1/messages")
+    );
     assert_eq!(req.query.as_deref(), Some("beta=true"));
     assert_eq!(req.headers["x-api-key"], "sk-ant…REDACTED");
     assert_eq!(req.body["stream"], true);
@@ -48,7 +51,13 @@ async fn bash_tool_runs_and_the_answer_quotes_it() {
     )
     .await
     .unwrap();
-    let run = run(&fake, &fake.wiring(), "Create a file", &["--allowedTools", "Bash"]).await;
+    let run = run(
+        &fake,
+        &fake.wiring(),
+        "Create a file",
+        &["--allowedTools", "Bash"],
+    )
+    .await;
     assert_eq!(run.code, Some(0), "{}", run.describe());
     assert!(
         run.dirs.work.join("created_by_claude.txt").exists(),
@@ -64,7 +73,11 @@ async fn bash_tool_runs_and_the_answer_quotes_it() {
     let model = fake.model_requests();
     assert_eq!(model.len(), 2);
     // The second request carries the tool result the answer quoted.
-    let last = model[1].body["messages"].as_array().unwrap().last().unwrap();
+    let last = model[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap();
     assert_eq!(last["content"][0]["type"], "tool_result");
 }
 
@@ -129,7 +142,12 @@ async fn mcp_tool_via_tool_search() {
     )
     .await;
     assert_eq!(run.code, Some(0), "{}", run.describe());
-    assert_eq!(echo.calls(), vec!["ping from fake model"], "{}", run.describe());
+    assert_eq!(
+        echo.calls(),
+        vec!["ping from fake model"],
+        "{}",
+        run.describe()
+    );
     let model = fake.model_requests();
     let answers: Vec<&str> = model.iter().map(|r| r.answer.as_str()).collect();
     assert_eq!(
@@ -141,8 +159,16 @@ async fn mcp_tool_via_tool_search() {
         ]
     );
     // Deferred before the search, declared after it.
-    assert!(!model[0].declared_tools().contains(&"mcp__echo__echo".to_owned()));
-    assert!(model[1].declared_tools().contains(&"mcp__echo__echo".to_owned()));
+    assert!(
+        !model[0]
+            .declared_tools()
+            .contains(&"mcp__echo__echo".to_owned())
+    );
+    assert!(
+        model[1]
+            .declared_tools()
+            .contains(&"mcp__echo__echo".to_owned())
+    );
     assert_eq!(
         run.last_event()["result"],
         "The MCP tool returned: {\"result\":\"echo: ping from fake model\"}"

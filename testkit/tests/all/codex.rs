@@ -39,7 +39,10 @@ async fn plain_answer() {
     assert_eq!(log.len(), 1, "{log:#?}");
     let req = &log[0];
     assert_eq!(req.kind, RequestKind::Model);
-    assert_eq!((req.method.as_str(), req.path.as_str()), ("POST", "/v1/responses"));
+    assert_eq!(
+        (req.method.as_str(), req.path.as_str()),
+        ("POST", "/v1/responses")
+    );
     assert_eq!(req.headers["authorization"], "Bearer sk-fak…REDACTED");
     assert_eq!(req.model().as_deref(), Some("gpt-5.5"));
     let tools = req.declared_tools();
@@ -49,11 +52,10 @@ async fn plain_answer() {
 
 #[tokio::test]
 async fn shell_tool_runs_in_the_workspace_sandbox() {
-    let fake = FakeApi::openai(
-        Script::shell("touch created_by_codex.txt").then_quote_tool_result(),
-    )
-    .await
-    .unwrap();
+    let fake =
+        FakeApi::openai(Script::shell("touch created_by_codex.txt").then_quote_tool_result())
+            .await
+            .unwrap();
     let run = run(
         &fake,
         &fake.wiring(),
@@ -72,10 +74,16 @@ async fn shell_tool_runs_in_the_workspace_sandbox() {
         .iter()
         .find(|e| e["type"] == "item.completed" && e["item"]["type"] == "command_execution")
         .unwrap_or_else(|| panic!("no command_execution: {}", run.describe()));
-    assert_eq!(done["item"]["command"], "/bin/bash -lc 'touch created_by_codex.txt'");
+    assert_eq!(
+        done["item"]["command"],
+        "/bin/bash -lc 'touch created_by_codex.txt'"
+    );
     assert_eq!(done["item"]["exit_code"], 0);
     let said = agent_messages(&events);
-    assert!(said[0].starts_with("The shell said: Chunk ID: "), "{said:?}");
+    assert!(
+        said[0].starts_with("The shell said: Chunk ID: "),
+        "{said:?}"
+    );
     assert!(said[0].contains("Process exited with code 0"), "{said:?}");
     assert_eq!(run.last_event()["usage"]["input_tokens"], 240);
 }
@@ -91,7 +99,9 @@ async fn invalid_key_fails_without_retries() {
     assert_eq!(last["type"], "turn.failed");
     let message = last["error"]["message"].as_str().unwrap();
     assert!(
-        message.starts_with("unexpected status 401 Unauthorized: Incorrect API key provided: sk-fake."),
+        message.starts_with(
+            "unexpected status 401 Unauthorized: Incorrect API key provided: sk-fake."
+        ),
         "{message}"
     );
     assert!(message.contains("request id: req_fake0001"), "{message}");
@@ -143,7 +153,9 @@ async fn server_errors_are_retried_at_both_levels() {
     // One stream-level retry ("Reconnecting... 1/1"), each with one request-level retry.
     assert!(
         events.iter().any(|e| e["type"] == "error"
-            && e["message"].as_str().is_some_and(|m| m.starts_with("Reconnecting... 1/1"))),
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Reconnecting... 1/1"))),
         "{}",
         run.describe()
     );
@@ -168,9 +180,20 @@ async fn mcp_tool_via_tool_search() {
         "mcp_servers.echo={{url=\"{}\",default_tools_approval_mode=\"approve\"}}",
         echo.url
     );
-    let run = run(&fake, &fake.wiring(), "Call the echo tool", &["-c", &server]).await;
+    let run = run(
+        &fake,
+        &fake.wiring(),
+        "Call the echo tool",
+        &["-c", &server],
+    )
+    .await;
     assert_eq!(run.code, Some(0), "{}", run.describe());
-    assert_eq!(echo.calls(), vec!["ping from fake model"], "{}", run.describe());
+    assert_eq!(
+        echo.calls(),
+        vec!["ping from fake model"],
+        "{}",
+        run.describe()
+    );
     let model = fake.model_requests();
     let answers: Vec<&str> = model.iter().map(|r| r.answer.as_str()).collect();
     assert_eq!(
@@ -205,5 +228,10 @@ async fn dropped_stream_fails_the_turn() {
     let fake = FakeApi::openai(Script::drop_mid_stream()).await.unwrap();
     let run = run(&fake, &fake.wiring(), "Say hello", &[]).await;
     assert_eq!(run.code, Some(1), "{}", run.describe());
-    assert_eq!(run.last_event()["type"], "turn.failed", "{}", run.describe());
+    assert_eq!(
+        run.last_event()["type"],
+        "turn.failed",
+        "{}",
+        run.describe()
+    );
 }

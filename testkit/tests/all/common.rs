@@ -34,7 +34,13 @@ pub fn argv(vendor: Vendor, wiring: &CliWiring, prompt: &str, extra: &[&str]) ->
     let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
     match vendor {
         Vendor::Anthropic => {
-            a.extend(s(&["-p", prompt, "--output-format", "stream-json", "--verbose"]));
+            a.extend(s(&[
+                "-p",
+                prompt,
+                "--output-format",
+                "stream-json",
+                "--verbose",
+            ]));
             a.extend(wiring.args.clone());
             a.extend(s(extra));
         }

@@ -30,7 +30,10 @@ async fn plain_answer_through_the_router() {
         .filter(|e| e["type"] == "message" && e["role"] == "assistant")
         .filter_map(|e| e["content"].as_str())
         .collect();
-    assert_eq!(deltas, ["Hello ", "from ", "the ", "fake ", "Gemini ", "API."]);
+    assert_eq!(
+        deltas,
+        ["Hello ", "from ", "the ", "fake ", "Gemini ", "API."]
+    );
     let result = run.last_event();
     assert_eq!(result["type"], "result");
     assert_eq!(result["status"], "success");
@@ -44,7 +47,10 @@ async fn plain_answer_through_the_router() {
         stats["models"]["gemini-3.5-flash-lite"]["total_tokens"], 236,
         "{stats}"
     );
-    assert_eq!(stats["models"]["gemini-3.8-flash"]["total_tokens"], 236, "{stats}");
+    assert_eq!(
+        stats["models"]["gemini-3.8-flash"]["total_tokens"], 236,
+        "{stats}"
+    );
 
     let log = fake.wait_for_requests(1, REQUEST_TIMEOUT).await.unwrap();
     let kinds: Vec<(RequestKind, String)> = log.iter().map(|r| (r.kind, r.path.clone())).collect();
@@ -70,7 +76,10 @@ async fn plain_answer_with_model_flag() {
     let fake = FakeApi::gemini(Script::new()).await.unwrap();
     let run = run(&fake, &fake.wiring_with(&flash()), "Say hello", &[]).await;
     assert_eq!(run.code, Some(0), "{}", run.describe());
-    assert_eq!(assistant_text(&run.events()), "Hello from the fake Gemini API.");
+    assert_eq!(
+        assistant_text(&run.events()),
+        "Hello from the fake Gemini API."
+    );
     let stats = &run.last_event()["stats"];
     assert_eq!(
         stats["models"],
@@ -81,11 +90,10 @@ async fn plain_answer_with_model_flag() {
 
 #[tokio::test]
 async fn shell_tool_runs_in_yolo_mode() {
-    let fake = FakeApi::gemini(
-        Script::shell("touch created_by_gemini.txt").then_quote_tool_result(),
-    )
-    .await
-    .unwrap();
+    let fake =
+        FakeApi::gemini(Script::shell("touch created_by_gemini.txt").then_quote_tool_result())
+            .await
+            .unwrap();
     let run = run(
         &fake,
         &fake.wiring_with(&flash()),
@@ -130,7 +138,10 @@ async fn invalid_key_is_a_400() {
         .unwrap();
     let run = run(&fake, &fake.wiring_with(&flash()), "Say hello", &[]).await;
     assert_eq!(run.code, Some(144), "{}", run.describe());
-    let message = run.last_event()["error"]["message"].as_str().unwrap().to_owned();
+    let message = run.last_event()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(message.contains("API key not valid"), "{message}");
 }
 
@@ -141,7 +152,10 @@ async fn rate_limit_with_bounded_attempts() {
     let wiring = fake.wiring_with(&flash().with_max_retries(1));
     let run = run(&fake, &wiring, "Say hello", &[]).await;
     assert_eq!(run.code, Some(429 & 0xff), "{}", run.describe());
-    let message = run.last_event()["error"]["message"].as_str().unwrap().to_owned();
+    let message = run.last_event()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(
         message.starts_with("[API Error: Resource has been exhausted (e.g. check quota).]"),
         "{message}"
@@ -177,16 +191,26 @@ async fn mcp_tool_called_directly() {
     );
     let run = run(&fake, &wiring, "Call the echo tool", &[]).await;
     assert_eq!(run.code, Some(0), "{}", run.describe());
-    assert_eq!(echo.calls(), vec!["ping from fake model"], "{}", run.describe());
+    assert_eq!(
+        echo.calls(),
+        vec!["ping from fake model"],
+        "{}",
+        run.describe()
+    );
     let model = fake.model_requests();
     // Gemini CLI declares the MCP tool as `mcp_<server>_<tool>` from the first request.
     assert!(
-        model[0].declared_tools().contains(&"mcp_echo_echo".to_owned()),
+        model[0]
+            .declared_tools()
+            .contains(&"mcp_echo_echo".to_owned()),
         "{:?}",
         model[0].declared_tools()
     );
     let answers: Vec<&str> = model.iter().map(|r| r.answer.as_str()).collect();
-    assert_eq!(answers, ["functionCall mcp_echo_echo", "text quoting the tool result"]);
+    assert_eq!(
+        answers,
+        ["functionCall mcp_echo_echo", "text quoting the tool result"]
+    );
     let text = assistant_text(&run.events());
     assert!(
         text.starts_with("The tool mcp_echo_echo returned: {\"output\": \"<untrusted_context>\\necho: ping from fake model"),
@@ -198,7 +222,10 @@ async fn mcp_tool_called_directly() {
 async fn max_session_turns_stops_a_tool_loop() {
     let fake = FakeApi::gemini(Script::shell("echo hi")).await.unwrap();
     let mut wiring = fake.wiring_with(&flash());
-    wiring.merge_json(".gemini/settings.json", json!({"model": {"maxSessionTurns": 2}}));
+    wiring.merge_json(
+        ".gemini/settings.json",
+        json!({"model": {"maxSessionTurns": 2}}),
+    );
     let run = run(&fake, &wiring, "Loop", &["--approval-mode", "yolo"]).await;
     assert_eq!(run.code, Some(53), "{}", run.describe());
     let result = run.last_event();

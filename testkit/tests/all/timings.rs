@@ -24,7 +24,11 @@ async fn timings() {
         println!(
             "{:<7} start-to-exit: {} (mean {mean:.2} s)",
             vendor.cli_name(),
-            times.iter().map(|t| format!("{t:.2} s")).collect::<Vec<_>>().join(", ")
+            times
+                .iter()
+                .map(|t| format!("{t:.2} s"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
 }

@@ -73,7 +73,11 @@ async fn anthropic_frames_and_request_log() {
 #[tokio::test]
 async fn openai_sequence_numbers() {
     let fake = FakeApi::openai(Script::new()).await.unwrap();
-    let resp = post(&format!("{}/v1/responses", fake.base_url()), json!({"model": "gpt-5.5", "input": []})).await;
+    let resp = post(
+        &format!("{}/v1/responses", fake.base_url()),
+        json!({"model": "gpt-5.5", "input": []}),
+    )
+    .await;
     let f = frames(&resp.text().await.unwrap());
     for (i, (name, data)) in f.iter().enumerate() {
         assert_eq!(data["sequence_number"], i as u64);
@@ -105,8 +109,13 @@ async fn gemini_chunks_and_router() {
     .json::<Value>()
     .await
     .unwrap();
-    let text = router["candidates"][0]["content"]["parts"][0]["text"].as_str().unwrap();
-    assert_eq!(serde_json::from_str::<Value>(text).unwrap(), json!({"complexity_score": 10}));
+    let text = router["candidates"][0]["content"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(text).unwrap(),
+        json!({"complexity_score": 10})
+    );
     let kinds: Vec<RequestKind> = fake.requests().iter().map(|r| r.kind).collect();
     assert_eq!(kinds, [RequestKind::Model, RequestKind::Router]);
     // The router does not use up the script.
@@ -118,7 +127,11 @@ async fn errors_with_retry_after() {
     for (vendor, path, status) in [
         (Vendor::Anthropic, "/v1/messages", 529),
         (Vendor::OpenAi, "/v1/responses", 429),
-        (Vendor::Gemini, "/v1beta/models/g:streamGenerateContent", 503),
+        (
+            Vendor::Gemini,
+            "/v1beta/models/g:streamGenerateContent",
+            503,
+        ),
     ] {
         let script = Script::error_reply(
             ErrorReply::status(status).with_retry_after(Duration::from_secs(2)),
@@ -141,7 +154,9 @@ async fn errors_with_retry_after() {
 
 #[tokio::test]
 async fn script_steps_advance_and_the_last_repeats() {
-    let fake = FakeApi::anthropic(Script::error(500).then_text("ok")).await.unwrap();
+    let fake = FakeApi::anthropic(Script::error(500).then_text("ok"))
+        .await
+        .unwrap();
     let url = format!("{}/v1/messages", fake.base_url());
     let statuses = [
         post(&url, json!({})).await.status().as_u16(),
@@ -160,7 +175,9 @@ async fn dropped_stream_breaks_the_body() {
         (Vendor::OpenAi, "/v1/responses"),
         (Vendor::Gemini, "/v1beta/models/g:streamGenerateContent"),
     ] {
-        let fake = FakeApi::start(vendor, Script::drop_mid_stream()).await.unwrap();
+        let fake = FakeApi::start(vendor, Script::drop_mid_stream())
+            .await
+            .unwrap();
         let resp = post(&format!("{}{path}", fake.base_url()), json!({})).await;
         assert_eq!(resp.status(), 200);
         let mut resp = resp;
@@ -181,11 +198,16 @@ async fn hang_answers_nothing_until_shutdown() {
     let fake = FakeApi::openai(Script::hang()).await.unwrap();
     let url = format!("{}/v1/responses", fake.base_url());
     let req = tokio::spawn(async move { reqwest::Client::new().post(url).body("{}").send().await });
-    fake.wait_for_requests(1, Duration::from_secs(5)).await.unwrap();
+    fake.wait_for_requests(1, Duration::from_secs(5))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!req.is_finished());
     fake.shutdown().await;
-    let resp = tokio::time::timeout(Duration::from_secs(5), req).await.unwrap().unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), req)
+        .await
+        .unwrap()
+        .unwrap();
     // Either the 503 sent on shutdown or a closed connection; never a hang.
     if let Ok(r) = resp {
         assert_eq!(r.status(), 503);
@@ -196,7 +218,11 @@ async fn hang_answers_nothing_until_shutdown() {
 async fn waiting_for_requests_times_out_with_a_message() {
     let fake = FakeApi::gemini(Script::new()).await.unwrap();
     // A side call is listed, but does not count as a model request.
-    post(&format!("{}/v1beta/models/x:countTokens", fake.base_url()), json!({})).await;
+    post(
+        &format!("{}/v1beta/models/x:countTokens", fake.base_url()),
+        json!({}),
+    )
+    .await;
     let start = Instant::now();
     let err = fake
         .wait_for_requests(1, Duration::from_millis(200))
@@ -209,13 +235,18 @@ async fn waiting_for_requests_times_out_with_a_message() {
         message.contains("received 0 of the 1 model requests"),
         "{message}"
     );
-    assert!(message.contains("POST /v1beta/models/x:countTokens"), "{message}");
+    assert!(
+        message.contains("POST /v1beta/models/x:countTokens"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
 async fn unknown_paths_are_logged_404s() {
     let fake = FakeApi::openai(Script::new()).await.unwrap();
-    let resp = reqwest::get(format!("{}/v1/models", fake.base_url())).await.unwrap();
+    let resp = reqwest::get(format!("{}/v1/models", fake.base_url()))
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 404);
     let log = fake.requests();
     assert_eq!(log[0].kind, RequestKind::Other);
