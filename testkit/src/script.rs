@@ -177,8 +177,8 @@ pub enum Step {
     Text(String),
     /// Answer quoting the tool result carried by the request's last message, the way the
     /// reference transcripts do: Claude "The tool returned: X" ("The MCP tool returned: X"
-    /// for MCP tools), Codex "The shell said: X" ("The MCP tool said: <X as JSON>"), Gemini
-    /// "The tool NAME returned: <response as Python-style JSON>". Without a tool result it
+    /// for MCP tools), Codex "The shell said: X" ("The MCP tool said: " + X as a JSON string), Gemini
+    /// "The tool NAME returned: " + the response as Python-style JSON. Without a tool result it
     /// answers the default text.
     QuoteToolResult,
     /// Call a tool by the exact name the CLI declares (Claude `Bash`, Codex

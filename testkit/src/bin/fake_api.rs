@@ -1,7 +1,7 @@
 //! `aicli-fake-api`: run one fake model API by hand and watch the requests.
 //!
 //! ```text
-//! aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS] [--log FILE]
+//! aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS | --drop | --hang] [--log FILE]
 //! ```
 //!
 //! Prints the base URL and the env/args that point the vendor's CLI at it, then one line
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use aicli_testkit::{FakeApi, Script, Vendor};
 
-const USAGE: &str = "usage: aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS] [--log FILE]";
+const USAGE: &str = "usage: aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS | --drop | --hang] [--log FILE]";
 
 fn parse(args: &[String]) -> Result<(Vendor, u16, Script, Option<String>), String> {
     let vendor = args
@@ -25,6 +25,17 @@ fn parse(args: &[String]) -> Result<(Vendor, u16, Script, Option<String>), Strin
     let mut log = None;
     let mut rest = args[1..].iter();
     while let Some(flag) = rest.next() {
+        match flag.as_str() {
+            "--drop" => {
+                script = Script::drop_mid_stream();
+                continue;
+            }
+            "--hang" => {
+                script = Script::hang();
+                continue;
+            }
+            _ => {}
+        }
         let value = rest
             .next()
             .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;

@@ -232,3 +232,15 @@ async fn max_session_turns_stops_a_tool_loop() {
     assert_eq!(result["error"]["type"], "FatalTurnLimitedError");
     assert_eq!(fake.model_requests().len(), 2);
 }
+
+#[tokio::test]
+async fn dropped_stream_is_an_error() {
+    let fake = FakeApi::gemini(Script::drop_mid_stream()).await.unwrap();
+    let run = run(&fake, &fake.wiring_with(&flash()), "Say hello", &[]).await;
+    assert_eq!(run.code, Some(1), "{}", run.describe());
+    // The first chunk got through before the cut.
+    assert_eq!(assistant_text(&run.events()), "Hello ");
+    let result = run.last_event();
+    assert_eq!(result["status"], "error");
+    assert_eq!(result["error"]["message"], "[API Error: terminated]");
+}

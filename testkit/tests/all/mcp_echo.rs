@@ -99,11 +99,3 @@ impl Drop for EchoServer {
         self.cancel.cancel();
     }
 }
-
-#[tokio::test]
-#[ignore = "debug helper"]
-async fn echo_server_for_debug() {
-    let s = EchoServer::start().await;
-    println!("ECHO_URL={}", s.url);
-    tokio::time::sleep(std::time::Duration::from_secs(120)).await;
-}
