@@ -8,11 +8,13 @@ use crate::common::run;
 #[tokio::test]
 #[ignore = "measurement; run by hand"]
 async fn timings() {
-    for vendor in Vendor::ALL {
-        let options = match vendor {
-            Vendor::Gemini => WiringOptions::default().with_model("gemini-2.5-flash"),
-            Vendor::Anthropic | Vendor::OpenAi => WiringOptions::default(),
-        };
+    let gemini_m = WiringOptions::default().with_model("gemini-2.5-flash");
+    for (vendor, options, label) in [
+        (Vendor::Anthropic, WiringOptions::default(), "claude"),
+        (Vendor::OpenAi, WiringOptions::default(), "codex -m gpt-5.5"),
+        (Vendor::Gemini, gemini_m, "gemini -m gemini-2.5-flash"),
+        (Vendor::Gemini, WiringOptions::default(), "gemini (router)"),
+    ] {
         let mut times = Vec::new();
         for _ in 0..3 {
             let fake = FakeApi::start(vendor, Script::new()).await.unwrap();
@@ -22,8 +24,7 @@ async fn timings() {
         }
         let mean = times.iter().sum::<f64>() / times.len() as f64;
         println!(
-            "{:<7} start-to-exit: {} (mean {mean:.2} s)",
-            vendor.cli_name(),
+            "{label:<27} start-to-exit: {} (mean {mean:.2} s)",
             times
                 .iter()
                 .map(|t| format!("{t:.2} s"))
