@@ -1318,3 +1318,94 @@ async fn mcp_conformance_suite_passes_the_applicable_checks() {
     );
     f.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------
+// Secrets stay out of logs.
+
+/// A `MakeWriter` into a shared buffer.
+#[derive(Clone, Default)]
+struct LogBuf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuf {
+    type Writer = LogBuf;
+    fn make_writer(&'a self) -> LogBuf {
+        self.clone()
+    }
+}
+
+/// aicli's own targets at TRACE (rmcp capped as `LOG_FILTER_DIRECTIVES` says): tokens
+/// appear only as their 8-character prefix, credential values never. (With `rmcp=debug`
+/// rmcp itself logs whole responses, a served credential included.)
+#[test]
+fn mcp_logs_show_token_prefixes_only_and_never_credential_values() {
+    let buf = LogBuf::default();
+    let filter = format!(
+        "aicli=trace,axum=trace,{}",
+        aicli::mcp::LOG_FILTER_DIRECTIVES
+    );
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(buf.clone())
+        .with_ansi(false)
+        .finish();
+    // A current-thread runtime: every task the server spawns runs under this subscriber.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let token = tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let f = Fixture::new().await;
+            let (token, _rx) = f.mint("t-logs");
+            let raw = Raw::new(f.server.url());
+            let sid = raw.initialize(&token).await;
+            let auth = format!("Bearer {token}");
+            for (id, name, args) in [
+                (2, "getCredential", json!({"name": "API_KEY"})),
+                (3, "getCredential", json!({"name": "ENV_TOKEN"})),
+                (4, "getCredential", json!({"name": "NOT_ALLOWED"})),
+                (5, "broadcastLog", json!({"message": "hello"})),
+            ] {
+                let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": name, "arguments": args}});
+                let resp = raw.post(Some(&auth), Some(&sid), &call).await;
+                let msg = sse_message(resp, id).await;
+                assert!(msg.get("result").is_some(), "{msg}");
+            }
+            // A near miss of the real token, then the real one after revoke.
+            let near = format!("{}{}", &token[..8], "0".repeat(56));
+            let resp = raw
+                .post(Some(&format!("Bearer {near}")), None, &init_body())
+                .await;
+            assert_eq!(resp.status(), 401);
+            f.server.revoke(&token);
+            let resp = raw.post(Some(&auth), Some(&sid), &tools_list(9)).await;
+            assert_eq!(resp.status(), 401);
+            f.stop().await;
+            token
+        })
+    });
+    let logs = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("getCredential served"), "{logs}");
+    assert!(
+        logs.contains(&token[..8]),
+        "the prefix should identify the token: {logs}"
+    );
+    assert!(
+        !logs.contains(&token[8..16]),
+        "more than the token prefix was logged: {logs}"
+    );
+    for secret in [FILE_CREDENTIAL, ENV_CREDENTIAL, FORBIDDEN_CREDENTIAL] {
+        assert!(!logs.contains(secret), "credential value logged: {logs}");
+    }
+}
