@@ -324,12 +324,11 @@ async fn read_message(mut resp: reqwest::Response, id: u64) -> Result<Value> {
         return Ok(serde_json::from_str(&text)?);
     }
     for line in text.lines() {
-        if let Some(data) = line.strip_prefix("data:") {
-            if let Ok(v) = serde_json::from_str::<Value>(data.trim()) {
-                if v["id"] == id {
-                    return Ok(v);
-                }
-            }
+        if let Some(data) = line.strip_prefix("data:")
+            && let Ok(v) = serde_json::from_str::<Value>(data.trim())
+            && v["id"] == id
+        {
+            return Ok(v);
         }
     }
     bail!("no message {id} in the SSE response: {text}")

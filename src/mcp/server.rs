@@ -290,15 +290,14 @@ impl McpServer {
     /// seconds, then cuts what is left.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
-        if let Some(mut serve) = self.serve.take() {
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut serve)
+        if let Some(mut serve) = self.serve.take()
+            && tokio::time::timeout(SHUTDOWN_GRACE, &mut serve)
                 .await
                 .is_err()
-            {
-                tracing::warn!("MCP server did not stop in time; aborting its connections");
-                serve.abort();
-                let _ = serve.await;
-            }
+        {
+            tracing::warn!("MCP server did not stop in time; aborting its connections");
+            serve.abort();
+            let _ = serve.await;
         }
         tracing::info!(addr = %self.addr, "MCP server stopped");
     }

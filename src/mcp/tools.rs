@@ -129,6 +129,10 @@ fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
 
+fn stream_closed() -> CallToolResult {
+    tool_error("this task's event stream is closed: the task has ended")
+}
+
 fn caller(parts: &Parts) -> Result<Caller, ErrorData> {
     parts
         .extensions
@@ -166,12 +170,9 @@ impl AgentTools {
         Self::tool_router()
     }
 
-    fn publish(&self, caller: &Caller, kind: EventKind) -> Result<(), CallToolResult> {
-        caller
-            .ctx
-            .events
-            .send(AgentEvent::synthetic(kind))
-            .map_err(|_| tool_error("this task's event stream is closed: the task has ended"))
+    /// Sends an event into the caller's task stream; `false` when the stream is closed.
+    fn publish(&self, caller: &Caller, kind: EventKind) -> bool {
+        caller.ctx.events.send(AgentEvent::synthetic(kind)).is_ok()
     }
 }
 
@@ -263,7 +264,7 @@ impl AgentTools {
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
         let name = args.name;
-        if !caller.ctx.credentials.iter().any(|c| *c == name) {
+        if !caller.ctx.credentials.contains(&name) {
             tracing::info!(task_id = %caller.ctx.task_id, credential = %name, "getCredential refused: not on the task's allowlist");
             return Ok(CallToolResult::structured_error(json!({
                 "status": 403,
@@ -327,7 +328,7 @@ impl AgentTools {
             }
             None => false,
         };
-        if let Err(e) = self.publish(
+        if !self.publish(
             &caller,
             EventKind::Log {
                 level,
@@ -335,7 +336,7 @@ impl AgentTools {
                 source: args.source,
             },
         ) {
-            return Ok(e);
+            return Ok(stream_closed());
         }
         Ok(CallToolResult::success(vec![ContentBlock::text(if cut {
             format!("logged (message cut to {MAX_LOG_CHARS} characters)")
@@ -358,14 +359,14 @@ impl AgentTools {
         if question.is_empty() {
             return Ok(tool_error("the question is empty"));
         }
-        if let Err(e) = self.publish(
+        if !self.publish(
             &caller,
             EventKind::Question {
                 question,
                 options: args.options,
             },
         ) {
-            return Ok(e);
+            return Ok(stream_closed());
         }
         tracing::info!(task_id = %caller.ctx.task_id, "ask_user: question delivered; the task will block");
         Ok(CallToolResult::success(vec![ContentBlock::text(

@@ -7,6 +7,10 @@
 //! repo; a test that cannot find them fails and names the script. No test fetches
 //! anything or changes the process environment, and every child is killed on drop.
 
+// Test code: the helpers below are not `#[test]` functions, which clippy's
+// allow-unwrap-in-tests covers, but they are only ever run by tests.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -420,12 +424,11 @@ async fn sse_message(mut resp: reqwest::Response, id: u64) -> Value {
         };
         buf.push_str(&String::from_utf8_lossy(&chunk));
         for line in buf.lines() {
-            if let Some(data) = line.strip_prefix("data:") {
-                if let Ok(v) = serde_json::from_str::<Value>(data.trim()) {
-                    if v["id"] == id {
-                        return v;
-                    }
-                }
+            if let Some(data) = line.strip_prefix("data:")
+                && let Ok(v) = serde_json::from_str::<Value>(data.trim())
+                && v["id"] == id
+            {
+                return v;
             }
         }
     }
