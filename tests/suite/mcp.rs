@@ -674,7 +674,13 @@ async fn mcp_inspector_cli_lists_and_calls_tools() {
                 .unwrap_or_else(|e| panic!("inspector output is not JSON ({e}): {stdout}"))
         }
     };
-    let listed = run(vec!["--method".into(), "tools/list".into()]).await;
+    // --strict exits non-zero on error-severity schema portability problems.
+    let listed = run(vec![
+        "--method".into(),
+        "tools/list".into(),
+        "--strict".into(),
+    ])
+    .await;
     let mut names: Vec<&str> = listed["tools"]
         .as_array()
         .unwrap()
@@ -1170,6 +1176,30 @@ async fn mcp_shutdown_is_graceful_with_open_sessions_and_on_cancel() {
     }
     assert!(stopped, "server still accepting after cancel");
     server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_start_reports_bad_and_busy_bind_addresses() {
+    let cancel = CancellationToken::new();
+    let bad = McpServerOptions {
+        bind: "no-port-here".into(),
+        ..McpServerOptions::default()
+    };
+    let err = McpServer::start(bad, cancel.clone()).await.unwrap_err();
+    assert!(matches!(err, aicli::mcp::McpError::BadBind { .. }), "{err}");
+    let first = McpServer::start(McpServerOptions::default(), cancel.clone())
+        .await
+        .unwrap();
+    let busy = McpServerOptions {
+        bind: first.local_addr().to_string(),
+        ..McpServerOptions::default()
+    };
+    let err = McpServer::start(busy, cancel.clone()).await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(err.to_string().contains(&first.local_addr().to_string()));
+    assert!(first.url().starts_with("http://127.0.0.1:"));
+    assert!(first.url().ends_with("/mcp"));
+    first.shutdown().await;
 }
 
 // ---------------------------------------------------------------------------------------
