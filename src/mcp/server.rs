@@ -231,6 +231,12 @@ impl McpServer {
         format!("http://{}:{}/mcp", self.url_host, self.addr.port())
     }
 
+    /// The endpoint as reached through another host name, e.g. `host.docker.internal`
+    /// from a container (that name must be in [`McpServerOptions::allowed_hosts`]).
+    pub fn url_for_host(&self, host: &str) -> String {
+        format!("http://{host}:{}/mcp", self.addr.port())
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr

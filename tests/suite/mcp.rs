@@ -1116,6 +1116,10 @@ async fn mcp_host_and_origin_checks() {
     assert_eq!(resp.status(), 403);
     let resp = with_host(format!("localhost:{port}")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
+    assert_eq!(
+        f.server.url_for_host("host.docker.internal"),
+        format!("http://host.docker.internal:{port}/mcp")
+    );
     let resp = with_host(format!("host.docker.internal:{port}"))
         .send()
         .await
