@@ -1,1 +1,114 @@
-//! The agent MCP server (in progress).
+//! The agent MCP server: the tools each running agent calls back into.
+//!
+//! aicli starts one [`McpServer`] per `aicli run` / `aicli batch` (and `aicli serve` runs
+//! one alone). It speaks MCP over rmcp's streamable HTTP transport (sessions + SSE) at
+//! `/mcp`, nested in an axum router that also answers `GET /healthz` without auth. Each
+//! task gets its own bearer token, bound to its [`TaskContext`]; a tool only ever sees
+//! the context of the token that called it.
+//!
+//! # Layout
+//!
+//! | module | owns |
+//! |---|---|
+//! | `server` | [`McpServer`], [`McpServerOptions`]: bind (TCP_NODELAY on every accepted socket), the axum router, the token API, graceful shutdown |
+//! | `auth` | tokens (mint, constant-time check, revoke), session -> token binding, Host/Origin checks, the middleware in front of rmcp, 401/403/404 bodies |
+//! | `tools` | the rmcp handler: `getWorkspaceFiles`, `listSkills`, `getSkill`, `getCredential`, `broadcastLog`, `ask_user` (names in [`TOOL_NAMES`]) |
+//! | `workspace` | listing/reading files under a worktree without leaving it (symlinks and TOCTOU included) |
+//! | `skills` | `<skills_dir>/<name>/SKILL.md` frontmatter, scripts and references |
+//! | `credentials` | [`CredentialSource`]: credentials file, then the environment |
+//! | `calls` | the bounded call log ([`CallRecord`]) tests and the engine read |
+//! | `error` | [`McpError`] |
+//!
+//! # How the engine uses it
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), aicli::mcp::McpError> {
+//! use aicli::mcp::{McpServer, McpServerOptions, TaskContext};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let cancel = CancellationToken::new();
+//! let server = McpServer::start(McpServerOptions::default(), cancel.clone()).await?;
+//! // At task start: a token bound to the task, and the task's event channel.
+//! let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+//! let token = server.mint(TaskContext {
+//!     batch_id: "b1".into(),
+//!     task_id: "t1".into(),
+//!     workspace: "/repo/.aicli/worktrees/t1".into(),
+//!     skills: vec!["pdf-tools".into()],
+//!     credentials: vec!["GITHUB_TOKEN".into()],
+//!     events,
+//! });
+//! let endpoint = server.endpoint(&token); // url + token + tool names, for the provider
+//! // ... run the CLI with `endpoint`; drain `rx` into the task's event stream: a
+//! // `Question` event means the run ends blocked on that question ...
+//! # let _ = (&endpoint, rx.try_recv());
+//! // At task end:
+//! server.revoke(&token);
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Security model
+//!
+//! * Every `/mcp` request needs `Authorization: Bearer <token>`; missing, malformed,
+//!   unknown and revoked tokens get 401 with `WWW-Authenticate: Bearer` and a JSON body.
+//!   Tokens are compared in constant time; logs show at most their first 8 characters.
+//! * A session id works only with the token that created it (404 otherwise).
+//! * `Host` must be loopback, the bind host or one of [`McpServerOptions::allowed_hosts`]
+//!   (403 otherwise); a browser `Origin`, when sent, must name such a host too.
+//! * Credential values never reach our logs. rmcp itself logs whole responses at `debug`
+//!   level under the `rmcp` target: a subscriber must cap that target (see
+//!   [`LOG_FILTER_DIRECTIVES`]).
+//!
+//! # Tool errors
+//!
+//! A refused or failed tool call is a tool result with `isError: true` and a message
+//! for the model (getCredential's carries a `status`: 403 for a name outside the task's
+//! allowlist, 404 for a missing value). Protocol errors are kept for malformed calls.
+
+mod auth;
+mod calls;
+mod credentials;
+mod error;
+mod server;
+mod skills;
+mod tools;
+mod workspace;
+
+use std::path::PathBuf;
+
+use aicli_providers::AgentEvent;
+
+pub use calls::{CALL_LOG_CAPACITY, CallRecord};
+pub use credentials::{CredentialError, CredentialSource, EnvLookup};
+pub use error::McpError;
+pub use server::{McpServer, McpServerOptions};
+pub use tools::{ASK_USER_REPLY, MAX_LOG_CHARS, TOOL_NAMES};
+pub use workspace::{MAX_ENTRIES, READ_BUDGET};
+
+/// `tracing_subscriber::EnvFilter` directives a subscriber should add: rmcp logs whole
+/// JSON-RPC responses (a served credential included) at `debug`.
+pub const LOG_FILTER_DIRECTIVES: &str = "rmcp=info";
+
+/// What a task's token grants: the task's identity, its worktree, the skills and
+/// credentials it may read, and where its events go.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    /// The batch the task belongs to.
+    pub batch_id: String,
+    /// The task's id in its batch.
+    pub task_id: String,
+    /// The task's worktree: `getWorkspaceFiles` never leaves it.
+    pub workspace: PathBuf,
+    /// Skills connected to this task (names of directories in the skills dir).
+    pub skills: Vec<String>,
+    /// Credential names this task may read with `getCredential`.
+    pub credentials: Vec<String>,
+    /// The task's live event stream: `broadcastLog` sends [`EventKind::Log`] and
+    /// `ask_user` sends [`EventKind::Question`] here; the session records and broadcasts
+    /// what arrives.
+    ///
+    /// [`EventKind::Log`]: aicli_providers::EventKind::Log
+    /// [`EventKind::Question`]: aicli_providers::EventKind::Question
+    pub events: tokio::sync::mpsc::UnboundedSender<AgentEvent>,
+}

@@ -1,0 +1,557 @@
+//! Who may call: bearer tokens bound to a [`TaskContext`], sessions bound to the token
+//! that created them, and the Host/Origin checks against DNS rebinding.
+//!
+//! Every request to `/mcp` passes [`gate`] before rmcp sees it:
+//!
+//! 1. `Host` (and `Origin`, when a browser sent one) must name loopback, the bind host or
+//!    a configured extra host; otherwise 403.
+//! 2. `Authorization: Bearer <64 hex chars>` must name a live token; otherwise 401 with
+//!    `WWW-Authenticate: Bearer` and a JSON body. The token is compared in constant time
+//!    ([`subtle`]) against the live tokens that share its first 8 hex characters (the
+//!    only part of a token that is ever logged).
+//! 3. An `Mcp-Session-Id` must have been created by the same token; another token's (or
+//!    an unknown) session id gets 404, as for a session that does not exist.
+//! 4. The caller ([`Caller`]: the token's id and its task context) goes into the request
+//!    extensions, where rmcp hands it on to the tools inside `http::request::Parts`.
+//!
+//! A new session id in a response is bound to the caller's token; a successful `DELETE`
+//! unbinds it. Revoking a token drops it, unbinds its sessions and closes them in rmcp.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rand::RngCore;
+use subtle::ConstantTimeEq;
+
+use super::TaskContext;
+use super::server::Shared;
+
+/// The session header of the streamable HTTP transport.
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Bytes of randomness in a token (64 hex characters).
+const TOKEN_BYTES: usize = 32;
+/// Bytes of a token that may appear in logs and index the table (8 hex characters).
+const PREFIX_BYTES: usize = 4;
+
+/// The first 8 characters of a token: all that is ever logged.
+pub(crate) fn token_prefix(token: &str) -> &str {
+    let end = token
+        .char_indices()
+        .nth(2 * PREFIX_BYTES)
+        .map_or(token.len(), |(i, _)| i);
+    &token[..end]
+}
+
+/// The authenticated caller of one request.
+#[derive(Clone, Debug)]
+pub(crate) struct Caller {
+    /// Internal id of the token (sessions are bound to it).
+    pub token_id: u64,
+    /// The token's 8-character prefix, for logs.
+    pub prefix: Arc<str>,
+    /// The task the token was minted for.
+    pub ctx: Arc<TaskContext>,
+}
+
+struct Entry {
+    id: u64,
+    secret: [u8; TOKEN_BYTES],
+    caller: Caller,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Live tokens by their first bytes (almost always one per bucket).
+    by_prefix: HashMap<[u8; PREFIX_BYTES], Vec<Entry>>,
+    /// Session id -> the token id that created it.
+    sessions: HashMap<String, u64>,
+    /// Token id -> its sessions, to close them on revoke.
+    sessions_by_token: HashMap<u64, HashSet<String>>,
+    next_id: u64,
+}
+
+/// Live tokens and session bindings.
+#[derive(Default)]
+pub(crate) struct Tokens {
+    inner: RwLock<Inner>,
+}
+
+/// Why a request was refused with 401.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AuthFailure {
+    /// No `Authorization` header, or not the Bearer scheme.
+    Missing,
+    /// A Bearer token that is not 64 hex characters.
+    Malformed,
+    /// A well-formed token that is not live (never minted, or revoked).
+    Unknown,
+}
+
+impl AuthFailure {
+    fn describe(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "missing bearer token: send 'Authorization: Bearer <token>'",
+            AuthFailure::Malformed => "malformed bearer token",
+            AuthFailure::Unknown => "unknown or revoked bearer token",
+        }
+    }
+
+    fn reason(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "missing",
+            AuthFailure::Malformed => "malformed",
+            AuthFailure::Unknown => "unknown_or_revoked",
+        }
+    }
+}
+
+impl Tokens {
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A fresh token for `ctx`: 32 random bytes, hex.
+    pub(crate) fn mint(&self, ctx: TaskContext) -> String {
+        let mut secret = [0u8; TOKEN_BYTES];
+        rand::rng().fill_bytes(&mut secret);
+        let token = hex::encode(secret);
+        let mut prefix = [0u8; PREFIX_BYTES];
+        prefix.copy_from_slice(&secret[..PREFIX_BYTES]);
+        let mut inner = self.write();
+        inner.next_id += 1;
+        let id = inner.next_id;
+        let caller = Caller {
+            token_id: id,
+            prefix: Arc::from(token_prefix(&token)),
+            ctx: Arc::new(ctx),
+        };
+        tracing::debug!(token = %caller.prefix, task_id = %caller.ctx.task_id, batch_id = %caller.ctx.batch_id, "minted MCP token");
+        inner
+            .by_prefix
+            .entry(prefix)
+            .or_default()
+            .push(Entry { id, secret, caller });
+        token
+    }
+
+    /// Drops `token`; returns its sessions (now unbound) for the caller to close.
+    pub(crate) fn revoke(&self, token: &str) -> Vec<String> {
+        let Ok(secret) = parse_token(token) else {
+            return Vec::new();
+        };
+        let mut inner = self.write();
+        let mut prefix = [0u8; PREFIX_BYTES];
+        prefix.copy_from_slice(&secret[..PREFIX_BYTES]);
+        let mut removed = None;
+        if let Some(bucket) = inner.by_prefix.get_mut(&prefix) {
+            if let Some(pos) = bucket
+                .iter()
+                .position(|e| bool::from(e.secret.ct_eq(&secret)))
+            {
+                removed = Some(bucket.swap_remove(pos));
+            }
+            if bucket.is_empty() {
+                inner.by_prefix.remove(&prefix);
+            }
+        }
+        let Some(entry) = removed else {
+            return Vec::new();
+        };
+        let sessions: Vec<String> = inner
+            .sessions_by_token
+            .remove(&entry.id)
+            .map(|s| s.into_iter().collect())
+            .unwrap_or_default();
+        for s in &sessions {
+            inner.sessions.remove(s);
+        }
+        tracing::debug!(token = %entry.caller.prefix, task_id = %entry.caller.ctx.task_id, sessions = sessions.len(), "revoked MCP token");
+        sessions
+    }
+
+    /// The caller named by the request's `Authorization` header.
+    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthFailure> {
+        let value = headers
+            .get(header::AUTHORIZATION)
+            .ok_or(AuthFailure::Missing)?
+            .to_str()
+            .map_err(|_| AuthFailure::Malformed)?;
+        let (scheme, rest) = value.split_once(' ').ok_or(AuthFailure::Missing)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(AuthFailure::Missing);
+        }
+        let secret = parse_token(rest.trim()).map_err(|()| AuthFailure::Malformed)?;
+        let mut prefix = [0u8; PREFIX_BYTES];
+        prefix.copy_from_slice(&secret[..PREFIX_BYTES]);
+        let inner = self.read();
+        let bucket = inner.by_prefix.get(&prefix).ok_or(AuthFailure::Unknown)?;
+        // Constant-time over the whole secret; the bucket key is the loggable prefix.
+        let mut found = None;
+        for e in bucket {
+            if bool::from(e.secret.ct_eq(&secret)) {
+                found = Some(e.caller.clone());
+            }
+        }
+        found.ok_or(AuthFailure::Unknown)
+    }
+
+    /// The token id that created `session`, if any.
+    pub(crate) fn session_owner(&self, session: &str) -> Option<u64> {
+        self.read().sessions.get(session).copied()
+    }
+
+    /// Binds a new session to a token; false when the token was revoked meanwhile.
+    pub(crate) fn bind_session(&self, session: &str, token_id: u64) -> bool {
+        let mut inner = self.write();
+        let live = inner
+            .by_prefix
+            .values()
+            .any(|b| b.iter().any(|e| e.id == token_id));
+        if !live {
+            return false;
+        }
+        inner.sessions.insert(session.to_owned(), token_id);
+        inner
+            .sessions_by_token
+            .entry(token_id)
+            .or_default()
+            .insert(session.to_owned());
+        true
+    }
+
+    /// Forgets a session (closed by the client or expired in rmcp).
+    pub(crate) fn unbind_session(&self, session: &str) {
+        let mut inner = self.write();
+        if let Some(id) = inner.sessions.remove(session)
+            && let Some(set) = inner.sessions_by_token.get_mut(&id)
+        {
+            set.remove(session);
+        }
+    }
+
+    /// All bound session ids (for the sweep of sessions rmcp expired).
+    pub(crate) fn bound_sessions(&self) -> Vec<String> {
+        self.read().sessions.keys().cloned().collect()
+    }
+
+    /// Number of live tokens.
+    pub(crate) fn live(&self) -> usize {
+        self.read().by_prefix.values().map(Vec::len).sum()
+    }
+}
+
+/// Decodes a 64-hex-character token.
+fn parse_token(token: &str) -> Result<[u8; TOKEN_BYTES], ()> {
+    let mut out = [0u8; TOKEN_BYTES];
+    if token.len() != 2 * TOKEN_BYTES {
+        return Err(());
+    }
+    hex::decode_to_slice(token, &mut out).map_err(|_| ())?;
+    Ok(out)
+}
+
+/// Hosts a request may name (Host, and Origin's host), compiled from the options.
+#[derive(Debug, Clone)]
+pub(crate) struct AllowedHosts {
+    /// (lower-case host without brackets, port if the entry pins one).
+    entries: Vec<(String, Option<u16>)>,
+}
+
+impl AllowedHosts {
+    /// Loopback names, plus `extra` (the bind host and the configured hosts).
+    pub(crate) fn new<'a>(extra: impl IntoIterator<Item = &'a str>) -> AllowedHosts {
+        let mut entries: Vec<(String, Option<u16>)> = ["localhost", "127.0.0.1", "::1"]
+            .iter()
+            .map(|h| ((*h).to_owned(), None))
+            .collect();
+        for e in extra {
+            if let Some(parsed) = parse_authority(e) {
+                entries.push(parsed);
+            }
+        }
+        entries.sort();
+        entries.dedup();
+        AllowedHosts { entries }
+    }
+
+    /// The entries as rmcp's `allowed_hosts` wants them.
+    pub(crate) fn for_rmcp(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .map(|(h, p)| {
+                let h = if h.contains(':') {
+                    format!("[{h}]")
+                } else {
+                    h.clone()
+                };
+                match p {
+                    Some(p) => format!("{h}:{p}"),
+                    None => h,
+                }
+            })
+            .collect()
+    }
+
+    fn allows(&self, host: &str, port: Option<u16>) -> bool {
+        self.entries
+            .iter()
+            .any(|(h, p)| h == host && p.is_none_or(|p| Some(p) == port))
+    }
+
+    /// Checks `Host` and, when present, `Origin`.
+    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), &'static str> {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .ok_or("missing or unreadable Host header")?;
+        let (h, p) = parse_authority(host).ok_or("malformed Host header")?;
+        if !self.allows(&h, p) {
+            return Err("Host header is not allowed");
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let origin = origin.to_str().map_err(|_| "unreadable Origin header")?;
+            let rest = origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"))
+                .ok_or("Origin is not allowed")?;
+            let (h, p) = parse_authority(rest.trim_end_matches('/')).ok_or("malformed Origin")?;
+            if !self.allows(&h, p) {
+                return Err("Origin is not allowed");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `host[:port]` or `[v6][:port]` -> (lower-case host without brackets, port).
+fn parse_authority(s: &str) -> Option<(String, Option<u16>)> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        let (h, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p.parse().ok()?),
+            None if after.is_empty() => None,
+            None => return None,
+        };
+        return Some((h.to_ascii_lowercase(), port));
+    }
+    match s.matches(':').count() {
+        0 => Some((s.to_ascii_lowercase(), None)),
+        1 => {
+            let (h, p) = s.split_once(':')?;
+            Some((h.to_ascii_lowercase(), Some(p.parse().ok()?)))
+        }
+        // A bare IPv6 address (only in configuration).
+        _ => Some((s.to_ascii_lowercase(), None)),
+    }
+}
+
+fn json_response(status: StatusCode, body: serde_json::Value) -> Response {
+    let mut resp = (status, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// 401 with `WWW-Authenticate: Bearer` and a JSON body.
+pub(crate) fn unauthorized(failure: AuthFailure) -> Response {
+    let (challenge, error) = match failure {
+        AuthFailure::Missing => (r#"Bearer realm="aicli""#.to_owned(), "unauthorized"),
+        AuthFailure::Malformed | AuthFailure::Unknown => (
+            format!(
+                r#"Bearer realm="aicli", error="invalid_token", error_description="{}""#,
+                failure.describe()
+            ),
+            "invalid_token",
+        ),
+    };
+    let mut resp = json_response(
+        StatusCode::UNAUTHORIZED,
+        serde_json::json!({"error": error, "error_description": failure.describe()}),
+    );
+    if let Ok(v) = HeaderValue::from_str(&challenge) {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    resp
+}
+
+fn session_not_found() -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        serde_json::json!({"error": "not_found", "error_description": "session not found"}),
+    )
+}
+
+/// The middleware in front of rmcp (see the module docs).
+pub(crate) async fn gate(
+    State(shared): State<Arc<Shared>>,
+    mut req: Request<Body>,
+    next: Next,
+) -> Response {
+    if let Err(why) = shared.hosts.check(req.headers()) {
+        tracing::warn!(reason = why, "refused MCP request (DNS rebinding check)");
+        return json_response(
+            StatusCode::FORBIDDEN,
+            serde_json::json!({"error": "forbidden", "error_description": why}),
+        );
+    }
+    let caller = match shared.tokens.authenticate(req.headers()) {
+        Ok(c) => c,
+        Err(failure) => {
+            tracing::info!(
+                reason = failure.reason(),
+                method = %req.method(),
+                "refused MCP request: 401"
+            );
+            return unauthorized(failure);
+        }
+    };
+    let session = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(sid) = &session
+        && shared.tokens.session_owner(sid) != Some(caller.token_id)
+    {
+        tracing::warn!(token = %caller.prefix, task_id = %caller.ctx.task_id, "refused MCP request: session not created by this token");
+        return session_not_found();
+    }
+    let is_delete = req.method() == Method::DELETE;
+    req.extensions_mut().insert(caller.clone());
+    let resp = next.run(req).await;
+    match &session {
+        None => {
+            if let Some(new_sid) = resp
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                if shared.tokens.bind_session(new_sid, caller.token_id) {
+                    tracing::debug!(token = %caller.prefix, task_id = %caller.ctx.task_id, "MCP session opened");
+                } else {
+                    // Revoked while initializing: close what rmcp just opened.
+                    shared.close_sessions(vec![new_sid.to_owned()]);
+                    return unauthorized(AuthFailure::Unknown);
+                }
+            }
+        }
+        Some(sid) => {
+            if is_delete && resp.status().is_success() {
+                shared.tokens.unbind_session(sid);
+            }
+        }
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> TaskContext {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        TaskContext {
+            batch_id: "b".into(),
+            task_id: "t".into(),
+            workspace: "/tmp".into(),
+            skills: vec![],
+            credentials: vec![],
+            events: tx,
+        }
+    }
+
+    fn bearer(t: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {t}")).unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn mint_authenticate_revoke() {
+        let tokens = Tokens::default();
+        let t = tokens.mint(ctx());
+        assert_eq!(t.len(), 64);
+        assert!(t.bytes().all(|b| b.is_ascii_hexdigit()));
+        let c = tokens.authenticate(&bearer(&t)).unwrap();
+        assert_eq!(c.ctx.task_id, "t");
+        assert_eq!(&*c.prefix, &t[..8]);
+        assert_eq!(
+            tokens.authenticate(&HeaderMap::new()).unwrap_err(),
+            AuthFailure::Missing
+        );
+        assert_eq!(
+            tokens.authenticate(&bearer("abc")).unwrap_err(),
+            AuthFailure::Malformed
+        );
+        let mut other = t.clone().into_bytes();
+        other[63] = if other[63] == b'0' { b'1' } else { b'0' };
+        let other = String::from_utf8(other).unwrap();
+        assert_eq!(
+            tokens.authenticate(&bearer(&other)).unwrap_err(),
+            AuthFailure::Unknown
+        );
+        assert!(tokens.bind_session("s1", c.token_id));
+        assert_eq!(tokens.session_owner("s1"), Some(c.token_id));
+        assert_eq!(tokens.revoke(&t), vec!["s1".to_owned()]);
+        assert_eq!(tokens.session_owner("s1"), None);
+        assert_eq!(
+            tokens.authenticate(&bearer(&t)).unwrap_err(),
+            AuthFailure::Unknown
+        );
+        assert!(!tokens.bind_session("s2", c.token_id));
+    }
+
+    #[test]
+    fn host_checks() {
+        let hosts = AllowedHosts::new(["172.17.0.1", "host.docker.internal:8080"]);
+        let check = |host: &str, origin: Option<&str>| {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, HeaderValue::from_str(host).unwrap());
+            if let Some(o) = origin {
+                h.insert(header::ORIGIN, HeaderValue::from_str(o).unwrap());
+            }
+            hosts.check(&h)
+        };
+        assert!(check("127.0.0.1:4000", None).is_ok());
+        assert!(check("localhost", None).is_ok());
+        assert!(check("[::1]:4000", None).is_ok());
+        assert!(check("172.17.0.1:4000", None).is_ok());
+        assert!(check("host.docker.internal:8080", None).is_ok());
+        assert!(check("host.docker.internal:9090", None).is_err());
+        assert!(check("evil.example:4000", None).is_err());
+        assert!(check("127.0.0.1:4000", Some("http://localhost:3000")).is_ok());
+        assert!(check("127.0.0.1:4000", Some("http://evil.example")).is_err());
+        assert!(check("127.0.0.1:4000", Some("null")).is_err());
+        assert!(
+            hosts
+                .for_rmcp()
+                .contains(&"host.docker.internal:8080".to_owned())
+        );
+        assert!(hosts.for_rmcp().contains(&"[::1]".to_owned()));
+    }
+
+    #[test]
+    fn prefix_is_eight_chars() {
+        assert_eq!(token_prefix("0123456789abcdef"), "01234567");
+        assert_eq!(token_prefix("ab"), "ab");
+    }
+}

@@ -1,0 +1,370 @@
+//! [`McpServer`]: binding, the axum router around rmcp, the token API and shutdown.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aicli_providers::{EngineConfig, McpEndpoint};
+use axum::Router;
+use axum::middleware::from_fn_with_state;
+use axum::routing::get;
+use axum::serve::ListenerExt;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{
+    SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::auth::{AllowedHosts, Tokens, gate};
+use super::calls::{CallLog, CallRecord};
+use super::tools::{AgentTools, TOOL_NAMES};
+use super::{CredentialSource, EnvLookup, McpError, TaskContext};
+
+/// How long [`McpServer::shutdown`] waits for open connections before cutting them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How often bindings of sessions that rmcp expired are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// How to start the server.
+#[derive(Debug, Clone)]
+pub struct McpServerOptions {
+    /// Address to bind: `127.0.0.1:0` (loopback, ephemeral port) by default; e.g.
+    /// `172.17.0.1:0` for agents in Docker containers.
+    pub bind: String,
+    /// Extra `Host` values to accept (`host` or `host:port`), besides loopback and the
+    /// bind host; e.g. `host.docker.internal`.
+    pub allowed_hosts: Vec<String>,
+    /// Where skills live (`<dir>/<name>/SKILL.md`).
+    pub skills_dir: PathBuf,
+    /// Where `getCredential` finds values.
+    pub credentials: CredentialSource,
+}
+
+impl Default for McpServerOptions {
+    fn default() -> McpServerOptions {
+        McpServerOptions {
+            bind: "127.0.0.1:0".into(),
+            allowed_hosts: Vec::new(),
+            skills_dir: PathBuf::from(".aicli/skills"),
+            credentials: CredentialSource::default(),
+        }
+    }
+}
+
+impl McpServerOptions {
+    /// The options an engine config implies for a repository: `mcp.bind`,
+    /// `mcp.allowed_hosts`, `skills_dir` (default `<repo>/.aicli/skills`), and
+    /// `credentials_file` over the process environment.
+    pub fn from_config(engine: &EngineConfig, repo: &Path) -> McpServerOptions {
+        McpServerOptions {
+            bind: engine.mcp.bind.clone(),
+            allowed_hosts: engine.mcp.allowed_hosts.clone(),
+            skills_dir: engine
+                .skills_dir
+                .clone()
+                .unwrap_or_else(|| repo.join(".aicli").join("skills")),
+            credentials: CredentialSource {
+                env: EnvLookup::Process,
+                file: engine.credentials_file.clone(),
+            },
+        }
+    }
+}
+
+/// State every session and the middleware share.
+pub(crate) struct Shared {
+    /// Live tokens and session bindings.
+    pub tokens: Tokens,
+    /// Host/Origin allowlist.
+    pub hosts: AllowedHosts,
+    /// The skills directory.
+    pub skills_dir: PathBuf,
+    /// Credential values.
+    pub credentials: CredentialSource,
+    /// The call log.
+    pub calls: CallLog,
+    /// rmcp's sessions, to close those of a revoked token.
+    pub sessions: Arc<LocalSessionManager>,
+}
+
+impl Shared {
+    /// Closes rmcp sessions in the background (no-op outside a runtime).
+    pub(crate) fn close_sessions(&self, ids: Vec<String>) {
+        if ids.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let sessions = self.sessions.clone();
+        rt.spawn(async move {
+            for id in ids {
+                let sid: SessionId = id.into();
+                if let Err(e) = sessions.close_session(&sid).await {
+                    tracing::debug!(error = %e, "closing a revoked token's MCP session");
+                }
+            }
+        });
+    }
+}
+
+/// The agent MCP server: streamable HTTP at `/mcp`, `GET /healthz`, bearer tokens per
+/// task. See the [module docs](super) for the whole picture.
+pub struct McpServer {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    url_host: String,
+    cancel: CancellationToken,
+    serve: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("addr", &self.addr)
+            .field("live_tokens", &self.shared.tokens.live())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Splits `host:port` / `[v6]:port` into the host part.
+fn bind_host(bind: &str) -> Option<&str> {
+    if let Some(rest) = bind.strip_prefix('[') {
+        return rest.split_once(']').map(|(h, _)| h);
+    }
+    bind.rsplit_once(':').map(|(h, _)| h)
+}
+
+impl McpServer {
+    /// Binds, and serves until `cancel` fires or [`McpServer::shutdown`] is called.
+    pub async fn start(
+        opts: McpServerOptions,
+        cancel: CancellationToken,
+    ) -> Result<McpServer, McpError> {
+        let host = bind_host(&opts.bind).ok_or_else(|| McpError::BadBind {
+            bind: opts.bind.clone(),
+            reason: "expected host:port".into(),
+        })?;
+        let listener = TcpListener::bind(&opts.bind)
+            .await
+            .map_err(|source| McpError::Bind {
+                bind: opts.bind.clone(),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| McpError::Bind {
+            bind: opts.bind.clone(),
+            source,
+        })?;
+        let unspecified = addr.ip().is_unspecified();
+        let mut extra: Vec<&str> = opts.allowed_hosts.iter().map(String::as_str).collect();
+        if !unspecified {
+            extra.push(host);
+        } else if opts.allowed_hosts.is_empty() {
+            tracing::warn!(bind = %opts.bind, "MCP server bound to all interfaces but only loopback Host headers are allowed: set mcp.allowed_hosts");
+        }
+        let hosts = AllowedHosts::new(extra);
+        let url_host = if unspecified {
+            "127.0.0.1".to_owned()
+        } else if addr.is_ipv6() {
+            format!("[{}]", addr.ip())
+        } else {
+            addr.ip().to_string()
+        };
+
+        let cancel = cancel.child_token();
+        let sessions = Arc::new(LocalSessionManager::default());
+        let shared = Arc::new(Shared {
+            tokens: Tokens::default(),
+            hosts: hosts.clone(),
+            skills_dir: opts.skills_dir,
+            credentials: opts.credentials,
+            calls: CallLog::default(),
+            sessions: sessions.clone(),
+        });
+        let config = StreamableHttpServerConfig::default()
+            .with_allowed_hosts(hosts.for_rmcp())
+            .with_cancellation_token(cancel.child_token());
+        let router = Arc::new(AgentTools::build_router());
+        let factory_shared = shared.clone();
+        let service: StreamableHttpService<AgentTools, LocalSessionManager> =
+            StreamableHttpService::new(
+                move || Ok(AgentTools::new(factory_shared.clone(), router.clone())),
+                sessions,
+                config,
+            );
+        let app = Router::new()
+            .nest_service("/mcp", service)
+            .layer(from_fn_with_state(shared.clone(), gate))
+            .route("/healthz", get(healthz));
+        // rmcp writes small SSE frames; without TCP_NODELAY each call waits ~40 ms on
+        // Nagle + delayed ACK.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY on an MCP connection");
+            }
+        });
+        let stop = cancel.clone();
+        let serve = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+            {
+                tracing::error!(error = %e, "MCP server stopped");
+            }
+        });
+        tokio::spawn(sweep(shared.clone(), cancel.clone()));
+        tracing::info!(%addr, "MCP server listening");
+        Ok(McpServer {
+            shared,
+            addr,
+            url_host,
+            cancel,
+            serve: Some(serve),
+        })
+    }
+
+    /// The streamable HTTP endpoint: `http://HOST:PORT/mcp`.
+    pub fn url(&self) -> String {
+        format!("http://{}:{}/mcp", self.url_host, self.addr.port())
+    }
+
+    /// The endpoint as reached through another host name, e.g. `host.docker.internal`
+    /// from a container (that name must be in [`McpServerOptions::allowed_hosts`]).
+    pub fn url_for_host(&self, host: &str) -> String {
+        format!("http://{host}:{}/mcp", self.addr.port())
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The exact tool names (for CLI allowlists such as `mcp__aicli__<tool>`).
+    pub fn tool_names() -> Vec<String> {
+        TOOL_NAMES.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// A new bearer token bound to `ctx`: 32 random bytes as 64 hex characters.
+    pub fn mint(&self, ctx: TaskContext) -> String {
+        self.shared.tokens.mint(ctx)
+    }
+
+    /// Revokes `token`: its next request gets 401 and its sessions are closed.
+    pub fn revoke(&self, token: &str) {
+        let sessions = self.shared.tokens.revoke(token);
+        self.shared.close_sessions(sessions);
+    }
+
+    /// What one run needs to wire the server into a CLI (`name` is `aicli`).
+    pub fn endpoint(&self, token: &str) -> McpEndpoint {
+        McpEndpoint {
+            name: "aicli".into(),
+            url: self.url(),
+            token: token.to_owned(),
+            tools: McpServer::tool_names(),
+        }
+    }
+
+    /// The call log, oldest first (bounded to the last
+    /// [`CALL_LOG_CAPACITY`](super::CALL_LOG_CAPACITY) calls).
+    pub fn calls(&self) -> Vec<CallRecord> {
+        self.shared.calls.snapshot()
+    }
+
+    /// The calls made by one task, oldest first.
+    pub fn calls_for(&self, task_id: &str) -> Vec<CallRecord> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.task_id == task_id)
+            .collect()
+    }
+
+    /// Number of live (minted, not revoked) tokens.
+    pub fn live_tokens(&self) -> usize {
+        self.shared.tokens.live()
+    }
+
+    /// The server's cancellation token (a child of the one given to `start`).
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Stops: ends sessions and SSE streams, lets open requests finish for up to five
+    /// seconds, then cuts what is left.
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        if let Some(mut serve) = self.serve.take()
+            && tokio::time::timeout(SHUTDOWN_GRACE, &mut serve)
+                .await
+                .is_err()
+        {
+            tracing::warn!("MCP server did not stop in time; aborting its connections");
+            serve.abort();
+            let _ = serve.await;
+        }
+        tracing::info!(addr = %self.addr, "MCP server stopped");
+    }
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        // A safety net: a server dropped without shutdown() still stops serving.
+        self.cancel.cancel();
+    }
+}
+
+async fn healthz() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+/// Forgets bindings of sessions rmcp closed by itself (idle timeout).
+async fn sweep(shared: Arc<Shared>, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        for sid in shared.tokens.bound_sessions() {
+            let id: SessionId = sid.clone().into();
+            if let Ok(false) = shared.sessions.has_session(&id).await {
+                shared.tokens.unbind_session(&sid);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_from_engine_config() {
+        let mut cfg = EngineConfig::default();
+        let o = McpServerOptions::from_config(&cfg, Path::new("/repo"));
+        assert_eq!(o.bind, "127.0.0.1:0");
+        assert_eq!(o.skills_dir, PathBuf::from("/repo/.aicli/skills"));
+        assert!(o.credentials.file.is_none());
+        cfg.mcp.bind = "172.17.0.1:0".into();
+        cfg.mcp.allowed_hosts = vec!["host.docker.internal".into()];
+        cfg.skills_dir = Some("/skills".into());
+        cfg.credentials_file = Some("/creds.json".into());
+        let o = McpServerOptions::from_config(&cfg, Path::new("/repo"));
+        assert_eq!(o.bind, "172.17.0.1:0");
+        assert_eq!(o.allowed_hosts, ["host.docker.internal"]);
+        assert_eq!(o.skills_dir, PathBuf::from("/skills"));
+        assert_eq!(o.credentials.file, Some(PathBuf::from("/creds.json")));
+    }
+
+    #[test]
+    fn bind_hosts() {
+        assert_eq!(bind_host("127.0.0.1:0"), Some("127.0.0.1"));
+        assert_eq!(bind_host("[::1]:0"), Some("::1"));
+        assert_eq!(bind_host("172.17.0.1:8080"), Some("172.17.0.1"));
+        assert_eq!(bind_host("nope"), None);
+    }
+}
