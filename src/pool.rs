@@ -218,6 +218,87 @@ pub async fn run<F, Fut>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
+
+    struct Recorder {
+        ended: Vec<(usize, u32)>,
+    }
+
+    #[async_trait::async_trait]
+    impl PoolOwner for Recorder {
+        async fn on_attempt_end(
+            &mut self,
+            i: usize,
+            a: u32,
+            _: &SessionOutcome,
+            _: bool,
+        ) -> Control {
+            self.ended.push((i, a));
+            Control::Continue
+        }
+        fn on_backoff(&mut self, _: &Backoff) {}
+        fn on_never_started(&mut self, _: usize, _: Control) {}
+    }
+
+    fn outcome(kind: Option<aicli_providers::ErrorKind>) -> SessionOutcome {
+        let mut r = SessionResult::default();
+        match kind {
+            Some(k) => r.fail(k, "x"),
+            None => r.succeed(),
+        }
+        SessionOutcome {
+            result: r,
+            events: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn tasks_start_in_fifo_order_and_only_backoff_kinds_are_retried() {
+        let started = Arc::new(Mutex::new(Vec::new()));
+        let s2 = started.clone();
+        let mut owner = Recorder { ended: Vec::new() };
+        let retry = RetryConfig {
+            max_attempts: 3,
+            base_delay_ms: 1,
+            max_delay_ms: 2,
+        };
+        run(
+            5,
+            2,
+            &retry,
+            move |i, a, _cancel| {
+                s2.lock().unwrap().push((i, a));
+                async move {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    match (i, a) {
+                        (1, 1) => outcome(Some(aicli_providers::ErrorKind::RateLimit)),
+                        (3, _) => outcome(Some(aicli_providers::ErrorKind::Auth)),
+                        _ => outcome(None),
+                    }
+                }
+            },
+            &mut owner,
+            CancellationToken::new(),
+        )
+        .await;
+        let started = started.lock().unwrap().clone();
+        // FIFO: first attempts in index order; the retry of task 1 goes to the head.
+        let firsts: Vec<usize> = started
+            .iter()
+            .filter(|(_, a)| *a == 1)
+            .map(|(i, _)| *i)
+            .collect();
+        assert_eq!(firsts, [0, 1, 2, 3, 4]);
+        assert!(
+            started.contains(&(1, 2)),
+            "rate-limited task retried: {started:?}"
+        );
+        assert!(
+            !started.contains(&(3, 2)),
+            "auth failure not retried: {started:?}"
+        );
+        assert_eq!(owner.ended.len(), 6);
+    }
 
     #[test]
     fn backoff_grows_caps_and_honours_reset_times() {

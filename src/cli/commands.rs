@@ -3,8 +3,10 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
+use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::replay;
 use aicli::providers::{
     AuthStatus, CommandSpec, Feature, ParseContext, SessionResult, SessionStatus, TaskSpec,
@@ -51,6 +53,9 @@ pub struct RunArgs {
     /// Print normalized events as NDJSON (and the result as the last line).
     #[arg(long)]
     pub json: bool,
+    /// Do not start aicli's MCP server for the run.
+    #[arg(long)]
+    pub no_mcp: bool,
     #[command(flatten)]
     pub repo: RepoArgs,
 }
@@ -78,6 +83,9 @@ pub struct BatchArgs {
     /// Print the batch result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Do not start aicli's MCP server for the batch.
+    #[arg(long)]
+    pub no_mcp: bool,
     #[command(flatten)]
     pub repo: RepoArgs,
 }
@@ -105,6 +113,25 @@ pub struct ParseArgs {
     /// With a run record: which attempt (default: the last).
     #[arg(long)]
     pub attempt: Option<u32>,
+}
+
+/// `aicli serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to bind (default: the config's, 127.0.0.1:0).
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Skills the token may read (repeatable).
+    #[arg(long = "skill", value_name = "NAME")]
+    pub skills: Vec<String>,
+    /// Credential names the token may read (repeatable).
+    #[arg(long = "credential", value_name = "NAME")]
+    pub credentials: Vec<String>,
+    /// The workspace `getWorkspaceFiles` serves (default: the repository).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub repo: RepoArgs,
 }
 
 /// `aicli runs ...`.
@@ -135,6 +162,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Parse(a) => parse(config_path.as_deref(), a),
         Command::Runs { repo, json, action } => runs(config_path.as_deref(), repo, json, action),
         Command::Worktrees { repo, json, action } => worktrees(repo, json, action).await,
+        Command::Serve(a) => serve(config_path.as_deref(), a).await,
         Command::Schema { out } => schema(&out),
     }
 }
@@ -161,6 +189,30 @@ fn engine(config_path: Option<&Path>) -> anyhow::Result<Engine> {
     Ok(Engine::new(config, reg))
 }
 
+/// The engine with aicli's MCP server attached (unless disabled in the config or with
+/// `--no-mcp`). The server lives until `cancel` or until the returned handle is shut down.
+async fn engine_with_mcp(
+    config_path: Option<&Path>,
+    repo: &Path,
+    no_mcp: bool,
+    cancel: &CancellationToken,
+) -> anyhow::Result<(Engine, Option<Arc<McpServer>>)> {
+    let engine = engine(config_path)?;
+    if no_mcp || !engine.config().engine.mcp.enabled {
+        return Ok((engine, None));
+    }
+    let opts = McpServerOptions::from_config(&engine.config().engine, repo);
+    let server = Arc::new(McpServer::start(opts, cancel.child_token()).await?);
+    tracing::info!(url = %server.url(), "agent MCP server listening");
+    Ok((engine.with_agent_server(server.clone()), Some(server)))
+}
+
+fn stop_mcp(server: Option<Arc<McpServer>>) {
+    if let Some(s) = server {
+        s.cancellation_token().cancel();
+    }
+}
+
 fn finish(result: &SessionResult) -> ExitCode {
     match result.status {
         SessionStatus::Succeeded => ExitCode::SUCCESS,
@@ -172,8 +224,9 @@ fn finish(result: &SessionResult) -> ExitCode {
 }
 
 async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Result<ExitCode> {
-    let engine = engine(config_path)?;
     let repo = repo_dir(&a.repo)?;
+    let cancel = CancellationToken::new();
+    let (engine, mcp) = engine_with_mcp(config_path, &repo, a.no_mcp, &cancel).await?;
     let task = TaskSpec {
         id: "run".to_owned(),
         prompt: a.prompt.clone(),
@@ -188,8 +241,7 @@ async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Result<ExitCode>
     opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
     opts.runs_dir = a.repo.runs_dir.clone();
     opts.worktrees = !a.no_worktree;
-    let (tx, mut rx) = broadcast::channel::<BatchEvent>(4096);
-    let cancel = CancellationToken::new();
+    let (tx, mut rx) = broadcast::channel::<BatchEvent>(16384);
     ctrl_c_cancels(cancel.clone());
     let json = a.json;
     let printer = tokio::spawn(async move {
@@ -235,6 +287,7 @@ async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Result<ExitCode>
         }
     });
     let result = engine.run_batch(vec![task], opts, tx, cancel).await;
+    stop_mcp(mcp);
     let _ = printer.await;
     let batch = result?;
     let Some(r) = batch.tasks.first() else {
@@ -253,7 +306,6 @@ async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Result<ExitCode>
 }
 
 async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::Result<ExitCode> {
-    let engine = engine(config_path)?;
     let file = TasksFile::load(&a.tasks).map_err(|m| Failure {
         kind: None,
         message: m,
@@ -267,6 +319,8 @@ async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::Result<ExitC
             .unwrap_or_else(|| r.clone()),
         (None, None) => std::env::current_dir()?,
     };
+    let cancel = CancellationToken::new();
+    let (engine, mcp) = engine_with_mcp(config_path, &repo, a.no_mcp, &cancel).await?;
     let mut opts = BatchOptions::new(repo);
     opts.provider = a.provider.clone().or(file.provider.clone());
     opts.max_parallel = a.max_parallel.or(file.max_parallel);
@@ -275,11 +329,11 @@ async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::Result<ExitC
     opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
     opts.runs_dir = a.repo.runs_dir.clone();
     let n = file.tasks.len();
-    let (tx, rx) = broadcast::channel::<BatchEvent>(65536);
-    let cancel = CancellationToken::new();
+    let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
     ctrl_c_cancels(cancel.clone());
     let display = tokio::spawn(super::progress::run(rx, n));
     let result = engine.run_batch(file.tasks, opts, tx, cancel).await;
+    stop_mcp(mcp);
     let _ = display.await;
     let b = result?;
     if a.json {
@@ -700,6 +754,52 @@ async fn worktrees(
             }
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(config_path: Option<&Path>, a: ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let repo = repo_dir(&a.repo)?;
+    let mut opts = McpServerOptions::from_config(&config.engine, &repo);
+    if let Some(b) = &a.bind {
+        opts.bind = b.clone();
+    }
+    let cancel = CancellationToken::new();
+    let server = McpServer::start(opts, cancel.child_token()).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut skills = config.engine.skills.clone();
+    skills.extend(a.skills.iter().cloned());
+    let token = server.mint(aicli::mcp::TaskContext {
+        batch_id: "serve".into(),
+        task_id: "serve".into(),
+        workspace: a.workspace.clone().unwrap_or(repo),
+        skills,
+        credentials: a.credentials.clone(),
+        events: tx,
+    });
+    println!("aicli MCP server: {}", server.url());
+    println!("bearer token:     {token}");
+    println!(
+        "health:           {}",
+        server.url().replace("/mcp", "/healthz")
+    );
+    println!("tools:            {}", McpServer::tool_names().join(", "));
+    println!("(Ctrl-C stops it)");
+    loop {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(ev) => {
+                    if let Some(line) = output::event_line(&ev) {
+                        println!("{line}");
+                    }
+                }
+                None => break,
+            },
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    server.revoke(&token);
+    server.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -89,6 +89,8 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<commands::WorktreesAction>,
     },
+    /// Run the agent MCP server alone (for a long-lived host or another orchestrator).
+    Serve(commands::ServeArgs),
     /// Write the JSON Schemas of aicli's files into a directory.
     Schema {
         /// The directory (e.g. `schemas`).
@@ -118,8 +120,16 @@ fn init_tracing(verbose: u8) {
         2 => "debug",
         _ => "trace",
     };
+    // rmcp logs whole JSON-RPC responses (credential values included) at debug: cap it.
     let filter = tracing_subscriber::EnvFilter::try_from_env("AICLI_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+        .add_directive(
+            aicli::mcp::LOG_FILTER_DIRECTIVES
+                .parse()
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::filter::Directive::from(tracing::Level::INFO)
+                }),
+        );
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

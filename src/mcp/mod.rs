@@ -112,3 +112,32 @@ pub struct TaskContext {
     /// [`EventKind::Question`]: aicli_providers::EventKind::Question
     pub events: tokio::sync::mpsc::UnboundedSender<AgentEvent>,
 }
+
+impl crate::service::AgentServer for McpServer {
+    fn grant(&self, scope: crate::service::TaskScope, host: &str) -> crate::service::AgentGrant {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let token = self.mint(TaskContext {
+            batch_id: scope.batch_id,
+            task_id: scope.task_id,
+            workspace: scope.workspace,
+            skills: scope.skills,
+            credentials: scope.credentials,
+            events: tx,
+        });
+        let mut endpoint = self.endpoint(&token);
+        // A CLI that reaches us under another name (a container through the bridge).
+        let ip = self.local_addr().ip();
+        if ip.is_unspecified() || (host != "127.0.0.1" && host != ip.to_string()) {
+            endpoint.url = self.url_for_host(host);
+        }
+        crate::service::AgentGrant {
+            endpoint,
+            port: self.local_addr().port(),
+            events: rx,
+        }
+    }
+
+    fn revoke(&self, token: &str) {
+        McpServer::revoke(self, token);
+    }
+}

@@ -175,7 +175,11 @@ impl McpServer {
         };
 
         let cancel = cancel.child_token();
-        let sessions = Arc::new(LocalSessionManager::default());
+        // No SSE "priming" events (an empty `data:` line with a retry hint): gemini 0.61
+        // runs JSON.parse("") on them and drops the server. Claude and Codex ignore them.
+        let mut session_manager = LocalSessionManager::default();
+        session_manager.session_config.sse_retry = None;
+        let sessions = Arc::new(session_manager);
         let shared = Arc::new(Shared {
             tokens: Tokens::default(),
             hosts: hosts.clone(),
@@ -185,6 +189,7 @@ impl McpServer {
             sessions: sessions.clone(),
         });
         let config = StreamableHttpServerConfig::default()
+            .with_sse_retry(None)
             .with_allowed_hosts(hosts.for_rmcp())
             .with_cancellation_token(cancel.child_token());
         let router = Arc::new(AgentTools::build_router());
