@@ -10,6 +10,7 @@ pub mod events;
 pub mod mcp;
 pub mod pool;
 pub mod process;
+pub mod proctree;
 pub mod runner;
 pub mod schema;
 pub mod service;

@@ -2,14 +2,15 @@
 //! capped lines, drain its stderr into a bounded tail, and shut the whole tree down —
 //! SIGTERM, a grace period, SIGKILL — on cancel, timeout and drop.
 //!
-//! "The whole tree" is every process of the child's process group plus every descendant
-//! of the child's group found in `/proc` (a descendant that called `setsid()` or
-//! `setpgid()` leaves the group but keeps its parent). [`ProcessTree`] finds them;
-//! [`LocalProcess::shutdown`] and the `Drop` safety net kill them. The group is made with
+//! "The whole tree" is every process of the child's process group plus every
+//! descendant seen while the run lived — a background watcher records descendants that
+//! leave the group (`setsid()`, daemons) before their parent exits (see
+//! [`crate::proctree`]). [`LocalProcess::shutdown`] and the `Drop` safety net kill them;
+//! if aicli itself is killed, the kernel kills the direct child (parent-death signal)
+//! and `aicli resume` kills the rest from the run's pid file. The group is made with
 //! `posix_spawn`'s process-group attribute (no `fork` of aicli's address space, so
 //! spawning stays cheap however large aicli gets).
 
-use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
@@ -18,12 +19,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aicli_providers::CommandSpec;
-use nix::sys::signal::{Signal, kill, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+pub use crate::proctree::{
+    ProcStat, ProcessTree, all_processes, group_is_empty, kill_leftovers, proc_stat,
+};
 
 /// One line of a child's stdout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +61,9 @@ pub struct OutputOptions {
     pub stderr_tee: Option<File>,
     /// Most stderr bytes written to `stderr_tee`.
     pub stderr_file_cap: u64,
+    /// Where the run's processes are listed while it lives (the run record's `pid`), so
+    /// that `aicli resume` can kill them if aicli itself dies.
+    pub pid_file: Option<std::path::PathBuf>,
 }
 
 impl Default for OutputOptions {
@@ -67,6 +74,7 @@ impl Default for OutputOptions {
             stdout_tee: None,
             stderr_tee: None,
             stderr_file_cap: 16 * 1024 * 1024,
+            pid_file: None,
         }
     }
 }
@@ -178,11 +186,27 @@ impl LocalProcess {
         // Own process group (pgid = the child's pid): the whole group can be signalled,
         // and a Ctrl-C on aicli's terminal does not reach it (aicli shuts it down itself).
         c.process_group(0);
+        // If aicli itself dies (even by SIGKILL), the kernel kills the child: no CLI keeps
+        // running unsupervised. Its own descendants are found and killed on the next
+        // `aicli resume` through the pid file the session leaves (see `session`).
+        let parent = std::process::id();
+        // SAFETY: prctl and getppid are async-signal-safe and touch no parent memory.
+        unsafe {
+            c.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+                if std::os::unix::process::parent_id() != parent {
+                    // The parent died between fork and prctl.
+                    return Err(std::io::Error::other("aicli exited while starting the CLI"));
+                }
+                Ok(())
+            });
+        }
         let mut child = c.spawn().map_err(|source| SpawnError::Start {
             program: cmd.program.display().to_string(),
             source,
         })?;
         let pid = child.id().unwrap_or(0);
+        crate::proctree::watch(pid, out.pid_file.clone());
         let mut readers = Vec::new();
         if let (Some(text), Some(mut stdin)) = (cmd.stdin.clone(), child.stdin.take()) {
             readers.push(tokio::spawn(async move {
@@ -245,13 +269,17 @@ impl LocalProcess {
     /// descendants, up to `grace` for them to go, then SIGKILL to whatever is left.
     /// Returns the child's exit code (as [`LocalProcess::wait`]).
     pub async fn shutdown(&mut self, grace: Duration) -> Option<i32> {
-        if self.exit.is_some() && group_is_empty(self.pid) {
-            // The child exited and nothing is left in its group: the usual end of a run.
-            // (A descendant that left the group and whose parent died is reparented away
-            // from the tree and cannot be found by anyone; see the module docs.)
+        let code = self.shutdown_tree(grace).await;
+        crate::proctree::unwatch(self.pid);
+        code
+    }
+
+    async fn shutdown_tree(&mut self, grace: Duration) -> Option<i32> {
+        let tree = ProcessTree::of(self.pid);
+        if self.exit.is_some() && tree.alive().is_empty() {
+            // The child exited and nothing of its tree is left: the usual end of a run.
             return self.exit.flatten();
         }
-        let tree = ProcessTree::of(self.pid);
         tree.signal(Signal::SIGTERM);
         let deadline = tokio::time::Instant::now() + grace;
         loop {
@@ -280,13 +308,11 @@ impl Drop for LocalProcess {
     fn drop(&mut self) {
         // Safety net: an explicit shutdown() is the normal path. If the child or
         // anything of its tree is still there, kill it now, without grace.
-        if self.exit.is_some() && group_is_empty(self.pid) {
-            return;
-        }
         let tree = ProcessTree::of(self.pid);
         if !tree.alive().is_empty() {
             tree.signal(Signal::SIGKILL);
         }
+        crate::proctree::unwatch(self.pid);
     }
 }
 
@@ -430,150 +456,6 @@ async fn drain_stderr<R: AsyncRead + Unpin>(
     }
 }
 
-/// Whether no process is left in process group `pgid`.
-pub fn group_is_empty(pgid: u32) -> bool {
-    pgid == 0
-        || matches!(
-            killpg(Pid::from_raw(pgid as i32), None),
-            Err(nix::errno::Errno::ESRCH)
-        )
-}
-
-/// The processes that belong to a run: the members of the child's process group (and
-/// session, should it have made one) and their descendants, as found in `/proc`.
-#[derive(Debug, Clone)]
-pub struct ProcessTree {
-    root: u32,
-    pids: BTreeSet<u32>,
-}
-
-/// What `/proc/<pid>/stat` says of a process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
-    /// Parent pid.
-    pub ppid: u32,
-    /// Process group.
-    pub pgrp: u32,
-    /// Session.
-    pub session: u32,
-    /// State letter (`R`, `S`, `Z`, ...).
-    pub state: char,
-}
-
-/// Reads `/proc/<pid>/stat`.
-pub fn proc_stat(pid: u32) -> Option<ProcStat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&text)
-}
-
-fn parse_stat(text: &str) -> Option<ProcStat> {
-    // `pid (comm) state ppid pgrp session ...`; comm may contain spaces and parens.
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.chars().next()?;
-    let ppid = f.next()?.parse().ok()?;
-    let pgrp = f.next()?.parse().ok()?;
-    let session = f.next()?.parse().ok()?;
-    Some(ProcStat {
-        ppid,
-        pgrp,
-        session,
-        state,
-    })
-}
-
-/// Every live (not zombie) process on the machine, by pid.
-pub fn all_processes() -> HashMap<u32, ProcStat> {
-    let mut out = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Some(st) = proc_stat(pid)
-            && st.state != 'Z'
-            && st.state != 'X'
-        {
-            out.insert(pid, st);
-        }
-    }
-    out
-}
-
-impl ProcessTree {
-    /// The tree of `root` (a process-group leader started by [`LocalProcess::spawn`]).
-    pub fn of(root: u32) -> ProcessTree {
-        let mut t = ProcessTree {
-            root,
-            pids: BTreeSet::new(),
-        };
-        t.scan();
-        t
-    }
-
-    fn scan(&mut self) {
-        if self.root == 0 {
-            return;
-        }
-        let procs = all_processes();
-        for (pid, st) in &procs {
-            if st.session == self.root || st.pgrp == self.root {
-                self.pids.insert(*pid);
-            }
-        }
-        // Descendants of anything already in the set (setsid'ed children keep parents).
-        let mut frontier: Vec<u32> = self.pids.iter().copied().collect();
-        frontier.push(self.root);
-        while let Some(p) = frontier.pop() {
-            for (pid, st) in &procs {
-                if st.ppid == p && self.pids.insert(*pid) {
-                    frontier.push(*pid);
-                }
-            }
-        }
-        if procs.contains_key(&self.root) {
-            self.pids.insert(self.root);
-        }
-    }
-
-    /// A fresh scan, keeping the pids known before (a process that left the tree by
-    /// double-forking was still seen earlier).
-    pub fn refreshed(&self) -> ProcessTree {
-        let mut t = self.clone();
-        t.scan();
-        t
-    }
-
-    /// The pids of the tree still alive (not zombies).
-    pub fn alive(&self) -> Vec<u32> {
-        self.pids
-            .iter()
-            .copied()
-            .filter(|p| proc_stat(*p).is_some_and(|s| s.state != 'Z' && s.state != 'X'))
-            .collect()
-    }
-
-    /// Sends `sig` to the session's process group and to every known pid.
-    pub fn signal(&self, sig: Signal) {
-        if self.root != 0 {
-            let _ = killpg(Pid::from_raw(self.root as i32), sig);
-        }
-        for p in &self.pids {
-            let _ = kill(Pid::from_raw(*p as i32), sig);
-        }
-    }
-
-    /// Waits (up to `max`) until no process of the tree is alive.
-    pub async fn wait_gone(&self, max: Duration) {
-        let deadline = tokio::time::Instant::now() + max;
-        while !self.refreshed().alive().is_empty() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
 /// Whether `path` is an executable file.
 pub fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -585,21 +467,6 @@ pub fn is_executable(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_lines_with_odd_command_names_parse() {
-        let s = "4242 (my (weird) prog) S 1 4242 4242 0 -1 4194560 0 0";
-        assert_eq!(
-            parse_stat(s),
-            Some(ProcStat {
-                ppid: 1,
-                pgrp: 4242,
-                session: 4242,
-                state: 'S'
-            })
-        );
-        assert_eq!(parse_stat("garbage"), None);
-    }
 
     #[tokio::test]
     async fn lines_are_split_and_capped() {

@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aicli_providers::{
-    AgentEvent, AiCliConfig, ErrorKind, McpEndpoint, ParseContext, ProviderRegistry, SessionResult,
-    SessionStatus, SessionTotals, SharedProvider, TaskSpec,
+    AgentEvent, AiCliConfig, Continuation, ContinuationMode, ErrorKind, Feature, McpEndpoint,
+    ParseContext, PendingQuestion, ProviderRegistry, SessionResult, SessionStatus, SessionTotals,
+    SharedProvider, TaskSpec,
 };
 use async_trait::async_trait;
 use tokio::sync::{broadcast, mpsc};
@@ -23,8 +24,8 @@ use crate::pool::{self, Backoff, Control, PoolOwner};
 use crate::runner::{LocalRunner, Runner};
 use crate::session::{SessionIo, SessionLimits, SessionOutcome, SessionSpec, run_session};
 use crate::store::{
-    AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec, RunStore, TaskRecord,
-    TaskState,
+    AnswerRecord, AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec, RunStore,
+    TaskRecord, TaskState, read_range,
 };
 use crate::util::now_rfc3339;
 use crate::worktree::{Cleanup, Repo, Worktree, WorktreeError};
@@ -295,6 +296,8 @@ impl Engine {
                 .unwrap_or(self.config.engine.max_parallel)
                 .max(1),
             budget_usd: opts.budget_usd,
+            timeout_secs: opts.timeout.map(|d| d.as_secs()),
+            idle_timeout_secs: opts.idle_timeout.map(|d| d.as_secs()),
             worktrees: opts.worktrees,
             aicli_version: env!("CARGO_PKG_VERSION").to_owned(),
         };
@@ -328,10 +331,287 @@ impl Engine {
                 kind: AttemptKind::Run,
                 resume: None,
                 prompt: None,
+                continuation: None,
                 rec,
             })
             .collect();
         self.execute(spec, record, plan, opts, live, cancel).await
+    }
+
+    /// The run records under `repo` (or `explicit`).
+    pub fn store(&self, repo: &Path, explicit: Option<&Path>) -> RunStore {
+        RunStore::new(self.runs_dir(repo, explicit))
+    }
+
+    /// Every blocked task in `store`, oldest question first.
+    pub fn blocked(&self, store: &RunStore) -> Vec<BlockedTask> {
+        let mut out = Vec::new();
+        for b in store.list() {
+            let Ok(tasks) = b.tasks() else { continue };
+            for t in tasks {
+                if t.state != TaskState::Blocked {
+                    continue;
+                }
+                let Some(r) = t.latest_result() else { continue };
+                let Some(q) = &r.question else { continue };
+                out.push(BlockedTask {
+                    batch_id: b.batch_id(),
+                    task_id: t.task.id.clone(),
+                    provider: t.provider.clone(),
+                    session_id: r.session_id.clone(),
+                    question: q.clone(),
+                    answers: t.answers.len(),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.question.asked_at.cmp(&b.question.asked_at));
+        out
+    }
+
+    /// Answers a blocked task and continues it: the same CLI session resumed with a
+    /// prompt carrying the question and the answer (or, for a provider that cannot
+    /// resume, a new run carrying the task, the question and the answer), in the same
+    /// worktree, with a fresh MCP token. `task_ref` is `TASK` or `BATCH/TASK`.
+    pub async fn answer(
+        &self,
+        store: &RunStore,
+        task_ref: &str,
+        answer: &str,
+        live: broadcast::Sender<BatchEvent>,
+        cancel: CancellationToken,
+    ) -> Result<SessionResult, EngineError> {
+        let (record, task_id) = store.find_task(task_ref).map_err(EngineError::NotFound)?;
+        let mut rec = record.task(&task_id).map_err(EngineError::NotFound)?;
+        if rec.state != TaskState::Blocked {
+            return Err(EngineError::Refused(format!(
+                "task {}/{task_id} is not blocked (it is {}); only a blocked task can be answered",
+                record.batch_id(),
+                serde_json::to_value(rec.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            )));
+        }
+        let last = rec.latest_result().cloned().ok_or_else(|| {
+            EngineError::Refused(format!("task {task_ref} is blocked but has no result"))
+        })?;
+        let question = last.question.clone().ok_or_else(|| {
+            EngineError::Refused(format!("task {task_ref} is blocked but has no question"))
+        })?;
+        let provider = self.registry.get(&rec.provider)?;
+        let spec = record.spec().map_err(EngineError::NotFound)?;
+        let (resume, prompt, continuation) = match (
+            &last.session_id,
+            provider.supports(Feature::Resume),
+        ) {
+            (Some(sid), true) => (
+                Some((sid.clone(), last.session_totals)),
+                format!(
+                    "You asked the user: {}\n\nThe user answered: {answer}\n\nContinue the task with this answer.",
+                    question.question
+                ),
+                Continuation {
+                    mode: ContinuationMode::Resume,
+                    session_id: Some(sid.clone()),
+                    reason: "answer to a question".to_owned(),
+                },
+            ),
+            (sid, supports) => (
+                None,
+                format!(
+                    "{}\n\n---\nWhile working on this task you asked the user: {}\nThe user answered: {answer}\n\nContinue the task with this answer.",
+                    rec.task.prompt, question.question
+                ),
+                Continuation {
+                    mode: ContinuationMode::NewRun,
+                    session_id: None,
+                    reason: if !supports {
+                        format!(
+                            "answer to a question; provider {} cannot resume a session, so a new run carries the task, the question and the answer",
+                            provider.name()
+                        )
+                    } else if sid.is_none() {
+                        "answer to a question; no session id was recorded, so a new run carries the task, the question and the answer".to_owned()
+                    } else {
+                        "answer to a question".to_owned()
+                    },
+                },
+            ),
+        };
+        rec.answers.push(AnswerRecord {
+            question: question.question.clone(),
+            answer: answer.to_owned(),
+            answered_at: now_rfc3339(),
+        });
+        rec.state = TaskState::Queued;
+        record
+            .write_task(&rec, true)
+            .map_err(|source| EngineError::Record {
+                path: record.task_dir(&task_id),
+                source,
+            })?;
+        let plan = vec![Planned {
+            rec,
+            kind: AttemptKind::Answer,
+            resume,
+            prompt: Some(prompt),
+            continuation: Some(continuation),
+        }];
+        let opts = self.options_for(&spec, store);
+        let batch = self.execute(spec, record, plan, opts, live, cancel).await?;
+        batch
+            .tasks
+            .into_iter()
+            .find(|t| t.task_id == task_id)
+            .ok_or_else(|| EngineError::NotFound(format!("task {task_id} vanished from its batch")))
+    }
+
+    /// Finishes a batch whose aicli process died (or was cancelled): tasks with a final
+    /// result stay as they are; tasks found running are marked `interrupted` (their
+    /// partial output parsed and kept) and run again — resuming the CLI session when one
+    /// was recorded, else fresh in the same worktree; queued tasks run.
+    pub async fn resume_batch(
+        &self,
+        store: &RunStore,
+        batch_id: &str,
+        live: broadcast::Sender<BatchEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BatchResult, EngineError> {
+        let record = store.open_batch(batch_id).map_err(EngineError::NotFound)?;
+        let spec = record.spec().map_err(EngineError::NotFound)?;
+        let tasks = record.tasks().map_err(EngineError::NotFound)?;
+        let mut plan = Vec::new();
+        for mut rec in tasks {
+            match rec.state {
+                TaskState::Succeeded | TaskState::Failed | TaskState::Blocked => continue,
+                TaskState::Queued => plan.push(Planned {
+                    rec,
+                    kind: AttemptKind::Run,
+                    resume: None,
+                    prompt: None,
+                    continuation: None,
+                }),
+                TaskState::Running | TaskState::Interrupted => {
+                    self.kill_leftovers(&record, &rec.task.id).await;
+                    let provider = self.registry.get(&rec.provider)?;
+                    let partial = self.settle_interrupted(&record, &mut rec, &provider);
+                    let (resume, prompt, continuation) = match (
+                        partial.and_then(|p| p.session_id.map(|s| (s, p.session_totals))),
+                        provider.supports(Feature::Resume),
+                    ) {
+                        (Some((sid, totals)), true) => (
+                            Some((sid.clone(), totals)),
+                            Some(format!(
+                                "Your previous run was interrupted before it finished (the tool running you stopped). Continue the task where you left off. The task was:\n\n{}",
+                                rec.task.prompt
+                            )),
+                            Continuation {
+                                mode: ContinuationMode::Resume,
+                                session_id: Some(sid),
+                                reason: "recovery after aicli was interrupted".to_owned(),
+                            },
+                        ),
+                        (_, supports) => (
+                            None,
+                            None,
+                            Continuation {
+                                mode: ContinuationMode::NewRun,
+                                session_id: None,
+                                reason: if supports {
+                                    "recovery after aicli was interrupted; no session id had been recorded".to_owned()
+                                } else {
+                                    format!(
+                                        "recovery after aicli was interrupted; provider {} cannot resume",
+                                        provider.name()
+                                    )
+                                },
+                            },
+                        ),
+                    };
+                    record
+                        .write_task(&rec, true)
+                        .map_err(|source| EngineError::Record {
+                            path: record.task_dir(&rec.task.id),
+                            source,
+                        })?;
+                    plan.push(Planned {
+                        rec,
+                        kind: AttemptKind::Recover,
+                        resume,
+                        prompt,
+                        continuation: Some(continuation),
+                    });
+                }
+            }
+        }
+        // An empty plan still rewrites the batch result from the records.
+        let opts = self.options_for(&spec, store);
+        self.execute(spec, record, plan, opts, live, cancel).await
+    }
+
+    /// Kills what is left of an interrupted run of task `task_id` (its process group, as
+    /// recorded in the task's `pid` file).
+    async fn kill_leftovers(&self, record: &BatchRecord, task_id: &str) {
+        let killed = crate::proctree::kill_leftovers(&record.task_dir(task_id).join("pid")).await;
+        if !killed.is_empty() {
+            tracing::warn!(task = %task_id, pids = ?killed, "killed processes left by an interrupted run");
+        }
+    }
+
+    /// Marks the unfinished attempt of `rec` interrupted, keeping what its partial
+    /// output says (session id, usage, cost so far). Returns that partial result.
+    fn settle_interrupted(
+        &self,
+        record: &BatchRecord,
+        rec: &mut TaskRecord,
+        provider: &SharedProvider,
+    ) -> Option<SessionResult> {
+        let dir = record.task_dir(&rec.task.id);
+        let attempt = rec.attempts.last_mut()?;
+        if attempt.result.is_some() && rec.state == TaskState::Interrupted {
+            return attempt.result.clone();
+        }
+        let stdout =
+            read_range(&dir.join("events.ndjson"), attempt.events_start, None).unwrap_or_default();
+        let stderr =
+            read_range(&dir.join("stderr.log"), attempt.stderr_start, None).unwrap_or_default();
+        let ctx = ParseContext {
+            model: attempt.model.clone(),
+            prior: attempt.prior,
+        };
+        let (_, mut partial) = aicli_providers::replay::replay(
+            provider.as_ref(),
+            &stdout,
+            &String::from_utf8_lossy(&stderr),
+            None,
+            &ctx,
+        );
+        partial.task_id = rec.task.id.clone();
+        partial.prompt = rec.task.prompt.clone();
+        partial.status = SessionStatus::Interrupted;
+        partial.success = false;
+        partial.error_kind = None;
+        partial.error = Some("aicli stopped while this attempt was running".to_owned());
+        attempt.finished_at = Some(now_rfc3339());
+        attempt.events_end = Some(attempt.events_start + stdout.len() as u64);
+        attempt.stderr_end = Some(attempt.stderr_start + stderr.len() as u64);
+        attempt.result = Some(partial.clone());
+        rec.state = TaskState::Interrupted;
+        Some(partial)
+    }
+
+    fn options_for(&self, spec: &BatchSpec, store: &RunStore) -> BatchOptions {
+        let mut o = BatchOptions::new(&spec.repo);
+        o.provider = Some(spec.provider.clone());
+        o.max_parallel = Some(spec.max_parallel);
+        o.budget_usd = spec.budget_usd;
+        o.runs_dir = Some(store.root().to_path_buf());
+        o.base_ref = spec.base_ref.clone();
+        o.worktrees = spec.worktrees;
+        o.batch_id = Some(spec.batch_id.clone());
+        o.timeout = spec.timeout_secs.map(Duration::from_secs);
+        o.idle_timeout = spec.idle_timeout_secs.map(Duration::from_secs);
+        o
     }
 
     /// Runs `plan` (tasks with their records) of batch `spec` to the batch result.
@@ -397,6 +677,23 @@ impl Engine {
     }
 }
 
+/// A blocked task, for `aicli blocked`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BlockedTask {
+    /// Its batch.
+    pub batch_id: String,
+    /// The task.
+    pub task_id: String,
+    /// Its provider.
+    pub provider: String,
+    /// The CLI session an answer resumes.
+    pub session_id: Option<String>,
+    /// The question.
+    pub question: PendingQuestion,
+    /// Answers given before (a task can block several times).
+    pub answers: usize,
+}
+
 /// A task as the pool will run it.
 #[derive(Debug, Clone)]
 pub(crate) struct Planned {
@@ -408,6 +705,8 @@ pub(crate) struct Planned {
     pub resume: Option<(String, Option<SessionTotals>)>,
     /// Use this prompt instead of the task's (answers carry the question and answer).
     pub prompt: Option<String>,
+    /// How the first attempt continues an earlier run, if it does.
+    pub continuation: Option<Continuation>,
 }
 
 fn assign_ids(tasks: &mut [TaskSpec]) -> Result<(), EngineError> {
@@ -618,6 +917,9 @@ impl Shared {
         let mut result = outcome.result.clone();
         result.task_id = task.id.clone();
         result.prompt = prompt_for_result;
+        if attempt_in_run == 1 {
+            result.continuation = planned.continuation.clone();
+        }
         let events_end = self.record.events_len(&task.id);
         let stderr_end = self.record.stderr_len(&task.id);
         let provisional = if result.error_kind.is_some_and(|k| k.is_backoff()) {
@@ -770,11 +1072,48 @@ impl Shared {
                 task_id: task_id.clone(),
                 question: q.clone(),
             });
+            self.notify_blocked(&result, q).await;
         }
         let _ = self.live.send(BatchEvent::TaskFinished {
             task_id,
             result: Arc::new(result),
         });
+    }
+
+    /// Runs the config's notify hook with the question as JSON on stdin.
+    async fn notify_blocked(&self, result: &SessionResult, q: &PendingQuestion) {
+        let hook = &self.engine.config.engine.notify_hook;
+        let Some((program, args)) = hook.split_first() else {
+            return;
+        };
+        let payload = serde_json::json!({
+            "event": "blocked",
+            "batch_id": self.spec.batch_id,
+            "task_id": result.task_id,
+            "provider": result.provider,
+            "session_id": result.session_id,
+            "question": q.question,
+            "options": q.options,
+            "asked_at": q.asked_at,
+            "answer_with": format!("aicli answer {}/{} \"...\"", self.spec.batch_id, result.task_id),
+        });
+        let mut cmd = aicli_providers::CommandSpec::new(
+            &aicli_providers::BinaryLocation::Path(PathBuf::from(program)),
+            &self.spec.repo,
+        );
+        cmd.args(args.iter().cloned());
+        cmd.stdin = Some(payload.to_string());
+        match crate::process::run_capture(&cmd, Duration::from_secs(30)).await {
+            Ok(c) if c.exit_code == Some(0) => {}
+            Ok(c) => tracing::warn!(
+                hook = %program,
+                exit = ?c.exit_code,
+                timed_out = c.timed_out,
+                stderr = %c.stderr.trim(),
+                "the notify hook failed"
+            ),
+            Err(e) => tracing::warn!(hook = %program, error = %e, "cannot run the notify hook"),
+        }
     }
 
     fn batch_result(&self, wall: Duration) -> BatchResult {

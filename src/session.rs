@@ -227,6 +227,9 @@ async fn prepare_and_run(
     let mut out = OutputOptions {
         line_cap: spec.limits.line_cap,
         stderr_tail: spec.limits.stderr_tail,
+        // While the run lives, its record lists its processes, so that if aicli dies a
+        // later `aicli resume` can kill what is left of it.
+        pid_file: spec.record_dir.as_ref().map(|d| d.join("pid")),
         ..OutputOptions::default()
     };
     let mut aicli_log: Option<File> = None;

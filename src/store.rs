@@ -202,6 +202,12 @@ pub struct BatchSpec {
     /// Batch budget, USD.
     #[serde(default)]
     pub budget_usd: Option<f64>,
+    /// Wall-clock limit per run, seconds, when the batch set one.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Idle limit per run, seconds, when the batch set one.
+    #[serde(default)]
+    pub idle_timeout_secs: Option<u64>,
     /// Whether tasks ran in worktrees.
     pub worktrees: bool,
     /// aicli's version.

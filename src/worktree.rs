@@ -2,8 +2,10 @@
 //!
 //! Each task runs in `<repo>/.aicli/worktrees/<batch>/<task>` on a new branch
 //! `aicli/<batch>/<task>` made from a base commit (HEAD by default). The base commit is
-//! kept in the branch's git config (`branch.<name>.aicliBase`) so a later `prune`
-//! knows it. Cleanup never destroys work: a worktree with uncommitted changes (untracked
+//! kept in the worktree's private git directory (`.git/worktrees/<name>/aicli-base`) so a
+//! later `prune` knows it. Commands that change the repository (add, remove, branch -D)
+//! run one at a time per repository: git locks `.git/config` and refs, and parallel
+//! tasks would otherwise collide. Cleanup never destroys work: a worktree with uncommitted changes (untracked
 //! files included) or with commits that no other branch holds is kept and reported; a
 //! clean, unchanged one is removed together with its branch.
 
@@ -105,6 +107,26 @@ async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
     }
 }
 
+/// One lock per repository for commands that change it.
+fn repo_lock(root: &Path) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    let locks = LOCKS.get_or_init(|| Mutex::new(HashMap::new()));
+    match locks.lock() {
+        Ok(mut m) => m.entry(root.to_path_buf()).or_default().clone(),
+        Err(_) => Arc::new(tokio::sync::Mutex::new(())),
+    }
+}
+
+/// The file in a worktree's private git directory that holds its base commit.
+async fn base_file(worktree: &Path) -> Option<PathBuf> {
+    let gitdir = git(worktree, &["rev-parse", "--absolute-git-dir"])
+        .await
+        .ok()?;
+    Some(PathBuf::from(gitdir).join("aicli-base"))
+}
+
 impl Repo {
     /// The repository containing `dir`.
     pub async fn open(dir: &Path) -> Result<Repo, WorktreeError> {
@@ -173,16 +195,22 @@ impl Repo {
             })?;
         }
         let p = path.display().to_string();
-        git(
-            &self.root,
-            &["worktree", "add", "--quiet", "-b", branch, &p, &base],
-        )
-        .await?;
-        git(
-            &self.root,
-            &["config", &format!("branch.{branch}.aicliBase"), &base],
-        )
-        .await?;
+        {
+            let lock = repo_lock(&self.root);
+            let _guard = lock.lock().await;
+            git(
+                &self.root,
+                &["worktree", "add", "--quiet", "-b", branch, &p, &base],
+            )
+            .await?;
+        }
+        if let Some(f) = base_file(path).await {
+            std::fs::write(&f, format!("{base}\n")).map_err(|e| WorktreeError::Git {
+                args: "worktree add (recording the base commit)".into(),
+                dir: f.clone(),
+                stderr: e.to_string(),
+            })?;
+        }
         Ok(Worktree {
             path: path.to_path_buf(),
             branch: branch.to_owned(),
@@ -231,6 +259,8 @@ impl Repo {
             return Ok(Cleanup::Kept { reason });
         }
         let p = wt.path.display().to_string();
+        let lock = repo_lock(&self.root);
+        let _guard = lock.lock().await;
         if wt.path.exists() {
             // Not --force: git refuses to remove a dirty worktree, a second safety net.
             git(&self.root, &["worktree", "remove", &p]).await?;
@@ -268,12 +298,10 @@ impl Repo {
             if !branch.starts_with(BRANCH_PREFIX) {
                 continue;
             }
-            let base = git(
-                &self.root,
-                &["config", "--get", &format!("branch.{branch}.aicliBase")],
-            )
-            .await
-            .ok();
+            let base = match base_file(&path).await {
+                Some(f) => std::fs::read_to_string(f).ok().map(|s| s.trim().to_owned()),
+                None => None,
+            };
             let holds_work = match &base {
                 Some(b) => self
                     .holds_work(&Worktree {
@@ -318,7 +346,52 @@ impl Repo {
             };
             out.push((info, outcome));
         }
+        let lock = repo_lock(&self.root);
+        let _guard = lock.lock().await;
         let _ = git(&self.root, &["worktree", "prune"]).await;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn base_file_is_in_the_private_git_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        let run = |args: &[&str]| {
+            let o = std::process::Command::new("git")
+                .arg("-C")
+                .arg(r)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        };
+        run(&["init", "-q", "-b", "main"]);
+        run(&[
+            "-c",
+            "user.email=a@b",
+            "-c",
+            "user.name=a",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "x",
+        ]);
+        let repo = Repo::open(r).await.unwrap();
+        let wt = repo
+            .add_worktree("aicli/b/t", &r.join(".aicli/worktrees/b/t"), "HEAD")
+            .await
+            .unwrap();
+        let f = base_file(&wt.path).await.unwrap();
+        assert_eq!(std::fs::read_to_string(f).unwrap().trim(), wt.base);
+        let listed = repo.list().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].base.as_deref(), Some(wt.base.as_str()));
+        assert_eq!(listed[0].holds_work, None);
     }
 }

@@ -60,6 +60,9 @@ pub use provider::{
     McpEndpoint, McpWiring, SharedProvider,
 };
 pub use registry::ProviderRegistry;
-pub use result::{ParseContext, PendingQuestion, SessionResult, SessionStatus, SessionTotals};
+pub use result::{
+    Continuation, ContinuationMode, ParseContext, PendingQuestion, SessionResult, SessionStatus,
+    SessionTotals,
+};
 pub use task::{PermissionMode, TaskSpec};
 pub use usage::{CanonicalUsage, Cost, CostSource, ModelPrice, PriceTable};

@@ -36,6 +36,30 @@ pub struct PendingQuestion {
     pub asked_at: String,
 }
 
+/// How a run continued an earlier run of the same task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Continuation {
+    /// `resume`: the CLI resumed the earlier session; `new_run`: a new session whose
+    /// prompt carries the earlier context (the provider cannot resume, or no session id
+    /// was recorded).
+    pub mode: ContinuationMode,
+    /// The session resumed, for `resume`.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Why this run happened (`answer`, `recover`), in words.
+    pub reason: String,
+}
+
+/// See [`Continuation::mode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContinuationMode {
+    /// The same CLI session, resumed.
+    Resume,
+    /// A new CLI session carrying the context in its prompt.
+    NewRun,
+}
+
 /// Figures the CLI reported as cumulative over the whole session at the end of a run.
 /// The next run that resumes the session subtracts them to get its own figures.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -103,6 +127,8 @@ pub struct SessionResult {
     pub worktree: Option<PathBuf>,
     /// The pending question, when blocked.
     pub question: Option<PendingQuestion>,
+    /// How this run continued an earlier one (an answer, a recovery), when it did.
+    pub continuation: Option<Continuation>,
     /// The CLI's version, when it reported it.
     pub cli_version: Option<String>,
     /// Lines that broke the protocol (malformed, over-long, wrong vendor).
@@ -135,6 +161,7 @@ impl Default for SessionResult {
             branch: None,
             worktree: None,
             question: None,
+            continuation: None,
             cli_version: None,
             protocol_errors: 0,
             provider_data: Value::Null,

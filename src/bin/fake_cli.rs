@@ -9,6 +9,7 @@
 //!   --line-delay-ms N        sleep N ms before each line (default 0)
 //!   --start-delay-ms N       sleep N ms before the first line
 //!   --session-id ID          replace the recorded session id with ID in every line
+//!   --resume ID              the same (so Claude's and Gemini's resume flag works)
 //!   --exit CODE              exit with CODE (overrides --exit-file)
 //!   --stderr TEXT            write TEXT to stderr first
 //!   --hang                   after the transcript, sleep forever
@@ -48,7 +49,9 @@ fn main() {
             "--exit-file" => o.exit_file = Some(val()),
             "--line-delay-ms" => o.line_delay = val().parse().unwrap_or(0),
             "--start-delay-ms" => o.start_delay = val().parse().unwrap_or(0),
-            "--session-id" => o.session_id = Some(val()),
+            // `--resume ID` is Claude's and Gemini's resume flag: the fake continues "the
+            // same session" by printing that id.
+            "--session-id" | "--resume" => o.session_id = Some(val()),
             "--exit" => o.exit = Some(val().parse().unwrap_or(1)),
             "--stderr" => o.stderr = Some(val()),
             "--hang" => o.hang = true,

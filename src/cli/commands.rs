@@ -64,7 +64,11 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct BatchArgs {
     /// The tasks file (a JSON array of tasks, or {"tasks": [...], ...}).
-    pub tasks: PathBuf,
+    #[arg(required_unless_present = "resume")]
+    pub tasks: Option<PathBuf>,
+    /// Finish an interrupted batch instead of starting one.
+    #[arg(long, value_name = "BATCH_ID", conflicts_with = "tasks")]
+    pub resume: Option<String>,
     /// Sessions at once.
     #[arg(long)]
     pub max_parallel: Option<usize>,
@@ -163,6 +167,20 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runs { repo, json, action } => runs(config_path.as_deref(), repo, json, action),
         Command::Worktrees { repo, json, action } => worktrees(repo, json, action).await,
         Command::Serve(a) => serve(config_path.as_deref(), a).await,
+        Command::Answer {
+            task,
+            answer: text,
+            json,
+            no_mcp,
+            repo,
+        } => answer(config_path.as_deref(), &task, &text, json, no_mcp, repo).await,
+        Command::Blocked { repo, json } => blocked(config_path.as_deref(), repo, json),
+        Command::Resume {
+            batch_id,
+            json,
+            no_mcp,
+            repo,
+        } => resume(config_path.as_deref(), &batch_id, json, no_mcp, repo).await,
         Command::Schema { out } => schema(&out),
     }
 }
@@ -306,14 +324,18 @@ async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Result<ExitCode>
 }
 
 async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::Result<ExitCode> {
-    let file = TasksFile::load(&a.tasks).map_err(|m| Failure {
+    let tasks_path = match (&a.tasks, &a.resume) {
+        (_, Some(id)) => return resume(config_path, id, a.json, a.no_mcp, a.repo.clone()).await,
+        (Some(t), None) => t.clone(),
+        (None, None) => bail!("give a tasks file, or --resume BATCH_ID"),
+    };
+    let file = TasksFile::load(&tasks_path).map_err(|m| Failure {
         kind: None,
         message: m,
     })?;
     let repo = match (&a.repo.repo, &file.repo) {
         (Some(r), _) => r.clone(),
-        (None, Some(r)) => a
-            .tasks
+        (None, Some(r)) => tasks_path
             .parent()
             .map(|p| p.join(r))
             .unwrap_or_else(|| r.clone()),
@@ -335,11 +357,14 @@ async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::Result<ExitC
     let result = engine.run_batch(file.tasks, opts, tx, cancel).await;
     stop_mcp(mcp);
     let _ = display.await;
-    let b = result?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&b)?);
+    print_batch(&result?, a.json)
+}
+
+fn print_batch(b: &aicli::BatchResult, json_out: bool) -> anyhow::Result<ExitCode> {
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(b)?);
     } else {
-        println!("{}", output::batch_table(&b));
+        println!("{}", output::batch_table(b));
     }
     Ok(if b.n_failed > 0 {
         ExitCode::from(1)
@@ -348,6 +373,113 @@ async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::Result<ExitC
     } else {
         ExitCode::SUCCESS
     })
+}
+
+async fn resume(
+    config_path: Option<&Path>,
+    batch_id: &str,
+    json_out: bool,
+    no_mcp: bool,
+    r: RepoArgs,
+) -> anyhow::Result<ExitCode> {
+    let repo = repo_dir(&r)?;
+    let cancel = CancellationToken::new();
+    let (engine, mcp) = engine_with_mcp(config_path, &repo, no_mcp, &cancel).await?;
+    let store = engine.store(&repo, r.runs_dir.as_deref());
+    let spec = store
+        .open_batch(batch_id)
+        .and_then(|b| b.spec())
+        .map_err(|m| Failure {
+            kind: None,
+            message: m,
+        })?;
+    let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
+    ctrl_c_cancels(cancel.clone());
+    let display = tokio::spawn(super::progress::run(rx, spec.tasks.len()));
+    let result = engine.resume_batch(&store, batch_id, tx, cancel).await;
+    stop_mcp(mcp);
+    let _ = display.await;
+    print_batch(&result?, json_out)
+}
+
+async fn answer(
+    config_path: Option<&Path>,
+    task: &str,
+    text: &str,
+    json_out: bool,
+    no_mcp: bool,
+    r: RepoArgs,
+) -> anyhow::Result<ExitCode> {
+    let repo = repo_dir(&r)?;
+    let cancel = CancellationToken::new();
+    let (engine, mcp) = engine_with_mcp(config_path, &repo, no_mcp, &cancel).await?;
+    let store = engine.store(&repo, r.runs_dir.as_deref());
+    let (tx, mut rx) = broadcast::channel::<BatchEvent>(16384);
+    ctrl_c_cancels(cancel.clone());
+    let printer = tokio::spawn(async move {
+        loop {
+            match rx.recv().await {
+                Ok(BatchEvent::Agent { event, .. }) if !json_out => {
+                    if let Some(line) = output::event_line(&event) {
+                        println!("{line}");
+                    }
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
+    let result = engine.answer(&store, task, text, tx, cancel).await;
+    stop_mcp(mcp);
+    let _ = printer.await;
+    let r = result.map_err(|e| Failure {
+        kind: None,
+        message: e.to_string(),
+    })?;
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        if let Some(c) = &r.continuation {
+            println!("({})", c.reason);
+        }
+        println!("{}", output::summary(&r));
+    }
+    Ok(finish(&r))
+}
+
+fn blocked(config_path: Option<&Path>, r: RepoArgs, json_out: bool) -> anyhow::Result<ExitCode> {
+    let engine = engine(config_path)?;
+    let repo = repo_dir(&r)?;
+    let store = engine.store(&repo, r.runs_dir.as_deref());
+    let list = engine.blocked(&store);
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        println!("no blocked tasks in {}", store.root().display());
+    }
+    let now = std::time::SystemTime::now();
+    for b in list {
+        let age = humantime::parse_rfc3339(&b.question.asked_at)
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
+            .unwrap_or_else(|| "?".into());
+        println!(
+            "{}/{} ({}) asked {age} ago:",
+            b.batch_id, b.task_id, b.provider
+        );
+        println!("  {}", b.question.question);
+        if !b.question.options.is_empty() {
+            println!("  options: {}", b.question.options.join(" / "));
+        }
+        println!(
+            "  answer with: aicli answer {}/{} \"...\"",
+            b.batch_id, b.task_id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn providers(

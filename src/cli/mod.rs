@@ -89,6 +89,42 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<commands::WorktreesAction>,
     },
+    /// Answer a blocked task's question and continue its CLI session.
+    Answer {
+        /// The task: `TASK` or `BATCH/TASK`.
+        task: String,
+        /// The answer.
+        answer: String,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Do not start aicli's MCP server for the run.
+        #[arg(long)]
+        no_mcp: bool,
+        #[command(flatten)]
+        repo: RepoArgs,
+    },
+    /// List every blocked task across runs, with its question.
+    Blocked {
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Finish a batch whose aicli process was interrupted (also: `aicli batch --resume ID`).
+    Resume {
+        /// The batch id.
+        batch_id: String,
+        /// Print the batch result as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Do not start aicli's MCP server.
+        #[arg(long)]
+        no_mcp: bool,
+        #[command(flatten)]
+        repo: RepoArgs,
+    },
     /// Run the agent MCP server alone (for a long-lived host or another orchestrator).
     Serve(commands::ServeArgs),
     /// Write the JSON Schemas of aicli's files into a directory.

@@ -730,3 +730,42 @@ async fn garbage_and_over_long_lines_are_reported_not_dropped() {
     );
     assert_eq!(t.status, SessionStatus::Succeeded);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemonized_grandchild_is_killed_when_its_run_ends_normally() {
+    // The fake CLI starts two grandchildren, one of which leaves the process group
+    // (setsid, like a daemon), then finishes normally: the escaped one is reparented to
+    // init when the CLI exits, and must still be killed.
+    let repo = git_repo();
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    );
+    let (tx, _ev) = collect_events();
+    let pids = repo.path().join("pids");
+    let r = engine
+        .run_batch(
+            vec![task(
+                "t",
+                &[
+                    "--spawn-grandchildren",
+                    "2",
+                    "--linger-ms",
+                    "800",
+                    "--pid-file",
+                    pids.to_str().unwrap(),
+                ],
+            )],
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(r.tasks[0].success, "{:?}", r.tasks[0]);
+    assert_all_gone(&pids, Duration::from_secs(2)).await;
+}

@@ -1,4 +1,5 @@
 mod engine;
+mod human;
 mod mcp;
 mod new_vendor;
 mod process;

@@ -1,0 +1,501 @@
+//! Questions to a human: a task that asks ends blocked; answering resumes the same CLI
+//! session (or starts a new run for providers that cannot resume); a batch whose aicli
+//! was killed with SIGKILL is finished by `aicli resume`.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aicli::providers::{
+    AgentEvent, ContinuationMode, EventKind, Feature, McpEndpoint, SessionStatus, TaskSpec,
+};
+use aicli::service::{AgentGrant, AgentServer, TaskScope};
+use aicli::store::{RunStore, TaskState};
+use aicli::{BatchOptions, EngineError};
+use tokio_util::sync::CancellationToken;
+
+use super::support::*;
+
+/// Stands in for the MCP server: on each grant, the agent "asks" the next question of
+/// the list (or nothing), exactly as the ask_user tool would deliver it.
+type Question = (String, Vec<String>);
+
+#[derive(Debug, Default)]
+struct Asker {
+    questions: Mutex<VecDeque<Option<Question>>>,
+    grants: Mutex<Vec<String>>,
+}
+
+impl Asker {
+    fn new(qs: &[Option<&str>]) -> Arc<Asker> {
+        Arc::new(Asker {
+            questions: Mutex::new(
+                qs.iter()
+                    .map(|q| q.map(|q| (q.to_owned(), vec!["yes".to_owned(), "no".to_owned()])))
+                    .collect(),
+            ),
+            grants: Mutex::default(),
+        })
+    }
+}
+
+impl AgentServer for Asker {
+    fn grant(&self, scope: TaskScope, _host: &str) -> AgentGrant {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        if let Some(Some((question, options))) = self.questions.lock().unwrap().pop_front() {
+            tx.send(AgentEvent::synthetic(EventKind::Question {
+                question,
+                options,
+            }))
+            .unwrap();
+        }
+        let token = format!("token-{}", self.grants.lock().unwrap().len());
+        self.grants.lock().unwrap().push(scope.task_id);
+        AgentGrant {
+            endpoint: McpEndpoint {
+                name: "aicli".into(),
+                url: "http://127.0.0.1:9/mcp".into(),
+                token,
+                tools: vec![],
+            },
+            port: 9,
+            events: rx,
+        }
+    }
+    fn revoke(&self, _token: &str) {}
+}
+
+fn argv_lines(file: &Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn prompt_of(argv: &[String]) -> String {
+    let i = argv.iter().position(|a| a == "--prompt").unwrap();
+    argv[i + 1].clone()
+}
+
+const SID: &str = "20d19ac2-06fa-4ed4-8c4f-6e8abb872002";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_answer_resume_continues_the_same_session_and_can_block_again() {
+    let repo = git_repo();
+    let argv = repo.path().join("argv.log");
+    let asker = Asker::new(&[Some("Which database?"), Some("Which port?"), None]);
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    )
+    .with_agent_server(asker.clone());
+    let mut t = TaskSpec::new("Set up the service");
+    t.id = "svc".into();
+    t.extra_args = vec!["--record-argv".into(), argv.display().to_string()];
+    let mut o = BatchOptions::new(repo.path());
+    o.provider = Some("fake".into());
+    let (tx, events) = collect_events();
+    let b = engine
+        .run_batch(vec![t], o, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    let r = &b.tasks[0];
+    assert_eq!(r.status, SessionStatus::Blocked, "{r:?}");
+    assert_eq!((b.n_blocked, b.n_failed), (1, 0));
+    let q = r.question.as_ref().unwrap();
+    assert_eq!(q.question, "Which database?");
+    assert_eq!(q.options, ["yes", "no"]);
+    assert_eq!(r.session_id.as_deref(), Some(SID));
+    assert!(
+        r.worktree.as_ref().unwrap().is_dir(),
+        "a blocked task keeps its worktree"
+    );
+    assert!(
+        events
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e, aicli::BatchEvent::TaskBlocked { .. }))
+    );
+    let store = engine.store(repo.path(), None);
+    assert_eq!(engine.blocked(&store).len(), 1);
+
+    // First answer: the same session resumes, and the agent asks again.
+    let (tx, _ev) = collect_events();
+    let r2 = engine
+        .answer(&store, "svc", "Postgres", tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(r2.status, SessionStatus::Blocked);
+    assert_eq!(r2.question.as_ref().unwrap().question, "Which port?");
+    assert_eq!(r2.session_id.as_deref(), Some(SID));
+    let c = r2.continuation.as_ref().unwrap();
+    assert_eq!(
+        (c.mode, c.session_id.as_deref()),
+        (ContinuationMode::Resume, Some(SID))
+    );
+    let lines = argv_lines(&argv);
+    assert_eq!(lines.len(), 2);
+    let i = lines[1].iter().position(|a| a == "--session-id").unwrap();
+    assert_eq!(
+        lines[1][i + 1],
+        SID,
+        "the CLI was asked to resume the session"
+    );
+    let p = prompt_of(&lines[1]);
+    assert!(
+        p.contains("Which database?") && p.contains("Postgres"),
+        "{p}"
+    );
+
+    // Second answer, addressed as BATCH/TASK: it finishes.
+    let (tx, _ev) = collect_events();
+    let r3 = engine
+        .answer(
+            &store,
+            &format!("{}/svc", b.batch_id),
+            "5432",
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(r3.success, "{r3:?}");
+    assert_eq!(r3.session_id.as_deref(), Some(SID));
+    let rec = store.open_batch(&b.batch_id).unwrap().task("svc").unwrap();
+    assert_eq!(rec.state, TaskState::Succeeded);
+    assert_eq!(rec.attempts.len(), 3);
+    let answers: Vec<(&str, &str)> = rec
+        .answers
+        .iter()
+        .map(|a| (a.question.as_str(), a.answer.as_str()))
+        .collect();
+    assert_eq!(
+        answers,
+        [("Which database?", "Postgres"), ("Which port?", "5432")]
+    );
+    // The stream of every attempt is kept, one after the other.
+    let raw = std::fs::read(
+        store
+            .open_batch(&b.batch_id)
+            .unwrap()
+            .task_dir("svc")
+            .join("events.ndjson"),
+    )
+    .unwrap();
+    let one = std::fs::read(fixture("claude", "text").with_extension("ndjson")).unwrap();
+    assert_eq!(raw.len(), 3 * one.len());
+    assert!(engine.blocked(&store).is_empty());
+
+    // Answering a task that is not blocked is refused, clearly.
+    let (tx, _ev) = collect_events();
+    let err = engine
+        .answer(&store, "svc", "again", tx, CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Refused(_)));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "task {}/svc is not blocked (it is succeeded); only a blocked task can be answered",
+            b.batch_id
+        )
+    );
+    // An unknown task says where it looked.
+    let (tx, _ev) = collect_events();
+    let err = engine
+        .answer(&store, "nope", "x", tx, CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "no task 'nope' in any batch under {}",
+            store.root().display()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_without_resume_answers_with_a_new_run_carrying_the_context() {
+    let repo = git_repo();
+    let argv = repo.path().join("argv.log");
+    let asker = Asker::new(&[Some("Tabs or spaces?"), None]);
+    let p = replay_provider("fake", "claude", Some(&fixture("claude", "text")))
+        .with_config(|c| c.supports.retain(|f| *f != Feature::Resume));
+    let engine = engine_with(test_config(), vec![shared(p)]).with_agent_server(asker);
+    let mut t = TaskSpec::new("Format the code");
+    t.id = "fmt".into();
+    t.extra_args = vec!["--record-argv".into(), argv.display().to_string()];
+    let mut o = BatchOptions::new(repo.path());
+    o.provider = Some("fake".into());
+    let (tx, _ev) = collect_events();
+    engine
+        .run_batch(vec![t], o, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    let store = engine.store(repo.path(), None);
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .answer(&store, "fmt", "spaces", tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(r.success);
+    let c = r.continuation.unwrap();
+    assert_eq!(c.mode, ContinuationMode::NewRun);
+    assert!(c.reason.contains("cannot resume"), "{}", c.reason);
+    let lines = argv_lines(&argv);
+    assert!(!lines[1].contains(&"--session-id".to_owned()));
+    let p = prompt_of(&lines[1]);
+    assert!(
+        p.starts_with("Format the code") && p.contains("Tabs or spaces?") && p.contains("spaces"),
+        "{p}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_task_runs_the_notify_hook_with_the_question_as_json() {
+    let repo = git_repo();
+    let out = repo.path().join("notified.json");
+    let mut config = test_config();
+    config.engine.notify_hook = vec![
+        "sh".into(),
+        "-c".into(),
+        format!("cat > '{}'", out.display()),
+    ];
+    let engine = engine_with(
+        config,
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    )
+    .with_agent_server(Asker::new(&[Some("Deploy now?")]));
+    let mut o = BatchOptions::new(repo.path());
+    o.provider = Some("fake".into());
+    let (tx, _ev) = collect_events();
+    let b = engine
+        .run_batch(
+            vec![TaskSpec::new("deploy")],
+            o,
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["event"], "blocked");
+    assert_eq!(v["question"], "Deploy now?");
+    assert_eq!(v["task_id"], "task-1");
+    assert_eq!(v["batch_id"], b.batch_id.as_str());
+    assert_eq!(v["session_id"], SID);
+}
+
+/// `aicli batch` killed with SIGKILL mid-run, then `aicli resume`: every task ends with
+/// exactly one final result, finished tasks are not run again, interrupted ones resume
+/// their session, the records stay valid and the cost adds up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
+    let repo = git_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let fx = fixture("claude", "text");
+    let config = serde_json::json!({
+        "default_provider": "fake",
+        "providers": {"fake": {
+            "adapter": "claude",
+            "binary_path": fake_cli(),
+            "extra_args": [
+                "--replay", fx.with_extension("ndjson"),
+                "--stderr-file", fx.with_extension("stderr"),
+                "--exit-file", fx.with_extension("exit")
+            ]
+        }}
+    });
+    let cfg = dir.path().join("aicli.json");
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    // Two at a time: "quick" and "slow1" start; "slow2" takes quick's slot; "late" is
+    // still queued when aicli is killed.
+    let tasks = serde_json::json!({"max_parallel": 2, "tasks": [
+        {"id": "quick", "prompt": "q"},
+        {"id": "slow1", "prompt": "s1", "extra_args": ["--line-delay-ms", "4000"]},
+        {"id": "slow2", "prompt": "s2", "extra_args": ["--line-delay-ms", "3000", "--spawn-grandchildren", "1"]},
+        {"id": "late", "prompt": "l"}
+    ]});
+    let tasks_file = dir.path().join("tasks.json");
+    std::fs::write(&tasks_file, tasks.to_string()).unwrap();
+    let aicli = env!("CARGO_BIN_EXE_aicli");
+    let mut child = std::process::Command::new(aicli)
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "batch",
+            tasks_file.to_str().unwrap(),
+            "--no-mcp",
+            "--repo",
+        ])
+        .arg(repo.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let runs = repo.path().join(".aicli/runs");
+    // Wait until "quick" is done and the slow ones have printed their first line.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let batch_dir = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never got going"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let Some(b) = std::fs::read_dir(&runs)
+            .ok()
+            .and_then(|d| d.flatten().next())
+        else {
+            continue;
+        };
+        let t = b.path().join("tasks");
+        let state = |id: &str| -> Option<String> {
+            let v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(t.join(id).join("task.json")).ok()?).ok()?;
+            v["state"].as_str().map(str::to_owned)
+        };
+        let printed = |id: &str| {
+            std::fs::metadata(t.join(id).join("events.ndjson"))
+                .map(|m| m.len() > 0)
+                .unwrap_or(false)
+        };
+        if state("quick").as_deref() == Some("succeeded") && printed("slow1") && printed("slow2") {
+            assert_eq!(state("late").as_deref(), Some("queued"));
+            break b.path();
+        }
+    };
+    let slow_pids: Vec<u32> = ["slow1", "slow2"]
+        .iter()
+        .filter_map(|id| std::fs::read_to_string(batch_dir.join("tasks").join(id).join("pid")).ok())
+        .filter_map(|t| t.split_whitespace().next().and_then(|p| p.parse().ok()))
+        .collect();
+    assert_eq!(slow_pids.len(), 2);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    // The CLIs die with aicli (parent-death signal).
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while slow_pids.iter().any(|p| alive(*p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a CLI outlived aicli: {slow_pids:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let batch_id = batch_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let before: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(batch_dir.join("tasks/quick/task.json")).unwrap())
+            .unwrap();
+
+    let out = std::process::Command::new(aicli)
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "resume",
+            &batch_id,
+            "--no-mcp",
+            "--json",
+            "--repo",
+        ])
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((result.n_tasks, result.n_succeeded), (4, 4), "{result:#?}");
+
+    let store = RunStore::new(&runs);
+    let rec = store.open_batch(&batch_id).unwrap();
+    // The finished task was not run again, and its record is untouched.
+    let after: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(batch_dir.join("tasks/quick/task.json")).unwrap())
+            .unwrap();
+    assert_eq!(before, after);
+    let mut total = 0.0;
+    for t in rec.tasks().unwrap() {
+        assert_eq!(t.state, TaskState::Succeeded, "{}", t.task.id);
+        let finals = t
+            .attempts
+            .iter()
+            .filter(|a| {
+                a.result
+                    .as_ref()
+                    .is_some_and(|r| r.status == SessionStatus::Succeeded)
+            })
+            .count();
+        assert_eq!(finals, 1, "{}: exactly one final result", t.task.id);
+        total += t
+            .attempts
+            .iter()
+            .filter_map(|a| a.result.as_ref()?.cost_usd)
+            .sum::<f64>();
+        match t.task.id.as_str() {
+            "quick" => assert_eq!(t.attempts.len(), 1),
+            "slow1" | "slow2" => {
+                assert_eq!(t.attempts.len(), 2, "{}", t.task.id);
+                let first = t.attempts[0].result.as_ref().unwrap();
+                assert_eq!(first.status, SessionStatus::Interrupted);
+                assert_eq!(first.session_id.as_deref(), Some(SID));
+                let second = t.attempts[1].result.as_ref().unwrap();
+                let c = second.continuation.as_ref().unwrap();
+                assert_eq!(
+                    (c.mode, c.session_id.as_deref()),
+                    (ContinuationMode::Resume, Some(SID))
+                );
+            }
+            "late" => assert_eq!(t.attempts.len(), 1, "the queued task ran once"),
+            other => panic!("{other}"),
+        }
+    }
+    assert!(
+        (result.total_cost_usd - total).abs() < 1e-12,
+        "{} vs {total}",
+        result.total_cost_usd
+    );
+    // Nothing of any run is left (the grandchild of slow2 was killed by the resume).
+    for id in ["slow1", "slow2", "quick", "late"] {
+        assert!(
+            !batch_dir.join("tasks").join(id).join("pid").exists(),
+            "{id}"
+        );
+    }
+    let leftovers: Vec<u32> = aicli::process::all_processes()
+        .into_iter()
+        .filter(|(pid, _)| {
+            // Processes of this test only: the fake CLI, running in this repo's worktrees.
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p == fake_cli());
+            let cwd =
+                std::fs::read_link(format!("/proc/{pid}/cwd")).map(|c| c.starts_with(repo.path()));
+            exe.unwrap_or(false) && cwd.unwrap_or(false)
+        })
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "fake CLI processes left: {leftovers:?}"
+    );
+}
