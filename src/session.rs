@@ -1,11 +1,12 @@
 //! One task = one CLI run -> [`SessionResult`].
 //!
-//! The session resolves the binary, asks the provider for the command, writes the
-//! files it needs (MCP config, IDE lockfile), starts it through a [`Runner`], and then
-//! reads lines until the final event, EOF, the wall-clock timeout, the idle watchdog or
-//! cancellation — whichever comes first. However it ends, the run's whole process tree
-//! is shut down before the result is built. Every stdout byte is teed into the run
-//! record as it arrives (by the process reader), so a crash loses nothing printed.
+//! The session resolves the binary, asks the provider for the command, creates the
+//! links and writes the files it needs (MCP config, IDE lockfile), starts it through a
+//! [`Runner`], and then reads lines until the final event, EOF, the wall-clock timeout,
+//! the idle watchdog or cancellation — whichever comes first. However it ends, the run's
+//! whole process tree is shut down before the result is built. Every stdout byte is teed
+//! into the run record as it arrives (by the process reader), so a crash loses nothing
+//! printed.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -16,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use aicli_providers::replay::{over_long_line, parse_line_bytes};
 use aicli_providers::{
-    AgentEvent, ErrorKind, EventKind, LaunchContext, McpEndpoint, ParseContext, PendingQuestion,
-    SessionResult, SharedProvider, TaskSpec,
+    AgentEvent, ErrorKind, EventKind, LaunchContext, LinkSpec, McpEndpoint, ParseContext,
+    PendingQuestion, SessionResult, SharedProvider, TaskSpec,
 };
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -200,14 +201,35 @@ async fn prepare_and_run(
     let mut cmd = provider
         .headless_argv(&ctx)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
+    // Links first: they make the directories (0700) that files may go into.
+    for (i, l) in cmd.links.iter().enumerate() {
+        if let Err(e) = create_link(l) {
+            remove_links(&cmd.links[..i]);
+            return Err(not_started(
+                spec,
+                ErrorKind::Unknown,
+                format!(
+                    "cannot link {} -> {}: {e}",
+                    l.link.display(),
+                    l.target.display()
+                ),
+            ));
+        }
+    }
     for f in &cmd.files {
-        write_private_file(&f.path, &f.contents, f.mode).map_err(|e| {
-            not_started(
+        let written = match f.path.parent() {
+            Some(dir) => create_private_dirs(dir),
+            None => Ok(()),
+        }
+        .and_then(|()| write_private_file(&f.path, &f.contents, f.mode));
+        if let Err(e) = written {
+            remove_links(&cmd.links);
+            return Err(not_started(
                 spec,
                 ErrorKind::Unknown,
                 format!("cannot write {}: {e}", f.path.display()),
-            )
-        })?;
+            ));
+        }
     }
     // The IDE lockfile, for CLIs that look for one.
     let mut lockfile: Option<PathBuf> = None;
@@ -271,6 +293,7 @@ async fn prepare_and_run(
         Ok(h) => h,
         Err(e) => {
             remove_quietly(lockfile.as_deref());
+            remove_links(&cmd.links);
             let kind = match &e {
                 crate::runner::RunnerError::Spawn(crate::process::SpawnError::Start {
                     source,
@@ -287,6 +310,7 @@ async fn prepare_and_run(
     for f in &cmd.files {
         remove_quietly(Some(&f.path));
     }
+    remove_links(&cmd.links);
     Ok(outcome)
 }
 
@@ -501,8 +525,123 @@ fn set_mode(path: &Path, mode: u32) {
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
 }
 
+/// Creates `dir` and its missing parents, each new one 0700.
+fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Creates the link `l` describes (see [`LinkSpec`]): its target directory first when
+/// asked, then its missing parents (0700). A link or file already at its place (left in
+/// a private directory that was not cleaned up) is replaced, as files are overwritten;
+/// a directory there is an error.
+fn create_link(l: &LinkSpec) -> std::io::Result<()> {
+    if l.create_target_dir {
+        create_private_dirs(&l.target)?;
+    }
+    if let Some(dir) = l.link.parent() {
+        create_private_dirs(dir)?;
+    }
+    match std::fs::symlink_metadata(&l.link) {
+        Ok(m) if m.is_dir() => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a directory is in its place",
+            ));
+        }
+        Ok(_) => std::fs::remove_file(&l.link)?,
+        Err(_) => {}
+    }
+    std::os::unix::fs::symlink(&l.target, &l.link)
+}
+
+/// Removes the links (never what they point to). What the CLI put in a link's place
+/// (a file renamed over it) goes too; a directory stays for the private dir's removal.
+fn remove_links(links: &[LinkSpec]) {
+    for l in links {
+        remove_quietly(Some(&l.link));
+    }
+}
+
 fn remove_quietly(path: Option<&Path>) {
     if let Some(p) = path {
         let _ = std::fs::remove_file(p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn links_are_made_with_private_dirs_and_removed_without_their_targets() {
+        let tmp = tempfile::tempdir().unwrap();
+        let user = tmp.path().join("home/.gemini");
+        let run = tmp.path().join("private/gemini-home/.gemini");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(user.join("oauth_creds.json"), "{}").unwrap();
+        let links = [
+            LinkSpec {
+                link: run.join("oauth_creds.json"),
+                target: user.join("oauth_creds.json"),
+                create_target_dir: false,
+            },
+            // State that must outlive the run: its target is made first.
+            LinkSpec {
+                link: run.join("tmp"),
+                target: user.join("tmp"),
+                create_target_dir: true,
+            },
+        ];
+        for l in &links {
+            create_link(l).unwrap();
+        }
+        assert_eq!(mode(&run), 0o700);
+        assert_eq!(mode(&user.join("tmp")), 0o700);
+        assert_eq!(
+            std::fs::read_link(run.join("tmp")).unwrap(),
+            user.join("tmp")
+        );
+        // Written through the link, kept in the user's directory.
+        std::fs::write(run.join("tmp/chat.json"), "[]").unwrap();
+        assert!(user.join("tmp/chat.json").exists());
+        // A leftover link or file is replaced (the CLI may rename a file over a link);
+        // a directory in the way is an error.
+        create_link(&links[0]).unwrap();
+        std::fs::write(run.join("projects.json"), "{}").unwrap();
+        let leftover = LinkSpec {
+            link: run.join("projects.json"),
+            target: user.join("projects.json"),
+            create_target_dir: false,
+        };
+        create_link(&leftover).unwrap();
+        assert_eq!(
+            std::fs::read_link(run.join("projects.json")).unwrap(),
+            user.join("projects.json")
+        );
+        std::fs::create_dir(run.join("extensions")).unwrap();
+        let in_the_way = LinkSpec {
+            link: run.join("extensions"),
+            target: user.join("extensions"),
+            create_target_dir: false,
+        };
+        assert_eq!(
+            create_link(&in_the_way).unwrap_err().kind(),
+            std::io::ErrorKind::AlreadyExists
+        );
+        remove_links(&links);
+        assert!(run.join("tmp").symlink_metadata().is_err());
+        assert!(run.join("oauth_creds.json").symlink_metadata().is_err());
+        assert!(user.join("tmp/chat.json").exists());
+        assert!(user.join("oauth_creds.json").exists());
     }
 }

@@ -259,6 +259,7 @@ impl AiCliProvider for ClaudeProvider {
             args,
             env: BTreeMap::new(),
             files: vec![file],
+            links: Vec::new(),
         })
     }
 
@@ -3173,6 +3174,7 @@ mod tests {
                     contents: MCP_JSON.into(),
                     mode: 0o600,
                 }],
+                links: vec![],
             }
         );
     }
@@ -3380,6 +3382,7 @@ mod tests {
                     contents: MCP_JSON.into(),
                     mode: 0o600,
                 }],
+                links: vec![],
             }
         );
         let parsed: Value = serde_json::from_str(&w.files[0].contents).unwrap();

@@ -248,6 +248,7 @@ impl AiCliProvider for CodexProvider {
             args: vec!["-c".to_owned(), mcp_config_override(endpoint)],
             env: BTreeMap::from([(MCP_TOKEN_ENV.to_owned(), endpoint.token.clone())]),
             files: Vec::new(),
+            links: Vec::new(),
         })
     }
 

@@ -5,16 +5,29 @@
 //!
 //! Flags carry the prompt, the model (`-m`), the approval mode (`--approval-mode`) and
 //! `--resume <uuid>`. Everything else Gemini only takes from a settings file, so each run
-//! gets its own: a 0600 file under the run's private directory that the CLI reads as its
-//! *system* settings through `GEMINI_CLI_SYSTEM_SETTINGS_PATH`. System settings override
-//! user and workspace settings key by key (`mcpServers` merges per server), so the
-//! user's own login and preferences in `~/.gemini` keep working and `HOME` is left
-//! alone. The file holds `privacy.usageStatisticsEnabled: false`, `model.maxSessionTurns`
-//! (Gemini has no turn flag), `tools.allowed` / `tools.exclude` (the `--allowed-tools`
-//! flag is deprecated) and, when aicli's MCP server runs, `mcpServers.<name>` with the
-//! bearer token (the token is never in argv). Gemini 0.61 reads that file only when it
-//! and every directory above it are owned by root and writable by no one else: see
-//! [`SETTINGS_PATH_ENV`] for what that means for non-root users.
+//! gets its own Gemini home: [`HOME_ENV`] points at `<private_dir>/gemini-home`, whose
+//! `.gemini/settings.json` (0600) is the user's own `~/.gemini/settings.json` with aicli's
+//! per-run settings merged over it as Gemini merges a higher settings layer (aicli's
+//! values win, `mcpServers` merges by server name, `tools.exclude` is a union):
+//! `privacy.usageStatisticsEnabled: false`, `model.maxSessionTurns` (Gemini has no turn
+//! flag), `tools.allowed` / `tools.exclude` (the `--allowed-tools` flag is deprecated)
+//! and, when aicli's MCP server runs, `mcpServers.<name>` with the bearer token (the
+//! token is never in argv). Every other entry of the user's `~/.gemini` (login, chats,
+//! `GEMINI.md`, extensions, ...) is a symbolic link to the real one, so login and
+//! `--resume` work as in the user's own sessions; `~/.gemini/tmp` (chats) and
+//! `~/.gemini/history` are created first when missing, so a run's session outlives its
+//! private directory. The links are [`LinkSpec`]s the engine creates: the adapter only
+//! reads `~/.gemini` (`~` is `HOME` of the task's env, the config's, or aicli's). This
+//! works for any user: Gemini 0.61 reads a *system* settings file
+//! (`GEMINI_CLI_SYSTEM_SETTINGS_PATH`) only when root owns it and every directory above
+//! it, which is why an earlier version was root-only.
+//!
+//! aicli's settings are now the *user* layer. So the admin's system settings
+//! (`/etc/gemini-cli/settings.json`) apply and rank above them, and so do a worktree's
+//! `.gemini/settings.json` when Gemini trusts the folder at startup (folder trust off,
+//! the folder trusted, or `GEMINI_CLI_TRUST_WORKSPACE=true`; `--skip-trust` is read only
+//! after the settings are loaded). Elsewhere in settings, `~/` other than `~/.gemini`
+//! means the run's home (e.g. `policyPaths`).
 //!
 //! # Stream
 //!
@@ -46,7 +59,7 @@
 //! `fixtures/gemini/`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -57,29 +70,36 @@ use crate::config::ProviderConfig;
 use crate::error::{ErrorKind, ProviderError};
 use crate::event::{AgentEvent, EventKind};
 use crate::provider::{
-    AiCliProvider, CommandSpec, FileSpec, LaunchContext, McpEndpoint, McpWiring,
+    AiCliProvider, CommandSpec, FileSpec, LaunchContext, LinkSpec, McpEndpoint, McpWiring,
 };
 use crate::result::{ParseContext, SessionResult};
-use crate::task::PermissionMode;
+use crate::task::{PermissionMode, TaskSpec};
 use crate::usage::{CanonicalUsage, Cost};
 
-/// The environment variable through which Gemini reads its system settings file. aicli
-/// points it at the run's own settings file (system settings override the user's).
-///
-/// Gemini 0.61 reads a system settings file only when the file **and every directory
-/// above it are owned by root (uid 0) and not writable by group or others**; otherwise it
-/// prints `Security Warning: Skipping system settings file '…': …` on stderr and runs
-/// without it. So per-run settings work only when aicli runs as root (e.g. in its Docker
-/// runner) with the run's private directory in a root-owned tree such as
-/// `/root/.cache/aicli/…` or `/run/aicli/…`, never under `/tmp`. A run that depends on the
-/// file (an MCP server, a turn limit, tool lists) is refused by
-/// [`AiCliProvider::headless_argv`] where the skip is certain, and the result reports a
-/// skip in `provider_data.settings_file_skipped`. The path also replaces the admin's
-/// `/etc/gemini-cli/settings.json` (and `system-defaults.json`) for the run.
-pub const SETTINGS_PATH_ENV: &str = "GEMINI_CLI_SYSTEM_SETTINGS_PATH";
+/// The environment variable through which Gemini finds its home: its `~/.gemini` is
+/// `$GEMINI_CLI_HOME/.gemini` (and `~/.agents`, `~/.env` move along). aicli points it at
+/// the run's own home, `<private_dir>/`[`HOME_DIR_NAME`].
+pub const HOME_ENV: &str = "GEMINI_CLI_HOME";
 
-/// The name of the per-run settings file inside the run's private directory.
-pub const SETTINGS_FILE_NAME: &str = "gemini-settings.json";
+/// The run's Gemini home, a directory inside the run's private directory.
+pub const HOME_DIR_NAME: &str = "gemini-home";
+
+/// Gemini's directory in a home.
+const GEMINI_DIR: &str = ".gemini";
+
+/// Gemini's settings file in [`GEMINI_DIR`].
+const SETTINGS_FILE: &str = "settings.json";
+
+/// Directories of `~/.gemini` that every run writes (`tmp/<project>/chats` holds the
+/// sessions `--resume` finds, `tmp` and `history` the markers that name a project): they
+/// are linked even when the user has none yet, and the engine creates them first, so
+/// what a run writes there outlives the run's private directory.
+const KEPT_DIRS: [&str; 2] = ["history", "tmp"];
+
+/// Entries of the home itself that Gemini reads from its home: `.env` (the last place
+/// it looks for an env file, e.g. with `GEMINI_API_KEY`) and `.agents` (user skills).
+/// Linked when the user has them.
+const HOME_ENTRIES: [&str; 2] = [".agents", ".env"];
 
 /// The model name `init` reports when no `-m` was given (the CLI routes each prompt).
 pub const AUTO_MODEL: &str = "auto";
@@ -107,19 +127,102 @@ impl GeminiProvider {
         }
     }
 
-    /// The run's settings file (see the module docs).
-    fn settings_file(
+    /// The home of the user a run is for: `HOME` from the task's env, else the config's,
+    /// else aicli's own (the environment the engine passes on by default; a
+    /// [`LaunchContext`] does not carry the environment). `None` when unset or relative.
+    fn user_home(&self, task: Option<&TaskSpec>) -> Option<PathBuf> {
+        task.and_then(|t| t.env.get("HOME"))
+            .or_else(|| self.config.env.get("HOME"))
+            .cloned()
+            .or_else(|| std::env::var("HOME").ok())
+            .map(PathBuf::from)
+            .filter(|h| h.is_absolute())
+    }
+
+    /// The run's Gemini home under `private_dir`, as `GEMINI_CLI_HOME`, one file and links:
+    ///
+    /// - `gemini-home/.gemini/settings.json` (0600): the user's `~/.gemini/settings.json`
+    ///   (when there is one; comments allowed, as Gemini allows them) with `settings`
+    ///   merged over it the way Gemini merges a higher settings layer (aicli's values
+    ///   win; `mcpServers` merges by server name, `tools.exclude` is a union). When the
+    ///   user restricts MCP servers (`mcp.allowed`, `mcp.excluded`), aicli's server is
+    ///   admitted. A file that is not a JSON object (Gemini would refuse to start) is an
+    ///   [`ProviderError::InvalidTask`] naming the file and the problem.
+    /// - a link `gemini-home/.gemini/<entry>` -> `~/.gemini/<entry>` for every other entry
+    ///   of the user's `~/.gemini`, and for [`KEPT_DIRS`] whether or not they exist yet
+    ///   (the engine creates them, `~/.gemini` included, before linking);
+    /// - a link `gemini-home/<entry>` -> `~/<entry>` for each of [`HOME_ENTRIES`] the user
+    ///   has.
+    ///
+    /// Without a `user_home` the run gets the settings alone: no login files, and its
+    /// sessions go with the private directory.
+    fn run_home(
         &self,
         settings: &RunSettings<'_>,
         private_dir: &Path,
-    ) -> Result<FileSpec, ProviderError> {
+        user_home: Option<&Path>,
+    ) -> Result<McpWiring, ProviderError> {
         settings.check().map_err(|m| self.invalid(m))?;
-        let contents = serde_json::to_string_pretty(settings)
+        let home = private_dir.join(HOME_DIR_NAME);
+        let dir = home.join(GEMINI_DIR);
+        let Value::Object(ours) = serde_json::to_value(settings)
+            .map_err(|e| self.invalid(format!("cannot write the settings file: {e}")))?
+        else {
+            return Err(self.invalid("the run's settings are not a JSON object"));
+        };
+        let mut merged = Map::new();
+        let mut links = Vec::new();
+        if let Some(user_home) = user_home {
+            let user_dir = user_home.join(GEMINI_DIR);
+            let entries = list_dir(&user_dir).map_err(|m| self.invalid(m))?;
+            if let Some(user) =
+                read_user_settings(&user_dir.join(SETTINGS_FILE)).map_err(|m| self.invalid(m))?
+            {
+                merged = user;
+            }
+            for name in entries {
+                if name == SETTINGS_FILE || KEPT_DIRS.iter().any(|k| name == *k) {
+                    continue;
+                }
+                links.push(LinkSpec {
+                    link: dir.join(&name),
+                    target: user_dir.join(&name),
+                    create_target_dir: false,
+                });
+            }
+            links.extend(KEPT_DIRS.iter().map(|name| LinkSpec {
+                link: dir.join(name),
+                target: user_dir.join(name),
+                create_target_dir: true,
+            }));
+            links.sort_by(|a, b| a.link.cmp(&b.link));
+            for name in HOME_ENTRIES {
+                let target = user_home.join(name);
+                if target.symlink_metadata().is_ok() {
+                    links.push(LinkSpec {
+                        link: home.join(name),
+                        target,
+                        create_target_dir: false,
+                    });
+                }
+            }
+        }
+        merge_layer(&mut merged, &ours, &[]);
+        let servers: Vec<&str> = settings.mcp_servers.keys().copied().collect();
+        admit_mcp_servers(&mut merged, &servers);
+        let contents = serde_json::to_string_pretty(&merged)
             .map_err(|e| self.invalid(format!("cannot write the settings file: {e}")))?;
-        Ok(FileSpec {
-            path: private_dir.join(SETTINGS_FILE_NAME),
-            contents: contents + "\n",
-            mode: 0o600,
+        let mut env = BTreeMap::new();
+        env.insert(HOME_ENV.to_owned(), home.display().to_string());
+        Ok(McpWiring {
+            args: Vec::new(),
+            env,
+            files: vec![FileSpec {
+                path: dir.join(SETTINGS_FILE),
+                contents: contents + "\n",
+                mode: 0o600,
+            }],
+            links,
         })
     }
 }
@@ -135,7 +238,8 @@ impl AiCliProvider for GeminiProvider {
 
     /// `gemini -p PROMPT --output-format stream-json --skip-trust [-m MODEL]
     /// --approval-mode MODE [--resume ID] [config extra_args] [task extra_args]`, in
-    /// `workdir` (+ the task's `cwd`), with the per-run settings file.
+    /// `workdir` (+ the task's `cwd`), with the run's own Gemini home (see the module
+    /// docs). Reads the user's `~/.gemini` (its listing and `settings.json`), nothing else.
     ///
     /// A task's `max_budget_usd` is not passed on (Gemini has no budget; the config does
     /// not list `max_budget`, so the engine enforces budgets itself).
@@ -179,10 +283,10 @@ impl AiCliProvider for GeminiProvider {
         for (k, v) in self.config.env.iter().chain(task.env.iter()) {
             c.env(k.clone(), v.clone());
         }
-        if c.env.contains_key(SETTINGS_PATH_ENV) {
+        if c.env.contains_key(HOME_ENV) {
             return Err(self.invalid(format!(
-                "env {SETTINGS_PATH_ENV} is set by the task or the config, but aicli points it \
-                 at the run's own settings file (turn limit, tools, MCP server)"
+                "env {HOME_ENV} is set by the task or the config, but aicli points it at the \
+                 run's own Gemini home (its settings: turn limit, tools, MCP server)"
             )));
         }
         let allowed: Vec<&str> = self
@@ -205,63 +309,28 @@ impl AiCliProvider for GeminiProvider {
             excluded,
             ctx.mcp,
         );
-        let refusal = settings_file_refusal(ctx.private_dir, Some(ctx.is_root));
-        match (refusal, settings.needs()) {
-            (None, _) => {
-                let file = self.settings_file(&settings, ctx.private_dir)?;
-                c.env(SETTINGS_PATH_ENV, file.path.display().to_string());
-                c.files.push(file);
-            }
-            (Some(why), Some(what)) => {
-                return Err(ProviderError::Unsupported {
-                    provider: self.name.clone(),
-                    what: format!("{what} in this setup: {why}"),
-                });
-            }
-            // Nothing the run depends on (only the usage-statistics opt-out): no file,
-            // rather than one Gemini would skip with a warning.
-            (Some(_), None) => {}
-        }
+        let user_home = self.user_home(Some(task));
+        c.wire(self.run_home(&settings, ctx.private_dir, user_home.as_deref())?);
         Ok(c)
     }
 
-    /// A settings file with `mcpServers.<name> = {httpUrl, headers: {Authorization:
-    /// Bearer TOKEN}, trust: true}` (and usage statistics off), read through
-    /// [`SETTINGS_PATH_ENV`]. [`AiCliProvider::headless_argv`] already includes this when
-    /// `ctx.mcp` is set, in the same file with the run's other settings: do not add both.
+    /// The run's Gemini home (see the module docs) with `mcpServers.<name> =
+    /// {httpUrl, headers: {Authorization: Bearer TOKEN}, trust: true}` (and usage
+    /// statistics off) over the user's settings, found through [`HOME_ENV`]; the user's
+    /// home is `HOME` from the config's env, else aicli's. [`AiCliProvider::headless_argv`]
+    /// already includes this when `ctx.mcp` is set, in the same file with the run's other
+    /// settings: do not add both.
     ///
     /// `trust: true` is required: without it Gemini does not even declare the server's
     /// tools to the model. No `--allowed-mcp-server-names` is added: it would hide the
-    /// user's own MCP servers, which stay available as in an interactive session. (A user
-    /// whose settings restrict servers with `mcp.allowed` must list this server there.)
-    ///
-    /// Gemini reads the file only when it and every directory above it are owned by root
-    /// and not writable by group or others (see [`SETTINGS_PATH_ENV`]); a `private_dir`
-    /// under `/tmp`, `/var/tmp` or `/dev/shm` is refused here.
+    /// user's own MCP servers, which stay available as in an interactive session.
     fn mcp_wiring(
         &self,
         endpoint: &McpEndpoint,
         private_dir: &Path,
     ) -> Result<McpWiring, ProviderError> {
         let settings = RunSettings::new(None, Vec::new(), Vec::new(), Some(endpoint));
-        // Whether aicli runs as root is not known here: only the path is checked.
-        if let Some(why) = settings_file_refusal(private_dir, None) {
-            return Err(ProviderError::Unsupported {
-                provider: self.name.clone(),
-                what: format!("an MCP server in this setup: {why}"),
-            });
-        }
-        let file = self.settings_file(&settings, private_dir)?;
-        let mut env = BTreeMap::new();
-        env.insert(
-            SETTINGS_PATH_ENV.to_owned(),
-            file.path.display().to_string(),
-        );
-        Ok(McpWiring {
-            args: Vec::new(),
-            env,
-            files: vec![file],
-        })
+        self.run_home(&settings, private_dir, self.user_home(None).as_deref())
     }
 
     /// Exit code 41, Gemini's "Please set an Auth method" (or its other auth-setup
@@ -341,8 +410,8 @@ impl AiCliProvider for GeminiProvider {
             .lines()
             .find_map(|l| l.trim().strip_prefix(SETTINGS_SKIPPED))
         {
-            // The run went without its settings file: no MCP server, turn limit or tool
-            // lists from aicli.
+            // A system settings file (the admin's, or one named by the task's env) that
+            // Gemini refused to read: the run went without it.
             data.insert("settings_file_skipped".into(), skipped.trim().into());
         }
         let warnings: Vec<&str> = events
@@ -418,33 +487,7 @@ fn approval_mode(mode: PermissionMode) -> &'static str {
     }
 }
 
-/// Why Gemini would certainly skip a settings file written by aicli under `private_dir`,
-/// as far as that is known without looking at the disk: aicli is not root (`is_root`), or
-/// the directory is under a world-writable temp directory.
-fn settings_file_refusal(private_dir: &Path, is_root: Option<bool>) -> Option<String> {
-    const WORLD_WRITABLE: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
-    if is_root == Some(false) {
-        return Some(
-            "gemini 0.61 reads per-run settings only from a system settings file owned by \
-             root, and aicli is not running as root (run it as root, e.g. in its Docker \
-             runner, or run gemini without these)"
-                .to_owned(),
-        );
-    }
-    WORLD_WRITABLE
-        .iter()
-        .find(|d| private_dir.starts_with(d))
-        .map(|d| {
-            format!(
-                "the run's private directory {} is under {d}, which others can write, and \
-                 gemini 0.61 skips a system settings file below such a directory (put \
-                 private directories in a root-owned tree that only root can write)",
-                private_dir.display()
-            )
-        })
-}
-
-/// The per-run settings file (Gemini's settings.json keys).
+/// aicli's per-run settings (Gemini's settings.json keys), merged over the user's.
 #[derive(Debug, Serialize)]
 struct RunSettings<'a> {
     /// Always off: it stops the CLI's `play.googleapis.com` traffic.
@@ -529,25 +572,6 @@ impl<'a> RunSettings<'a> {
         }
     }
 
-    /// What in these settings a run depends on (everything but the usage-statistics
-    /// opt-out), for an error message; `None` when nothing.
-    fn needs(&self) -> Option<String> {
-        let mut what = Vec::new();
-        if !self.mcp_servers.is_empty() {
-            what.push("an MCP server");
-        }
-        if self.model.is_some() {
-            what.push("max_turns");
-        }
-        if !self.tools.allowed.is_empty() {
-            what.push("allowed_tools");
-        }
-        if !self.tools.exclude.is_empty() {
-            what.push("disallowed_tools");
-        }
-        (!what.is_empty()).then(|| what.join(", "))
-    }
-
     /// Gemini expands `$VAR` and `${VAR}` in every string of a settings file: a value with
     /// a `$` would not reach the CLI as written.
     fn check(&self) -> Result<(), String> {
@@ -567,6 +591,189 @@ impl<'a> RunSettings<'a> {
             )),
             None => Ok(()),
         }
+    }
+}
+
+/// The user's Gemini settings at `path` (`~/.gemini/settings.json`): `None` when there is
+/// no such file; an error message naming the file when it cannot be used. Read as Gemini
+/// reads it: JSON with `//` and `/* */` comments, a JSON object at the top. (Gemini stops
+/// with "Please fix the configuration file(s)" on the same files.)
+fn read_user_settings(path: &Path) -> Result<Option<Map<String, Value>>, String> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(format!(
+                "cannot read your Gemini settings {}: {e}",
+                path.display()
+            ));
+        }
+    };
+    let bad = |what: String| {
+        format!(
+            "your Gemini settings {} cannot be used: {what} (gemini itself would refuse to \
+             start with it; fix or move the file)",
+            path.display()
+        )
+    };
+    let text = String::from_utf8(bytes).map_err(|e| bad(format!("it is not UTF-8 ({e})")))?;
+    match serde_json::from_str::<Value>(&strip_json_comments(&text)) {
+        Ok(Value::Object(map)) => Ok(Some(map)),
+        Ok(other) => Err(bad(format!(
+            "it holds a JSON {}, not an object",
+            json_type_name(&other)
+        ))),
+        Err(e) => Err(bad(format!("it is not valid JSON: {e}"))),
+    }
+}
+
+fn json_type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The names of the entries of `dir`, sorted; none when it does not exist.
+fn list_dir(dir: &Path) -> Result<Vec<std::ffi::OsString>, String> {
+    let cannot = |e: std::io::Error| format!("cannot list {}: {e}", dir.display());
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(cannot(e)),
+    };
+    let mut names = entries
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(cannot)?;
+    names.sort();
+    Ok(names)
+}
+
+/// `text` without its `//` and `/* */` comments (outside strings), as Gemini reads
+/// settings files (`strip-json-comments`). Comments become spaces and newlines stay, so
+/// a JSON error's line and column still point into the file.
+fn strip_json_comments(text: &str) -> String {
+    #[derive(Clone, Copy, PartialEq)]
+    enum At {
+        Code,
+        Str,
+        Line,
+        Block,
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut at = At::Code;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match at {
+            At::Code => match (c, chars.peek()) {
+                ('"', _) => {
+                    at = At::Str;
+                    out.push(c);
+                }
+                ('/', Some('/')) => {
+                    chars.next();
+                    at = At::Line;
+                    out.push_str("  ");
+                }
+                ('/', Some('*')) => {
+                    chars.next();
+                    at = At::Block;
+                    out.push_str("  ");
+                }
+                _ => out.push(c),
+            },
+            At::Str => {
+                out.push(c);
+                if c == '\\' {
+                    if let Some(escaped) = chars.next() {
+                        out.push(escaped);
+                    }
+                } else if c == '"' {
+                    at = At::Code;
+                }
+            }
+            At::Line => {
+                if c == '\n' || c == '\r' {
+                    at = At::Code;
+                    out.push(c);
+                } else {
+                    out.push(' ');
+                }
+            }
+            At::Block => {
+                if c == '*' && chars.peek() == Some(&'/') {
+                    chars.next();
+                    at = At::Code;
+                    out.push_str("  ");
+                } else if c == '\n' || c == '\r' {
+                    out.push(c);
+                } else {
+                    out.push(' ');
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Merges settings layer `higher` into `lower` the way Gemini 0.61 merges its layers
+/// (`mergeRecursively` in `packages/cli/src/utils/deepMerge.ts`) for the keys aicli
+/// writes: `mcpServers` merges by server name (a server of `higher` replaces the
+/// same-named one whole), `tools.exclude` is a union, other objects merge key by key,
+/// and everything else in `higher` replaces what `lower` has (`tools.allowed` too).
+fn merge_layer(lower: &mut Map<String, Value>, higher: &Map<String, Value>, path: &[&str]) {
+    for (key, value) in higher {
+        let here: Vec<&str> = path.iter().copied().chain([key.as_str()]).collect();
+        match (lower.get_mut(key), value) {
+            (Some(Value::Object(low)), Value::Object(high)) if here == ["mcpServers"] => {
+                for (name, server) in high {
+                    low.insert(name.clone(), server.clone());
+                }
+            }
+            (Some(Value::Array(low)), high) if here == ["tools", "exclude"] => {
+                let high = match high {
+                    Value::Array(items) => items.clone(),
+                    item => vec![item.clone()],
+                };
+                let mut union: Vec<Value> = Vec::with_capacity(low.len() + high.len());
+                for item in low.drain(..).chain(high) {
+                    if !union.contains(&item) {
+                        union.push(item);
+                    }
+                }
+                *low = union;
+            }
+            (Some(Value::Object(low)), Value::Object(high)) => merge_layer(low, high, &here),
+            _ => {
+                lower.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// Lets aicli's MCP servers through the user's own MCP server filters: added to a
+/// non-empty `mcp.allowed` (Gemini blocks every server not in it), taken out of
+/// `mcp.excluded`.
+fn admit_mcp_servers(settings: &mut Map<String, Value>, names: &[&str]) {
+    let Some(Value::Object(mcp)) = settings.get_mut("mcp") else {
+        return;
+    };
+    if let Some(Value::Array(allowed)) = mcp.get_mut("allowed")
+        && !allowed.is_empty()
+    {
+        for name in names {
+            if !allowed.iter().any(|v| v == name) {
+                allowed.push(Value::from(*name));
+            }
+        }
+    }
+    if let Some(Value::Array(excluded)) = mcp.get_mut("excluded") {
+        excluded.retain(|v| !names.iter().any(|name| v == name));
     }
 }
 
@@ -2333,11 +2540,21 @@ mod tests {
         }
     }
 
+    /// A home that does not exist: no `~/.gemini`, nothing to read.
+    const NO_HOME: &str = "/nonexistent/aicli-test-home";
+
+    /// `task` launched with a private dir under `/root/.cache/aicli/runs/r1`; `HOME` is
+    /// [`NO_HOME`] unless the task's env sets it.
     fn launch(
         task: &TaskSpec,
         mcp: Option<&McpEndpoint>,
         is_root: bool,
     ) -> Result<CommandSpec, ProviderError> {
+        let mut task = task.clone();
+        task.env
+            .entry("HOME".into())
+            .or_insert_with(|| NO_HOME.into());
+        let task = &task;
         let binary = BinaryLocation::Path(PathBuf::from("/usr/bin/gemini"));
         let ctx = LaunchContext {
             task,
@@ -2377,20 +2594,28 @@ mod tests {
         assert_eq!(c.stdin, None);
         let mut env = BTreeMap::new();
         env.insert("GEMINI_CLI_NO_RELAUNCH".to_owned(), "true".to_owned());
+        env.insert("HOME".to_owned(), NO_HOME.to_owned());
         env.insert(
-            SETTINGS_PATH_ENV.to_owned(),
-            "/root/.cache/aicli/runs/r1/gemini-settings.json".to_owned(),
+            HOME_ENV.to_owned(),
+            "/root/.cache/aicli/runs/r1/gemini-home".to_owned(),
         );
         assert_eq!(c.env, env);
         assert_eq!(
             c.files,
             [FileSpec {
-                path: PathBuf::from("/root/.cache/aicli/runs/r1/gemini-settings.json"),
+                path: PathBuf::from("/root/.cache/aicli/runs/r1/gemini-home/.gemini/settings.json"),
                 contents: "{\n  \"privacy\": {\n    \"usageStatisticsEnabled\": false\n  }\n}\n"
                     .into(),
                 mode: 0o600,
             }]
         );
+        // No ~/.gemini yet: only the state directories, which the engine creates there.
+        let kept = |name: &str| LinkSpec {
+            link: PathBuf::from("/root/.cache/aicli/runs/r1/gemini-home/.gemini").join(name),
+            target: Path::new(NO_HOME).join(".gemini").join(name),
+            create_target_dir: true,
+        };
+        assert_eq!(c.links, [kept("history"), kept("tmp")]);
     }
 
     #[test]
@@ -2482,6 +2707,18 @@ mod tests {
         );
     }
 
+    const SETTINGS_PATH: &str = "/root/.cache/aicli/runs/r1/gemini-home/.gemini/settings.json";
+
+    fn settings_of(c: &CommandSpec) -> Value {
+        let file = c
+            .files
+            .iter()
+            .find(|f| f.path == Path::new(SETTINGS_PATH))
+            .unwrap_or_else(|| panic!("no settings file in {c:?}"));
+        assert_eq!(file.mode, 0o600);
+        serde_json::from_str(&file.contents).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     #[test]
     fn the_settings_file_carries_mcp_turns_and_tools_and_the_token_only_there() {
         let mut t = TaskSpec::new("go");
@@ -2491,17 +2728,8 @@ mod tests {
         let ep = endpoint();
         let c = launch(&t, Some(&ep), true).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.files.len(), 1);
-        let file = &c.files[0];
         assert_eq!(
-            (file.path.as_path(), file.mode),
-            (
-                Path::new("/root/.cache/aicli/runs/r1/gemini-settings.json"),
-                0o600
-            )
-        );
-        let settings: Value = serde_json::from_str(&file.contents).unwrap_or_default();
-        assert_eq!(
-            settings,
+            settings_of(&c),
             json!({
                 "privacy": {"usageStatisticsEnabled": false},
                 "model": {"maxSessionTurns": 7},
@@ -2514,8 +2742,8 @@ mod tests {
             })
         );
         assert_eq!(
-            c.env.get(SETTINGS_PATH_ENV),
-            Some(&file.path.display().to_string())
+            c.env.get(HOME_ENV).map(String::as_str),
+            Some("/root/.cache/aicli/runs/r1/gemini-home")
         );
         assert!(
             !c.args.iter().any(|a| a.contains("tok-secret-123")),
@@ -2531,71 +2759,276 @@ mod tests {
         assert!(!format!("{c:?}").contains("tok-secret-123"));
     }
 
-    #[test]
-    fn mcp_wiring_is_the_same_file() {
-        let w = provider()
-            .mcp_wiring(&endpoint(), Path::new("/root/.cache/aicli/runs/r1"))
+    /// A user's home with a `~/.gemini` as Gemini 0.61 leaves it, a `~/.env`, and
+    /// `settings` as `~/.gemini/settings.json` (when given).
+    fn fake_home(settings: Option<&str>) -> tempfile::TempDir {
+        let home = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let dir = home.path().join(".gemini");
+        for d in ["tmp/repo/chats", "extensions"] {
+            std::fs::create_dir_all(dir.join(d)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        for f in [
+            "oauth_creds.json",
+            "google_accounts.json",
+            "installation_id",
+            "projects.json",
+            "GEMINI.md",
+            ".env",
+        ] {
+            std::fs::write(dir.join(f), "x").unwrap_or_else(|e| panic!("{e}"));
+        }
+        if let Some(s) = settings {
+            std::fs::write(dir.join("settings.json"), s).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(home.path().join(".env"), "GEMINI_API_KEY=k\n")
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(w.args.is_empty());
-        assert_eq!(w.files.len(), 1);
-        assert_eq!(w.files[0].mode, 0o600);
+        home
+    }
+
+    fn with_home(task: &TaskSpec, home: &Path) -> TaskSpec {
+        let mut t = task.clone();
+        t.env.insert("HOME".into(), home.display().to_string());
+        t
+    }
+
+    #[test]
+    fn every_entry_of_the_users_gemini_dir_is_linked_but_the_settings() {
+        let home = fake_home(Some("{}"));
+        let h = home.path();
+        let c = launch(
+            &with_home(&TaskSpec::new("go"), h),
+            Some(&endpoint()),
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let run = Path::new("/root/.cache/aicli/runs/r1/gemini-home");
+        let link = |name: &str, create_target_dir: bool| LinkSpec {
+            link: run.join(".gemini").join(name),
+            target: h.join(".gemini").join(name),
+            create_target_dir,
+        };
         assert_eq!(
-            w.env.get(SETTINGS_PATH_ENV),
-            Some(&w.files[0].path.display().to_string())
+            c.links,
+            [
+                link(".env", false),
+                link("GEMINI.md", false),
+                link("extensions", false),
+                link("google_accounts.json", false),
+                // Not there yet: made by the engine so the run's history outlives it.
+                link("history", true),
+                link("installation_id", false),
+                link("oauth_creds.json", false),
+                link("projects.json", false),
+                // Chats: --resume finds earlier sessions, later runs find this one.
+                link("tmp", true),
+                // ~/.env, where Gemini looks for an env file last (~/.agents: none here).
+                LinkSpec {
+                    link: run.join(".env"),
+                    target: h.join(".env"),
+                    create_target_dir: false,
+                },
+            ]
         );
-        let v: Value = serde_json::from_str(&w.files[0].contents).unwrap_or_default();
-        assert_eq!(v["mcpServers"]["aicli"]["trust"], json!(true));
-        let in_tmp = provider().mcp_wiring(&endpoint(), Path::new("/tmp/aicli-r1"));
+        assert_eq!(c.files.len(), 1);
+        assert_eq!(c.files[0].path, Path::new(SETTINGS_PATH));
+        assert_eq!(c.env.get(HOME_ENV).map(Path::new), Some(run), "{:?}", c.env);
+    }
+
+    #[test]
+    fn the_users_settings_are_merged_under_the_runs() {
+        // Comments as Gemini allows them; a `$VAR` of the user's stays for Gemini to expand.
+        let user = r#"{
+          // my servers
+          "mcpServers": {
+            "mine": {"command": "my-mcp", "args": ["--x"], "env": {"K": "$MY_KEY"}},
+            "aicli": {"command": "old-aicli"} /* replaced whole, not merged */
+          },
+          "mcp": {"allowed": ["mine"], "excluded": ["aicli", "other"]},
+          "tools": {"exclude": ["write_file", "google_web_search"], "allowed": ["ls"]},
+          "model": {"name": "gemini-2.5-pro", "maxSessionTurns": 100},
+          "privacy": {"usageStatisticsEnabled": true},
+          "ui": {"theme": "GitHub", "url": "http://x//not-a-comment"}
+        }"#;
+        let home = fake_home(Some(user));
+        let mut t = with_home(&TaskSpec::new("go"), home.path());
+        t.max_turns = Some(7);
+        t.allowed_tools = vec!["run_shell_command(git)".into()];
+        t.disallowed_tools = vec!["google_web_search".into(), "web_fetch".into()];
+        let c = launch(&t, Some(&endpoint()), false).unwrap_or_else(|e| panic!("{e}"));
+        let v = settings_of(&c);
+        assert_eq!(
+            v,
+            json!({
+                "mcpServers": {
+                    "mine": {"command": "my-mcp", "args": ["--x"], "env": {"K": "$MY_KEY"}},
+                    "aicli": {
+                        "httpUrl": "http://127.0.0.1:4567/mcp",
+                        "headers": {"Authorization": "Bearer tok-secret-123"},
+                        "trust": true
+                    }
+                },
+                "mcp": {"allowed": ["mine", "aicli"], "excluded": ["other"]},
+                "tools": {
+                    "exclude": ["write_file", "google_web_search", "web_fetch"],
+                    "allowed": ["run_shell_command(git)"]
+                },
+                "model": {"name": "gemini-2.5-pro", "maxSessionTurns": 7},
+                "privacy": {"usageStatisticsEnabled": false},
+                "ui": {"theme": "GitHub", "url": "http://x//not-a-comment"}
+            })
+        );
+        // The user's key order is kept; aicli's keys come after.
+        let keys: Vec<&String> = v
+            .as_object()
+            .map(|o| o.keys().collect())
+            .unwrap_or_default();
+        assert_eq!(
+            keys,
+            ["mcpServers", "mcp", "tools", "model", "privacy", "ui"]
+        );
+        // Without a turn limit or tool lists the user's own stay.
+        let c = launch(&with_home(&TaskSpec::new("go"), home.path()), None, false)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let v = settings_of(&c);
+        assert_eq!(
+            v["model"],
+            json!({"name": "gemini-2.5-pro", "maxSessionTurns": 100})
+        );
+        assert_eq!(v["tools"]["allowed"], json!(["ls"]));
+        assert_eq!(v["mcpServers"]["aicli"], json!({"command": "old-aicli"}));
+        assert_eq!(v["mcp"]["allowed"], json!(["mine"]));
+    }
+
+    #[test]
+    fn unusable_user_settings_are_a_clear_error() {
+        let refused = |settings: &str| {
+            let home = fake_home(Some(settings));
+            let path = home.path().join(".gemini/settings.json");
+            let err = launch(&with_home(&TaskSpec::new("go"), home.path()), None, false)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            let prefix = format!(
+                "invalid task for provider gemini: your Gemini settings {} cannot be used: ",
+                path.display()
+            );
+            assert!(err.starts_with(&prefix), "{err}");
+            err[prefix.len()..].to_owned()
+        };
+        assert_eq!(
+            refused("{\n  \"ui\": {\"theme\": \"x\"},,\n}"),
+            "it is not valid JSON: key must be a string at line 2 column 24 (gemini itself \
+             would refuse to start with it; fix or move the file)"
+        );
+        assert!(refused("[1]").starts_with("it holds a JSON array, not an object"));
+        assert!(refused("").starts_with("it is not valid JSON: EOF while parsing"));
+        assert!(refused("{\"a\": \"\u{0}\" \u{1}}").starts_with("it is not valid JSON"));
+        // A settings.json that cannot be read at all.
+        let home = fake_home(None);
+        let dir = home.path().join(".gemini/settings.json");
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let err = launch(&with_home(&TaskSpec::new("go"), home.path()), None, false)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(
-            matches!(in_tmp, Err(ProviderError::Unsupported { .. })),
-            "{in_tmp:?}"
+            err.starts_with(&format!(
+                "invalid task for provider gemini: cannot read your Gemini settings {}: ",
+                dir.display()
+            )),
+            "{err}"
+        );
+        // ~/.gemini that is not a directory.
+        let home = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(home.path().join(".gemini"), "").unwrap_or_else(|e| panic!("{e}"));
+        let err = launch(&with_home(&TaskSpec::new("go"), home.path()), None, false)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            err,
+            format!(
+                "invalid task for provider gemini: cannot list {}/.gemini: Not a directory (os error 20)",
+                home.path().display()
+            )
         );
     }
 
     #[test]
-    fn settings_gemini_would_skip_are_refused_not_dropped() {
-        let ep = endpoint();
-        // Not root: Gemini 0.61 ignores a system settings file not owned by root.
-        let err = launch(&TaskSpec::new("go"), Some(&ep), false)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(
-            err.starts_with("provider gemini does not support an MCP server in this setup: gemini 0.61 reads per-run settings only from a system settings file owned by root"),
-            "{err}"
-        );
-        let mut t = TaskSpec::new("go");
-        t.max_turns = Some(3);
-        let err = launch(&t, None, false)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(
-            err.contains("does not support max_turns in this setup"),
-            "{err}"
-        );
-        // Nothing the run depends on: no file at all.
-        let c = launch(&TaskSpec::new("go"), None, false).unwrap_or_else(|e| panic!("{e}"));
-        assert!(c.files.is_empty());
-        assert!(!c.env.contains_key(SETTINGS_PATH_ENV));
-        // Root, but a private dir under /tmp.
-        let binary = BinaryLocation::Path(PathBuf::from("gemini"));
+    fn mcp_wiring_is_the_same_home() {
+        let home = fake_home(Some(r#"{"mcpServers": {"mine": {"command": "m"}}}"#));
+        let mut p = provider();
+        p.config
+            .env
+            .insert("HOME".into(), home.path().display().to_string());
+        let private = Path::new("/root/.cache/aicli/runs/r1");
+        let w = p
+            .mcp_wiring(&endpoint(), private)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(w.args.is_empty());
+        let binary = BinaryLocation::Path(PathBuf::from("/usr/bin/gemini"));
         let task = TaskSpec::new("go");
+        let ep = endpoint();
         let ctx = LaunchContext {
             task: &task,
+            binary: &binary,
+            workdir: Path::new("/w"),
+            private_dir: private,
+            mcp: Some(&ep),
+            budget_remaining_usd: None,
+            is_root: false,
+        };
+        let c = p.headless_argv(&ctx).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.files, c.files);
+        assert_eq!(w.links, c.links);
+        assert_eq!(w.env.get(HOME_ENV), c.env.get(HOME_ENV));
+        assert_eq!(w.env.len(), 1);
+        let v: Value = serde_json::from_str(&w.files[0].contents).unwrap_or_default();
+        assert_eq!(v["mcpServers"]["aicli"]["trust"], json!(true));
+        assert_eq!(v["mcpServers"]["mine"], json!({"command": "m"}));
+        assert!(
+            w.links
+                .iter()
+                .any(|l| l.target == home.path().join(".gemini/tmp"))
+        );
+    }
+
+    #[test]
+    fn root_or_not_and_wherever_the_private_dir_is_a_run_gets_the_same_home() {
+        let ep = endpoint();
+        let mut t = TaskSpec::new("go");
+        t.max_turns = Some(3);
+        let root = launch(&t, Some(&ep), true).unwrap_or_else(|e| panic!("{e}"));
+        let user = launch(&t, Some(&ep), false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(root, user);
+        // A private dir under /tmp is fine too (Gemini checks nothing about the home).
+        let binary = BinaryLocation::Path(PathBuf::from("gemini"));
+        let ctx = LaunchContext {
+            task: &t,
             binary: &binary,
             workdir: Path::new("/w"),
             private_dir: Path::new("/tmp/aicli/r1"),
             mcp: Some(&ep),
             budget_remaining_usd: None,
-            is_root: true,
+            is_root: false,
         };
-        let err = provider()
+        let c = provider()
             .headless_argv(&ctx)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(err.contains("/tmp/aicli/r1 is under /tmp"), "{err}");
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.env.get(HOME_ENV).map(String::as_str),
+            Some("/tmp/aicli/r1/gemini-home")
+        );
+        // Without a user's home: the settings alone (no login files to link).
+        let settings = RunSettings::new(None, Vec::new(), Vec::new(), Some(&ep));
+        let w = provider()
+            .run_home(&settings, Path::new("/p"), None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(w.links.is_empty());
+        assert_eq!(
+            w.files[0].path,
+            Path::new("/p/gemini-home/.gemini/settings.json")
+        );
     }
 
     #[test]
@@ -2614,9 +3047,8 @@ mod tests {
         t.append_system_prompt = Some("be brief".into());
         assert!(refused(&t, None).contains("append_system_prompt"));
         let mut t = TaskSpec::new("x");
-        t.env
-            .insert(SETTINGS_PATH_ENV.into(), "/etc/mine.json".into());
-        assert!(refused(&t, None).contains("GEMINI_CLI_SYSTEM_SETTINGS_PATH is set by the task"));
+        t.env.insert(HOME_ENV.into(), "/home/me".into());
+        assert!(refused(&t, None).contains("env GEMINI_CLI_HOME is set by the task or the config"));
         let mut ep = endpoint();
         ep.token = "ab$cd".into();
         let err = refused(&TaskSpec::new("x"), Some(&ep));
@@ -2627,6 +3059,18 @@ mod tests {
         let mut t = TaskSpec::new("x");
         t.allowed_tools = vec!["run_shell_command(echo $HOME)".into()];
         assert!(refused(&t, None).contains("allowed tool contains '$'"));
+    }
+
+    #[test]
+    fn comments_are_stripped_as_gemini_strips_them() {
+        let text = "{\"a\": \"//x\\\" /*y*/\", // c\n /* multi\nline */ \"b\": 1}";
+        let stripped = strip_json_comments(text);
+        assert_eq!(stripped.len(), text.len());
+        assert_eq!(stripped.lines().count(), text.lines().count());
+        assert_eq!(
+            serde_json::from_str::<Value>(&stripped).unwrap_or_default(),
+            json!({"a": "//x\" /*y*/", "b": 1})
+        );
     }
 
     // --- pieces ---------------------------------------------------------------------------

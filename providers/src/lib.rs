@@ -57,7 +57,7 @@ pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel};
 pub use provider::{
     AiCliProvider, AuthStatus, BinaryLocation, CommandSpec, Feature, FileSpec, LaunchContext,
-    McpEndpoint, McpWiring, SharedProvider,
+    LinkSpec, McpEndpoint, McpWiring, SharedProvider,
 };
 pub use registry::ProviderRegistry;
 pub use result::{

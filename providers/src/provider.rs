@@ -1,5 +1,6 @@
 //! The [`AiCliProvider`] trait and the plain data it speaks: [`Feature`],
-//! [`LaunchContext`], [`CommandSpec`], [`McpEndpoint`], [`McpWiring`], [`AuthStatus`].
+//! [`LaunchContext`], [`CommandSpec`] (with its [`FileSpec`]s and [`LinkSpec`]s),
+//! [`McpEndpoint`], [`McpWiring`], [`AuthStatus`].
 //!
 //! A provider is pure where it can be: it turns a task into a command to run and the
 //! CLI's lines into events and a result. It never spawns processes or awaits I/O except
@@ -148,7 +149,23 @@ impl std::fmt::Debug for FileSpec {
     }
 }
 
-/// How an MCP server is wired into one run of a CLI: arguments, environment and files.
+/// A symbolic link the engine creates before the run and removes after it (a CLI's
+/// per-run home that shares the user's state, for instance).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkSpec {
+    /// The link's absolute path, under the run's private directory. Missing parent
+    /// directories are created (0700); a link or file already there is replaced, a
+    /// directory there is an error.
+    pub link: PathBuf,
+    /// What the link points to (absolute). It need not exist, unless `create_target_dir`.
+    pub target: PathBuf,
+    /// Create `target` as a directory (0700, with missing parents) when nothing is there:
+    /// for state the CLI writes through the link that must outlive the run.
+    pub create_target_dir: bool,
+}
+
+/// How an MCP server is wired into one run of a CLI: arguments, environment, files and
+/// links.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct McpWiring {
     /// Arguments to add.
@@ -157,6 +174,8 @@ pub struct McpWiring {
     pub env: BTreeMap<String, String>,
     /// Files to write first.
     pub files: Vec<FileSpec>,
+    /// Links to create first.
+    pub links: Vec<LinkSpec>,
 }
 
 /// Everything a provider needs to build a run's command. Built by the engine.
@@ -195,6 +214,9 @@ pub struct CommandSpec {
     pub cwd: PathBuf,
     /// Files to write before starting.
     pub files: Vec<FileSpec>,
+    /// Symbolic links to create before starting (before the files, so a file may go
+    /// into a directory made for links); removed with the files after the run.
+    pub links: Vec<LinkSpec>,
 }
 
 impl std::fmt::Debug for CommandSpec {
@@ -208,6 +230,7 @@ impl std::fmt::Debug for CommandSpec {
             .field("stdin_bytes", &self.stdin.as_ref().map(String::len))
             .field("cwd", &self.cwd)
             .field("files", &self.files)
+            .field("links", &self.links)
             .finish()
     }
 }
@@ -224,6 +247,7 @@ impl CommandSpec {
             stdin: None,
             cwd: cwd.to_path_buf(),
             files: Vec::new(),
+            links: Vec::new(),
         }
     }
 
@@ -248,6 +272,7 @@ impl CommandSpec {
         self.args.extend(w.args);
         self.env.extend(w.env);
         self.files.extend(w.files);
+        self.links.extend(w.links);
         self
     }
 }
