@@ -249,6 +249,7 @@ mod tests {
         SessionOutcome {
             result: r,
             events: Vec::new(),
+            argv: Vec::new(),
         }
     }
 

@@ -179,10 +179,13 @@ impl LocalProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if cmd.env_clear {
+            c.env_clear();
+        }
+        c.envs(&cmd.env);
         for k in &cmd.env_remove {
             c.env_remove(k);
         }
-        c.envs(&cmd.env);
         // Own process group (pgid = the child's pid): the whole group can be signalled,
         // and a Ctrl-C on aicli's terminal does not reach it (aicli shuts it down itself).
         c.process_group(0);

@@ -824,6 +824,7 @@ impl Shared {
         SessionOutcome {
             result: SessionResult::not_started(provider, kind, message),
             events: Vec::new(),
+            argv: Vec::new(),
         }
     }
 
@@ -876,6 +877,7 @@ impl Shared {
             model: provider.model_for(&task),
             prior,
             resumed_session: task.resume_session_id.clone(),
+            argv: Vec::new(),
             result: None,
         });
         planned.rec.state = TaskState::Running;
@@ -933,6 +935,7 @@ impl Shared {
                 a.events_end = Some(events_end);
                 a.stderr_end = Some(stderr_end);
                 a.result = Some(result.clone());
+                a.argv = outcome.argv.clone();
             }
             p.rec.state = provisional;
             // Later attempts of this invocation are plain retries of the same run.
@@ -942,6 +945,7 @@ impl Shared {
         SessionOutcome {
             result,
             events: outcome.events,
+            argv: outcome.argv,
         }
     }
 
@@ -1279,6 +1283,7 @@ impl PoolOwner for Owner {
                 model: None,
                 prior: None,
                 resumed_session: None,
+                argv: Vec::new(),
                 result: Some(result),
             });
         });

@@ -105,6 +105,9 @@ pub struct SessionOutcome {
     pub result: SessionResult,
     /// Every event, CLI and aicli-made, in arrival order.
     pub events: Vec<AgentEvent>,
+    /// The command that ran (program and arguments; secrets live in files and env,
+    /// never here), empty when nothing was started.
+    pub argv: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +129,7 @@ pub async fn run_session(spec: SessionSpec, io: SessionIo, runner: &dyn Runner) 
         Err(result) => SessionOutcome {
             result: *result,
             events: Vec::new(),
+            argv: Vec::new(),
         },
     };
     let r = &mut outcome.result;
@@ -166,20 +170,6 @@ async fn prepare_and_run(
         .binary_path(spec.search_path.as_deref())
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
 
-    // The environment the CLI will see, for the pre-check.
-    let mut env = spec.inherited_env.clone();
-    env.extend(provider.config().env.clone());
-    env.extend(spec.task.env.clone());
-    let home = env
-        .get("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/"));
-    if spec.auth_precheck
-        && let Some(msg) = provider.auth_precheck(&env, &home).await
-    {
-        return Err(not_started(spec, ErrorKind::Auth, msg));
-    }
-
     std::fs::create_dir_all(&spec.private_dir).map_err(|e| {
         not_started(
             spec,
@@ -190,6 +180,7 @@ async fn prepare_and_run(
     set_mode(&spec.private_dir, 0o700);
     let is_root = nix::unistd::geteuid().is_root();
     let ctx = LaunchContext {
+        env: &spec.inherited_env,
         task: &spec.task,
         binary: &binary,
         workdir: &spec.workdir,
@@ -201,6 +192,25 @@ async fn prepare_and_run(
     let mut cmd = provider
         .headless_argv(&ctx)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
+    // A clean, explicit environment: the inherited one, then the provider's and the
+    // task's (which headless_argv put in `cmd.env`), minus what the provider removes.
+    let mut full_env = spec.inherited_env.clone();
+    full_env.append(&mut cmd.env);
+    for k in &cmd.env_remove {
+        full_env.remove(k);
+    }
+    cmd.env = full_env;
+    cmd.env_clear = true;
+    let home = cmd
+        .env
+        .get("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    if spec.auth_precheck
+        && let Some(msg) = provider.auth_precheck(&cmd.env, &home, &cmd.args).await
+    {
+        return Err(not_started(spec, ErrorKind::Auth, msg));
+    }
     // Links first: they make the directories (0700) that files may go into.
     for (i, l) in cmd.links.iter().enumerate() {
         if let Err(e) = create_link(l) {
@@ -305,7 +315,10 @@ async fn prepare_and_run(
             return Err(not_started(spec, kind, e.to_string()));
         }
     };
-    let outcome = supervise(spec, io, handle, task_id, aicli_log).await;
+    let mut outcome = supervise(spec, io, handle, task_id, aicli_log).await;
+    outcome.argv = std::iter::once(cmd.program.display().to_string())
+        .chain(cmd.args.iter().cloned())
+        .collect();
     remove_quietly(lockfile.as_deref());
     for f in &cmd.files {
         remove_quietly(Some(&f.path));
@@ -483,6 +496,7 @@ async fn supervise(
     SessionOutcome {
         result,
         events: all_events,
+        argv: Vec::new(),
     }
 }
 

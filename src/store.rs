@@ -106,6 +106,10 @@ pub struct AttemptRecord {
     /// The session it resumed, if any.
     #[serde(default)]
     pub resumed_session: Option<String>,
+    /// The command that ran (program and arguments; no secrets: tokens go through
+    /// files and env).
+    #[serde(default)]
+    pub argv: Vec<String>,
     /// Its result, if it ended.
     #[serde(default)]
     pub result: Option<SessionResult>,

@@ -3111,6 +3111,7 @@ mod tests {
         let binary = BinaryLocation::Path("/usr/bin/claude".into());
         let ep = endpoint();
         let ctx = LaunchContext {
+            env: &std::collections::BTreeMap::new(),
             task: &task,
             binary: &binary,
             workdir: Path::new("/w"),
@@ -3167,6 +3168,7 @@ mod tests {
                     ),
                 ]),
                 env_remove: vec![],
+                env_clear: false,
                 stdin: None,
                 cwd: "/w/sub".into(),
                 files: vec![FileSpec {
@@ -3182,6 +3184,7 @@ mod tests {
     fn argv_for(task: &TaskSpec, is_root: bool, remaining: Option<f64>) -> CommandSpec {
         let binary = BinaryLocation::Path("/usr/bin/claude".into());
         let ctx = LaunchContext {
+            env: &std::collections::BTreeMap::new(),
             task,
             binary: &binary,
             workdir: Path::new("/w"),
@@ -3275,6 +3278,7 @@ mod tests {
             };
             let binary = BinaryLocation::Path("/c".into());
             let ctx = LaunchContext {
+                env: &std::collections::BTreeMap::new(),
                 task: &t,
                 binary: &binary,
                 workdir: Path::new("/w"),
@@ -3299,6 +3303,7 @@ mod tests {
         let t = TaskSpec::new("x");
         let binary = BinaryLocation::Path("/c".into());
         let ctx = LaunchContext {
+            env: &std::collections::BTreeMap::new(),
             task: &t,
             binary: &binary,
             workdir: Path::new("/w"),
@@ -3345,6 +3350,7 @@ mod tests {
         };
         let binary = BinaryLocation::Path("/c".into());
         let ctx = LaunchContext {
+            env: &std::collections::BTreeMap::new(),
             task: &t,
             binary: &binary,
             workdir: Path::new("/w"),

@@ -289,7 +289,12 @@ impl AiCliProvider for CodexProvider {
         }
     }
 
-    async fn auth_precheck(&self, env: &BTreeMap<String, String>, home: &Path) -> Option<String> {
+    async fn auth_precheck(
+        &self,
+        env: &BTreeMap<String, String>,
+        home: &Path,
+        args: &[String],
+    ) -> Option<String> {
         let codex_home = env
             .get(CODEX_HOME_ENV)
             .filter(|s| !s.is_empty())
@@ -301,7 +306,7 @@ impl AiCliProvider for CodexProvider {
             auth_files: self.config.auth_files.iter().any(|f| home.join(f).exists()),
             codex_home,
         };
-        precheck(&self.config, env, &look)
+        precheck(&self.config, env, &look, args)
     }
 
     fn detect_auth_error(
@@ -841,6 +846,7 @@ fn precheck(
     config: &ProviderConfig,
     env: &BTreeMap<String, String>,
     look: &AuthLook,
+    argv: &[String],
 ) -> Option<String> {
     let set = |var: &str| env.get(var).is_some_and(|v| !v.is_empty());
     let toml = look
@@ -848,7 +854,12 @@ fn precheck(
         .as_deref()
         .map(TomlFacts::read)
         .unwrap_or_default();
-    let args = ArgFacts::read(&config.extra_args);
+    // The built argv holds the config's and the task's extra args (and `-c` overrides).
+    let args = if argv.is_empty() {
+        ArgFacts::read(&config.extra_args)
+    } else {
+        ArgFacts::read(argv)
+    };
     if args.oss {
         return None; // a local model server: no credentials
     }
@@ -2021,6 +2032,7 @@ mod tests {
         let p = CodexProvider::new("codex", cfg);
         let binary = BinaryLocation::Path(BIN.into());
         let ctx = LaunchContext {
+            env: &std::collections::BTreeMap::new(),
             task,
             binary: &binary,
             workdir: Path::new("/work/tree"),
@@ -2294,7 +2306,7 @@ mod tests {
     fn precheck_finds_credentials_or_says_how_to_get_them() {
         let home = tempfile::tempdir().unwrap();
         let p = provider();
-        let check = |e: &BTreeMap<String, String>| block_on(p.auth_precheck(e, home.path()));
+        let check = |e: &BTreeMap<String, String>| block_on(p.auth_precheck(e, home.path(), &[]));
         let expected = format!(
             "not logged in: set CODEX_API_KEY or run `codex login` (no CODEX_API_KEY in the environment and no {}/.codex/auth.json)",
             home.path().display()
@@ -2333,11 +2345,11 @@ mod tests {
         .unwrap();
         let p = provider();
         assert_eq!(
-            block_on(p.auth_precheck(&env(&[]), home.path())),
+            block_on(p.auth_precheck(&env(&[]), home.path(), &[])),
             Some("not logged in: model provider `corp` reads its API key from CORP_KEY, which is not set".into())
         );
         assert_eq!(
-            block_on(p.auth_precheck(&env(&[("CORP_KEY", "k")]), home.path())),
+            block_on(p.auth_precheck(&env(&[("CORP_KEY", "k")]), home.path(), &[])),
             None
         );
 
@@ -2352,11 +2364,11 @@ mod tests {
         let fake = CodexProvider::new("codex", cfg.clone());
         let empty = tempfile::tempdir().unwrap();
         assert_eq!(
-            block_on(fake.auth_precheck(&env(&[]), empty.path())),
+            block_on(fake.auth_precheck(&env(&[]), empty.path(), &[])),
             Some("not logged in: model provider `fake` reads its API key from FAKE_OPENAI_KEY, which is not set".into())
         );
         assert_eq!(
-            block_on(fake.auth_precheck(&env(&[("FAKE_OPENAI_KEY", "sk")]), empty.path())),
+            block_on(fake.auth_precheck(&env(&[("FAKE_OPENAI_KEY", "sk")]), empty.path(), &[])),
             None
         );
         // Any variable the config names counts (a task's own provider is not visible here).
@@ -2364,7 +2376,7 @@ mod tests {
         cfg.auth_env_vars.push("TEAM_KEY".into());
         let named = CodexProvider::new("codex", cfg);
         assert_eq!(
-            block_on(named.auth_precheck(&env(&[("TEAM_KEY", "k")]), empty.path())),
+            block_on(named.auth_precheck(&env(&[("TEAM_KEY", "k")]), empty.path(), &[])),
             None
         );
     }
@@ -2380,7 +2392,7 @@ mod tests {
         ] {
             std::fs::write(home.path().join(".codex/config.toml"), toml).unwrap();
             assert_eq!(
-                block_on(p.auth_precheck(&env(&[]), home.path())),
+                block_on(p.auth_precheck(&env(&[]), home.path(), &[])),
                 None,
                 "{toml}"
             );

@@ -128,11 +128,16 @@ impl GeminiProvider {
     }
 
     /// The home of the user a run is for: `HOME` from the task's env, else the config's,
-    /// else aicli's own (the environment the engine passes on by default; a
-    /// [`LaunchContext`] does not carry the environment). `None` when unset or relative.
-    fn user_home(&self, task: Option<&TaskSpec>) -> Option<PathBuf> {
+    /// else the environment the run inherits ([`LaunchContext::env`]), else aicli's own.
+    /// `None` when unset or relative.
+    fn user_home(
+        &self,
+        task: Option<&TaskSpec>,
+        inherited: Option<&BTreeMap<String, String>>,
+    ) -> Option<PathBuf> {
         task.and_then(|t| t.env.get("HOME"))
             .or_else(|| self.config.env.get("HOME"))
+            .or_else(|| inherited.and_then(|e| e.get("HOME")))
             .cloned()
             .or_else(|| std::env::var("HOME").ok())
             .map(PathBuf::from)
@@ -309,7 +314,7 @@ impl AiCliProvider for GeminiProvider {
             excluded,
             ctx.mcp,
         );
-        let user_home = self.user_home(Some(task));
+        let user_home = self.user_home(Some(task), Some(ctx.env));
         c.wire(self.run_home(&settings, ctx.private_dir, user_home.as_deref())?);
         Ok(c)
     }
@@ -330,7 +335,11 @@ impl AiCliProvider for GeminiProvider {
         private_dir: &Path,
     ) -> Result<McpWiring, ProviderError> {
         let settings = RunSettings::new(None, Vec::new(), Vec::new(), Some(endpoint));
-        self.run_home(&settings, private_dir, self.user_home(None).as_deref())
+        self.run_home(
+            &settings,
+            private_dir,
+            self.user_home(None, None).as_deref(),
+        )
     }
 
     /// Exit code 41, Gemini's "Please set an Auth method" (or its other auth-setup
@@ -1393,6 +1402,10 @@ fn text_kind(text: &str) -> Option<ErrorKind> {
         "enotfound",
         "eai_again",
         "etimedout",
+        "econnreset",
+        // undici's message when the response body stream is cut midway (seen with
+        // gemini 0.61 on a dropped SSE stream: "[API Error: terminated]", exit 1).
+        "api error: terminated",
     ]
     .iter()
     .any(|m| lower.contains(m))
@@ -2557,6 +2570,7 @@ mod tests {
         let task = &task;
         let binary = BinaryLocation::Path(PathBuf::from("/usr/bin/gemini"));
         let ctx = LaunchContext {
+            env: &std::collections::BTreeMap::new(),
             task,
             binary: &binary,
             workdir: Path::new("/repo/wt/task-1"),
@@ -2652,6 +2666,7 @@ mod tests {
         p.config.extra_args = vec!["--include-directories".into(), "/data".into()];
         let binary = BinaryLocation::Path(PathBuf::from("/usr/bin/gemini"));
         let ctx = LaunchContext {
+            env: &std::collections::BTreeMap::new(),
             task: &t,
             binary: &binary,
             workdir: Path::new("/repo/wt/task-1"),
@@ -2970,6 +2985,7 @@ mod tests {
         let task = TaskSpec::new("go");
         let ep = endpoint();
         let ctx = LaunchContext {
+            env: &std::collections::BTreeMap::new(),
             task: &task,
             binary: &binary,
             workdir: Path::new("/w"),
@@ -3004,6 +3020,7 @@ mod tests {
         // A private dir under /tmp is fine too (Gemini checks nothing about the home).
         let binary = BinaryLocation::Path(PathBuf::from("gemini"));
         let ctx = LaunchContext {
+            env: &std::collections::BTreeMap::new(),
             task: &t,
             binary: &binary,
             workdir: Path::new("/w"),

@@ -195,6 +195,9 @@ pub struct LaunchContext<'a> {
     pub budget_remaining_usd: Option<f64>,
     /// Whether aicli runs as root (Claude needs `IS_SANDBOX=1` to bypass permissions).
     pub is_root: bool,
+    /// The environment the CLI inherits before the provider's and the task's (e.g. its
+    /// `HOME`).
+    pub env: &'a BTreeMap<String, String>,
 }
 
 /// A command to run: the output of [`AiCliProvider::headless_argv`].
@@ -208,6 +211,9 @@ pub struct CommandSpec {
     pub env: BTreeMap<String, String>,
     /// Inherited variables to remove.
     pub env_remove: Vec<String>,
+    /// Start from an empty environment (then `env`) instead of inheriting aicli's. The
+    /// engine sets it with `env` holding the whole, explicit environment of the run.
+    pub env_clear: bool,
     /// What to write to stdin (then close it); stdin is null when `None`.
     pub stdin: Option<String>,
     /// The working directory.
@@ -227,6 +233,7 @@ impl std::fmt::Debug for CommandSpec {
             .field("args", &self.args)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("env_remove", &self.env_remove)
+            .field("env_clear", &self.env_clear)
             .field("stdin_bytes", &self.stdin.as_ref().map(String::len))
             .field("cwd", &self.cwd)
             .field("files", &self.files)
@@ -244,6 +251,7 @@ impl CommandSpec {
             args,
             env: BTreeMap::new(),
             env_remove: Vec::new(),
+            env_clear: false,
             stdin: None,
             cwd: cwd.to_path_buf(),
             files: Vec::new(),
@@ -400,9 +408,16 @@ pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
 
     /// A quick look for credentials before spawning (no network): `Some(message)` when
     /// there are certainly none. `env` is the run's full environment, `home` its home
-    /// directory. The default looks for any of `auth_env_vars` and `auth_files`, and
+    /// directory, `args` the CLI's arguments as built (they may configure where the key
+    /// comes from). The default looks for any of `auth_env_vars` and `auth_files`, and
     /// says nothing when the config lists neither.
-    async fn auth_precheck(&self, env: &BTreeMap<String, String>, home: &Path) -> Option<String> {
+    async fn auth_precheck(
+        &self,
+        env: &BTreeMap<String, String>,
+        home: &Path,
+        args: &[String],
+    ) -> Option<String> {
+        let _ = args;
         let c = self.config();
         if c.auth_env_vars.is_empty() && c.auth_files.is_empty() {
             return None;

@@ -128,3 +128,34 @@ fn every_fixture_replays_to_its_committed_result() {
         failures.join("\n")
     );
 }
+
+/// Drift guard: every fixture was recorded with the CLI version the config pins (the
+/// one `.ci/install-clis.sh` installs). Bumping a pin without re-recording fails here.
+#[test]
+fn every_fixture_names_the_pinned_cli_version() {
+    let config = AiCliConfig::builtin().unwrap_or_else(|e| panic!("{e}"));
+    let mut checked = 0;
+    for (name, p) in &config.providers {
+        let Some(pin) = &p.version else { continue };
+        let Ok(dir) = std::fs::read_dir(fixtures_dir().join(name)) else {
+            continue;
+        };
+        for e in dir.filter_map(Result::ok) {
+            let path = e.path();
+            if !path.to_string_lossy().ends_with(".meta.json") {
+                continue;
+            }
+            let meta: Meta = serde_json::from_slice(&read(&path))
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(
+                &meta.cli_version,
+                pin,
+                "{} was recorded with {name} {} but the config pins {pin}; re-record it (bash fixtures/record.sh) or fix the pin",
+                path.display(),
+                meta.cli_version
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 90, "only {checked} fixtures checked");
+}

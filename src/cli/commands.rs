@@ -138,6 +138,41 @@ pub struct ServeArgs {
     pub repo: RepoArgs,
 }
 
+/// `aicli record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The prompt.
+    pub prompt: String,
+    /// The provider whose CLI to run.
+    #[arg(long, short)]
+    pub provider: String,
+    /// The fixture's name (`fixtures/<provider>/<scenario>.*`).
+    #[arg(long)]
+    pub scenario: String,
+    /// Run against a fake model API on loopback instead of the real one: `text`,
+    /// `text:TEXT`, `shell:COMMAND`, `mcp:SERVER/TOOL`, `error:STATUS`, `drop`.
+    #[arg(long, value_name = "SCRIPT")]
+    pub fake: Option<String>,
+    /// The model.
+    #[arg(long, short)]
+    pub model: Option<String>,
+    /// Permission mode (plan, default, accept_edits, bypass).
+    #[arg(long)]
+    pub permission_mode: Option<String>,
+    /// Tools allowed without asking (repeatable).
+    #[arg(long = "allow-tool", value_name = "TOOL")]
+    pub allowed_tools: Vec<String>,
+    /// Where fixtures go.
+    #[arg(long, default_value = "fixtures", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Wall-clock limit, seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Extra arguments for the CLI (after `--`).
+    #[arg(last = true)]
+    pub extra: Vec<String>,
+}
+
 /// `aicli runs ...`.
 #[derive(Debug, Subcommand)]
 pub enum RunsAction {
@@ -167,6 +202,12 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runs { repo, json, action } => runs(config_path.as_deref(), repo, json, action),
         Command::Worktrees { repo, json, action } => worktrees(repo, json, action).await,
         Command::Serve(a) => serve(config_path.as_deref(), a).await,
+        Command::Doctor {
+            fixtures,
+            strict,
+            json,
+        } => doctor(config_path.as_deref(), fixtures, strict, json).await,
+        Command::Record(a) => record(config_path.as_deref(), a).await,
         Command::Answer {
             task,
             answer: text,
@@ -528,7 +569,7 @@ async fn providers(
                     let env: std::collections::BTreeMap<String, String> =
                         std::env::vars().collect();
                     let home = PathBuf::from(env.get("HOME").cloned().unwrap_or_default());
-                    match p.auth_precheck(&env, &home).await {
+                    match p.auth_precheck(&env, &home, &p.config().extra_args).await {
                         Some(msg) => AuthStatus::LoggedOut { hint: msg },
                         None => AuthStatus::Unknown {
                             detail: "the CLI has no status command; credentials seem present"
@@ -932,6 +973,291 @@ async fn serve(config_path: Option<&Path>, a: ServeArgs) -> anyhow::Result<ExitC
     }
     server.revoke(&token);
     server.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The installed version of a provider's CLI (`None` when not installed or unreadable).
+async fn installed_version(p: &aicli::providers::SharedProvider) -> Option<String> {
+    let bin = p.binary_path(None).ok()?;
+    let mut c = CommandSpec::new(&bin, &std::env::temp_dir());
+    c.args(p.config().version_argv.iter().cloned());
+    let out = aicli::process::run_capture(&c, Duration::from_secs(30))
+        .await
+        .ok()?;
+    p.parse_version(&out.stdout)
+}
+
+/// The CLI versions named in `fixtures/<provider>/*.meta.json`.
+fn fixture_versions(dir: &Path, provider: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let Ok(entries) = std::fs::read_dir(dir.join(provider)) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.to_string_lossy().ends_with(".meta.json")
+            && let Ok(v) = aicli::util::read_json::<serde_json::Value>(&p)
+            && let Some(ver) = v["cli_version"].as_str()
+        {
+            out.insert(ver.to_owned());
+        }
+    }
+    out
+}
+
+async fn doctor(
+    config_path: Option<&Path>,
+    fixtures: Option<PathBuf>,
+    strict: bool,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let reg = registry(&config)?;
+    let fixtures = fixtures.or_else(|| {
+        let d = PathBuf::from("fixtures");
+        d.is_dir().then_some(d)
+    });
+    let mut rows = Vec::new();
+    let mut problems = 0;
+    for p in reg.providers() {
+        let bin = p.binary_path(None);
+        let installed = installed_version(p).await;
+        let pinned = p.config().version.clone();
+        let recorded: Vec<String> = fixtures
+            .as_deref()
+            .map(|d| fixture_versions(d, p.name()).into_iter().collect())
+            .unwrap_or_default();
+        let mut warnings = Vec::new();
+        if let Err(e) = &bin {
+            warnings.push(e.to_string());
+        }
+        if let (Some(i), Some(pin)) = (&installed, &pinned)
+            && i != pin
+        {
+            warnings.push(format!(
+                "installed {} {i} differs from the pinned {pin} (adapters and fixtures were checked against {pin}); run .ci/install-clis.sh or re-record the fixtures",
+                p.binary_name()
+            ));
+        }
+        if let Some(i) = &installed
+            && !recorded.is_empty()
+            && !recorded.contains(i)
+        {
+            warnings.push(format!(
+                "the fixtures were recorded with {} but {i} is installed: re-record them with `aicli record`",
+                recorded.join(", ")
+            ));
+        }
+        problems += warnings.len();
+        rows.push(json!({
+            "provider": p.name(),
+            "binary": bin.as_ref().map(|b| b.describe()).ok(),
+            "installed_version": installed,
+            "pinned_version": pinned,
+            "fixtures_version": recorded,
+            "warnings": warnings,
+        }));
+    }
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        for r in &rows {
+            println!(
+                "{}: installed {} · pinned {} · fixtures {}",
+                r["provider"].as_str().unwrap_or_default(),
+                r["installed_version"].as_str().unwrap_or("-"),
+                r["pinned_version"].as_str().unwrap_or("-"),
+                r["fixtures_version"]
+                    .as_array()
+                    .map(|a| a
+                        .iter()
+                        .filter_map(|v| v.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "))
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "-".to_owned())
+            );
+            if let Some(b) = r["binary"].as_str() {
+                println!("  binary: {b}");
+            }
+            for w in r["warnings"].as_array().into_iter().flatten() {
+                println!("  warning: {}", w.as_str().unwrap_or_default());
+            }
+        }
+    }
+    Ok(if strict && problems > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn fake_script(spec: &str) -> anyhow::Result<aicli_testkit::Script> {
+    use aicli_testkit::Script;
+    let (kind, arg) = match spec.split_once(':') {
+        Some((k, a)) => (k, Some(a)),
+        None => (spec, None),
+    };
+    Ok(match (kind, arg) {
+        ("text", None) => Script::default_text(),
+        ("text", Some(t)) => Script::text(t),
+        ("shell", Some(c)) => Script::shell(c).then_quote_tool_result(),
+        ("mcp", Some(st)) => {
+            let (server, tool) = st.split_once('/').context("--fake mcp:SERVER/TOOL")?;
+            Script::mcp_tool_call(server, tool, json!({})).then_quote_tool_result()
+        }
+        ("error", Some(s)) => Script::error(s.parse().context("--fake error:STATUS")?),
+        ("drop", None) => Script::drop_mid_stream(),
+        _ => bail!(
+            "--fake '{spec}': expected text, text:TEXT, shell:COMMAND, mcp:SERVER/TOOL, error:STATUS or drop"
+        ),
+    })
+}
+
+async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let reg = registry(&config)?;
+    let provider = reg.get(&a.provider)?;
+    let version = installed_version(&provider).await.with_context(|| {
+        format!(
+            "{} is not installed or does not print a version",
+            provider.binary_name()
+        )
+    })?;
+    let scratch = tempfile::tempdir()?;
+    let work = scratch.path().join("work");
+    std::fs::create_dir_all(&work)?;
+    let mut task = TaskSpec {
+        id: a.scenario.clone(),
+        prompt: a.prompt.clone(),
+        model: a.model.clone(),
+        allowed_tools: a.allowed_tools.clone(),
+        timeout_secs: Some(a.timeout),
+        ..TaskSpec::default()
+    };
+    if let Some(m) = &a.permission_mode {
+        task.permission_mode = Some(
+            serde_json::from_value(json!(m)).with_context(|| format!("--permission-mode {m}"))?,
+        );
+    }
+    let mut engine = Engine::new(config.clone(), reg.clone());
+    let mut fake = None;
+    let mut source = format!(
+        "aicli record: real {} {version} against its real API",
+        provider.binary_name()
+    );
+    if let Some(spec) = &a.fake {
+        let vendor = aicli_testkit::Vendor::parse(provider.config().adapter_name(provider.name()))
+            .with_context(|| format!("no fake API for provider {}", provider.name()))?;
+        let api = aicli_testkit::FakeApi::start(vendor, fake_script(spec)?).await?;
+        let mut options = aicli_testkit::WiringOptions::default();
+        if let Some(m) = &a.model {
+            options = options.with_model(m.clone());
+        }
+        let mut wiring = api.wiring_with(&options);
+        // A model the wiring pins goes through the task, so the run records it (and its
+        // cost can be estimated) and the adapter passes it on.
+        if task.model.is_none()
+            && let Some(i) = wiring.args.iter().position(|a| a == "-m")
+            && i + 1 < wiring.args.len()
+        {
+            task.model = Some(wiring.args[i + 1].clone());
+            wiring.args.drain(i..i + 2);
+        }
+        let dirs = aicli_testkit::RunDirs::new_in(scratch.path())?;
+        wiring.write_files(&dirs.home)?;
+        task.extra_args.extend(wiring.args.clone());
+        engine = engine.with_env(dirs.env_with(&wiring));
+        source = format!(
+            "aicli record: real {} {version} against the aicli-testkit fake {vendor} API on loopback (script: {spec})",
+            provider.binary_name()
+        );
+        fake = Some((api, dirs));
+    }
+    task.extra_args.extend(a.extra.iter().cloned());
+    let mut opts = BatchOptions::new(&work);
+    opts.provider = Some(provider.name().to_owned());
+    opts.worktrees = false;
+    opts.runs_dir = Some(scratch.path().join("runs"));
+    let (tx, _rx) = broadcast::channel::<BatchEvent>(1024);
+    let cancel = CancellationToken::new();
+    ctrl_c_cancels(cancel.clone());
+    let batch = engine.run_batch(vec![task], opts, tx, cancel).await?;
+    drop(fake);
+    let store = RunStore::new(scratch.path().join("runs"));
+    let rec = store
+        .open_batch(&batch.batch_id)
+        .map_err(anyhow::Error::msg)?;
+    let dir = rec.task_dir(&a.scenario);
+    let trec = rec.task(&a.scenario).map_err(anyhow::Error::msg)?;
+    let attempt = trec.attempts.last().context("the run made no attempt")?;
+    if attempt.argv.is_empty() {
+        let why = attempt
+            .result
+            .as_ref()
+            .and_then(|r| r.error.clone())
+            .unwrap_or_default();
+        bail!("the CLI was not started, so there is nothing to record: {why}");
+    }
+    let stdout = read_range(
+        &dir.join("events.ndjson"),
+        attempt.events_start,
+        attempt.events_end,
+    )
+    .unwrap_or_default();
+    let stderr = read_range(
+        &dir.join("stderr.log"),
+        attempt.stderr_start,
+        attempt.stderr_end,
+    )
+    .unwrap_or_default();
+    let exit = attempt.result.as_ref().and_then(|r| r.exit_code);
+    let ctx = ParseContext {
+        model: attempt.model.clone(),
+        prior: attempt.prior,
+    };
+    let (_, result) = replay::replay(
+        provider.as_ref(),
+        &stdout,
+        &String::from_utf8_lossy(&stderr),
+        exit,
+        &ctx,
+    );
+    let out_dir = a.out.join(provider.name());
+    std::fs::create_dir_all(&out_dir)?;
+    let path = |ext: &str| out_dir.join(format!("{}.{ext}", a.scenario));
+    std::fs::write(path("ndjson"), &stdout)?;
+    std::fs::write(path("stderr"), &stderr)?;
+    std::fs::write(
+        path("exit"),
+        match exit {
+            Some(c) => format!("{c}\n"),
+            None => "signal\n".to_owned(),
+        },
+    )?;
+    let meta = json!({
+        "cli_version": version,
+        "source": source,
+        "cmd": attempt.argv.join(" "),
+        "context": ctx,
+    });
+    std::fs::write(
+        path("meta.json"),
+        serde_json::to_string_pretty(&meta)? + "\n",
+    )?;
+    std::fs::write(
+        path("result.json"),
+        serde_json::to_string_pretty(&result)? + "\n",
+    )?;
+    println!(
+        "recorded {} ({} bytes of stdout, exit {}) with {} {version}: {}",
+        path("ndjson").display(),
+        stdout.len(),
+        exit.map(|c| c.to_string())
+            .unwrap_or_else(|| "signal".into()),
+        provider.binary_name(),
+        output::summary(&result).lines().next().unwrap_or_default()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

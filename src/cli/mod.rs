@@ -125,6 +125,22 @@ pub enum Command {
         #[command(flatten)]
         repo: RepoArgs,
     },
+    /// Check each provider: binary, installed vs pinned vs fixture version, login.
+    Doctor {
+        /// The fixtures directory whose recorded versions to compare (default:
+        /// ./fixtures when it exists).
+        #[arg(long, value_name = "DIR")]
+        fixtures: Option<PathBuf>,
+        /// Exit non-zero when anything is wrong (missing CLI, version drift).
+        #[arg(long)]
+        strict: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a task against a real CLI (real API, or a fake one on loopback) and write the
+    /// transcript as a fixture: <scenario>.ndjson/.stderr/.exit/.meta.json/.result.json.
+    Record(commands::RecordArgs),
     /// Run the agent MCP server alone (for a long-lived host or another orchestrator).
     Serve(commands::ServeArgs),
     /// Write the JSON Schemas of aicli's files into a directory.
