@@ -393,18 +393,7 @@ async fn supervise(
                 None => break if final_deadline.is_some() { EndReason::Final } else { EndReason::Eof },
             },
             ev = injected_recv => match ev {
-                Some(ev) => {
-                    record_aicli_event(&mut aicli_log, &ev);
-                    if let EventKind::Question { question, options } = &ev.kind {
-                        questions.push(PendingQuestion {
-                            question: question.clone(),
-                            options: options.clone(),
-                            asked_at: crate::util::now_rfc3339(),
-                        });
-                    }
-                    let _ = io.live.send(BatchEvent::Agent { task_id: task_id.clone(), event: ev.clone() });
-                    all_events.push(ev);
-                }
+                Some(ev) => take_injected(ev, &mut aicli_log, &mut questions, &io.live, &task_id, &mut all_events),
                 None => injected = None,
             },
             _ = final_sleep => break EndReason::Final,
@@ -442,15 +431,14 @@ async fn supervise(
     }
     if let Some(rx) = injected.as_mut() {
         while let Ok(ev) = rx.try_recv() {
-            record_aicli_event(&mut aicli_log, &ev);
-            if let EventKind::Question { question, options } = &ev.kind {
-                questions.push(PendingQuestion {
-                    question: question.clone(),
-                    options: options.clone(),
-                    asked_at: crate::util::now_rfc3339(),
-                });
-            }
-            all_events.push(ev);
+            take_injected(
+                ev,
+                &mut aicli_log,
+                &mut questions,
+                &io.live,
+                &task_id,
+                &mut all_events,
+            );
         }
     }
     if let Some(f) = aicli_log.as_mut() {
@@ -506,6 +494,31 @@ fn last_words(r: &SessionResult) -> String {
         (Some(k), Some(m)) if !m.is_empty() => format!(" (before that: {k}: {m})"),
         _ => String::new(),
     }
+}
+
+/// An event aicli's MCP server made for this run: recorded, a question noted,
+/// published, kept.
+fn take_injected(
+    ev: AgentEvent,
+    log: &mut Option<File>,
+    questions: &mut Vec<PendingQuestion>,
+    live: &broadcast::Sender<BatchEvent>,
+    task_id: &Arc<str>,
+    all: &mut Vec<AgentEvent>,
+) {
+    record_aicli_event(log, &ev);
+    if let EventKind::Question { question, options } = &ev.kind {
+        questions.push(PendingQuestion {
+            question: question.clone(),
+            options: options.clone(),
+            asked_at: crate::util::now_rfc3339(),
+        });
+    }
+    let _ = live.send(BatchEvent::Agent {
+        task_id: task_id.clone(),
+        event: ev.clone(),
+    });
+    all.push(ev);
 }
 
 fn record_aicli_event(log: &mut Option<File>, ev: &AgentEvent) {
