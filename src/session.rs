@@ -248,7 +248,7 @@ async fn prepare_and_run(
             provider.ide_lockfile(endpoint, *port, &spec.workdir, std::process::id())
     {
         let path = home.join(dir).join(name);
-        if write_private_file(&path, &contents, 0o600).is_ok() {
+        if lockfiles::acquire(&path, &contents).is_ok() {
             lockfile = Some(path);
             if let Some(var) = provider.ide_lock_env_var() {
                 cmd.env.insert(var.to_owned(), port.to_string());
@@ -302,7 +302,9 @@ async fn prepare_and_run(
     let handle = match runner.start(&cmd, out).await {
         Ok(h) => h,
         Err(e) => {
-            remove_quietly(lockfile.as_deref());
+            if let Some(l) = &lockfile {
+                lockfiles::release(l);
+            }
             remove_links(&cmd.links);
             let kind = match &e {
                 crate::runner::RunnerError::Spawn(crate::process::SpawnError::Start {
@@ -319,7 +321,9 @@ async fn prepare_and_run(
     outcome.argv = std::iter::once(cmd.program.display().to_string())
         .chain(cmd.args.iter().cloned())
         .collect();
-    remove_quietly(lockfile.as_deref());
+    if let Some(l) = &lockfile {
+        lockfiles::release(l);
+    }
     for f in &cmd.files {
         remove_quietly(Some(&f.path));
     }
@@ -527,6 +531,45 @@ fn record_aicli_event(log: &mut Option<File>, ev: &AgentEvent) {
     {
         line.push(b'\n');
         let _ = f.write_all(&line);
+    }
+}
+
+/// IDE lockfiles are named after the MCP server's port, which every run of a batch
+/// shares: the file is written by the first run that needs it and removed when the last
+/// one ends (a plain remove at the end of one run would pull it from under the others).
+mod lockfiles {
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+    use std::sync::{Mutex, OnceLock};
+
+    fn users() -> &'static Mutex<HashMap<PathBuf, usize>> {
+        static USERS: OnceLock<Mutex<HashMap<PathBuf, usize>>> = OnceLock::new();
+        USERS.get_or_init(|| Mutex::new(HashMap::new()))
+    }
+
+    /// Takes a share of the lockfile at `path`, writing it if nobody holds it.
+    pub(super) fn acquire(path: &Path, contents: &str) -> std::io::Result<()> {
+        let mut u = users()
+            .lock()
+            .map_err(|_| std::io::Error::other("lockfile registry poisoned"))?;
+        let n = u.entry(path.to_path_buf()).or_insert(0);
+        if *n == 0 {
+            super::write_private_file(path, contents, 0o600)?;
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    /// Gives a share back, removing the file with the last one.
+    pub(super) fn release(path: &Path) {
+        let Ok(mut u) = users().lock() else { return };
+        if let Some(n) = u.get_mut(path) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                u.remove(path);
+                let _ = std::fs::remove_file(path);
+            }
+        }
     }
 }
 

@@ -107,6 +107,15 @@ impl AiCliProvider for ReplayProvider {
         w.env.insert("AICLI_MCP_TOKEN".into(), e.token.clone());
         Ok(w)
     }
+    fn ide_lockfile(
+        &self,
+        endpoint: &McpEndpoint,
+        port: u16,
+        workspace: &Path,
+        pid: u32,
+    ) -> Option<(String, String)> {
+        self.inner.ide_lockfile(endpoint, port, workspace, pid)
+    }
     fn detect_auth_error(
         &self,
         stderr: &str,

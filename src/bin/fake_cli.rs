@@ -24,6 +24,7 @@
 //!   --pid-file F             write this process's pid and the grandchildren's to F
 //!   --linger-ms N            after the transcript, keep running N ms before exiting
 //!   --require-env K=V        exit 3 with a message when the env var K is not V
+//!   --require-file PATH      exit 3 when PATH does not exist (after --start-delay-ms)
 //!   --touch FILE             create FILE (relative to the cwd) — "the tool ran"
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
 //!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit
@@ -65,6 +66,7 @@ fn main() {
             "--pid-file" => o.pid_file = Some(val()),
             "--linger-ms" => o.linger = val().parse().unwrap_or(0),
             "--require-env" => o.require_env.push(val()),
+            "--require-file" => o.require_file.push(val()),
             "--touch" => o.touch.push(val()),
             "--record-argv" => o.record_argv = Some(val()),
             "--timeline" => o.timeline = Some(val()),
@@ -96,6 +98,7 @@ struct Opts {
     pid_file: Option<String>,
     linger: u64,
     require_env: Vec<String>,
+    require_file: Vec<String>,
     touch: Vec<String>,
     record_argv: Option<String>,
     timeline: Option<String>,
@@ -194,6 +197,13 @@ fn run(o: Opts, args: &[String]) {
     }
     if o.start_delay > 0 {
         std::thread::sleep(Duration::from_millis(o.start_delay));
+    }
+    // Checked after the start delay: "the file is still there when I get going".
+    for f in &o.require_file {
+        if !std::path::Path::new(f).exists() {
+            eprintln!("fake-cli: required file {f} does not exist");
+            std::process::exit(3);
+        }
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

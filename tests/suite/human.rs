@@ -499,3 +499,80 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
         "fake CLI processes left: {leftovers:?}"
     );
 }
+
+/// Claude finds an IDE through `~/.claude/ide/<port>.lock` and `CLAUDE_CODE_SSE_PORT`:
+/// the lockfile exists while runs need it (0600, naming the workspace and a token) and
+/// is gone when the last of the parallel runs sharing the server's port ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ide_lockfile_lives_exactly_as_long_as_the_runs_that_share_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let repo = git_repo();
+    let home = tempfile::tempdir().unwrap();
+    let lock = home.path().join(".claude/ide/9.lock");
+    let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    env.insert("HOME".into(), home.path().display().to_string());
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    )
+    .with_env(env)
+    .with_agent_server(Asker::new(&[None, None]));
+    let need = |delay: &str| {
+        let mut t = TaskSpec::new("x");
+        t.extra_args = [
+            "--require-file",
+            lock.to_str().unwrap(),
+            "--require-env",
+            "CLAUDE_CODE_SSE_PORT=9",
+            "--start-delay-ms",
+            delay,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        t
+    };
+    let mut o = BatchOptions::new(repo.path());
+    o.provider = Some("fake".into());
+    o.max_parallel = Some(2);
+    let watcher = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            for _ in 0..200 {
+                if let Ok(m) = std::fs::metadata(&lock) {
+                    let v: serde_json::Value =
+                        serde_json::from_str(&std::fs::read_to_string(&lock).unwrap()).unwrap();
+                    return Some((m.permissions().mode() & 0o777, v));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            None
+        })
+    };
+    let (tx, _ev) = collect_events();
+    // The first run ends long before the second: the file must outlive it.
+    let b = engine
+        .run_batch(
+            vec![need("0"), need("1500")],
+            o,
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(b.n_succeeded, 2, "{:#?}", b.tasks);
+    let (mode, contents) = watcher.await.unwrap().expect("the lockfile appeared");
+    assert_eq!(mode, 0o600);
+    assert_eq!(contents["ideName"], "aicli");
+    assert!(
+        contents["authToken"]
+            .as_str()
+            .unwrap()
+            .starts_with("token-")
+    );
+    assert!(!lock.exists(), "removed after the last run");
+}
