@@ -166,8 +166,13 @@ async fn prepare_and_run(
             format!("invalid task: {msg}"),
         ));
     }
+    // The CLI is looked up on the PATH it will run with.
+    let search_path = spec
+        .search_path
+        .as_deref()
+        .or(spec.inherited_env.get("PATH").map(String::as_str));
     let binary = provider
-        .binary_path(spec.search_path.as_deref())
+        .binary_path(search_path)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
 
     std::fs::create_dir_all(&spec.private_dir).map_err(|e| {
