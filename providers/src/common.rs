@@ -2,6 +2,9 @@
 //! all results share (session id, tool calls, protocol errors), and the classification
 //! of a run that ended without a final event.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::ErrorKind;
@@ -21,6 +24,452 @@ pub fn json_object(line: &str) -> Result<Map<String, Value>, String> {
             json_type_name(&other)
         )),
         Err(e) => Err(format!("malformed JSON: {e}")),
+    }
+}
+
+/// The `type` of a line, read cheaply: from a line that starts `{"type":"<name>"` (what
+/// every vendor prints), else from a shallow parse that skips everything else.
+///
+/// Only a hint for choosing a fast-path reader: that reader reads `type` again, checks it
+/// is this name and unique, and reads the whole line strictly ([`strict::from_str`]).
+/// `None` when the line has no string `type`, or is not JSON at all.
+pub(crate) fn line_type(line: &str) -> Option<Cow<'_, str>> {
+    if let Some(rest) = line.strip_prefix("{\"type\":\"")
+        && let Some(end) = memchr::memchr(b'"', rest.as_bytes())
+        && let Some(name) = rest.get(..end)
+        && !name.contains('\\')
+    {
+        return Some(Cow::Borrowed(name));
+    }
+    shallow_type(line)
+}
+
+/// The `type` of a line by a shallow parse: `None` when the line has no string `type`
+/// (or two), or is not JSON. Values other than `type` are skipped without the checks of
+/// a `Value` parse: a line this reads may still be one a `Value` parse rejects.
+pub(crate) fn shallow_type(line: &str) -> Option<Cow<'_, str>> {
+    #[derive(Deserialize)]
+    struct Envelope<'a> {
+        #[serde(borrow)]
+        r#type: Option<Cow<'a, str>>,
+    }
+    serde_json::from_str::<Envelope<'_>>(line).ok()?.r#type
+}
+
+/// A string read from a line: borrowed where the line has it without escapes, owned
+/// otherwise (`Option<Cow<str>>` alone would always copy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CowStr<'a>(pub(crate) Cow<'a, str>);
+
+impl CowStr<'_> {
+    /// The string.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The string, owned.
+    pub(crate) fn into_string(self) -> String {
+        self.0.into_owned()
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for CowStr<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CowStr<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                s: &'de str,
+            ) -> Result<CowStr<'de>, E> {
+                Ok(CowStr(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<CowStr<'de>, E> {
+                Ok(CowStr(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<CowStr<'de>, E> {
+                Ok(CowStr(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A field that may be absent but, when present, must be a `T` (`null` too must then be a
+/// valid `T`, as for a `T` field with `#[serde(default)]`). For one struct that reads the
+/// fields of several line shapes, each of which requires the field or not.
+#[derive(Debug, Default)]
+pub(crate) enum Field<T> {
+    /// The line has no such field.
+    #[default]
+    Absent,
+    /// The field's value.
+    Present(T),
+}
+
+impl<T> Field<T> {
+    /// The value, when present.
+    pub(crate) fn present(self) -> Option<T> {
+        match self {
+            Field::Absent => None,
+            Field::Present(v) => Some(v),
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Field<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(d).map(Field::Present)
+    }
+}
+
+/// Reading a line straight into borrowed, typed structs, with exactly the checks of
+/// parsing it into a [`Value`] first.
+///
+/// `serde_json::from_str::<T>` skips the fields `T` does not name with a lenient scanner:
+/// it does not check `\u` surrogates, the range of numbers, or the nesting limit. Parsing
+/// the line into a `Value` checks all three, so a line the adapters used to reject as
+/// malformed JSON could pass a typed read. [`from_str`] reads skipped values the way a
+/// `Value` parse reads them (without building anything), so it succeeds only on lines a
+/// `Value` parse accepts. It also refuses a struct written as a JSON array (which serde
+/// accepts, field by field) and enums; a caller falls back to its `Value` path on any
+/// error, which then gives the same events and messages as before.
+pub(crate) mod strict {
+    use std::fmt;
+
+    use serde::de::{
+        self, Deserialize, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, Visitor,
+    };
+
+    /// `T` from `line`, like `serde_json::from_str`, with the checks described above.
+    pub(crate) fn from_str<'a, T: Deserialize<'a>>(line: &'a str) -> Result<T, serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_str(line);
+        let value = T::deserialize(Strict(&mut de))?;
+        de.end()?;
+        Ok(value)
+    }
+
+    /// A deserializer whose ignored values are read in full.
+    struct Strict<D>(D);
+
+    macro_rules! forward {
+        ($($method:ident)*) => {$(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+                self.0.$method(Wrap { inner: visitor, is_struct: false })
+            }
+        )*};
+    }
+
+    impl<'de, D: Deserializer<'de>> Deserializer<'de> for Strict<D> {
+        type Error = D::Error;
+
+        forward! {
+            deserialize_any deserialize_bool deserialize_i8 deserialize_i16 deserialize_i32
+            deserialize_i64 deserialize_i128 deserialize_u8 deserialize_u16 deserialize_u32
+            deserialize_u64 deserialize_u128 deserialize_f32 deserialize_f64 deserialize_char
+            deserialize_str deserialize_string deserialize_bytes deserialize_byte_buf
+            deserialize_option deserialize_unit deserialize_seq deserialize_map
+            deserialize_identifier
+        }
+
+        fn deserialize_unit_struct<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.0.deserialize_unit_struct(
+                name,
+                Wrap {
+                    inner: visitor,
+                    is_struct: false,
+                },
+            )
+        }
+
+        fn deserialize_newtype_struct<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.0.deserialize_newtype_struct(
+                name,
+                Wrap {
+                    inner: visitor,
+                    is_struct: false,
+                },
+            )
+        }
+
+        fn deserialize_tuple<V: Visitor<'de>>(
+            self,
+            len: usize,
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.0.deserialize_tuple(
+                len,
+                Wrap {
+                    inner: visitor,
+                    is_struct: false,
+                },
+            )
+        }
+
+        fn deserialize_tuple_struct<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            len: usize,
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.0.deserialize_tuple_struct(
+                name,
+                len,
+                Wrap {
+                    inner: visitor,
+                    is_struct: false,
+                },
+            )
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            name: &'static str,
+            fields: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.0.deserialize_struct(
+                name,
+                fields,
+                Wrap {
+                    inner: visitor,
+                    is_struct: true,
+                },
+            )
+        }
+
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            _variants: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            Err(de::Error::custom("enums are not read on the fast path"))
+        }
+
+        fn deserialize_ignored_any<V: Visitor<'de>>(
+            self,
+            visitor: V,
+        ) -> Result<V::Value, D::Error> {
+            self.0.deserialize_any(Skip(visitor))
+        }
+
+        fn is_human_readable(&self) -> bool {
+            self.0.is_human_readable()
+        }
+    }
+
+    /// Passes everything on to `inner`, keeping nested values [`Strict`].
+    struct Wrap<V> {
+        inner: V,
+        /// Whether `inner` reads a struct (which must then be a JSON object).
+        is_struct: bool,
+    }
+
+    macro_rules! pass {
+        ($($method:ident: $ty:ty)*) => {$(
+            fn $method<E: de::Error>(self, v: $ty) -> Result<Self::Value, E> {
+                self.inner.$method(v)
+            }
+        )*};
+    }
+
+    impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<V> {
+        type Value = V::Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            self.inner.expecting(f)
+        }
+
+        pass! {
+            visit_bool: bool visit_i8: i8 visit_i16: i16 visit_i32: i32 visit_i64: i64
+            visit_i128: i128 visit_u8: u8 visit_u16: u16 visit_u32: u32 visit_u64: u64
+            visit_u128: u128 visit_f32: f32 visit_f64: f64 visit_char: char
+            visit_str: &str visit_borrowed_str: &'de str visit_string: String
+            visit_bytes: &[u8] visit_borrowed_bytes: &'de [u8] visit_byte_buf: Vec<u8>
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            self.inner.visit_none()
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            self.inner.visit_unit()
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            self.inner.visit_some(Strict(d))
+        }
+
+        fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            self.inner.visit_newtype_struct(Strict(d))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            if self.is_struct {
+                return Err(de::Error::custom("a struct written as an array"));
+            }
+            self.inner.visit_seq(StrictSeq(seq))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            self.inner.visit_map(StrictMap(map))
+        }
+
+        fn visit_enum<A: EnumAccess<'de>>(self, _data: A) -> Result<Self::Value, A::Error> {
+            Err(de::Error::custom("enums are not read on the fast path"))
+        }
+    }
+
+    /// Elements of a sequence, each read [`Strict`]ly.
+    struct StrictSeq<A>(A);
+
+    impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for StrictSeq<A> {
+        type Error = A::Error;
+
+        fn next_element_seed<T: DeserializeSeed<'de>>(
+            &mut self,
+            seed: T,
+        ) -> Result<Option<T::Value>, A::Error> {
+            self.0.next_element_seed(StrictSeed(seed))
+        }
+
+        fn size_hint(&self) -> Option<usize> {
+            self.0.size_hint()
+        }
+    }
+
+    /// Keys and values of a map, each read [`Strict`]ly.
+    struct StrictMap<A>(A);
+
+    impl<'de, A: MapAccess<'de>> MapAccess<'de> for StrictMap<A> {
+        type Error = A::Error;
+
+        fn next_key_seed<K: DeserializeSeed<'de>>(
+            &mut self,
+            seed: K,
+        ) -> Result<Option<K::Value>, A::Error> {
+            self.0.next_key_seed(StrictSeed(seed))
+        }
+
+        fn next_value_seed<T: DeserializeSeed<'de>>(
+            &mut self,
+            seed: T,
+        ) -> Result<T::Value, A::Error> {
+            self.0.next_value_seed(StrictSeed(seed))
+        }
+
+        fn size_hint(&self) -> Option<usize> {
+            self.0.size_hint()
+        }
+    }
+
+    /// A seed whose deserializer is [`Strict`].
+    struct StrictSeed<S>(S);
+
+    impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for StrictSeed<S> {
+        type Value = S::Value;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
+            self.0.deserialize(Strict(d))
+        }
+    }
+
+    /// Reads a whole value (strings, numbers and nesting checked as in a `Value` parse),
+    /// keeps nothing, then answers `unit` to the visitor that asked to ignore it.
+    struct Skip<V>(V);
+
+    impl<'de, V: Visitor<'de>> Visitor<'de> for Skip<V> {
+        type Value = V::Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<V::Value, E> {
+            self.0.visit_unit()
+        }
+
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<V::Value, E> {
+            self.0.visit_unit()
+        }
+
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<V::Value, E> {
+            self.0.visit_unit()
+        }
+
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<V::Value, E> {
+            self.0.visit_unit()
+        }
+
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<V::Value, E> {
+            self.0.visit_unit()
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+            self.0.visit_unit()
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+            self.0.visit_unit()
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<V::Value, A::Error> {
+            while seq.next_element_seed(SkipSeed)?.is_some() {}
+            self.0.visit_unit()
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<V::Value, A::Error> {
+            while map.next_key_seed(SkipSeed)?.is_some() {
+                map.next_value_seed(SkipSeed)?;
+            }
+            self.0.visit_unit()
+        }
+    }
+
+    /// [`Skip`] as a seed, for the parts of a skipped value.
+    struct SkipSeed;
+
+    impl<'de> DeserializeSeed<'de> for SkipSeed {
+        type Value = ();
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(Skip(Unit))
+        }
+    }
+
+    /// Accepts `unit`.
+    struct Unit;
+
+    impl<'de> Visitor<'de> for Unit {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("unit")
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+}
+
+/// [`content_text`] of a value the caller owns: a string is moved, not copied.
+pub fn content_text_owned(v: Value) -> String {
+    match v {
+        Value::String(s) => s,
+        other => content_text(&other),
     }
 }
 
@@ -283,6 +732,11 @@ pub fn looks_foreign(events: &[AgentEvent]) -> bool {
 /// Concatenates assistant text: deltas joined as they are, whole blocks separated by a
 /// blank line.
 pub fn assistant_text(events: &[AgentEvent]) -> String {
+    assistant_text_of(events)
+}
+
+/// [`assistant_text`] of any sequence of events.
+pub(crate) fn assistant_text_of<'a>(events: impl IntoIterator<Item = &'a AgentEvent>) -> String {
     let mut out = String::new();
     let mut prev_delta = false;
     for ev in events {

@@ -45,6 +45,7 @@
 //! of google-gemini/gemini-cli (checked against the 0.61.0 bundle's behaviour in
 //! `fixtures/gemini/`).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -52,7 +53,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::common;
+use crate::common::{self, CowStr, strict};
 use crate::config::ProviderConfig;
 use crate::error::{ErrorKind, ProviderError};
 use crate::event::{AgentEvent, EventKind};
@@ -295,6 +296,9 @@ impl AiCliProvider for GeminiProvider {
 
     fn parse_event(&self, line: &str) -> Vec<AgentEvent> {
         let raw: Arc<str> = Arc::from(line);
+        if let Some(kind) = fast_kind(line) {
+            return vec![AgentEvent::new(kind, raw)];
+        }
         let obj = match common::json_object(line) {
             Ok(obj) => obj,
             Err(message) => return vec![AgentEvent::protocol(message, raw)],
@@ -690,49 +694,10 @@ fn parse_object(
         }
         "message" => {
             let w: WireMessage = serde_json::from_value(v)?;
-            match w.role.as_str() {
-                "user" => EventKind::UserMessage { text: w.content },
-                "assistant" => EventKind::AssistantText {
-                    text: w.content,
-                    delta: w.delta,
-                },
-                _ => EventKind::Unknown {
-                    vendor_type: Some(format!("message/{}", w.role)),
-                },
-            }
+            message_kind(&w.role, w.content, w.delta)
         }
-        "tool_use" => {
-            let w: WireToolUse = serde_json::from_value(v)?;
-            let (name, mcp_server) = match split_mcp_tool_name(&w.tool_name) {
-                Some((server, tool)) => (tool.to_owned(), Some(server.to_owned())),
-                None => (w.tool_name, None),
-            };
-            EventKind::ToolCall {
-                id: w.tool_id,
-                name,
-                input: w.parameters,
-                mcp_server,
-            }
-        }
-        "tool_result" => {
-            let w: WireToolResult = serde_json::from_value(v)?;
-            let is_error = w.status != "success";
-            let mut output = w.output.unwrap_or_default();
-            if output.is_empty()
-                && let Some(e) = &w.error
-            {
-                output = format!("{}: {}", e.kind, e.message);
-            }
-            EventKind::ToolResult {
-                id: w.tool_id,
-                name: None,
-                output,
-                is_error,
-                // Gemini does not report a command's exit code (a failing command is
-                // still `status: success`).
-                exit_code: None,
-            }
-        }
+        "tool_use" => tool_use_kind(serde_json::from_value(v)?),
+        "tool_result" => tool_result_kind(serde_json::from_value(v)?),
         "error" => {
             let w: WireErrorEvent = serde_json::from_value(v)?;
             let error_kind = if w.message.contains("session turns") {
@@ -754,6 +719,143 @@ fn parse_object(
         other => EventKind::Unknown {
             vendor_type: Some(other.to_owned()),
         },
+    })
+}
+
+/// The event of a `message` line.
+fn message_kind(role: &str, content: String, delta: bool) -> EventKind {
+    match role {
+        "user" => EventKind::UserMessage { text: content },
+        "assistant" => EventKind::AssistantText {
+            text: content,
+            delta,
+        },
+        _ => EventKind::Unknown {
+            vendor_type: Some(format!("message/{role}")),
+        },
+    }
+}
+
+/// The event of a `tool_use` line.
+fn tool_use_kind(w: WireToolUse) -> EventKind {
+    let (name, mcp_server) = match split_mcp_tool_name(&w.tool_name) {
+        Some((server, tool)) => (tool.to_owned(), Some(server.to_owned())),
+        None => (w.tool_name, None),
+    };
+    EventKind::ToolCall {
+        id: w.tool_id,
+        name,
+        input: w.parameters,
+        mcp_server,
+    }
+}
+
+/// The event of a `tool_result` line.
+fn tool_result_kind(w: WireToolResult) -> EventKind {
+    let is_error = w.status != "success";
+    let mut output = w.output.unwrap_or_default();
+    if output.is_empty()
+        && let Some(e) = &w.error
+    {
+        output = format!("{}: {}", e.kind, e.message);
+    }
+    EventKind::ToolResult {
+        id: w.tool_id,
+        name: None,
+        output,
+        is_error,
+        // Gemini does not report a command's exit code (a failing command is still
+        // `status: success`).
+        exit_code: None,
+    }
+}
+
+// The fast path: the frequent lines read straight into borrowed structs (see
+// `common::strict`). Each struct reads every field of its `Value`-path twin with the same
+// type, plus `type` (checked against the hint, and unique). `init`, `error` and `result`
+// lines (one or a few a run) and anything the fast read refuses go the `Value` path,
+// which also gives the protocol messages.
+
+/// Any line, for its `type` alone (the rest is read and dropped).
+#[derive(Deserialize)]
+struct FastTyped<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+}
+
+/// [`WireMessage`] with its type.
+#[derive(Deserialize)]
+struct FastMessage<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    #[serde(borrow)]
+    role: CowStr<'a>,
+    content: String,
+    #[serde(default)]
+    delta: bool,
+}
+
+/// [`WireToolUse`] with its type.
+#[derive(Deserialize)]
+struct FastToolUse<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    tool_name: String,
+    tool_id: String,
+    #[serde(default)]
+    parameters: Value,
+}
+
+/// [`WireToolResult`] with its type.
+#[derive(Deserialize)]
+struct FastToolResult<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    tool_id: String,
+    status: String,
+    #[serde(default)]
+    output: Option<String>,
+    #[serde(default)]
+    error: Option<WireError>,
+}
+
+/// The event of one line by the fast path; `None` leaves it to the `Value` path.
+fn fast_kind(line: &str) -> Option<EventKind> {
+    let hint = common::line_type(line)?;
+    let check = |t: &str| (t == hint.as_ref()).then_some(());
+    Some(match hint.as_ref() {
+        "message" => {
+            let w: FastMessage<'_> = strict::from_str(line).ok()?;
+            check(&w.r#type)?;
+            message_kind(w.role.as_str(), w.content, w.delta)
+        }
+        "tool_use" => {
+            let w: FastToolUse<'_> = strict::from_str(line).ok()?;
+            check(&w.r#type)?;
+            tool_use_kind(WireToolUse {
+                tool_name: w.tool_name,
+                tool_id: w.tool_id,
+                parameters: w.parameters,
+            })
+        }
+        "tool_result" => {
+            let w: FastToolResult<'_> = strict::from_str(line).ok()?;
+            check(&w.r#type)?;
+            tool_result_kind(WireToolResult {
+                tool_id: w.tool_id,
+                status: w.status,
+                output: w.output,
+                error: w.error,
+            })
+        }
+        "init" | "error" | "result" => return None,
+        other => {
+            let w: FastTyped<'_> = strict::from_str(line).ok()?;
+            check(&w.r#type)?;
+            EventKind::Unknown {
+                vendor_type: Some(other.to_owned()),
+            }
+        }
     })
 }
 
