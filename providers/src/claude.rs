@@ -4263,4 +4263,66 @@ mod tests {
             )
         );
     }
+
+    // -- the fast path --------------------------------------------------------------
+
+    /// Wherever the fast path answers, for a line or for the result builder's re-read of
+    /// a line, it answers what the `Value` path does: over every fixture line of every
+    /// vendor, and variants of each (fields replaced, dropped, added, repeated; numbers
+    /// out of range, lone surrogates, deep nesting; cut lines).
+    #[test]
+    fn the_fast_path_agrees_with_the_value_path() {
+        let lines = common::test_lines::fixture_lines();
+        // Message ids the fixtures use, so that `message_delta` lines find their message.
+        let mut seed = Scan::default();
+        for id in ["prev".to_owned()]
+            .into_iter()
+            .chain(lines.iter().flat_map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap_or_default();
+                [
+                    v.get("api_message_id")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    v.pointer("/event/message/id")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                ]
+                .into_iter()
+                .flatten()
+            }))
+        {
+            seed.streamed.insert(id, StreamedMessage::default());
+        }
+        let (mut total, mut fast, mut scanned) = (0, 0, 0);
+        for v in common::test_lines::all() {
+            total += 1;
+            if let Some(kinds) = fast_kinds(v) {
+                fast += 1;
+                assert_eq!(Ok(kinds), value_kinds(v), "{v}");
+            }
+            let mut a = Scan {
+                streamed: seed.streamed.clone(),
+                ..Scan::default()
+            };
+            let mut b = Scan {
+                streamed: seed.streamed.clone(),
+                ..Scan::default()
+            };
+            let (mut seen_a, mut seen_b) = (BTreeSet::new(), BTreeSet::new());
+            let (mut last_a, mut last_b) = (Some("prev".to_owned()), Some("prev".to_owned()));
+            if a.read_line_fast(v, &mut seen_a, &mut last_a).is_some() {
+                scanned += 1;
+                b.read_line_value(v, &mut seen_b, &mut last_b);
+                assert_eq!(
+                    format!("{a:?} {seen_a:?} {last_a:?}"),
+                    format!("{b:?} {seen_b:?} {last_b:?}"),
+                    "{v}"
+                );
+            }
+        }
+        assert!(
+            fast * 4 > total && scanned * 4 > total,
+            "{fast}, {scanned} of {total}"
+        );
+    }
 }

@@ -1620,7 +1620,7 @@ mod wire {
     }
 
     /// [`completed_item_type`] through a `Value` (for lines the fast read refuses).
-    fn completed_item_type_value(raw: &str) -> Option<String> {
+    pub(super) fn completed_item_type_value(raw: &str) -> Option<String> {
         let v: Value = serde_json::from_str(raw).ok()?;
         if v.get("type")?.as_str()? != "item.completed" {
             return None;
@@ -2929,5 +2929,29 @@ mod tests {
                 )
             )
         );
+    }
+
+    /// Wherever the fast path answers it answers what the `Value` path does (see the
+    /// Claude adapter's test of the same name).
+    #[test]
+    fn the_fast_path_agrees_with_the_value_path() {
+        let (mut total, mut fast) = (0, 0);
+        for v in common::test_lines::all() {
+            total += 1;
+            if let Some(kinds) = wire::decode_fast(v) {
+                fast += 1;
+                assert_eq!(
+                    Ok(kinds),
+                    common::json_object(v).and_then(wire::decode),
+                    "{v}"
+                );
+            }
+            assert_eq!(
+                wire::completed_item_type(v),
+                wire::completed_item_type_value(v),
+                "{v}"
+            );
+        }
+        assert!(fast * 4 > total, "{fast} of {total}");
     }
 }

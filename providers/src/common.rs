@@ -45,9 +45,16 @@ pub(crate) fn line_type(line: &str) -> Option<Cow<'_, str>> {
 }
 
 /// The `type` of a line by a shallow parse: `None` when the line has no string `type`
-/// (or two), or is not JSON. Values other than `type` are skipped without the checks of
+/// (or two), or is not a JSON object. Values other than `type` are skipped without the checks of
 /// a `Value` parse: a line this reads may still be one a `Value` parse rejects.
 pub(crate) fn shallow_type(line: &str) -> Option<Cow<'_, str>> {
+    // serde reads a struct from an array too (field by field): only objects here.
+    if !line
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+    {
+        return None;
+    }
     #[derive(Deserialize)]
     struct Envelope<'a> {
         #[serde(borrow)]
@@ -752,6 +759,268 @@ pub(crate) fn assistant_text_of<'a>(events: impl IntoIterator<Item = &'a AgentEv
     out
 }
 
+/// Lines for the tests that check the fast paths against the `Value` paths: every line
+/// of every fixture, and variants of each with fields replaced, added, repeated or made
+/// invalid in the ways a `Value` parse and a typed read tell apart.
+#[cfg(test)]
+pub(crate) mod test_lines {
+    use serde_json::Value;
+
+    /// Every fixture line and its [`variants`], made once for all the tests.
+    pub(crate) fn all() -> &'static [String] {
+        static ALL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| {
+            let lines = fixture_lines();
+            let words = vocabulary(&lines);
+            lines.iter().flat_map(|l| variants(l, &words)).collect()
+        })
+    }
+
+    /// Keys whose string values choose what a line means.
+    const WORD_KEYS: [&str; 6] = ["type", "subtype", "status", "role", "severity", "model"];
+
+    /// Every string the fixtures give a [`WORD_KEYS`] key, and a few they do not.
+    fn vocabulary(lines: &[String]) -> Vec<String> {
+        fn walk(v: &Value, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => {
+                    for (k, x) in m {
+                        if let Some(s) = x.as_str()
+                            && WORD_KEYS.contains(&k.as_str())
+                            && !out.iter().any(|w| w == s)
+                        {
+                            out.push(s.to_owned());
+                        }
+                        walk(x, out);
+                    }
+                }
+                Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+                _ => {}
+            }
+        }
+        let mut out: Vec<String> = ["declined", "in_progress", "other", "<synthetic>", ""]
+            .map(str::to_owned)
+            .to_vec();
+        for l in lines {
+            if let Ok(v) = serde_json::from_str::<Value>(l) {
+                walk(&v, &mut out);
+            }
+        }
+        out
+    }
+
+    /// Every distinct non-blank line of every fixture (all vendors).
+    pub(crate) fn fixture_lines() -> Vec<String> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+        let mut files = Vec::new();
+        for dir in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if f.path().extension().is_some_and(|x| x == "ndjson") {
+                    files.push(f.path());
+                }
+            }
+        }
+        files.sort();
+        let mut lines = Vec::new();
+        for f in files {
+            let bytes = std::fs::read(&f).unwrap_or_default();
+            for l in String::from_utf8_lossy(&bytes).lines() {
+                if !l.trim().is_empty() && !lines.iter().any(|seen| seen == l) {
+                    lines.push(l.to_owned());
+                }
+            }
+        }
+        lines
+    }
+
+    /// Raw JSON put in place of a value.
+    const TOKENS: [&str; 30] = [
+        "null",
+        "0",
+        "-1",
+        "1.5",
+        "1e400",
+        "18446744073709551616",
+        "70000",
+        "true",
+        r#""x""#,
+        r#""""#,
+        r#""\ud800""#,
+        r#""\ud83d\ude00""#,
+        r#""\u0041""#,
+        "[]",
+        "{}",
+        r#"[1,"a"]"#,
+        r#"{"type":"text","text":"z"}"#,
+        r#"[{"type":"text","text":"a"},{"type":"text","text":"b"}]"#,
+        r#""completed""#,
+        r#""failed""#,
+        r#""text""#,
+        r#""tool_use""#,
+        r#""tool_result""#,
+        r#""message_start""#,
+        r#""message_delta""#,
+        r#""content_block_delta""#,
+        r#""text_delta""#,
+        r#""assistant""#,
+        r#""item.completed""#,
+        r#""mcp__srv__tool""#,
+    ];
+
+    /// A placeholder string, replaced by raw JSON after serializing.
+    const MARK: &str = "\u{1}MARK\u{1}";
+    const MARK_JSON: &str = r#""\u0001MARK\u0001""#;
+
+    fn nested(depth: usize) -> String {
+        format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    type Path = Vec<Result<String, usize>>;
+
+    /// Paths to every value (object keys and array indices), the root first.
+    fn paths(v: &Value, at: Path, out: &mut Vec<Path>) {
+        out.push(at.clone());
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    let mut p = at.clone();
+                    p.push(Ok(k.clone()));
+                    paths(x, p, out);
+                }
+            }
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    let mut p = at.clone();
+                    p.push(Err(i));
+                    paths(x, p, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn at_mut<'a>(v: &'a mut Value, path: &[Result<String, usize>]) -> Option<&'a mut Value> {
+        let mut v = v;
+        for step in path {
+            v = match step {
+                Ok(k) => v.get_mut(k.as_str())?,
+                Err(i) => v.get_mut(*i)?,
+            };
+        }
+        Some(v)
+    }
+
+    /// `line` and its variants; `words` go in place of the values of [`WORD_KEYS`].
+    pub(crate) fn variants(line: &str, words: &[String]) -> Vec<String> {
+        let mut out = vec![
+            line.to_owned(),
+            format!(" {line}"),
+            format!("{line} x"),
+            format!("[{line}]"),
+            line.replacen(r#""type":"#, r#""type" :"#, 1),
+            line.replacen('{', r#"{"type":"x","#, 1),
+        ];
+        for cut in [1, line.len() / 2, line.len().saturating_sub(1)] {
+            if let Some(prefix) = line.get(..cut) {
+                out.push(prefix.to_owned());
+            }
+        }
+        let Ok(root) = serde_json::from_str::<Value>(line) else {
+            return out;
+        };
+        if let Value::Object(m) = &root
+            && let Some(t) = m.get("type")
+        {
+            // `type` last, and escaped.
+            let mut rest = m.clone();
+            rest.shift_remove("type");
+            rest.insert("type".to_owned(), t.clone());
+            out.push(Value::Object(rest).to_string());
+            if let Some(t) = t.as_str()
+                && let Some(first) = t.chars().next()
+            {
+                let escaped = format!(r#""\u{:04x}{}""#, u32::from(first), &t[first.len_utf8()..]);
+                out.push(line.replacen(&format!(r#""{t}""#), &escaped, 1));
+            }
+        }
+        let mut all = Vec::new();
+        paths(&root, Vec::new(), &mut all);
+        for (n, path) in all.iter().enumerate() {
+            if let Some(Ok(key)) = path.last()
+                && WORD_KEYS.contains(&key.as_str())
+            {
+                for word in words {
+                    let mut v = root.clone();
+                    if let Some(slot) = at_mut(&mut v, path) {
+                        *slot = Value::String(word.clone());
+                        out.push(v.to_string());
+                    }
+                }
+            }
+            if n >= 30 {
+                continue;
+            }
+            // Replace the value (a rotating handful of tokens per path).
+            for k in 0..4 {
+                let token = TOKENS[(n * 7 + k * 5) % TOKENS.len()];
+                let mut v = root.clone();
+                if let Some(slot) = at_mut(&mut v, path) {
+                    *slot = Value::String(MARK.to_owned());
+                    out.push(v.to_string().replacen(MARK_JSON, token, 1));
+                }
+            }
+            let mut v = root.clone();
+            let Some(Value::Object(obj)) = at_mut(&mut v, path) else {
+                continue;
+            };
+            // The object as the array of its values (serde reads a struct from both).
+            let mut w = root.clone();
+            if let Some(slot) = at_mut(&mut w, path) {
+                *slot = Value::Array(obj.values().cloned().collect());
+                out.push(w.to_string());
+            }
+            // Drop each key in turn; add an unknown key with odd values; repeat a key.
+            for key in obj.keys().cloned().collect::<Vec<_>>() {
+                let mut w = root.clone();
+                if let Some(Value::Object(o)) = at_mut(&mut w, path) {
+                    o.shift_remove(&key);
+                    out.push(w.to_string());
+                }
+            }
+            let first = obj.keys().next().cloned();
+            obj.insert("zz_extra".to_owned(), Value::String(MARK.to_owned()));
+            let text = v.to_string();
+            let extra = format!(r#""zz_extra":{MARK_JSON}"#);
+            for raw in [
+                "1e400".to_owned(),
+                "-1e400".to_owned(),
+                "1e308".to_owned(),
+                r#""\udc00""#.to_owned(),
+                r#""\ud800x""#.to_owned(),
+                r#"{"\ud800":1}"#.to_owned(),
+                nested(120),
+                nested(124),
+                nested(125),
+                nested(126),
+                nested(127),
+                r#"{"k":[1,{"a":null}]}"#.to_owned(),
+            ] {
+                out.push(text.replacen(&extra, &format!(r#""zz_extra":{raw}"#), 1));
+            }
+            if let Some(first) = first {
+                let key = serde_json::to_string(&first).unwrap_or_default();
+                out.push(text.replacen(&extra, &format!("{key}:null"), 1));
+                out.push(text.replacen(&extra, &format!(r#"{key}:"x""#), 1));
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -788,6 +1057,61 @@ mod tests {
             assistant_text(&[t("A.", false), t("B.", false)]),
             "A.\n\nB."
         );
+    }
+
+    /// Reads `type` and drops the rest, like the fast paths.
+    #[derive(Debug, Deserialize)]
+    struct Typed<'a> {
+        #[serde(borrow)]
+        r#type: Cow<'a, str>,
+    }
+
+    #[test]
+    fn strict_reads_refuse_what_a_value_parse_refuses() {
+        let value_ok = |l: &str| serde_json::from_str::<Value>(l).is_ok();
+        let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        for (line, ok) in [
+            (r#"{"type":"a","x":1}"#.to_owned(), true),
+            (r#"{"type":"a","x":1e400}"#.to_owned(), false),
+            (r#"{"type":"a","x":[1,-1e400]}"#.to_owned(), false),
+            (r#"{"type":"a","x":"\ud800"}"#.to_owned(), false),
+            (r#"{"type":"a","x":"\udc00"}"#.to_owned(), false),
+            (r#"{"type":"a","x":"\ud83d\ude00"}"#.to_owned(), true),
+            (r#"{"type":"a","x":{"\ud800":1}}"#.to_owned(), false),
+            (format!(r#"{{"type":"a","x":{}}}"#, deep(126)), true),
+            (format!(r#"{{"type":"a","x":{}}}"#, deep(127)), false),
+            (r#"{"type":"a"} x"#.to_owned(), false),
+        ] {
+            assert_eq!(value_ok(&line), ok, "{line}");
+            assert_eq!(strict::from_str::<Typed<'_>>(&line).is_ok(), ok, "{line}");
+        }
+        // serde_json's own typed read skips an unknown field without these checks.
+        assert!(serde_json::from_str::<Typed<'_>>(r#"{"type":"a","x":1e400}"#).is_ok());
+    }
+
+    #[test]
+    fn strict_reads_refuse_structs_as_arrays_and_repeated_fields() {
+        assert!(serde_json::from_str::<Typed<'_>>(r#"["a"]"#).is_ok());
+        assert!(strict::from_str::<Typed<'_>>(r#"["a"]"#).is_err());
+        assert!(strict::from_str::<Typed<'_>>(r#"{"type":"a","type":"b"}"#).is_err());
+        let t: Result<Typed<'_>, _> = strict::from_str(r#"{"type":"a"}"#);
+        assert!(matches!(t.map(|t| t.r#type), Ok(Cow::Borrowed("a"))));
+    }
+
+    #[test]
+    fn line_type_is_read_from_the_start_or_by_a_shallow_parse() {
+        assert_eq!(
+            line_type(r#"{"type":"user","x":1}"#).as_deref(),
+            Some("user")
+        );
+        assert_eq!(
+            line_type(r#"{"x":1,"type":"user"}"#).as_deref(),
+            Some("user")
+        );
+        assert_eq!(line_type(r#"{"type":"a\"b"}"#).as_deref(), Some("a\"b"));
+        assert_eq!(line_type(r#"{"type":5}"#), None);
+        assert_eq!(line_type(r#"["user"]"#), None);
+        assert_eq!(line_type("not json"), None);
     }
 
     #[test]

@@ -296,25 +296,13 @@ impl AiCliProvider for GeminiProvider {
 
     fn parse_event(&self, line: &str) -> Vec<AgentEvent> {
         let raw: Arc<str> = Arc::from(line);
-        if let Some(kind) = fast_kind(line) {
-            return vec![AgentEvent::new(kind, raw)];
-        }
-        let obj = match common::json_object(line) {
-            Ok(obj) => obj,
-            Err(message) => return vec![AgentEvent::protocol(message, raw)],
+        let kind = match fast_kind(line) {
+            Some(kind) => Ok(kind),
+            None => value_kind(line),
         };
-        let Some(vendor_type) = common::string_field(&obj, "type") else {
-            return vec![AgentEvent::new(
-                EventKind::Unknown { vendor_type: None },
-                raw,
-            )];
-        };
-        match parse_object(&vendor_type, obj) {
+        match kind {
             Ok(kind) => vec![AgentEvent::new(kind, raw)],
-            Err(e) => vec![AgentEvent::protocol(
-                format!("a `{vendor_type}` line that is not Gemini's shape: {e}"),
-                raw,
-            )],
+            Err(message) => vec![AgentEvent::protocol(message, raw)],
         }
     }
 
@@ -674,6 +662,16 @@ struct WireTokens {
 // ---------------------------------------------------------------------------------------
 // Lines -> events
 // ---------------------------------------------------------------------------------------
+
+/// The event of one line, read through a `Value`; `Err` is a protocol message.
+fn value_kind(line: &str) -> Result<EventKind, String> {
+    let obj = common::json_object(line)?;
+    let Some(vendor_type) = common::string_field(&obj, "type") else {
+        return Ok(EventKind::Unknown { vendor_type: None });
+    };
+    parse_object(&vendor_type, obj)
+        .map_err(|e| format!("a `{vendor_type}` line that is not Gemini's shape: {e}"))
+}
 
 fn parse_object(
     vendor_type: &str,
@@ -2782,5 +2780,20 @@ mod tests {
         assert_eq!(unix_millis("2000-03-01T00:00:01Z"), Some(951_868_801_000));
         assert_eq!(unix_millis("2026-11-30 03:35:40Z"), None);
         assert_eq!(unix_millis("t"), None);
+    }
+
+    /// Wherever the fast path answers it answers what the `Value` path does (see the
+    /// Claude adapter's test of the same name).
+    #[test]
+    fn the_fast_path_agrees_with_the_value_path() {
+        let (mut total, mut fast) = (0, 0);
+        for v in common::test_lines::all() {
+            total += 1;
+            if let Some(kind) = fast_kind(v) {
+                fast += 1;
+                assert_eq!(Ok(kind), value_kind(v), "{v}");
+            }
+        }
+        assert!(fast * 8 > total, "{fast} of {total}");
     }
 }
