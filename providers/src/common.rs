@@ -779,17 +779,17 @@ pub(crate) mod test_lines {
     /// Keys whose string values choose what a line means.
     const WORD_KEYS: [&str; 6] = ["type", "subtype", "status", "role", "severity", "model"];
 
-    /// Every string the fixtures give a [`WORD_KEYS`] key, and a few they do not.
-    fn vocabulary(lines: &[String]) -> Vec<String> {
-        fn walk(v: &Value, out: &mut Vec<String>) {
+    /// Per [`WORD_KEYS`] key, every string the fixtures give it, and a few they do not.
+    fn vocabulary(lines: &[String]) -> Vec<(String, Vec<String>)> {
+        fn walk(v: &Value, out: &mut Vec<(String, Vec<String>)>) {
             match v {
                 Value::Object(m) => {
                     for (k, x) in m {
                         if let Some(s) = x.as_str()
-                            && WORD_KEYS.contains(&k.as_str())
-                            && !out.iter().any(|w| w == s)
+                            && let Some((_, words)) = out.iter_mut().find(|(key, _)| key == k)
+                            && !words.iter().any(|w| w == s)
                         {
-                            out.push(s.to_owned());
+                            words.push(s.to_owned());
                         }
                         walk(x, out);
                     }
@@ -798,9 +798,11 @@ pub(crate) mod test_lines {
                 _ => {}
             }
         }
-        let mut out: Vec<String> = ["declined", "in_progress", "other", "<synthetic>", ""]
-            .map(str::to_owned)
-            .to_vec();
+        let extra = ["declined", "in_progress", "other", "<synthetic>", ""];
+        let mut out: Vec<(String, Vec<String>)> = WORD_KEYS
+            .iter()
+            .map(|k| ((*k).to_owned(), extra.map(str::to_owned).to_vec()))
+            .collect();
         for l in lines {
             if let Ok(v) = serde_json::from_str::<Value>(l) {
                 walk(&v, &mut out);
@@ -915,7 +917,7 @@ pub(crate) mod test_lines {
     }
 
     /// `line` and its variants; `words` go in place of the values of [`WORD_KEYS`].
-    pub(crate) fn variants(line: &str, words: &[String]) -> Vec<String> {
+    pub(crate) fn variants(line: &str, words: &[(String, Vec<String>)]) -> Vec<String> {
         let mut out = vec![
             line.to_owned(),
             format!(" {line}"),
@@ -951,7 +953,7 @@ pub(crate) mod test_lines {
         paths(&root, Vec::new(), &mut all);
         for (n, path) in all.iter().enumerate() {
             if let Some(Ok(key)) = path.last()
-                && WORD_KEYS.contains(&key.as_str())
+                && let Some((_, words)) = words.iter().find(|(k, _)| k == key)
             {
                 for word in words {
                     let mut v = root.clone();
