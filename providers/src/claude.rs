@@ -1774,7 +1774,8 @@ impl Scan {
         match hint.as_ref() {
             "assistant" => {
                 let l: ScanAssistantLine<'_> = strict::from_str(raw).ok()?;
-                if l.r#type != hint {
+                if l.r#type != hint || l.is_api_error_message || l.error.is_some() {
+                    // API errors (rare) need the blocks' text: the `Value` path.
                     return None;
                 }
                 let fields = AssistantErrorFields {
@@ -1788,10 +1789,7 @@ impl Scan {
                     l.message.id.as_ref().map(CowStr::as_str),
                     l.message.model.as_ref().map(CowStr::as_str),
                     fields,
-                    l.message
-                        .content
-                        .iter()
-                        .filter_map(|b| b.text.as_ref().map(CowStr::as_str)),
+                    std::iter::empty(),
                     seen,
                 );
             }
@@ -2028,7 +2026,8 @@ fn stream_facts(v: &Value) -> StreamFacts<'_> {
 }
 
 /// An `assistant` line as the result builder reads it (fast path): every field of
-/// [`AssistantLine`], the blocks for their `text` only.
+/// [`AssistantLine`]; the blocks are read and dropped (only an API error, which goes the
+/// `Value` path, needs their text).
 #[derive(Deserialize)]
 struct ScanAssistantLine<'a> {
     #[serde(borrow)]
@@ -2058,16 +2057,9 @@ struct ScanAssistantMessage<'a> {
     id: Option<CowStr<'a>>,
     #[serde(borrow)]
     model: Option<CowStr<'a>>,
-    #[serde(borrow, deserialize_with = "null_default")]
-    content: Vec<ScanBlock<'a>>,
-}
-
-/// A content block, for its `text`.
-#[derive(Default, Deserialize)]
-#[serde(default)]
-struct ScanBlock<'a> {
-    #[serde(borrow)]
-    text: Option<CowStr<'a>>,
+    /// Read for its shape only (an array or null, as in [`AssistantMessage`]).
+    #[serde(deserialize_with = "null_default", rename = "content")]
+    _content: Vec<serde::de::IgnoredAny>,
 }
 
 /// A `stream_event` line as the result builder reads it (fast path).
