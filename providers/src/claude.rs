@@ -52,6 +52,7 @@
 //! - `session_totals` are the session-cumulative `modelUsage` sums and `total_cost_usd`
 //!   (request count: the prior's plus this run's), for the next resume to subtract.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -59,7 +60,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value, json};
 
-use crate::common;
+use crate::common::{self, CowStr, strict};
 use crate::config::ProviderConfig;
 use crate::error::{ErrorKind, ProviderError};
 use crate::event::{AgentEvent, EventKind, McpServerStatus};
@@ -739,24 +740,41 @@ fn read<T: for<'de> Deserialize<'de>>(value: Value, what: &str) -> Result<T, Str
 
 // ---------------------------------------------------------------------------------------
 // Lines -> events
+//
+// Each line is read twice at most. The fast path ([`fast_kinds`]) reads the common line
+// types (`assistant`, `user`, `stream_event`, `system` other than the three read below,
+// unknown types) straight from the text into borrowed structs, strictly (see
+// [`common::strict`]). Anything it does not take, or any line it cannot read, goes the
+// `Value` path ([`value_kinds`]), which gives the protocol messages. Both end in the same
+// functions (`assistant_kinds`, `user_kinds`, `stream_kind`), and a unit test checks that
+// wherever the fast path answers it answers what the `Value` path does.
 // ---------------------------------------------------------------------------------------
 
 /// Events from one line.
 fn parse_line(line: &str) -> Vec<AgentEvent> {
     let raw: Arc<str> = Arc::from(line);
-    let obj = match common::json_object(line) {
-        Ok(o) => o,
-        Err(msg) => return vec![AgentEvent::protocol(msg, raw)],
+    let kinds = match fast_kinds(line) {
+        Some(kinds) => Ok(kinds),
+        None => value_kinds(line),
     };
+    match kinds {
+        Ok(kinds) => kinds
+            .into_iter()
+            .map(|k| AgentEvent::new(k, raw.clone()))
+            .collect(),
+        Err(message) => vec![AgentEvent::protocol(message, raw)],
+    }
+}
+
+/// The kinds of one line, read through a `Value`; `Err` is a protocol message.
+fn value_kinds(line: &str) -> Result<Vec<EventKind>, String> {
+    let obj = common::json_object(line)?;
     let Some(line_type) = common::string_field(&obj, "type") else {
-        return vec![AgentEvent::new(
-            EventKind::Unknown { vendor_type: None },
-            raw,
-        )];
+        return Ok(vec![EventKind::Unknown { vendor_type: None }]);
     };
     let subtype = common::string_field(&obj, "subtype");
     let value = Value::Object(obj);
-    let kinds = match line_type.as_str() {
+    match line_type.as_str() {
         "system" => system_events(value, subtype.as_deref()),
         "assistant" => assistant_events(value),
         "user" => user_events(value),
@@ -766,13 +784,6 @@ fn parse_line(line: &str) -> Vec<AgentEvent> {
         _ => Ok(vec![EventKind::Unknown {
             vendor_type: Some(line_type),
         }]),
-    };
-    match kinds {
-        Ok(kinds) => kinds
-            .into_iter()
-            .map(|k| AgentEvent::new(k, raw.clone()))
-            .collect(),
-        Err(message) => vec![AgentEvent::protocol(message, raw)],
     }
 }
 
@@ -812,14 +823,20 @@ fn system_events(value: Value, subtype: Option<&str>) -> Result<Vec<EventKind>, 
                 tool_call_id: l.tool_use_id,
             }
         }
-        Some(other) => EventKind::Unknown {
-            vendor_type: Some(format!("system/{other}")),
-        },
-        None => EventKind::Unknown {
-            vendor_type: Some("system".to_owned()),
-        },
+        Some(other) => system_unknown(Some(other)),
+        None => system_unknown(None),
     };
     Ok(vec![kind])
+}
+
+/// A `system` line of a subtype the adapter does not read.
+fn system_unknown(subtype: Option<&str>) -> EventKind {
+    EventKind::Unknown {
+        vendor_type: Some(match subtype {
+            Some(other) => format!("system/{other}"),
+            None => "system".to_owned(),
+        }),
+    }
 }
 
 /// `system/api_retry` -> a retry event.
@@ -850,54 +867,109 @@ fn retry_event(l: &ApiRetryLine) -> EventKind {
     }
 }
 
+/// One content block of an `assistant` line, read.
+enum AssistantBlock {
+    Text(String),
+    Thinking(String),
+    ToolUse(ToolUseBlock),
+    /// A block of another type (`""` when it has none).
+    Other(String),
+}
+
+/// The API-error fields of an `assistant` line.
+struct AssistantErrorFields {
+    error: Option<String>,
+    is_api_error_message: bool,
+    api_error_status: Option<u16>,
+    api_error_type: Option<String>,
+    api_error: Option<String>,
+}
+
 /// `assistant` lines: one event per content block, plus the API error if it is one.
 fn assistant_events(value: Value) -> Result<Vec<EventKind>, String> {
     let l: AssistantLine = read(value, "assistant")?;
-    let mut out = Vec::with_capacity(l.message.content.len() + 1);
+    let blocks = l
+        .message
+        .content
+        .iter()
+        .map(read_assistant_block)
+        .collect::<Result<Vec<_>, String>>()?;
+    let fields = AssistantErrorFields {
+        error: l.error,
+        is_api_error_message: l.is_api_error_message,
+        api_error_status: l.api_error_status,
+        api_error_type: l.api_error_type,
+        api_error: l.api_error,
+    };
+    Ok(assistant_kinds(blocks, &l.tool_use_meta, fields))
+}
+
+/// One content block of an `assistant` line, from its `Value`.
+fn read_assistant_block(block: &Value) -> Result<AssistantBlock, String> {
+    let block_type = block.get("type").and_then(Value::as_str).unwrap_or("");
+    Ok(match block_type {
+        "text" => {
+            let b: TextBlock = read(block.clone(), "assistant text block")?;
+            AssistantBlock::Text(b.text)
+        }
+        "thinking" => {
+            let b: ThinkingBlock = read(block.clone(), "assistant thinking block")?;
+            AssistantBlock::Thinking(b.thinking)
+        }
+        "tool_use" | "server_tool_use" => {
+            AssistantBlock::ToolUse(read(block.clone(), "assistant tool_use block")?)
+        }
+        other => AssistantBlock::Other(other.to_owned()),
+    })
+}
+
+/// The events of an `assistant` line from its blocks and error fields.
+fn assistant_kinds(
+    blocks: Vec<AssistantBlock>,
+    meta: &[ToolUseMeta],
+    l: AssistantErrorFields,
+) -> Vec<EventKind> {
+    let is_error = l.is_api_error_message || l.error.is_some();
+    let mut out = Vec::with_capacity(blocks.len() + 1);
     let mut text = Vec::new();
-    for block in &l.message.content {
-        let block_type = block.get("type").and_then(Value::as_str).unwrap_or("");
-        let kind = match block_type {
-            "text" => {
-                let b: TextBlock = read(block.clone(), "assistant text block")?;
-                text.push(b.text.clone());
+    for block in blocks {
+        let kind = match block {
+            AssistantBlock::Text(t) => {
+                if is_error {
+                    text.push(t.clone());
+                }
                 EventKind::AssistantText {
-                    text: b.text,
+                    text: t,
                     delta: false,
                 }
             }
-            "thinking" => {
-                let b: ThinkingBlock = read(block.clone(), "assistant thinking block")?;
-                EventKind::Thinking { text: b.thinking }
-            }
-            "tool_use" | "server_tool_use" => {
-                let b: ToolUseBlock = read(block.clone(), "assistant tool_use block")?;
-                tool_call(b, &l.tool_use_meta)
-            }
-            other => EventKind::Unknown {
+            AssistantBlock::Thinking(t) => EventKind::Thinking { text: t },
+            AssistantBlock::ToolUse(b) => tool_call(b, meta),
+            AssistantBlock::Other(other) => EventKind::Unknown {
                 vendor_type: Some(format!("assistant/{other}")),
             },
         };
         out.push(kind);
     }
-    if l.is_api_error_message || l.error.is_some() {
+    if is_error {
         let message = if text.is_empty() {
             format!("API error ({})", l.error.as_deref().unwrap_or("unknown"))
         } else {
             text.join("\n")
         };
+        let http_status = l.api_error_status;
         let facts = ApiErrorFacts {
             status: l.api_error_status,
-            api_error_type: l.api_error_type.clone(),
-            api_error: l.api_error.clone(),
-            error_word: l.error.clone(),
+            api_error_type: l.api_error_type,
+            api_error: l.api_error,
+            error_word: l.error,
             text: message.clone(),
         };
         out.push(EventKind::Error {
             error_kind: facts.classify(),
             message,
             fatal: true,
-            http_status: l.api_error_status,
+            http_status,
         });
     }
     if out.is_empty() {
@@ -905,7 +977,7 @@ fn assistant_events(value: Value) -> Result<Vec<EventKind>, String> {
             vendor_type: Some("assistant".to_owned()),
         });
     }
-    Ok(out)
+    out
 }
 
 /// A tool call; MCP tools (`mcp__<server>__<tool>`) get their server and bare name.
@@ -936,45 +1008,83 @@ fn split_mcp_name(name: &str) -> Option<(&str, &str)> {
     (!server.is_empty() && !tool.is_empty()).then_some((server, tool))
 }
 
+/// The `message.content` of a `user` line, read.
+enum UserContent {
+    /// A string: the user's text.
+    Text(String),
+    /// An array of blocks.
+    Blocks(Vec<UserBlock>),
+    /// Anything else (absent, null, a number, an object): no event of its own.
+    None,
+}
+
+/// One block of a `user` line, read.
+enum UserBlock {
+    ToolResult(ToolResultBlock),
+    Text(String),
+    /// A block of another type (`""` when it has none).
+    Other(String),
+}
+
 /// `user` lines: tool results and user text.
 fn user_events(value: Value) -> Result<Vec<EventKind>, String> {
     let l: UserLine = read(value, "user")?;
+    let content = match &l.message.content {
+        Value::String(s) => UserContent::Text(s.clone()),
+        Value::Array(blocks) => UserContent::Blocks(
+            blocks
+                .iter()
+                .map(read_user_block)
+                .collect::<Result<Vec<_>, String>>()?,
+        ),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::Object(_) => UserContent::None,
+    };
+    Ok(user_kinds(content))
+}
+
+/// One block of a `user` line, from its `Value`.
+fn read_user_block(block: &Value) -> Result<UserBlock, String> {
+    let block_type = block.get("type").and_then(Value::as_str).unwrap_or("");
+    Ok(match block_type {
+        "tool_result" => UserBlock::ToolResult(read(block.clone(), "user tool_result block")?),
+        "text" => {
+            let b: TextBlock = read(block.clone(), "user text block")?;
+            UserBlock::Text(b.text)
+        }
+        other => UserBlock::Other(other.to_owned()),
+    })
+}
+
+/// The events of a `user` line from its content.
+fn user_kinds(content: UserContent) -> Vec<EventKind> {
     let mut out = Vec::new();
-    match &l.message.content {
-        Value::String(s) => out.push(EventKind::UserMessage { text: s.clone() }),
-        Value::Array(blocks) => {
+    match content {
+        UserContent::Text(s) => out.push(EventKind::UserMessage { text: s }),
+        UserContent::Blocks(blocks) => {
             for block in blocks {
-                let block_type = block.get("type").and_then(Value::as_str).unwrap_or("");
-                let kind = match block_type {
-                    "tool_result" => {
-                        let b: ToolResultBlock = read(block.clone(), "user tool_result block")?;
-                        EventKind::ToolResult {
-                            id: b.tool_use_id,
-                            name: None,
-                            output: common::content_text(&b.content),
-                            is_error: b.is_error.unwrap_or(false),
-                            exit_code: None,
-                        }
-                    }
-                    "text" => {
-                        let b: TextBlock = read(block.clone(), "user text block")?;
-                        EventKind::UserMessage { text: b.text }
-                    }
-                    other => EventKind::Unknown {
+                out.push(match block {
+                    UserBlock::ToolResult(b) => EventKind::ToolResult {
+                        id: b.tool_use_id,
+                        name: None,
+                        output: common::content_text_owned(b.content),
+                        is_error: b.is_error.unwrap_or(false),
+                        exit_code: None,
+                    },
+                    UserBlock::Text(text) => EventKind::UserMessage { text },
+                    UserBlock::Other(other) => EventKind::Unknown {
                         vendor_type: Some(format!("user/{other}")),
                     },
-                };
-                out.push(kind);
+                });
             }
         }
-        Value::Null | Value::Bool(_) | Value::Number(_) | Value::Object(_) => {}
+        UserContent::None => {}
     }
     if out.is_empty() {
         out.push(EventKind::Unknown {
             vendor_type: Some("user".to_owned()),
         });
     }
-    Ok(out)
+    out
 }
 
 /// `stream_event` lines (only with `--include-partial-messages`).
@@ -990,7 +1100,17 @@ fn stream_events(value: Value) -> Result<Vec<EventKind>, String> {
             .unwrap_or_default()
             .to_owned()
     };
-    let kind = match (event_type, delta_type) {
+    Ok(vec![stream_kind(event_type, delta_type, delta_str)])
+}
+
+/// The event of a `stream_event` line; `delta_str` reads a string of its `delta`
+/// (`""` when absent).
+fn stream_kind(
+    event_type: &str,
+    delta_type: Option<&str>,
+    delta_str: impl FnOnce(&str) -> String,
+) -> EventKind {
+    match (event_type, delta_type) {
         ("content_block_delta", Some("text_delta")) => EventKind::AssistantText {
             text: delta_str("text"),
             delta: true,
@@ -1005,8 +1125,317 @@ fn stream_events(value: Value) -> Result<Vec<EventKind>, String> {
                 format!("stream_event/{event_type}")
             }),
         },
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The fast path: lines read straight into borrowed structs (see `common::strict`). Each
+// struct reads every field its `Value`-path twin reads, with the same or a stricter type,
+// plus `type` (checked against the hint and, being a named field, unique). The union
+// structs for blocks read the fields of every block type they stand for; a field that
+// only another block type has can make the read fail, never succeed where the `Value`
+// path fails.
+// ---------------------------------------------------------------------------------------
+
+/// Any line, for its `type` alone (the rest is read and dropped).
+#[derive(Deserialize)]
+struct FastTyped<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+}
+
+/// `system` lines.
+#[derive(Deserialize)]
+struct FastSystemLine<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    #[serde(default, borrow)]
+    subtype: Option<CowStr<'a>>,
+}
+
+/// `assistant` lines.
+#[derive(Deserialize)]
+struct FastAssistantLine<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    #[serde(default, borrow)]
+    message: FastAssistantMessage<'a>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    is_api_error_message: bool,
+    #[serde(default)]
+    api_error_status: Option<u16>,
+    #[serde(default)]
+    api_error_type: Option<String>,
+    #[serde(default)]
+    api_error: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    tool_use_meta: Vec<ToolUseMeta>,
+}
+
+/// `assistant.message`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct FastAssistantMessage<'a> {
+    #[serde(borrow)]
+    id: Option<CowStr<'a>>,
+    #[serde(borrow)]
+    model: Option<CowStr<'a>>,
+    #[serde(borrow, deserialize_with = "null_default")]
+    content: Vec<FastAssistantBlock<'a>>,
+}
+
+/// Any block of `assistant.message.content`: the fields of text, thinking and tool_use
+/// blocks.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct FastAssistantBlock<'a> {
+    #[serde(borrow)]
+    r#type: Option<CowStr<'a>>,
+    text: String,
+    thinking: String,
+    id: String,
+    name: String,
+    input: Value,
+}
+
+impl FastAssistantBlock<'_> {
+    fn read(self) -> AssistantBlock {
+        match self.r#type.as_ref().map_or("", CowStr::as_str) {
+            "text" => AssistantBlock::Text(self.text),
+            "thinking" => AssistantBlock::Thinking(self.thinking),
+            "tool_use" | "server_tool_use" => AssistantBlock::ToolUse(ToolUseBlock {
+                id: self.id,
+                name: self.name,
+                input: self.input,
+            }),
+            other => AssistantBlock::Other(other.to_owned()),
+        }
+    }
+}
+
+/// `user` lines.
+#[derive(Deserialize)]
+struct FastUserLine<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    #[serde(default, borrow)]
+    message: FastUserMessage<'a>,
+}
+
+/// `user.message`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct FastUserMessage<'a> {
+    #[serde(borrow)]
+    content: FastUserContent<'a>,
+}
+
+/// `user.message.content`: a string, blocks, or anything else (read and dropped).
+#[derive(Default)]
+enum FastUserContent<'a> {
+    Text(String),
+    Blocks(Vec<FastUserBlock<'a>>),
+    #[default]
+    None,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for FastUserContent<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = FastUserContent<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(FastUserContent::Text(s.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Self::Value, E> {
+                Ok(FastUserContent::Text(s))
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(FastUserContent::None)
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(FastUserContent::None)
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(FastUserContent::None)
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(FastUserContent::None)
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(FastUserContent::None)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+                while let Some(b) = seq.next_element::<FastUserBlock<'a>>()? {
+                    blocks.push(b);
+                }
+                Ok(FastUserContent::Blocks(blocks))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                while map.next_key::<serde::de::IgnoredAny>()?.is_some() {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+                Ok(FastUserContent::None)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// Any block of `user.message.content`: the fields of tool_result and text blocks.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct FastUserBlock<'a> {
+    #[serde(borrow)]
+    r#type: Option<CowStr<'a>>,
+    tool_use_id: String,
+    content: Value,
+    is_error: Option<bool>,
+    text: String,
+}
+
+impl FastUserBlock<'_> {
+    fn read(self) -> UserBlock {
+        match self.r#type.as_ref().map_or("", CowStr::as_str) {
+            "tool_result" => UserBlock::ToolResult(ToolResultBlock {
+                tool_use_id: self.tool_use_id,
+                content: self.content,
+                is_error: self.is_error,
+            }),
+            "text" => UserBlock::Text(self.text),
+            other => UserBlock::Other(other.to_owned()),
+        }
+    }
+}
+
+/// `stream_event` lines.
+#[derive(Deserialize)]
+struct FastStreamLine<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    #[serde(default, borrow)]
+    event: Option<FastStreamEvent<'a>>,
+    /// Read for its type only (the `Value` path requires a string).
+    #[serde(default, borrow, rename = "api_message_id")]
+    _api_message_id: Option<CowStr<'a>>,
+}
+
+/// `stream_event.event`.
+#[derive(Deserialize)]
+struct FastStreamEvent<'a> {
+    #[serde(default, borrow)]
+    r#type: Option<CowStr<'a>>,
+    #[serde(default, borrow)]
+    delta: Option<FastDelta<'a>>,
+}
+
+/// `stream_event.event.delta`.
+#[derive(Deserialize)]
+struct FastDelta<'a> {
+    #[serde(default, borrow)]
+    r#type: Option<CowStr<'a>>,
+    #[serde(default, borrow)]
+    text: Option<CowStr<'a>>,
+    #[serde(default, borrow)]
+    thinking: Option<CowStr<'a>>,
+}
+
+/// The kinds of one line by the fast path; `None` leaves the line to [`value_kinds`].
+fn fast_kinds(line: &str) -> Option<Vec<EventKind>> {
+    let hint = common::line_type(line)?;
+    let kinds = match hint.as_ref() {
+        "assistant" => {
+            let l: FastAssistantLine<'_> = strict::from_str(line).ok()?;
+            if l.r#type != hint {
+                return None;
+            }
+            let blocks = l
+                .message
+                .content
+                .into_iter()
+                .map(FastAssistantBlock::read)
+                .collect();
+            let fields = AssistantErrorFields {
+                error: l.error,
+                is_api_error_message: l.is_api_error_message,
+                api_error_status: l.api_error_status,
+                api_error_type: l.api_error_type,
+                api_error: l.api_error,
+            };
+            assistant_kinds(blocks, &l.tool_use_meta, fields)
+        }
+        "user" => {
+            let l: FastUserLine<'_> = strict::from_str(line).ok()?;
+            if l.r#type != hint {
+                return None;
+            }
+            let content = match l.message.content {
+                FastUserContent::Text(s) => UserContent::Text(s),
+                FastUserContent::Blocks(b) => {
+                    UserContent::Blocks(b.into_iter().map(FastUserBlock::read).collect())
+                }
+                FastUserContent::None => UserContent::None,
+            };
+            user_kinds(content)
+        }
+        "stream_event" => {
+            let l: FastStreamLine<'_> = strict::from_str(line).ok()?;
+            if l.r#type != hint {
+                return None;
+            }
+            let (event_type, delta) = match l.event {
+                Some(e) => (e.r#type, e.delta),
+                None => (None, None),
+            };
+            let (delta_type, text, thinking) = match delta {
+                Some(d) => (d.r#type, d.text, d.thinking),
+                None => (None, None, None),
+            };
+            let delta_str = |key: &str| {
+                let s = if key == "text" { text } else { thinking };
+                s.map(CowStr::into_string).unwrap_or_default()
+            };
+            vec![stream_kind(
+                event_type.as_ref().map_or("", CowStr::as_str),
+                delta_type.as_ref().map(CowStr::as_str),
+                delta_str,
+            )]
+        }
+        "system" => {
+            let l: FastSystemLine<'_> = strict::from_str(line).ok()?;
+            if l.r#type != hint {
+                return None;
+            }
+            match l.subtype.as_ref().map(CowStr::as_str) {
+                Some("init" | "api_retry" | "permission_denied") => return None,
+                subtype => vec![system_unknown(subtype)],
+            }
+        }
+        // One line a run: the `Value` path.
+        "rate_limit_event" | "result" => return None,
+        other => {
+            let l: FastTyped<'_> = strict::from_str(line).ok()?;
+            if l.r#type != other {
+                return None;
+            }
+            vec![EventKind::Unknown {
+                vendor_type: Some(other.to_owned()),
+            }]
+        }
     };
-    Ok(vec![kind])
+    Some(kinds)
 }
 
 /// `rate_limit_event` -> the vendor's rate-limit state.
@@ -1316,47 +1745,142 @@ impl Scan {
             if !wanted {
                 continue;
             }
-            let Ok(v) = serde_json::from_str::<Value>(&ev.raw) else {
-                continue;
-            };
-            match v.get("type").and_then(Value::as_str) {
-                Some("system") if v.get("subtype").and_then(Value::as_str) == Some("init") => {
-                    s.init = Some(v);
-                }
-                Some("result") => {
-                    if let Ok(r) = ResultLine::deserialize(&v) {
-                        s.result = Some((r, v));
-                    }
-                }
-                Some("assistant") => s.read_assistant(&v, &mut seen_ids),
-                Some("stream_event") => {
-                    s.read_stream_event(&v, &mut seen_ids, &mut last_started);
-                }
-                _ => {}
-            }
+            s.read_line(&ev.raw, &mut seen_ids, &mut last_started);
         }
         s
     }
 
+    /// Reads what the result needs from one line: straight from the text where it can,
+    /// else through a `Value` (a line that is not JSON is skipped either way).
+    fn read_line(
+        &mut self,
+        raw: &str,
+        seen: &mut BTreeSet<String>,
+        last_started: &mut Option<String>,
+    ) {
+        if self.read_line_fast(raw, seen, last_started).is_none() {
+            self.read_line_value(raw, seen, last_started);
+        }
+    }
+
+    /// The fast path of [`Scan::read_line`] (see `common::strict`); `None` (having read
+    /// nothing) leaves the line to the `Value` path.
+    fn read_line_fast(
+        &mut self,
+        raw: &str,
+        seen: &mut BTreeSet<String>,
+        last_started: &mut Option<String>,
+    ) -> Option<()> {
+        let hint = common::line_type(raw)?;
+        match hint.as_ref() {
+            "assistant" => {
+                let l: ScanAssistantLine<'_> = strict::from_str(raw).ok()?;
+                if l.r#type != hint || l.is_api_error_message || l.error.is_some() {
+                    // API errors (rare) need the blocks' text: the `Value` path.
+                    return None;
+                }
+                let fields = AssistantErrorFields {
+                    error: l.error,
+                    is_api_error_message: l.is_api_error_message,
+                    api_error_status: l.api_error_status,
+                    api_error_type: l.api_error_type,
+                    api_error: l.api_error,
+                };
+                self.read_assistant(
+                    l.message.id.as_ref().map(CowStr::as_str),
+                    l.message.model.as_ref().map(CowStr::as_str),
+                    fields,
+                    std::iter::empty(),
+                    seen,
+                );
+            }
+            "stream_event" => {
+                let l: ScanStreamLine<'_> = strict::from_str(raw).ok()?;
+                if l.r#type != hint {
+                    return None;
+                }
+                self.read_stream_event(l.facts(), seen, last_started);
+            }
+            "system" | "result" => return None,
+            other => {
+                // Nothing to read from a line of another type, whether or not it is
+                // valid JSON: a shallow read (which sees a repeated `type`) is enough.
+                if common::shallow_type(raw)?.as_ref() != other {
+                    return None;
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// The `Value` path of [`Scan::read_line`].
+    fn read_line_value(
+        &mut self,
+        raw: &str,
+        seen: &mut BTreeSet<String>,
+        last_started: &mut Option<String>,
+    ) {
+        let Ok(v) = serde_json::from_str::<Value>(raw) else {
+            return;
+        };
+        match v.get("type").and_then(Value::as_str) {
+            Some("system") if v.get("subtype").and_then(Value::as_str) == Some("init") => {
+                self.init = Some(v);
+            }
+            Some("result") => {
+                if let Ok(r) = ResultLine::deserialize(&v) {
+                    self.result = Some((r, v));
+                }
+            }
+            Some("assistant") => {
+                let Ok(l) = AssistantLine::deserialize(&v) else {
+                    return;
+                };
+                let fields = AssistantErrorFields {
+                    error: l.error,
+                    is_api_error_message: l.is_api_error_message,
+                    api_error_status: l.api_error_status,
+                    api_error_type: l.api_error_type,
+                    api_error: l.api_error,
+                };
+                self.read_assistant(
+                    l.message.id.as_deref(),
+                    l.message.model.as_deref(),
+                    fields,
+                    l.message
+                        .content
+                        .iter()
+                        .filter_map(|b| b.get("text").and_then(Value::as_str)),
+                    seen,
+                );
+            }
+            Some("stream_event") => {
+                self.read_stream_event(stream_facts(&v), seen, last_started);
+            }
+            _ => {}
+        }
+    }
+
     fn note_message(&mut self, id: &str, seen: &mut BTreeSet<String>) {
-        if !id.is_empty() && seen.insert(id.to_owned()) {
+        if !id.is_empty() && !seen.contains(id) {
+            seen.insert(id.to_owned());
             self.message_ids.push(id.to_owned());
         }
     }
 
-    fn read_assistant(&mut self, v: &Value, seen: &mut BTreeSet<String>) {
-        let Ok(l) = AssistantLine::deserialize(v) else {
-            return;
-        };
-        let synthetic = l.message.model.as_deref() == Some(SYNTHETIC_MODEL);
+    /// An `assistant` line: its message id (`message.id`, `message.model`), or the facts
+    /// of its API error (`texts`: the `text` of its content blocks).
+    fn read_assistant<'t>(
+        &mut self,
+        id: Option<&str>,
+        model: Option<&str>,
+        l: AssistantErrorFields,
+        texts: impl Iterator<Item = &'t str>,
+        seen: &mut BTreeSet<String>,
+    ) {
+        let synthetic = model == Some(SYNTHETIC_MODEL);
         if l.is_api_error_message || l.error.is_some() {
-            let text = l
-                .message
-                .content
-                .iter()
-                .filter_map(|b| b.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join("\n");
+            let text = texts.collect::<Vec<_>>().join("\n");
             self.api_error = Some(ApiErrorFacts {
                 status: l.api_error_status,
                 api_error_type: l.api_error_type,
@@ -1364,67 +1888,52 @@ impl Scan {
                 error_word: l.error,
                 text,
             });
-        } else if !synthetic && let Some(id) = &l.message.id {
+        } else if !synthetic && let Some(id) = id {
             self.note_message(id, seen);
         }
     }
 
     fn read_stream_event(
         &mut self,
-        v: &Value,
+        facts: StreamFacts<'_>,
         seen: &mut BTreeSet<String>,
         last_started: &mut Option<String>,
     ) {
-        let Some(event) = v.get("event") else {
-            return;
-        };
-        match event.get("type").and_then(Value::as_str) {
-            Some("message_start") => {
-                let msg = event.get("message").unwrap_or(&Value::Null);
-                let Some(id) = msg.get("id").and_then(Value::as_str) else {
-                    return;
-                };
-                let model = msg.get("model").and_then(Value::as_str);
+        match facts {
+            StreamFacts::Start { id, model, usage } => {
                 if model == Some(SYNTHETIC_MODEL) {
                     return;
                 }
                 self.note_message(id, seen);
-                let u = msg.get("usage").unwrap_or(&Value::Null);
                 self.streamed.insert(
                     id.to_owned(),
                     StreamedMessage {
                         model: model.map(str::to_owned),
-                        usage: CanonicalUsage {
-                            input_tokens: common::u64_at(u, "input_tokens"),
-                            output_tokens: common::u64_at(u, "output_tokens"),
-                            cache_read: common::u64_at(u, "cache_read_input_tokens"),
-                            cache_write: common::u64_at(u, "cache_creation_input_tokens"),
-                            reasoning_tokens: 0,
-                            request_count: 1,
-                        },
+                        usage,
                     },
                 );
                 *last_started = Some(id.to_owned());
             }
-            Some("message_delta") => {
-                let id = v
-                    .get("api_message_id")
-                    .and_then(Value::as_str)
+            StreamFacts::Delta {
+                api_message_id,
+                output_tokens,
+                input_tokens,
+            } => {
+                let id = api_message_id
                     .map(str::to_owned)
                     .or_else(|| last_started.clone());
                 let Some(entry) = id.and_then(|id| self.streamed.get_mut(&id)) else {
                     return;
                 };
-                let u = event.get("usage").unwrap_or(&Value::Null);
                 // message_delta counts are cumulative for the message.
-                if let Some(o) = u.get("output_tokens").and_then(Value::as_u64) {
+                if let Some(o) = output_tokens {
                     entry.usage.output_tokens = o;
                 }
-                if let Some(i) = u.get("input_tokens").and_then(Value::as_u64) {
+                if let Some(i) = input_tokens {
                     entry.usage.input_tokens = i;
                 }
             }
-            _ => {}
+            StreamFacts::Other => {}
         }
     }
 
@@ -1447,6 +1956,189 @@ impl Scan {
     /// `request_count`: distinct model responses.
     fn request_count(&self) -> u64 {
         self.message_ids.len() as u64
+    }
+}
+
+/// What a `stream_event` line tells the result builder.
+enum StreamFacts<'a> {
+    /// `message_start` of a message with an id.
+    Start {
+        id: &'a str,
+        model: Option<&'a str>,
+        /// The input side, from `message.usage` (absent counts as 0).
+        usage: CanonicalUsage,
+    },
+    /// `message_delta`.
+    Delta {
+        api_message_id: Option<&'a str>,
+        output_tokens: Option<u64>,
+        input_tokens: Option<u64>,
+    },
+    /// Nothing the result uses.
+    Other,
+}
+
+/// The usage of a `message_start`, counted as one request.
+fn started_usage(input: u64, output: u64, cache_read: u64, cache_write: u64) -> CanonicalUsage {
+    CanonicalUsage {
+        input_tokens: input,
+        output_tokens: output,
+        cache_read,
+        cache_write,
+        reasoning_tokens: 0,
+        request_count: 1,
+    }
+}
+
+/// The [`StreamFacts`] of a `stream_event` line read as a `Value` (fields of another type
+/// read as absent).
+fn stream_facts(v: &Value) -> StreamFacts<'_> {
+    let Some(event) = v.get("event") else {
+        return StreamFacts::Other;
+    };
+    match event.get("type").and_then(Value::as_str) {
+        Some("message_start") => {
+            let msg = event.get("message").unwrap_or(&Value::Null);
+            let Some(id) = msg.get("id").and_then(Value::as_str) else {
+                return StreamFacts::Other;
+            };
+            let u = msg.get("usage").unwrap_or(&Value::Null);
+            StreamFacts::Start {
+                id,
+                model: msg.get("model").and_then(Value::as_str),
+                usage: started_usage(
+                    common::u64_at(u, "input_tokens"),
+                    common::u64_at(u, "output_tokens"),
+                    common::u64_at(u, "cache_read_input_tokens"),
+                    common::u64_at(u, "cache_creation_input_tokens"),
+                ),
+            }
+        }
+        Some("message_delta") => {
+            let u = event.get("usage").unwrap_or(&Value::Null);
+            StreamFacts::Delta {
+                api_message_id: v.get("api_message_id").and_then(Value::as_str),
+                output_tokens: u.get("output_tokens").and_then(Value::as_u64),
+                input_tokens: u.get("input_tokens").and_then(Value::as_u64),
+            }
+        }
+        _ => StreamFacts::Other,
+    }
+}
+
+/// An `assistant` line as the result builder reads it (fast path): every field of
+/// [`AssistantLine`]; the blocks are read and dropped (only an API error, which goes the
+/// `Value` path, needs their text).
+#[derive(Deserialize)]
+struct ScanAssistantLine<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    #[serde(default, borrow)]
+    message: ScanAssistantMessage<'a>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    is_api_error_message: bool,
+    #[serde(default)]
+    api_error_status: Option<u16>,
+    #[serde(default)]
+    api_error_type: Option<String>,
+    #[serde(default)]
+    api_error: Option<String>,
+    /// Read for its shape only (the `Value` path requires it).
+    #[serde(default, deserialize_with = "null_default", rename = "tool_use_meta")]
+    _tool_use_meta: Vec<ToolUseMeta>,
+}
+
+/// `assistant.message` for the result builder.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ScanAssistantMessage<'a> {
+    #[serde(borrow)]
+    id: Option<CowStr<'a>>,
+    #[serde(borrow)]
+    model: Option<CowStr<'a>>,
+    /// Read for its shape only (an array or null, as in [`AssistantMessage`]).
+    #[serde(deserialize_with = "null_default", rename = "content")]
+    _content: Vec<serde::de::IgnoredAny>,
+}
+
+/// A `stream_event` line as the result builder reads it (fast path).
+#[derive(Deserialize)]
+struct ScanStreamLine<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    #[serde(default, borrow)]
+    event: Option<ScanStreamEvent<'a>>,
+    #[serde(default, borrow)]
+    api_message_id: Option<CowStr<'a>>,
+}
+
+/// `stream_event.event` for the result builder.
+#[derive(Deserialize)]
+struct ScanStreamEvent<'a> {
+    #[serde(default, borrow)]
+    r#type: Option<CowStr<'a>>,
+    #[serde(default, borrow)]
+    message: Option<ScanStreamMessage<'a>>,
+    #[serde(default)]
+    usage: Option<ScanUsage>,
+}
+
+/// `stream_event.event.message` (of a `message_start`).
+#[derive(Deserialize)]
+struct ScanStreamMessage<'a> {
+    #[serde(default, borrow)]
+    id: Option<CowStr<'a>>,
+    #[serde(default, borrow)]
+    model: Option<CowStr<'a>>,
+    #[serde(default)]
+    usage: Option<ScanUsage>,
+}
+
+/// The token counts of a `message_start` or `message_delta`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ScanUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+}
+
+impl ScanStreamLine<'_> {
+    fn facts(&self) -> StreamFacts<'_> {
+        let Some(event) = &self.event else {
+            return StreamFacts::Other;
+        };
+        match event.r#type.as_ref().map(CowStr::as_str) {
+            Some("message_start") => {
+                let Some(msg) = &event.message else {
+                    return StreamFacts::Other;
+                };
+                let Some(id) = &msg.id else {
+                    return StreamFacts::Other;
+                };
+                let u = msg.usage.as_ref();
+                let n = |f: fn(&ScanUsage) -> Option<u64>| u.and_then(f).unwrap_or(0);
+                StreamFacts::Start {
+                    id: id.as_str(),
+                    model: msg.model.as_ref().map(CowStr::as_str),
+                    usage: started_usage(
+                        n(|u| u.input_tokens),
+                        n(|u| u.output_tokens),
+                        n(|u| u.cache_read_input_tokens),
+                        n(|u| u.cache_creation_input_tokens),
+                    ),
+                }
+            }
+            Some("message_delta") => StreamFacts::Delta {
+                api_message_id: self.api_message_id.as_ref().map(CowStr::as_str),
+                output_tokens: event.usage.as_ref().and_then(|u| u.output_tokens),
+                input_tokens: event.usage.as_ref().and_then(|u| u.input_tokens),
+            },
+            _ => StreamFacts::Other,
+        }
     }
 }
 
@@ -1722,23 +2414,21 @@ fn foreign_message(events: &[AgentEvent]) -> String {
 /// The agent's text of a run without a result line: whole text blocks (not API-error
 /// texts), else the streamed deltas.
 fn partial_response(events: &[AgentEvent], scan: &Scan) -> String {
-    let blocks: Vec<AgentEvent> = events
+    let blocks: Vec<&AgentEvent> = events
         .iter()
         .filter(|e| {
             matches!(e.kind, EventKind::AssistantText { delta: false, .. })
                 && !scan.error_lines.contains(&line_id(&e.raw))
         })
-        .cloned()
         .collect();
     if !blocks.is_empty() {
-        return common::assistant_text(&blocks);
+        return common::assistant_text_of(blocks);
     }
-    let deltas: Vec<AgentEvent> = events
-        .iter()
-        .filter(|e| matches!(e.kind, EventKind::AssistantText { delta: true, .. }))
-        .cloned()
-        .collect();
-    common::assistant_text(&deltas)
+    common::assistant_text_of(
+        events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::AssistantText { delta: true, .. })),
+    )
 }
 
 /// Vendor facts with no neutral field, under the vendor's own key names; absent and null
@@ -3572,6 +4262,68 @@ mod tests {
                 Some("Reached maximum budget ($0.001)"),
                 Some(0.0012)
             )
+        );
+    }
+
+    // -- the fast path --------------------------------------------------------------
+
+    /// Wherever the fast path answers, for a line or for the result builder's re-read of
+    /// a line, it answers what the `Value` path does: over every fixture line of every
+    /// vendor, and variants of each (fields replaced, dropped, added, repeated; numbers
+    /// out of range, lone surrogates, deep nesting; cut lines).
+    #[test]
+    fn the_fast_path_agrees_with_the_value_path() {
+        let lines = common::test_lines::fixture_lines();
+        // Message ids the fixtures use, so that `message_delta` lines find their message.
+        let mut seed = Scan::default();
+        for id in ["prev".to_owned()]
+            .into_iter()
+            .chain(lines.iter().flat_map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap_or_default();
+                [
+                    v.get("api_message_id")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    v.pointer("/event/message/id")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                ]
+                .into_iter()
+                .flatten()
+            }))
+        {
+            seed.streamed.insert(id, StreamedMessage::default());
+        }
+        let (mut total, mut fast, mut scanned) = (0, 0, 0);
+        for v in common::test_lines::all() {
+            total += 1;
+            if let Some(kinds) = fast_kinds(v) {
+                fast += 1;
+                assert_eq!(Ok(kinds), value_kinds(v), "{v}");
+            }
+            let mut a = Scan {
+                streamed: seed.streamed.clone(),
+                ..Scan::default()
+            };
+            let mut b = Scan {
+                streamed: seed.streamed.clone(),
+                ..Scan::default()
+            };
+            let (mut seen_a, mut seen_b) = (BTreeSet::new(), BTreeSet::new());
+            let (mut last_a, mut last_b) = (Some("prev".to_owned()), Some("prev".to_owned()));
+            if a.read_line_fast(v, &mut seen_a, &mut last_a).is_some() {
+                scanned += 1;
+                b.read_line_value(v, &mut seen_b, &mut last_b);
+                assert_eq!(
+                    format!("{a:?} {seen_a:?} {last_a:?}"),
+                    format!("{b:?} {seen_b:?} {last_b:?}"),
+                    "{v}"
+                );
+            }
+        }
+        assert!(
+            fast * 4 > total && scanned * 4 > total,
+            "{fast}, {scanned} of {total}"
         );
     }
 }

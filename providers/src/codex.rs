@@ -81,6 +81,7 @@
 //!   and the shared rules of [`common::classify_without_final`] (a run that was still
 //!   "Reconnecting..." ends as `network`).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -89,7 +90,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::common;
+use crate::common::{self, CowStr, Field, strict};
 use crate::config::ProviderConfig;
 use crate::error::{ErrorKind, ProviderError};
 use crate::event::{AgentEvent, EventKind};
@@ -338,7 +339,10 @@ impl AiCliProvider for CodexProvider {
 
     fn parse_event(&self, line: &str) -> Vec<AgentEvent> {
         let raw: Arc<str> = Arc::from(line);
-        let decoded = common::json_object(line).and_then(wire::decode);
+        let decoded = match wire::decode_fast(line) {
+            Some(kinds) => Ok(kinds),
+            None => common::json_object(line).and_then(wire::decode),
+        };
         match decoded {
             Ok(kinds) => kinds
                 .into_iter()
@@ -631,7 +635,7 @@ fn provider_data(events: &[AgentEvent]) -> Value {
             continue;
         }
         last_raw = Some(&ev.raw);
-        if let Some(t) = completed_item_type(&ev.raw) {
+        if let Some(t) = wire::completed_item_type(&ev.raw) {
             *items.entry(t).or_default() += 1;
         }
     }
@@ -640,14 +644,6 @@ fn provider_data(events: &[AgentEvent]) -> Value {
         "retries": retries,
         "completed_items": items,
     })
-}
-
-fn completed_item_type(raw: &str) -> Option<String> {
-    let v: Value = serde_json::from_str(raw).ok()?;
-    if v.get("type")?.as_str()? != "item.completed" {
-        return None;
-    }
-    Some(v.get("item")?.get("type")?.as_str()?.to_owned())
 }
 
 /// A message when the events are another vendor's: JSON objects of types Codex never
@@ -1191,47 +1187,15 @@ mod wire {
         Ok(match ty.as_str() {
             "thread.started" => {
                 let e: ThreadStarted = from_map(obj, &what)?;
-                vec![EventKind::SessionStarted {
-                    session_id: e.thread_id,
-                    model: None,
-                    cwd: None,
-                    tools: Vec::new(),
-                    mcp_servers: Vec::new(),
-                    cli_version: None,
-                }]
+                vec![session_started(e.thread_id)]
             }
             "turn.completed" => {
                 let e: TurnCompleted = from_map(obj, &what)?;
-                vec![
-                    EventKind::Usage {
-                        usage: e.usage.canonical(),
-                        cumulative: true,
-                    },
-                    EventKind::Final {
-                        success: true,
-                        text: None,
-                        error_kind: None,
-                        error: None,
-                        usage: None,
-                        cost_usd: None,
-                        num_turns: None,
-                        duration_ms: None,
-                    },
-                ]
+                turn_completed(&e.usage)
             }
             "turn.failed" => {
                 let e: TurnFailed = from_map(obj, &what)?;
-                let (kind, _) = classify_message(&e.error.message);
-                vec![EventKind::Final {
-                    success: false,
-                    text: None,
-                    error_kind: Some(kind),
-                    error: Some(e.error.message),
-                    usage: None,
-                    cost_usd: None,
-                    num_turns: None,
-                    duration_ms: None,
-                }]
+                vec![turn_failed(e.error)]
             }
             "error" => {
                 let e: ErrorBody = from_map(obj, &what)?;
@@ -1247,6 +1211,88 @@ mod wire {
         })
     }
 
+    fn session_started(thread_id: String) -> EventKind {
+        EventKind::SessionStarted {
+            session_id: thread_id,
+            model: None,
+            cwd: None,
+            tools: Vec::new(),
+            mcp_servers: Vec::new(),
+            cli_version: None,
+        }
+    }
+
+    fn turn_completed(usage: &Usage) -> Vec<EventKind> {
+        vec![
+            EventKind::Usage {
+                usage: usage.canonical(),
+                cumulative: true,
+            },
+            EventKind::Final {
+                success: true,
+                text: None,
+                error_kind: None,
+                error: None,
+                usage: None,
+                cost_usd: None,
+                num_turns: None,
+                duration_ms: None,
+            },
+        ]
+    }
+
+    fn turn_failed(error: ErrorBody) -> EventKind {
+        let (kind, _) = classify_message(&error.message);
+        EventKind::Final {
+            success: false,
+            text: None,
+            error_kind: Some(kind),
+            error: Some(error.message),
+            usage: None,
+            cost_usd: None,
+            num_turns: None,
+            duration_ms: None,
+        }
+    }
+
+    /// Which struct an item is read as, by its type and phase (`None`: not read, the
+    /// event is `Unknown`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Shape {
+        Text,
+        Command,
+        Mcp,
+        FileChange,
+        WebSearch,
+        Error,
+        None,
+    }
+
+    fn shape(phase: &str, item_type: &str) -> Shape {
+        let started = phase == "item.started";
+        let completed = phase == "item.completed";
+        match item_type {
+            "agent_message" | "reasoning" if completed => Shape::Text,
+            "command_execution" if started || completed => Shape::Command,
+            "mcp_tool_call" if started || completed => Shape::Mcp,
+            "file_change" if started || completed => Shape::FileChange,
+            "web_search" if started || completed => Shape::WebSearch,
+            "error" if completed => Shape::Error,
+            _ => Shape::None,
+        }
+    }
+
+    /// An item read as its [`Shape`].
+    enum ItemData {
+        Text(Text),
+        Command(CommandExecution),
+        Mcp(McpToolCall),
+        FileChange(FileChange),
+        WebSearch(WebSearch),
+        Error(ErrorBody),
+        None,
+    }
+
     /// The events of an `item.*` line.
     fn item(phase: &str, item: Map<String, Value>) -> Result<Vec<EventKind>, String> {
         let field = |k: &str| item.get(k).and_then(Value::as_str).map(str::to_owned);
@@ -1256,50 +1302,47 @@ mod wire {
             ));
         };
         let what = format!("`{phase}` {item_type} item");
+        let data = match shape(phase, &item_type) {
+            Shape::Text => ItemData::Text(from_map(item, &what)?),
+            Shape::Command => ItemData::Command(from_map(item, &what)?),
+            Shape::Mcp => ItemData::Mcp(from_map(item, &what)?),
+            Shape::FileChange => ItemData::FileChange(from_map(item, &what)?),
+            Shape::WebSearch => ItemData::WebSearch(from_map(item, &what)?),
+            Shape::Error => ItemData::Error(from_map(item, &what)?),
+            Shape::None => ItemData::None,
+        };
+        Ok(vec![item_kind(phase, id, item_type, data)])
+    }
+
+    /// The event of an item, read.
+    fn item_kind(phase: &str, id: String, item_type: String, data: ItemData) -> EventKind {
         let started = phase == "item.started";
-        let completed = phase == "item.completed";
-        let kind = match item_type.as_str() {
-            "agent_message" if completed => {
-                let t: Text = from_map(item, &what)?;
-                EventKind::AssistantText {
-                    text: t.text,
-                    delta: false,
-                }
-            }
-            "reasoning" if completed => {
-                let t: Text = from_map(item, &what)?;
-                EventKind::Thinking { text: t.text }
-            }
-            "command_execution" if started => {
-                let c: CommandExecution = from_map(item, &what)?;
-                EventKind::ToolCall {
-                    id,
-                    name: COMMAND_TOOL.to_owned(),
-                    input: json!({ "command": c.command }),
-                    mcp_server: None,
-                }
-            }
-            "command_execution" if completed => {
-                let c: CommandExecution = from_map(item, &what)?;
-                EventKind::ToolResult {
-                    id,
-                    name: Some(COMMAND_TOOL.to_owned()),
-                    output: c.aggregated_output,
-                    is_error: c.status.is_error(),
-                    exit_code: c.exit_code,
-                }
-            }
-            "mcp_tool_call" if started => {
-                let c: McpToolCall = from_map(item, &what)?;
-                EventKind::ToolCall {
-                    id,
-                    name: c.tool,
-                    input: c.arguments,
-                    mcp_server: Some(c.server),
-                }
-            }
-            "mcp_tool_call" if completed => {
-                let c: McpToolCall = from_map(item, &what)?;
+        match data {
+            ItemData::Text(t) if item_type == "agent_message" => EventKind::AssistantText {
+                text: t.text,
+                delta: false,
+            },
+            ItemData::Text(t) => EventKind::Thinking { text: t.text },
+            ItemData::Command(c) if started => EventKind::ToolCall {
+                id,
+                name: COMMAND_TOOL.to_owned(),
+                input: json!({ "command": c.command }),
+                mcp_server: None,
+            },
+            ItemData::Command(c) => EventKind::ToolResult {
+                id,
+                name: Some(COMMAND_TOOL.to_owned()),
+                output: c.aggregated_output,
+                is_error: c.status.is_error(),
+                exit_code: c.exit_code,
+            },
+            ItemData::Mcp(c) if started => EventKind::ToolCall {
+                id,
+                name: c.tool,
+                input: c.arguments,
+                mcp_server: Some(c.server),
+            },
+            ItemData::Mcp(c) => {
                 let is_error = c.status.is_error() || c.error.is_some();
                 let output = match (c.error, c.result) {
                     (Some(e), _) => e.message,
@@ -1318,17 +1361,13 @@ mod wire {
                     exit_code: None,
                 }
             }
-            "file_change" if started => {
-                let f: FileChange = from_map(item, &what)?;
-                EventKind::ToolCall {
-                    id,
-                    name: item_type,
-                    input: json!({ "changes": f.changes.iter().map(|c| json!({"path": c.path, "kind": c.kind})).collect::<Vec<_>>() }),
-                    mcp_server: None,
-                }
-            }
-            "file_change" if completed => {
-                let f: FileChange = from_map(item, &what)?;
+            ItemData::FileChange(f) if started => EventKind::ToolCall {
+                id,
+                name: item_type,
+                input: json!({ "changes": f.changes.iter().map(|c| json!({"path": c.path, "kind": c.kind})).collect::<Vec<_>>() }),
+                mcp_server: None,
+            },
+            ItemData::FileChange(f) => {
                 let output = f
                     .changes
                     .iter()
@@ -1343,27 +1382,20 @@ mod wire {
                     exit_code: None,
                 }
             }
-            "web_search" if started => {
-                let w: WebSearch = from_map(item, &what)?;
-                EventKind::ToolCall {
-                    id,
-                    name: item_type,
-                    input: json!({ "query": w.query, "action": w.action }),
-                    mcp_server: None,
-                }
-            }
-            "web_search" if completed => {
-                let w: WebSearch = from_map(item, &what)?;
-                EventKind::ToolResult {
-                    id,
-                    name: Some(item_type),
-                    output: w.query,
-                    is_error: false,
-                    exit_code: None,
-                }
-            }
-            "error" if completed => {
-                let e: ErrorBody = from_map(item, &what)?;
+            ItemData::WebSearch(w) if started => EventKind::ToolCall {
+                id,
+                name: item_type,
+                input: json!({ "query": w.query, "action": w.action }),
+                mcp_server: None,
+            },
+            ItemData::WebSearch(w) => EventKind::ToolResult {
+                id,
+                name: Some(item_type),
+                output: w.query,
+                is_error: false,
+                exit_code: None,
+            },
+            ItemData::Error(e) => {
                 let (error_kind, http_status) = classify_message(&e.message);
                 EventKind::Error {
                     error_kind,
@@ -1372,11 +1404,240 @@ mod wire {
                     http_status,
                 }
             }
-            _ => EventKind::Unknown {
+            ItemData::None => EventKind::Unknown {
                 vendor_type: Some(format!("{phase}/{item_type}")),
             },
-        };
-        Ok(vec![kind])
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // The fast path: lines read straight into borrowed structs (see `common::strict`).
+    // Each struct reads every field its `Value`-path twin reads, with the same or a
+    // stricter type, plus `type` (checked against the hint, and unique); `None` leaves
+    // the line to [`decode`], which also gives the protocol messages.
+
+    /// Any line, for its `type` alone (the rest is read and dropped).
+    #[derive(Deserialize)]
+    struct FastTyped<'a> {
+        #[serde(borrow)]
+        r#type: Cow<'a, str>,
+    }
+
+    #[derive(Deserialize)]
+    struct FastThreadStarted<'a> {
+        #[serde(borrow)]
+        r#type: Cow<'a, str>,
+        thread_id: String,
+    }
+
+    #[derive(Deserialize)]
+    struct FastTurnCompleted<'a> {
+        #[serde(borrow)]
+        r#type: Cow<'a, str>,
+        #[serde(default)]
+        usage: Usage,
+    }
+
+    #[derive(Deserialize)]
+    struct FastTurnFailed<'a> {
+        #[serde(borrow)]
+        r#type: Cow<'a, str>,
+        error: ErrorBody,
+    }
+
+    /// The top-level `error` line.
+    #[derive(Deserialize)]
+    struct FastError<'a> {
+        #[serde(borrow)]
+        r#type: Cow<'a, str>,
+        message: String,
+    }
+
+    #[derive(Deserialize)]
+    struct FastItemEvent<'a> {
+        #[serde(borrow)]
+        r#type: Cow<'a, str>,
+        #[serde(borrow)]
+        item: FastItem<'a>,
+    }
+
+    /// Any item: the fields of every [`Shape`]. A field some shape requires is a
+    /// [`Field`], absent for the others.
+    #[derive(Deserialize)]
+    struct FastItem<'a> {
+        #[serde(default, borrow)]
+        id: Option<CowStr<'a>>,
+        #[serde(default, borrow)]
+        r#type: Option<CowStr<'a>>,
+        #[serde(default)]
+        text: Field<String>,
+        #[serde(default)]
+        command: Field<String>,
+        #[serde(default)]
+        aggregated_output: String,
+        #[serde(default)]
+        exit_code: Option<i64>,
+        #[serde(default, borrow)]
+        status: Field<CowStr<'a>>,
+        #[serde(default)]
+        server: Field<String>,
+        #[serde(default)]
+        tool: Field<String>,
+        #[serde(default)]
+        arguments: Value,
+        #[serde(default)]
+        result: Option<McpResult>,
+        #[serde(default)]
+        error: Option<ErrorBody>,
+        #[serde(default)]
+        changes: Vec<FileUpdate>,
+        #[serde(default)]
+        query: String,
+        #[serde(default)]
+        action: Value,
+        #[serde(default)]
+        message: Field<String>,
+    }
+
+    /// [`Status`] as serde reads it from a string (absent: the default).
+    fn status_of(s: &Field<CowStr<'_>>) -> Status {
+        match s {
+            Field::Absent => Status::default(),
+            Field::Present(s) => match s.as_str() {
+                "in_progress" => Status::InProgress,
+                "completed" => Status::Completed,
+                "failed" => Status::Failed,
+                "declined" => Status::Declined,
+                _ => Status::Other,
+            },
+        }
+    }
+
+    impl FastItem<'_> {
+        /// The item read as `shape`; `None` when a field that shape requires is absent.
+        fn data(self, shape: Shape) -> Option<ItemData> {
+            let status = status_of(&self.status);
+            Some(match shape {
+                Shape::Text => ItemData::Text(Text {
+                    text: self.text.present()?,
+                }),
+                Shape::Command => ItemData::Command(CommandExecution {
+                    command: self.command.present()?,
+                    aggregated_output: self.aggregated_output,
+                    exit_code: self.exit_code,
+                    status,
+                }),
+                Shape::Mcp => ItemData::Mcp(McpToolCall {
+                    server: self.server.present()?,
+                    tool: self.tool.present()?,
+                    arguments: self.arguments,
+                    result: self.result,
+                    error: self.error,
+                    status,
+                }),
+                Shape::FileChange => ItemData::FileChange(FileChange {
+                    changes: self.changes,
+                    status,
+                }),
+                Shape::WebSearch => ItemData::WebSearch(WebSearch {
+                    query: self.query,
+                    action: self.action,
+                }),
+                Shape::Error => ItemData::Error(ErrorBody {
+                    message: self.message.present()?,
+                }),
+                Shape::None => ItemData::None,
+            })
+        }
+    }
+
+    /// The events of one line by the fast path; `None` leaves it to [`decode`].
+    pub(super) fn decode_fast(line: &str) -> Option<Vec<EventKind>> {
+        let hint = common::line_type(line)?;
+        let check = |t: &str| (t == hint.as_ref()).then_some(());
+        Some(match hint.as_ref() {
+            "thread.started" => {
+                let e: FastThreadStarted<'_> = strict::from_str(line).ok()?;
+                check(&e.r#type)?;
+                vec![session_started(e.thread_id)]
+            }
+            "turn.completed" => {
+                let e: FastTurnCompleted<'_> = strict::from_str(line).ok()?;
+                check(&e.r#type)?;
+                turn_completed(&e.usage)
+            }
+            "turn.failed" => {
+                let e: FastTurnFailed<'_> = strict::from_str(line).ok()?;
+                check(&e.r#type)?;
+                vec![turn_failed(e.error)]
+            }
+            "error" => {
+                let e: FastError<'_> = strict::from_str(line).ok()?;
+                check(&e.r#type)?;
+                vec![top_level_error(&e.message)]
+            }
+            phase @ ("item.started" | "item.updated" | "item.completed") => {
+                let e: FastItemEvent<'_> = strict::from_str(line).ok()?;
+                check(&e.r#type)?;
+                let mut it = e.item;
+                let (Some(id), Some(item_type)) = (it.id.take(), it.r#type.take()) else {
+                    return None;
+                };
+                let item_type = item_type.into_string();
+                let data = it.data(shape(phase, &item_type))?;
+                vec![item_kind(phase, id.into_string(), item_type, data)]
+            }
+            other => {
+                let e: FastTyped<'_> = strict::from_str(line).ok()?;
+                check(&e.r#type)?;
+                vec![EventKind::Unknown {
+                    vendor_type: Some(other.to_owned()),
+                }]
+            }
+        })
+    }
+
+    /// The type of an `item.completed` line's item (for the count in `provider_data`);
+    /// `None` for any other line, and for a line that is not JSON.
+    pub(super) fn completed_item_type(raw: &str) -> Option<String> {
+        // A line whose `type` is `item.completed` holds those bytes, unless it spells them
+        // with `\u` escapes: any other line can be left unread.
+        let bytes = raw.as_bytes();
+        if memchr::memmem::find(bytes, b"item.completed").is_none()
+            && memchr::memmem::find(bytes, b"\\u").is_none()
+        {
+            return None;
+        }
+        #[derive(Deserialize)]
+        struct Line<'a> {
+            #[serde(default, borrow)]
+            r#type: Option<CowStr<'a>>,
+            #[serde(default, borrow)]
+            item: Option<Head<'a>>,
+        }
+        #[derive(Deserialize)]
+        struct Head<'a> {
+            #[serde(default, borrow)]
+            r#type: Option<CowStr<'a>>,
+        }
+        match strict::from_str::<Line<'_>>(raw) {
+            Ok(l) => {
+                if l.r#type.as_ref().map(CowStr::as_str) != Some("item.completed") {
+                    return None;
+                }
+                l.item?.r#type.map(CowStr::into_string)
+            }
+            Err(_) => completed_item_type_value(raw),
+        }
+    }
+
+    /// [`completed_item_type`] through a `Value` (for lines the fast read refuses).
+    pub(super) fn completed_item_type_value(raw: &str) -> Option<String> {
+        let v: Value = serde_json::from_str(raw).ok()?;
+        if v.get("type")?.as_str()? != "item.completed" {
+            return None;
+        }
+        Some(v.get("item")?.get("type")?.as_str()?.to_owned())
     }
 }
 
@@ -2681,5 +2942,29 @@ mod tests {
                 )
             )
         );
+    }
+
+    /// Wherever the fast path answers it answers what the `Value` path does (see the
+    /// Claude adapter's test of the same name).
+    #[test]
+    fn the_fast_path_agrees_with_the_value_path() {
+        let (mut total, mut fast) = (0, 0);
+        for v in common::test_lines::all() {
+            total += 1;
+            if let Some(kinds) = wire::decode_fast(v) {
+                fast += 1;
+                assert_eq!(
+                    Ok(kinds),
+                    common::json_object(v).and_then(wire::decode),
+                    "{v}"
+                );
+            }
+            assert_eq!(
+                wire::completed_item_type(v),
+                wire::completed_item_type_value(v),
+                "{v}"
+            );
+        }
+        assert!(fast * 4 > total, "{fast} of {total}");
     }
 }

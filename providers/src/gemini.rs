@@ -58,6 +58,7 @@
 //! of google-gemini/gemini-cli (checked against the 0.61.0 bundle's behaviour in
 //! `fixtures/gemini/`).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,7 +66,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::common;
+use crate::common::{self, CowStr, strict};
 use crate::config::ProviderConfig;
 use crate::error::{ErrorKind, ProviderError};
 use crate::event::{AgentEvent, EventKind};
@@ -373,22 +374,13 @@ impl AiCliProvider for GeminiProvider {
 
     fn parse_event(&self, line: &str) -> Vec<AgentEvent> {
         let raw: Arc<str> = Arc::from(line);
-        let obj = match common::json_object(line) {
-            Ok(obj) => obj,
-            Err(message) => return vec![AgentEvent::protocol(message, raw)],
+        let kind = match fast_kind(line) {
+            Some(kind) => Ok(kind),
+            None => value_kind(line),
         };
-        let Some(vendor_type) = common::string_field(&obj, "type") else {
-            return vec![AgentEvent::new(
-                EventKind::Unknown { vendor_type: None },
-                raw,
-            )];
-        };
-        match parse_object(&vendor_type, obj) {
+        match kind {
             Ok(kind) => vec![AgentEvent::new(kind, raw)],
-            Err(e) => vec![AgentEvent::protocol(
-                format!("a `{vendor_type}` line that is not Gemini's shape: {e}"),
-                raw,
-            )],
+            Err(message) => vec![AgentEvent::protocol(message, raw)],
         }
     }
 
@@ -887,6 +879,16 @@ struct WireTokens {
 // Lines -> events
 // ---------------------------------------------------------------------------------------
 
+/// The event of one line, read through a `Value`; `Err` is a protocol message.
+fn value_kind(line: &str) -> Result<EventKind, String> {
+    let obj = common::json_object(line)?;
+    let Some(vendor_type) = common::string_field(&obj, "type") else {
+        return Ok(EventKind::Unknown { vendor_type: None });
+    };
+    parse_object(&vendor_type, obj)
+        .map_err(|e| format!("a `{vendor_type}` line that is not Gemini's shape: {e}"))
+}
+
 fn parse_object(
     vendor_type: &str,
     obj: Map<String, Value>,
@@ -906,49 +908,10 @@ fn parse_object(
         }
         "message" => {
             let w: WireMessage = serde_json::from_value(v)?;
-            match w.role.as_str() {
-                "user" => EventKind::UserMessage { text: w.content },
-                "assistant" => EventKind::AssistantText {
-                    text: w.content,
-                    delta: w.delta,
-                },
-                _ => EventKind::Unknown {
-                    vendor_type: Some(format!("message/{}", w.role)),
-                },
-            }
+            message_kind(&w.role, w.content, w.delta)
         }
-        "tool_use" => {
-            let w: WireToolUse = serde_json::from_value(v)?;
-            let (name, mcp_server) = match split_mcp_tool_name(&w.tool_name) {
-                Some((server, tool)) => (tool.to_owned(), Some(server.to_owned())),
-                None => (w.tool_name, None),
-            };
-            EventKind::ToolCall {
-                id: w.tool_id,
-                name,
-                input: w.parameters,
-                mcp_server,
-            }
-        }
-        "tool_result" => {
-            let w: WireToolResult = serde_json::from_value(v)?;
-            let is_error = w.status != "success";
-            let mut output = w.output.unwrap_or_default();
-            if output.is_empty()
-                && let Some(e) = &w.error
-            {
-                output = format!("{}: {}", e.kind, e.message);
-            }
-            EventKind::ToolResult {
-                id: w.tool_id,
-                name: None,
-                output,
-                is_error,
-                // Gemini does not report a command's exit code (a failing command is
-                // still `status: success`).
-                exit_code: None,
-            }
-        }
+        "tool_use" => tool_use_kind(serde_json::from_value(v)?),
+        "tool_result" => tool_result_kind(serde_json::from_value(v)?),
         "error" => {
             let w: WireErrorEvent = serde_json::from_value(v)?;
             let error_kind = if w.message.contains("session turns") {
@@ -970,6 +933,143 @@ fn parse_object(
         other => EventKind::Unknown {
             vendor_type: Some(other.to_owned()),
         },
+    })
+}
+
+/// The event of a `message` line.
+fn message_kind(role: &str, content: String, delta: bool) -> EventKind {
+    match role {
+        "user" => EventKind::UserMessage { text: content },
+        "assistant" => EventKind::AssistantText {
+            text: content,
+            delta,
+        },
+        _ => EventKind::Unknown {
+            vendor_type: Some(format!("message/{role}")),
+        },
+    }
+}
+
+/// The event of a `tool_use` line.
+fn tool_use_kind(w: WireToolUse) -> EventKind {
+    let (name, mcp_server) = match split_mcp_tool_name(&w.tool_name) {
+        Some((server, tool)) => (tool.to_owned(), Some(server.to_owned())),
+        None => (w.tool_name, None),
+    };
+    EventKind::ToolCall {
+        id: w.tool_id,
+        name,
+        input: w.parameters,
+        mcp_server,
+    }
+}
+
+/// The event of a `tool_result` line.
+fn tool_result_kind(w: WireToolResult) -> EventKind {
+    let is_error = w.status != "success";
+    let mut output = w.output.unwrap_or_default();
+    if output.is_empty()
+        && let Some(e) = &w.error
+    {
+        output = format!("{}: {}", e.kind, e.message);
+    }
+    EventKind::ToolResult {
+        id: w.tool_id,
+        name: None,
+        output,
+        is_error,
+        // Gemini does not report a command's exit code (a failing command is still
+        // `status: success`).
+        exit_code: None,
+    }
+}
+
+// The fast path: the frequent lines read straight into borrowed structs (see
+// `common::strict`). Each struct reads every field of its `Value`-path twin with the same
+// type, plus `type` (checked against the hint, and unique). `init`, `error` and `result`
+// lines (one or a few a run) and anything the fast read refuses go the `Value` path,
+// which also gives the protocol messages.
+
+/// Any line, for its `type` alone (the rest is read and dropped).
+#[derive(Deserialize)]
+struct FastTyped<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+}
+
+/// [`WireMessage`] with its type.
+#[derive(Deserialize)]
+struct FastMessage<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    #[serde(borrow)]
+    role: CowStr<'a>,
+    content: String,
+    #[serde(default)]
+    delta: bool,
+}
+
+/// [`WireToolUse`] with its type.
+#[derive(Deserialize)]
+struct FastToolUse<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    tool_name: String,
+    tool_id: String,
+    #[serde(default)]
+    parameters: Value,
+}
+
+/// [`WireToolResult`] with its type.
+#[derive(Deserialize)]
+struct FastToolResult<'a> {
+    #[serde(borrow)]
+    r#type: Cow<'a, str>,
+    tool_id: String,
+    status: String,
+    #[serde(default)]
+    output: Option<String>,
+    #[serde(default)]
+    error: Option<WireError>,
+}
+
+/// The event of one line by the fast path; `None` leaves it to the `Value` path.
+fn fast_kind(line: &str) -> Option<EventKind> {
+    let hint = common::line_type(line)?;
+    let check = |t: &str| (t == hint.as_ref()).then_some(());
+    Some(match hint.as_ref() {
+        "message" => {
+            let w: FastMessage<'_> = strict::from_str(line).ok()?;
+            check(&w.r#type)?;
+            message_kind(w.role.as_str(), w.content, w.delta)
+        }
+        "tool_use" => {
+            let w: FastToolUse<'_> = strict::from_str(line).ok()?;
+            check(&w.r#type)?;
+            tool_use_kind(WireToolUse {
+                tool_name: w.tool_name,
+                tool_id: w.tool_id,
+                parameters: w.parameters,
+            })
+        }
+        "tool_result" => {
+            let w: FastToolResult<'_> = strict::from_str(line).ok()?;
+            check(&w.r#type)?;
+            tool_result_kind(WireToolResult {
+                tool_id: w.tool_id,
+                status: w.status,
+                output: w.output,
+                error: w.error,
+            })
+        }
+        "init" | "error" | "result" => return None,
+        other => {
+            let w: FastTyped<'_> = strict::from_str(line).ok()?;
+            check(&w.r#type)?;
+            EventKind::Unknown {
+                vendor_type: Some(other.to_owned()),
+            }
+        }
     })
 }
 
@@ -3141,5 +3241,20 @@ mod tests {
         assert_eq!(unix_millis("2000-03-01T00:00:01Z"), Some(951_868_801_000));
         assert_eq!(unix_millis("2026-11-30 03:35:40Z"), None);
         assert_eq!(unix_millis("t"), None);
+    }
+
+    /// Wherever the fast path answers it answers what the `Value` path does (see the
+    /// Claude adapter's test of the same name).
+    #[test]
+    fn the_fast_path_agrees_with_the_value_path() {
+        let (mut total, mut fast) = (0, 0);
+        for v in common::test_lines::all() {
+            total += 1;
+            if let Some(kind) = fast_kind(v) {
+                fast += 1;
+                assert_eq!(Ok(kind), value_kind(v), "{v}");
+            }
+        }
+        assert!(fast * 8 > total, "{fast} of {total}");
     }
 }

@@ -69,9 +69,13 @@ pub fn over_long_line(len: u64, prefix: &[u8], cap: usize) -> AgentEvent {
 /// parsed too: if it is incomplete JSON it becomes a protocol event.
 pub fn parse_bytes(provider: &dyn AiCliProvider, bytes: &[u8], line_cap: usize) -> Vec<AgentEvent> {
     let mut events = Vec::new();
-    for line in bytes.split(|b| *b == b'\n') {
-        events.extend(parse_line_bytes(provider, line, line_cap));
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', bytes) {
+        events.extend(parse_line_bytes(provider, &bytes[start..end], line_cap));
+        start = end + 1;
     }
+    // The last line: empty after a final newline, else a line cut off mid-way.
+    events.extend(parse_line_bytes(provider, &bytes[start..], line_cap));
     events
 }
 
