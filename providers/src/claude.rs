@@ -734,7 +734,7 @@ impl ResultLine {
 /// Deserializes a known line type (or block); a wrong shape is an error naming it, which
 /// the caller turns into a protocol event.
 fn read<T: for<'de> Deserialize<'de>>(value: Value, what: &str) -> Result<T, String> {
-    serde_json::from_value(value)
+    common::from_value_lenient(value)
         .map_err(|e| format!("claude `{what}` does not have the expected shape: {e}"))
 }
 
@@ -1828,12 +1828,12 @@ impl Scan {
                 self.init = Some(v);
             }
             Some("result") => {
-                if let Ok(r) = ResultLine::deserialize(&v) {
+                if let Ok(r) = common::from_value_lenient::<ResultLine>(v.clone()) {
                     self.result = Some((r, v));
                 }
             }
             Some("assistant") => {
-                let Ok(l) = AssistantLine::deserialize(&v) else {
+                let Ok(l) = common::from_value_lenient::<AssistantLine>(v.clone()) else {
                     return;
                 };
                 let fields = AssistantErrorFields {

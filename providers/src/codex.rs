@@ -1173,7 +1173,7 @@ mod wire {
         map: Map<String, Value>,
         what: &str,
     ) -> Result<T, String> {
-        serde_json::from_value(Value::Object(map))
+        common::from_value_lenient(Value::Object(map))
             .map_err(|e| format!("malformed Codex {what}: {e}"))
     }
 

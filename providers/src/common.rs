@@ -480,6 +480,34 @@ pub fn content_text_owned(v: Value) -> String {
     }
 }
 
+/// Deserializes `value` into a wire struct; when that fails, tries again with every
+/// `null` removed, so a `null` where the struct has a non-optional field with a default
+/// (`"input_tokens": null`) reads as absent instead of losing the whole line. Lines that
+/// read the first time are untouched (nulls inside free-form tool inputs are kept).
+pub fn from_value_lenient<T: serde::de::DeserializeOwned>(
+    value: Value,
+) -> Result<T, serde_json::Error> {
+    match serde_json::from_value::<T>(value.clone()) {
+        Ok(t) => Ok(t),
+        Err(first) => {
+            let mut v = value;
+            strip_nulls(&mut v);
+            serde_json::from_value(v).map_err(|_| first)
+        }
+    }
+}
+
+fn strip_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_nulls),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+    }
+}
+
 /// `null`, `boolean`, `number`, ...
 pub fn json_type_name(v: &Value) -> &'static str {
     match v {
@@ -1036,6 +1064,21 @@ mod tests {
         let e = json_object("{\"a\":").err().unwrap_or_default();
         assert!(e.starts_with("malformed JSON: EOF while parsing"), "{e}");
         assert!(json_object("{\"a\":1}").is_ok());
+    }
+
+    #[test]
+    fn a_null_in_a_defaulted_field_reads_as_absent() {
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct U {
+            #[serde(default)]
+            n: u64,
+            #[serde(default)]
+            s: Option<String>,
+        }
+        let v = serde_json::json!({"n": null, "s": null});
+        assert!(serde_json::from_value::<U>(v.clone()).is_err());
+        assert_eq!(from_value_lenient::<U>(v).ok(), Some(U { n: 0, s: None }));
+        assert!(from_value_lenient::<U>(serde_json::json!({"n": "x"})).is_err());
     }
 
     #[test]

@@ -896,7 +896,7 @@ fn parse_object(
     let v = Value::Object(obj);
     Ok(match vendor_type {
         "init" => {
-            let w: WireInit = serde_json::from_value(v)?;
+            let w: WireInit = common::from_value_lenient(v)?;
             EventKind::SessionStarted {
                 session_id: w.session_id,
                 model: w.model,
@@ -907,13 +907,13 @@ fn parse_object(
             }
         }
         "message" => {
-            let w: WireMessage = serde_json::from_value(v)?;
+            let w: WireMessage = common::from_value_lenient(v)?;
             message_kind(&w.role, w.content, w.delta)
         }
-        "tool_use" => tool_use_kind(serde_json::from_value(v)?),
-        "tool_result" => tool_result_kind(serde_json::from_value(v)?),
+        "tool_use" => tool_use_kind(common::from_value_lenient(v)?),
+        "tool_result" => tool_result_kind(common::from_value_lenient(v)?),
         "error" => {
-            let w: WireErrorEvent = serde_json::from_value(v)?;
+            let w: WireErrorEvent = common::from_value_lenient(v)?;
             let error_kind = if w.message.contains("session turns") {
                 ErrorKind::MaxTurns
             } else {
@@ -927,7 +927,7 @@ fn parse_object(
             }
         }
         "result" => {
-            let w: WireResult = serde_json::from_value(v)?;
+            let w: WireResult = common::from_value_lenient(v)?;
             final_event(&w)
         }
         other => EventKind::Unknown {
@@ -1117,7 +1117,8 @@ fn result_line(events: &[AgentEvent]) -> Option<(&AgentEvent, WireResult)> {
         .iter()
         .rev()
         .find(|e| matches!(e.kind, EventKind::Final { .. }))?;
-    let wire = serde_json::from_str(&ev.raw).ok()?;
+    let value: Value = serde_json::from_str(&ev.raw).ok()?;
+    let wire = common::from_value_lenient(value).ok()?;
     Some((ev, wire))
 }
 
