@@ -161,7 +161,8 @@ pub struct LocalProcess {
 }
 
 impl LocalProcess {
-    /// Spawns `cmd` with its environment on top of the inherited one, in a new session
+    /// Spawns `cmd` with its environment on top of the inherited one (or alone, with
+    /// [`CommandSpec::clear_env`]), in a new session
     /// (so a new process group whose id is the child's pid), stdin null unless the
     /// command has stdin text.
     pub fn spawn(cmd: &CommandSpec, out: OutputOptions) -> Result<LocalProcess, SpawnError> {
@@ -179,6 +180,9 @@ impl LocalProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if cmd.clear_env {
+            c.env_clear();
+        }
         for k in &cmd.env_remove {
             c.env_remove(k);
         }

@@ -201,6 +201,16 @@ async fn prepare_and_run(
     let mut cmd = provider
         .headless_argv(&ctx)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
+    // The CLI sees the engine's environment (`Engine::with_env`, aicli's own by default)
+    // with the provider's and the task's variables over it, and nothing else of aicli's
+    // process: the same environment the pre-check looked at.
+    let mut full = spec.inherited_env.clone();
+    for k in &cmd.env_remove {
+        full.remove(k);
+    }
+    full.extend(std::mem::take(&mut cmd.env));
+    cmd.env = full;
+    cmd.clear_env = true;
     // Links first: they make the directories (0700) that files may go into.
     for (i, l) in cmd.links.iter().enumerate() {
         if let Err(e) = create_link(l) {

@@ -3167,6 +3167,7 @@ mod tests {
                     ),
                 ]),
                 env_remove: vec![],
+                clear_env: false,
                 stdin: None,
                 cwd: "/w/sub".into(),
                 files: vec![FileSpec {

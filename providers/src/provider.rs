@@ -208,6 +208,10 @@ pub struct CommandSpec {
     pub env: BTreeMap<String, String>,
     /// Inherited variables to remove.
     pub env_remove: Vec<String>,
+    /// Start from an empty environment instead of the spawning process's: `env` is then
+    /// everything the program sees. The engine sets it so that a CLI inherits the
+    /// environment the engine was given, not aicli's own.
+    pub clear_env: bool,
     /// What to write to stdin (then close it); stdin is null when `None`.
     pub stdin: Option<String>,
     /// The working directory.
@@ -227,6 +231,7 @@ impl std::fmt::Debug for CommandSpec {
             .field("args", &self.args)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("env_remove", &self.env_remove)
+            .field("clear_env", &self.clear_env)
             .field("stdin_bytes", &self.stdin.as_ref().map(String::len))
             .field("cwd", &self.cwd)
             .field("files", &self.files)
@@ -244,6 +249,7 @@ impl CommandSpec {
             args,
             env: BTreeMap::new(),
             env_remove: Vec::new(),
+            clear_env: false,
             stdin: None,
             cwd: cwd.to_path_buf(),
             files: Vec::new(),

@@ -769,3 +769,41 @@ async fn a_daemonized_grandchild_is_killed_when_its_run_ends_normally() {
     assert!(r.tasks[0].success, "{:?}", r.tasks[0]);
     assert_all_gone(&pids, Duration::from_secs(2)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_inherits_the_engine_environment_not_aicli_s_own() {
+    // `Engine::with_env` is the whole environment a CLI starts from (the provider's and
+    // the task's variables go over it): a variable that only the engine was given reaches
+    // the CLI, so a test (or a library user) never has to change the process environment.
+    let repo = git_repo();
+    let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    env.insert("AICLI_ONLY_IN_ENGINE_ENV".into(), "engine".into());
+    assert!(std::env::var_os("AICLI_ONLY_IN_ENGINE_ENV").is_none());
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    )
+    .with_env(env);
+    let (tx, _ev) = collect_events();
+    let mut t = task("t", &["--require-env", "AICLI_ONLY_IN_ENGINE_ENV=engine"]);
+    t.env
+        .insert("AICLI_TASK_VAR".into(), "from the task".into());
+    t.extra_args.extend([
+        "--require-env".into(),
+        "AICLI_TASK_VAR=from the task".into(),
+    ]);
+    let r = engine
+        .run_batch(
+            vec![t],
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(r.tasks[0].success, "{:?}", r.tasks[0]);
+}
