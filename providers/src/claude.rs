@@ -3118,6 +3118,7 @@ mod tests {
             mcp: Some(&ep),
             budget_remaining_usd: Some(0.5),
             is_root: true,
+            home: None,
         };
         let c = p.headless_argv(&ctx).unwrap();
         assert_eq!(
@@ -3190,6 +3191,7 @@ mod tests {
             mcp: None,
             budget_remaining_usd: remaining,
             is_root,
+            home: None,
         };
         provider().headless_argv(&ctx).unwrap()
     }
@@ -3283,6 +3285,7 @@ mod tests {
                 mcp: None,
                 budget_remaining_usd: remaining,
                 is_root: false,
+                home: None,
             };
             let err = provider().headless_argv(&ctx).err().map(|e| e.to_string());
             assert_eq!(
@@ -3307,6 +3310,7 @@ mod tests {
             mcp: None,
             budget_remaining_usd: Some(1.0),
             is_root: false,
+            home: None,
         };
         let c = p.headless_argv(&ctx).unwrap();
         assert_eq!(
@@ -3353,6 +3357,7 @@ mod tests {
             mcp: None,
             budget_remaining_usd: None,
             is_root: false,
+            home: None,
         };
         let err = provider().headless_argv(&ctx).err().map(|e| e.to_string());
         assert_eq!(

@@ -2028,6 +2028,7 @@ mod tests {
             mcp,
             budget_remaining_usd: None,
             is_root: false,
+            home: None,
         };
         p.headless_argv(&ctx)
     }

@@ -195,6 +195,11 @@ pub struct LaunchContext<'a> {
     pub budget_remaining_usd: Option<f64>,
     /// Whether aicli runs as root (Claude needs `IS_SANDBOX=1` to bypass permissions).
     pub is_root: bool,
+    /// `HOME` of the environment the CLI will run with (the engine's environment with the
+    /// config's and the task's variables over it), when the engine knows it. A provider
+    /// that reads the user's own CLI files (Gemini's `~/.gemini`) looks there, not in
+    /// aicli's own `HOME`.
+    pub home: Option<&'a Path>,
 }
 
 /// A command to run: the output of [`AiCliProvider::headless_argv`].
