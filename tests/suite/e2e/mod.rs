@@ -246,8 +246,6 @@ impl Cli {
 /// How a test sets up its engine, on top of the defaults.
 #[derive(Debug, Clone)]
 pub struct Setup {
-    /// The CLI's own retries (the wiring's `max_retries`).
-    pub cli_retries: u32,
     /// Put the API key in the CLI's environment.
     pub credentials: bool,
     /// The engine's auth pre-check.
@@ -263,7 +261,6 @@ pub struct Setup {
 impl Default for Setup {
     fn default() -> Setup {
         Setup {
-            cli_retries: 0,
             credentials: true,
             precheck: true,
             max_attempts: 2,
@@ -293,9 +290,8 @@ pub struct E2e {
     /// The environment the CLIs inherit.
     pub env: BTreeMap<String, String>,
     setup: Setup,
-    cancel: CancellationToken,
-    /// Stops the MCP server when the test ends early (a failed assertion).
-    _stop_server: tokio_util::sync::DropGuard,
+    /// Stops the MCP server when the test ends (or fails early).
+    stop_server: tokio_util::sync::DropGuard,
 }
 
 /// A batch's result with every live event and when it arrived.
@@ -340,8 +336,8 @@ impl E2e {
         let fake = FakeApi::start(cli.vendor(), script.with_usage(cli.served()))
             .await
             .expect("fake API starts");
-        let mut options =
-            aicli_testkit::WiringOptions::default().with_max_retries(setup.cli_retries);
+        // No retries by the CLI itself: one model request per attempt, errors in a second.
+        let mut options = aicli_testkit::WiringOptions::default().with_max_retries(0);
         if let Some(m) = cli.model() {
             options = options.with_model(m);
         }
@@ -412,8 +408,7 @@ impl E2e {
             config,
             env,
             setup,
-            _stop_server: cancel.clone().drop_guard(),
-            cancel,
+            stop_server: cancel.drop_guard(),
         }
     }
 
@@ -450,10 +445,13 @@ impl E2e {
     /// Runs `tasks` as one batch; fails the test (with the fake's log) rather than
     /// waiting past [`BATCH_LIMIT`].
     pub async fn run(&self, tasks: Vec<TaskSpec>) -> Ran {
+        self.run_with(&self.engine, tasks).await
+    }
+
+    /// [`E2e::run`] on another engine (another config) over the same repository.
+    pub async fn run_with(&self, engine: &Engine, tasks: Vec<TaskSpec>) -> Ran {
         let (tx, collector) = timed_events();
-        let run = self
-            .engine
-            .run_batch(tasks, self.options(), tx, CancellationToken::new());
+        let run = engine.run_batch(tasks, self.options(), tx, CancellationToken::new());
         let batch = match tokio::time::timeout(BATCH_LIMIT, run).await {
             Ok(r) => r.unwrap_or_else(|e| panic!("run_batch failed: {e}")),
             Err(_) => panic!(
@@ -632,8 +630,11 @@ impl E2e {
             0,
             "an MCP token outlived its run"
         );
-        self.cancel.cancel();
-        self.fake.shutdown().await;
+        let E2e {
+            fake, stop_server, ..
+        } = self;
+        drop(stop_server);
+        fake.shutdown().await;
     }
 }
 
@@ -1136,20 +1137,11 @@ pub async fn not_installed(cli: Cli) {
         .engine
         .clone()
         .with_search_path(empty.path().display().to_string());
-    let (tx, _events) = timed_events();
     let started = Instant::now();
-    let mut o = t.options();
-    o.provider = Some(cli.provider().to_owned());
-    let batch = engine
-        .run_batch(
-            vec![t.task("missing", "Say hello")],
-            o,
-            tx,
-            CancellationToken::new(),
-        )
-        .await
-        .expect("batch");
-    let r = &batch.tasks[0];
+    let ran = t
+        .run_with(&engine, vec![t.task("missing", "Say hello")])
+        .await;
+    let r = ran.only();
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",
@@ -1183,17 +1175,10 @@ pub async fn not_installed(cli: Cli) {
         ProviderRegistry::from_config(&config).expect("registry"),
     )
     .with_env(t.env.clone());
-    let (tx, _events) = timed_events();
-    let batch = engine
-        .run_batch(
-            vec![t.task("bad-path", "Say hello")],
-            t.options(),
-            tx,
-            CancellationToken::new(),
-        )
-        .await
-        .expect("batch");
-    let r = &batch.tasks[0];
+    let ran = t
+        .run_with(&engine, vec![t.task("bad-path", "Say hello")])
+        .await;
+    let r = ran.only();
     assert_eq!(
         r.error_kind,
         Some(ErrorKind::NotInstalled),
