@@ -838,14 +838,16 @@ impl Shared {
         {
             return Ok(path.clone());
         }
-        let worktrees = repo.state_dir().join("worktrees");
-        let mut path = worktrees.join(&self.spec.batch_id).join(&rec.task.id);
+        // Where a task's worktree goes: <repo>/.aicli/worktrees/<batch>/<task>.
+        let place =
+            |batch: &str, task: &str| repo.state_dir().join("worktrees").join(batch).join(task);
+        let mut path = place(&self.spec.batch_id, &rec.task.id);
         if let Some(o) = origin.filter(|o| o.worktrees) {
             let theirs = o
                 .task
                 .worktree
                 .clone()
-                .unwrap_or_else(|| worktrees.join(&o.batch_id).join(&o.task.task.id));
+                .unwrap_or_else(|| place(&o.batch_id, &o.task.task.id));
             match (&o.task.worktree, &o.task.branch, &o.task.base_commit) {
                 (Some(kept), Some(branch), Some(base)) if kept.is_dir() => {
                     rec.branch = Some(branch.clone());
