@@ -101,19 +101,27 @@ async fn codex_without_credentials_or_network_is_ended_by_the_idle_watchdog() {
         ..Setup::default()
     };
     let t = E2e::start_with(CLI, Script::new(), setup, |c| {
+        // The wiring's switches (analytics, update check, plugins off), with Codex's own
+        // OpenAI provider instead of the fake one.
         let p = c.providers.get_mut("codex").expect("codex");
-        p.extra_args = [
-            "-c",
-            &format!("openai_base_url=\"http://127.0.0.1:{port}/v1\""),
-            "-c",
-            "analytics.enabled=false",
-            "-c",
-            "check_for_update_on_startup=false",
-            "--disable",
-            "plugins",
-        ]
-        .map(str::to_owned)
-        .to_vec();
+        let mut args = Vec::new();
+        let mut wiring = std::mem::take(&mut p.extra_args).into_iter();
+        while let Some(a) = wiring.next() {
+            match wiring.next() {
+                Some(v) if a == "-c" && v.starts_with("model_provider") => {}
+                Some(v) => args.extend([a, v]),
+                None => args.push(a),
+            }
+        }
+        args.extend([
+            "-c".to_owned(),
+            format!("openai_base_url=\"http://127.0.0.1:{port}/v1\""),
+        ]);
+        assert!(
+            args.iter().any(|a| a == "analytics.enabled=false"),
+            "{args:?}"
+        );
+        p.extra_args = args;
     })
     .await;
     let started = Instant::now();
