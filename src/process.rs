@@ -161,7 +161,8 @@ pub struct LocalProcess {
 }
 
 impl LocalProcess {
-    /// Spawns `cmd` with its environment on top of the inherited one, in a new session
+    /// Spawns `cmd` with its environment on top of the inherited one (or alone, with
+    /// [`CommandSpec::env_clear`]), in a new session
     /// (so a new process group whose id is the child's pid), stdin null unless the
     /// command has stdin text.
     pub fn spawn(cmd: &CommandSpec, out: OutputOptions) -> Result<LocalProcess, SpawnError> {

@@ -25,7 +25,7 @@ use crate::runner::{LocalRunner, Runner};
 use crate::session::{SessionIo, SessionLimits, SessionOutcome, SessionSpec, run_session};
 use crate::store::{
     AnswerRecord, AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec, RunStore,
-    TaskRecord, TaskState, read_range,
+    SessionRun, TaskRecord, TaskState, read_range,
 };
 use crate::util::now_rfc3339;
 use crate::worktree::{Cleanup, Repo, Worktree, WorktreeError};
@@ -327,13 +327,7 @@ impl Engine {
         }
         let plan: Vec<Planned> = records
             .into_iter()
-            .map(|rec| Planned {
-                kind: AttemptKind::Run,
-                resume: None,
-                prompt: None,
-                continuation: None,
-                rec,
-            })
+            .map(|rec| Planned::run(&store, rec))
             .collect();
         self.execute(spec, record, plan, opts, live, cancel).await
     }
@@ -456,6 +450,7 @@ impl Engine {
             resume,
             prompt: Some(prompt),
             continuation: Some(continuation),
+            origin: None,
         }];
         let opts = self.options_for(&spec, store);
         let batch = self.execute(spec, record, plan, opts, live, cancel).await?;
@@ -484,13 +479,7 @@ impl Engine {
         for mut rec in tasks {
             match rec.state {
                 TaskState::Succeeded | TaskState::Failed | TaskState::Blocked => continue,
-                TaskState::Queued => plan.push(Planned {
-                    rec,
-                    kind: AttemptKind::Run,
-                    resume: None,
-                    prompt: None,
-                    continuation: None,
-                }),
+                TaskState::Queued => plan.push(Planned::run(store, rec)),
                 TaskState::Running | TaskState::Interrupted => {
                     self.kill_leftovers(&record, &rec.task.id).await;
                     let provider = self.registry.get(&rec.provider)?;
@@ -540,6 +529,7 @@ impl Engine {
                         resume,
                         prompt,
                         continuation: Some(continuation),
+                        origin: None,
                     });
                 }
             }
@@ -707,6 +697,48 @@ pub(crate) struct Planned {
     pub prompt: Option<String>,
     /// How the first attempt continues an earlier run, if it does.
     pub continuation: Option<Continuation>,
+    /// For a task that resumes a CLI session (`resume_session_id`): that session's last
+    /// run, found in the run records. The task runs where the session ran (its worktree,
+    /// or a new one at the same path) and its per-run figures subtract the session's
+    /// totals at the end of that run.
+    pub origin: Option<SessionRun>,
+}
+
+impl Planned {
+    /// A first run of `rec`. When its task resumes a CLI session that an earlier run in
+    /// `store` reported, that run is its origin: the session's totals become the parse
+    /// context's prior (Claude's cost and Codex's usage are cumulative over a session),
+    /// and the task runs in that run's directory (Gemini finds a session only from the
+    /// directory it ran in; the history of every CLI names its files by path).
+    fn run(store: &RunStore, rec: TaskRecord) -> Planned {
+        let origin = rec
+            .task
+            .resume_session_id
+            .as_deref()
+            .and_then(|sid| store.last_run_of_session(&rec.provider, sid));
+        let (resume, continuation) = match (&origin, &rec.task.resume_session_id) {
+            (Some(o), Some(sid)) => (
+                Some((sid.clone(), o.result.session_totals)),
+                Some(Continuation {
+                    mode: ContinuationMode::Resume,
+                    session_id: Some(sid.clone()),
+                    reason: format!(
+                        "the task resumes session {sid}, last run by task {}/{}",
+                        o.batch_id, o.task.task.id
+                    ),
+                }),
+            ),
+            _ => (None, None),
+        };
+        Planned {
+            rec,
+            kind: AttemptKind::Run,
+            resume,
+            prompt: None,
+            continuation,
+            origin,
+        }
+    }
 }
 
 fn assign_ids(tasks: &mut [TaskSpec]) -> Result<(), EngineError> {
@@ -790,7 +822,14 @@ impl Shared {
         self.spec.budget_usd.map(|b| (b - spent).max(0.0))
     }
 
-    async fn ensure_worktree(&self, rec: &mut TaskRecord) -> Result<PathBuf, String> {
+    /// The task's working directory: its worktree, made on its first attempt. A task that
+    /// resumes a session gets the directory that session ran in: the same worktree while
+    /// it is kept (its branch and work included), else a new worktree at the same path.
+    async fn ensure_worktree(
+        &self,
+        rec: &mut TaskRecord,
+        origin: Option<&SessionRun>,
+    ) -> Result<PathBuf, String> {
         let Some(repo) = &self.repo else {
             return Ok(self.spec.repo.clone());
         };
@@ -799,17 +838,37 @@ impl Shared {
         {
             return Ok(path.clone());
         }
+        // Where a task's worktree goes: <repo>/.aicli/worktrees/<batch>/<task>.
+        let place =
+            |batch: &str, task: &str| repo.state_dir().join("worktrees").join(batch).join(task);
+        let mut path = place(&self.spec.batch_id, &rec.task.id);
+        if let Some(o) = origin.filter(|o| o.worktrees) {
+            let theirs = o
+                .task
+                .worktree
+                .clone()
+                .unwrap_or_else(|| place(&o.batch_id, &o.task.task.id));
+            match (&o.task.worktree, &o.task.branch, &o.task.base_commit) {
+                (Some(kept), Some(branch), Some(base)) if kept.is_dir() => {
+                    rec.branch = Some(branch.clone());
+                    rec.worktree = Some(kept.clone());
+                    rec.base_commit = Some(base.clone());
+                    return Ok(kept.clone());
+                }
+                _ if !theirs.exists() => path = theirs,
+                _ => tracing::warn!(
+                    task = %rec.task.id,
+                    path = %theirs.display(),
+                    "the resumed session's directory is in use by something aicli did not record; the task runs in a new worktree"
+                ),
+            }
+        }
         let branch = format!(
             "{}{}/{}",
             crate::worktree::BRANCH_PREFIX,
             self.spec.batch_id,
             rec.task.id
         );
-        let path = repo
-            .state_dir()
-            .join("worktrees")
-            .join(&self.spec.batch_id)
-            .join(&rec.task.id);
         let wt = repo
             .add_worktree(&branch, &path, &self.spec.base_ref)
             .await
@@ -849,7 +908,9 @@ impl Shared {
             }
         };
         let task_id: Arc<str> = Arc::from(planned.rec.task.id.as_str());
-        let workdir = self.ensure_worktree(&mut planned.rec).await;
+        let workdir = self
+            .ensure_worktree(&mut planned.rec, planned.origin.as_ref())
+            .await;
         let mut task = planned.rec.task.clone();
         if let Some(p) = &planned.prompt {
             task.prompt = p.clone();

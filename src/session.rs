@@ -197,13 +197,14 @@ async fn prepare_and_run(
     let mut cmd = provider
         .headless_argv(&ctx)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
-    // A clean, explicit environment: the inherited one, then the provider's and the
-    // task's (which headless_argv put in `cmd.env`), minus what the provider removes.
+    // A clean, explicit environment: the inherited one (`Engine::with_env`, aicli's own
+    // by default) minus what the provider removes, then the provider's and the task's
+    // variables (which headless_argv put in `cmd.env`). Nothing else of aicli's process.
     let mut full_env = spec.inherited_env.clone();
-    full_env.append(&mut cmd.env);
     for k in &cmd.env_remove {
         full_env.remove(k);
     }
+    full_env.append(&mut cmd.env);
     cmd.env = full_env;
     cmd.env_clear = true;
     let home = cmd

@@ -263,6 +263,21 @@ pub struct BatchRecord {
     dir: PathBuf,
 }
 
+/// Where a CLI session last ran, found in the run records by its id
+/// ([`RunStore::last_run_of_session`]).
+#[derive(Debug, Clone)]
+pub struct SessionRun {
+    /// The batch of that run.
+    pub batch_id: String,
+    /// Whether that batch ran its tasks in worktrees.
+    pub worktrees: bool,
+    /// The task's record (its worktree and branch while the worktree is kept).
+    pub task: TaskRecord,
+    /// The result of the attempt that ran the session last (its `session_totals` are the
+    /// session's cumulative figures at its end).
+    pub result: SessionResult,
+}
+
 /// A line of `aicli runs`.
 #[derive(Debug, Clone, Serialize)]
 pub struct BatchSummary {
@@ -353,6 +368,44 @@ impl RunStore {
         ids.sort();
         ids.reverse();
         ids.into_iter().map(|dir| BatchRecord { dir }).collect()
+    }
+
+    /// The last run, in any batch of this store, of provider `provider` that reported CLI
+    /// session `session_id`: the newest finished attempt whose result names it. A task
+    /// that resumes a session starts from there (its cumulative totals, its directory).
+    pub fn last_run_of_session(&self, provider: &str, session_id: &str) -> Option<SessionRun> {
+        let mut best: Option<((String, String, u32), SessionRun)> = None;
+        for batch in self.list() {
+            let Ok(spec) = batch.spec() else { continue };
+            let Ok(tasks) = batch.tasks() else { continue };
+            for task in tasks.into_iter().filter(|t| t.provider == provider) {
+                let found = task.attempts.iter().rev().find_map(|a| {
+                    let r = a.result.as_ref()?;
+                    (r.session_id.as_deref() == Some(session_id)).then(|| {
+                        let key = (
+                            a.finished_at.clone().unwrap_or_default(),
+                            spec.batch_id.clone(),
+                            a.attempt,
+                        );
+                        (key, r.clone())
+                    })
+                });
+                let Some((key, result)) = found else { continue };
+                if best.as_ref().is_some_and(|(k, _)| *k >= key) {
+                    continue;
+                }
+                best = Some((
+                    key,
+                    SessionRun {
+                        batch_id: spec.batch_id.clone(),
+                        worktrees: spec.worktrees,
+                        task,
+                        result,
+                    },
+                ));
+            }
+        }
+        best.map(|(_, run)| run)
     }
 
     /// Finds the batch holding task `task_id` (newest first); `batch/task` selects one.

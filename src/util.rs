@@ -4,9 +4,10 @@ use std::io::Write;
 use std::path::Path;
 use std::time::SystemTime;
 
-/// Now, as RFC 3339 UTC with seconds (`2026-11-30T04:39:00Z`).
+/// Now, as RFC 3339 UTC with milliseconds (`2026-11-30T04:39:00.123Z`): records are
+/// ordered by these strings, and two runs of a session can end within one second.
 pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
 /// Writes `value` as pretty JSON to `path` atomically: a temp file in the same

@@ -3276,7 +3276,8 @@ mod tests {
             }
         );
         // Without its result line, the usage is rebuilt from the partial messages and
-        // the cost estimated from the price table (claude-opus-5: 5 / 0.5 / 6.25 / 25).
+        // the cost estimated from the price table (claude-opus-5-5: 4 / 0.2 / 5 / 20, the
+        // CLI's own list price: the estimate equals what the result line reported).
         let cut = f.lines_without(|l| l.contains(r#""type":"result""#));
         let (_, r) = replay::replay(
             &provider(),
@@ -3285,7 +3286,11 @@ mod tests {
             None,
             &ParseContext::default(),
         );
-        let expected_usd = (24.0 * 5.0 + 112.0 * 0.5 + 68.0 * 6.25 + 14.0 * 25.0) / 1e6;
+        let expected_usd = (24.0 * 4.0 + 112.0 * 0.2 + 68.0 * 5.0 + 14.0 * 20.0) / 1e6;
+        assert!(
+            (expected_usd - 0.0007384_f64).abs() < 1e-12,
+            "{expected_usd}"
+        );
         assert_eq!(
             Facts::of(&r),
             Facts {

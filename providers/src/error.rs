@@ -173,12 +173,16 @@ pub enum ProviderError {
         looked_in: String,
     },
     /// The configured `binary_path` does not exist or is not executable.
-    #[error("binary_path {path} for provider {provider} does not exist or is not executable")]
+    #[error(
+        "binary_path {path} for provider {provider} does not exist or is not executable; install the CLI with: npm install -g {package} (or fix binary_path)"
+    )]
     BadBinaryPath {
         /// The provider whose config named the path.
         provider: String,
         /// The configured path.
         path: PathBuf,
+        /// The npm package (with its pinned version) that provides the CLI.
+        package: String,
     },
     /// The task asks for something this provider cannot do.
     #[error("provider {provider} does not support {what}")]

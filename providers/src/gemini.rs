@@ -17,7 +17,7 @@
 //! `--resume` work as in the user's own sessions; `~/.gemini/tmp` (chats) and
 //! `~/.gemini/history` are created first when missing, so a run's session outlives its
 //! private directory. The links are [`LinkSpec`]s the engine creates: the adapter only
-//! reads `~/.gemini` (`~` is `HOME` of the task's env, the config's, or aicli's). This
+//! reads `~/.gemini` (`~` is `HOME` of the task's env, the config's, the environment the engine runs the CLI with, or aicli's). This
 //! works for any user: Gemini 0.61 reads a *system* settings file
 //! (`GEMINI_CLI_SYSTEM_SETTINGS_PATH`) only when root owns it and every directory above
 //! it, which is why an earlier version was root-only.
@@ -129,19 +129,14 @@ impl GeminiProvider {
     }
 
     /// The home of the user a run is for: `HOME` from the task's env, else the config's,
-    /// else the environment the run inherits ([`LaunchContext::env`]), else aicli's own.
-    /// `None` when unset or relative.
-    fn user_home(
-        &self,
-        task: Option<&TaskSpec>,
-        inherited: Option<&BTreeMap<String, String>>,
-    ) -> Option<PathBuf> {
+    /// else the one of the environment the engine runs the CLI with
+    /// ([`LaunchContext::home`]), else aicli's own. `None` when unset or relative.
+    fn user_home(&self, task: Option<&TaskSpec>, run_home: Option<&Path>) -> Option<PathBuf> {
         task.and_then(|t| t.env.get("HOME"))
             .or_else(|| self.config.env.get("HOME"))
-            .or_else(|| inherited.and_then(|e| e.get("HOME")))
-            .cloned()
-            .or_else(|| std::env::var("HOME").ok())
             .map(PathBuf::from)
+            .or_else(|| run_home.map(Path::to_path_buf))
+            .or_else(|| std::env::var("HOME").ok().map(PathBuf::from))
             .filter(|h| h.is_absolute())
     }
 
@@ -315,7 +310,7 @@ impl AiCliProvider for GeminiProvider {
             excluded,
             ctx.mcp,
         );
-        let user_home = self.user_home(Some(task), Some(ctx.env));
+        let user_home = self.user_home(Some(task), ctx.env.get("HOME").map(Path::new));
         c.wire(self.run_home(&settings, ctx.private_dir, user_home.as_deref())?);
         Ok(c)
     }
@@ -2948,6 +2943,53 @@ mod tests {
         assert_eq!(c.files.len(), 1);
         assert_eq!(c.files[0].path, Path::new(SETTINGS_PATH));
         assert_eq!(c.env.get(HOME_ENV).map(Path::new), Some(run), "{:?}", c.env);
+    }
+
+    #[test]
+    fn the_users_gemini_dir_is_found_under_home_of_the_runs_environment() {
+        // The engine runs the CLI with an environment of its own (`Engine::with_env`):
+        // its HOME, not aicli's, is the user whose `~/.gemini` the run reads.
+        let home = fake_home(Some(
+            r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}}"#,
+        ));
+        let binary = BinaryLocation::Path(PathBuf::from("/usr/bin/gemini"));
+        let task = TaskSpec::new("go");
+        let env = BTreeMap::from([("HOME".to_owned(), home.path().display().to_string())]);
+        let ctx = LaunchContext {
+            env: &env,
+            task: &task,
+            binary: &binary,
+            workdir: Path::new("/repo/wt/task-1"),
+            private_dir: Path::new("/root/.cache/aicli/runs/r1"),
+            mcp: None,
+            budget_remaining_usd: None,
+            is_root: false,
+        };
+        let c = provider()
+            .headless_argv(&ctx)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let v = settings_of(&c);
+        assert_eq!(v["security"]["auth"]["selectedType"], "gemini-api-key");
+        assert!(
+            c.links
+                .iter()
+                .any(|l| l.target == home.path().join(".gemini/tmp")),
+            "{:?}",
+            c.links
+        );
+        // A HOME in the task's env still wins.
+        let other = fake_home(None);
+        let task = with_home(&task, other.path());
+        let c = provider()
+            .headless_argv(&LaunchContext { task: &task, ..ctx })
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            c.links
+                .iter()
+                .any(|l| l.target == other.path().join(".gemini/tmp")),
+            "{:?}",
+            c.links
+        );
     }
 
     #[test]

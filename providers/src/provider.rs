@@ -509,6 +509,11 @@ pub fn default_binary_path(
     config: &ProviderConfig,
     search_path: Option<&str>,
 ) -> Result<BinaryLocation, ProviderError> {
+    // The npm package at the pinned version: what npx runs and what to install.
+    let package = match &config.version {
+        Some(v) => format!("{}@{v}", config.package),
+        None => config.package.clone(),
+    };
     if let Some(p) = &config.binary_path {
         return if is_executable(p) {
             Ok(BinaryLocation::Path(p.clone()))
@@ -516,6 +521,7 @@ pub fn default_binary_path(
             Err(ProviderError::BadBinaryPath {
                 provider: name.to_owned(),
                 path: p.clone(),
+                package,
             })
         };
     }
@@ -530,18 +536,11 @@ pub fn default_binary_path(
     if config.npx_fallback
         && let Ok(npx) = which::which_in("npx", Some(&path_var), &cwd)
     {
-        let package = match &config.version {
-            Some(v) => format!("{}@{v}", config.package),
-            None => config.package.clone(),
-        };
         return Ok(BinaryLocation::Npx { npx, package });
     }
     Err(ProviderError::NotInstalled {
         binary: config.binary_name.clone(),
-        package: match &config.version {
-            Some(v) => format!("{}@{v}", config.package),
-            None => config.package.clone(),
-        },
+        package,
         looked_in: if config.npx_fallback {
             "PATH, and npx is not on PATH".to_owned()
         } else {
@@ -559,3 +558,42 @@ fn is_executable(p: &Path) -> bool {
 
 /// A shared handle to a provider.
 pub type SharedProvider = Arc<dyn AiCliProvider>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_cli_says_which_npm_package_installs_it() {
+        let empty = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut config = ProviderConfig::new("@acme/cli", "acme");
+        config.version = Some("1.2.3".into());
+        let search = empty.path().display().to_string();
+        // Not on the search path.
+        let err = default_binary_path("acme", &config, Some(&search))
+            .err()
+            .map(|e| (e.kind(), e.to_string()));
+        assert_eq!(
+            err,
+            Some((
+                crate::ErrorKind::NotInstalled,
+                "acme is not installed (looked in PATH); install it with: npm install -g @acme/cli@1.2.3".to_owned()
+            ))
+        );
+        // A configured binary_path that is not there.
+        config.binary_path = Some(empty.path().join("acme"));
+        let err = default_binary_path("acme", &config, Some(&search))
+            .err()
+            .map(|e| (e.kind(), e.to_string()));
+        assert_eq!(
+            err,
+            Some((
+                crate::ErrorKind::NotInstalled,
+                format!(
+                    "binary_path {}/acme for provider acme does not exist or is not executable; install the CLI with: npm install -g @acme/cli@1.2.3 (or fix binary_path)",
+                    empty.path().display()
+                )
+            ))
+        );
+    }
+}

@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `server` | [`McpServer`], [`McpServerOptions`]: bind (TCP_NODELAY on every accepted socket), the axum router, the token API, graceful shutdown |
 //! | `auth` | tokens (mint, constant-time check, revoke), session -> token binding, Host/Origin checks, the middleware in front of rmcp, 401/403/404 bodies |
-//! | `tools` | the rmcp handler: `getWorkspaceFiles`, `listSkills`, `getSkill`, `getCredential`, `broadcastLog`, `ask_user` (names in [`TOOL_NAMES`]) |
+//! | `tools` | the rmcp handler: `getWorkspaceFiles`, `listSkills`, `getSkill`, `getCredential`, `broadcastLog`, `askUser` (names in [`TOOL_NAMES`]) |
 //! | `workspace` | listing/reading files under a worktree without leaving it (symlinks and TOCTOU included) |
 //! | `skills` | `<skills_dir>/<name>/SKILL.md` frontmatter, scripts and references |
 //! | `credentials` | [`CredentialSource`]: credentials file, then the environment |
@@ -105,7 +105,7 @@ pub struct TaskContext {
     /// Credential names this task may read with `getCredential`.
     pub credentials: Vec<String>,
     /// The task's live event stream: `broadcastLog` sends [`EventKind::Log`] and
-    /// `ask_user` sends [`EventKind::Question`] here; the session records and broadcasts
+    /// `askUser` sends [`EventKind::Question`] here; the session records and broadcasts
     /// what arrives.
     ///
     /// [`EventKind::Log`]: aicli_providers::EventKind::Log

@@ -32,7 +32,7 @@ use super::workspace::{self, FilesRequest};
 
 /// The tools' exact names, in the order `tools/list` shows them.
 pub const TOOL_NAMES: &[&str] = &[
-    "ask_user",
+    "askUser",
     "broadcastLog",
     "getCredential",
     "getSkill",
@@ -40,7 +40,7 @@ pub const TOOL_NAMES: &[&str] = &[
     "listSkills",
 ];
 
-/// What `ask_user` answers the agent. The model reads it: it must stop and end its turn,
+/// What `askUser` answers the agent. The model reads it: it must stop and end its turn,
 /// because the engine ends the run as blocked and resumes the session with the answer.
 pub const ASK_USER_REPLY: &str = "Your question has been delivered to the user. End your turn now: \
 do not call any more tools and do not continue working on the task. The user's answer will \
@@ -115,7 +115,7 @@ pub(crate) struct LogArgs {
     pub source: String,
 }
 
-/// Arguments of `ask_user`.
+/// Arguments of `askUser`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(crate) struct AskArgs {
     /// The question for the human, self-contained.
@@ -345,8 +345,11 @@ impl AgentTools {
         })]))
     }
 
+    // Not `ask_user`: Gemini CLI (0.61) removes its own `ask_user` tool in headless runs by
+    // adding that name to its tool exclusions, and the exclusion also matches an MCP tool's
+    // unqualified name, so a server tool called `ask_user` is never declared to the model.
     #[tool(
-        name = "ask_user",
+        name = "askUser",
         description = "Ask the human a question when you cannot go on without their decision. The question is delivered and your task pauses: after calling this you must end your turn. The answer arrives as your next message when the task resumes."
     )]
     async fn ask_user(
@@ -368,7 +371,7 @@ impl AgentTools {
         ) {
             return Ok(stream_closed());
         }
-        tracing::info!(task_id = %caller.ctx.task_id, "ask_user: question delivered; the task will block");
+        tracing::info!(task_id = %caller.ctx.task_id, "askUser: question delivered; the task will block");
         Ok(CallToolResult::success(vec![ContentBlock::text(
             ASK_USER_REPLY,
         )]))
@@ -378,7 +381,7 @@ impl AgentTools {
 #[tool_handler(
     router = self.router,
     name = "aicli",
-    instructions = "aicli's tools for the agent of one task: read your workspace (getWorkspaceFiles), the skills connected to your task (listSkills, getSkill) and the credentials granted to it (getCredential); publish progress (broadcastLog); ask the human a question and then end your turn (ask_user)."
+    instructions = "aicli's tools for the agent of one task: read your workspace (getWorkspaceFiles), the skills connected to your task (listSkills, getSkill) and the credentials granted to it (getCredential); publish progress (broadcastLog); ask the human a question and then end your turn (askUser)."
 )]
 impl ServerHandler for AgentTools {
     async fn call_tool(

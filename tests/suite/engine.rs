@@ -769,3 +769,154 @@ async fn a_daemonized_grandchild_is_killed_when_its_run_ends_normally() {
     assert!(r.tasks[0].success, "{:?}", r.tasks[0]);
     assert_all_gone(&pids, Duration::from_secs(2)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_inherits_the_engine_environment_not_aicli_s_own() {
+    // `Engine::with_env` is the whole environment a CLI starts from (the provider's and
+    // the task's variables go over it): a variable that only the engine was given reaches
+    // the CLI, so a test (or a library user) never has to change the process environment.
+    let repo = git_repo();
+    let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    env.insert("AICLI_ONLY_IN_ENGINE_ENV".into(), "engine".into());
+    assert!(std::env::var_os("AICLI_ONLY_IN_ENGINE_ENV").is_none());
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    )
+    .with_env(env);
+    let (tx, _ev) = collect_events();
+    let mut t = task("t", &["--require-env", "AICLI_ONLY_IN_ENGINE_ENV=engine"]);
+    t.env
+        .insert("AICLI_TASK_VAR".into(), "from the task".into());
+    t.extra_args.extend([
+        "--require-env".into(),
+        "AICLI_TASK_VAR=from the task".into(),
+    ]);
+    let r = engine
+        .run_batch(
+            vec![t],
+            opts(repo.path(), "fake"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(r.tasks[0].success, "{:?}", r.tasks[0]);
+}
+
+/// `--replay` args for fixture `provider/scenario`.
+fn replay_args(provider: &str, scenario: &str) -> Vec<String> {
+    let f = fixture(provider, scenario);
+    let ext = |e: &str| f.with_extension(e).display().to_string();
+    vec![
+        "--replay".into(),
+        ext("ndjson"),
+        "--stderr-file".into(),
+        ext("stderr"),
+        "--exit-file".into(),
+        ext("exit"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_resuming_a_session_runs_where_it_ran_and_counts_only_its_own_usage() {
+    // Codex reports usage cumulative over a thread (120 then 240 input tokens in the two
+    // recorded runs). A later task with `resume_session_id` finds the session's last run
+    // in the records: its totals are subtracted, and it runs in that run's directory.
+    let repo = git_repo();
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider("fake", "codex", None))],
+    );
+    let run = |t: TaskSpec| {
+        let engine = engine.clone();
+        let o = opts(repo.path(), "fake");
+        async move {
+            let (tx, _ev) = collect_events();
+            engine
+                .run_batch(vec![t], o, tx, CancellationToken::new())
+                .await
+                .unwrap()
+        }
+    };
+    let mut first = task("first", &[]);
+    first.extra_args = replay_args("codex", "resume_first");
+    let b1 = run(first).await;
+    let r1 = &b1.tasks[0];
+    assert!(r1.success, "{r1:?}");
+    assert_eq!(r1.worktree, None, "no work: the worktree is removed");
+    let sid = r1.session_id.clone().unwrap();
+    let totals = r1.session_totals.unwrap();
+    assert_eq!(totals.usage.total_input(), 120);
+
+    // The resumed run: per-run usage, the prior recorded, the same directory (the fake
+    // CLI touches a file there, so the worktree is kept and reported).
+    let mut second = task("second", &["--touch", "resumed.txt"]);
+    second.extra_args.extend(replay_args("codex", "resume"));
+    second.resume_session_id = Some(sid.clone());
+    let b2 = run(second).await;
+    let r2 = &b2.tasks[0];
+    assert!(r2.success, "{r2:?}");
+    assert_eq!(r2.session_id.as_deref(), Some(sid.as_str()));
+    assert_eq!(
+        r2.canonical_usage, totals.usage,
+        "this run alone: 240 - 120"
+    );
+    assert_eq!(r2.session_totals.unwrap().usage.total_input(), 240);
+    let same_dir = repo
+        .path()
+        .join(".aicli/worktrees")
+        .join(&b1.batch_id)
+        .join("first");
+    assert_eq!(r2.worktree.as_deref(), Some(same_dir.as_path()), "{r2:#?}");
+    assert!(same_dir.join("resumed.txt").is_file());
+    let c = r2.continuation.as_ref().unwrap();
+    assert_eq!(c.mode, aicli::providers::ContinuationMode::Resume);
+    assert!(
+        c.reason.contains(&format!("{}/first", b1.batch_id)),
+        "{c:?}"
+    );
+    let store = RunStore::new(repo.path().join(".aicli/runs"));
+    let rec = store
+        .open_batch(&b2.batch_id)
+        .unwrap()
+        .task("second")
+        .unwrap();
+    assert_eq!(rec.attempts[0].prior, Some(totals));
+    assert_eq!(
+        rec.attempts[0].resumed_session.as_deref(),
+        Some(sid.as_str())
+    );
+
+    // Resumed again while that worktree is kept: the task works in it, on its branch.
+    let mut third = task("third", &[]);
+    third.extra_args = replay_args("codex", "resume");
+    third.resume_session_id = Some(sid.clone());
+    let b3 = run(third).await;
+    let r3 = &b3.tasks[0];
+    assert!(r3.success, "{r3:?}");
+    assert_eq!(r3.worktree.as_deref(), Some(same_dir.as_path()), "{r3:#?}");
+    assert_eq!(r3.branch, r2.branch);
+    assert_eq!(
+        r3.canonical_usage.total_input(),
+        0,
+        "the same cumulative figure as the run it resumed"
+    );
+
+    // A session no record knows runs fresh, in a worktree of its own, with no prior.
+    let mut other = task("other", &[]);
+    other.extra_args = replay_args("codex", "resume");
+    other.resume_session_id = Some("no-such-session".into());
+    let b4 = run(other).await;
+    let rec = store
+        .open_batch(&b4.batch_id)
+        .unwrap()
+        .task("other")
+        .unwrap();
+    assert_eq!(rec.attempts[0].prior, None);
+    assert_eq!(b4.tasks[0].continuation, None);
+}

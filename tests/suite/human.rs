@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::support::*;
 
 /// Stands in for the MCP server: on each grant, the agent "asks" the next question of
-/// the list (or nothing), exactly as the ask_user tool would deliver it.
+/// the list (or nothing), exactly as the askUser tool would deliver it.
 type Question = (String, Vec<String>);
 
 #[derive(Debug, Default)]

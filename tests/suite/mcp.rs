@@ -576,10 +576,10 @@ async fn mcp_python_client_calls_every_tool() {
     let res = c.call("broadcastLog", json!({"message": long})).await;
     assert!(res["text"][0].as_str().unwrap().contains("cut"), "{res}");
 
-    // ask_user puts a Question in the channel and tells the agent to stop.
+    // askUser puts a Question in the channel and tells the agent to stop.
     let res = c
         .call(
-            "ask_user",
+            "askUser",
             json!({"question": "Which database?", "options": ["postgres", "sqlite"]}),
         )
         .await;
@@ -634,7 +634,7 @@ async fn mcp_python_client_calls_every_tool() {
             ("broadcastLog", true),
             ("broadcastLog", false),
             ("broadcastLog", true),
-            ("ask_user", true),
+            ("askUser", true),
         ]
     );
     assert!(calls.iter().all(|c| c.batch_id == "batch-1"));
@@ -723,7 +723,7 @@ async fn mcp_inspector_cli_lists_and_calls_tools() {
         "--method",
         "tools/call",
         "--tool-name",
-        "ask_user",
+        "askUser",
         "--tool-arg",
         "question=Ship it?",
     ]
@@ -753,7 +753,7 @@ async fn mcp_inspector_cli_lists_and_calls_tools() {
         .into_iter()
         .map(|c| c.tool)
         .collect();
-    assert_eq!(tools, ["broadcastLog", "getWorkspaceFiles", "ask_user"]);
+    assert_eq!(tools, ["broadcastLog", "getWorkspaceFiles", "askUser"]);
     f.stop().await;
 }
 

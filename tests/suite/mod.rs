@@ -1,3 +1,4 @@
+mod e2e;
 mod engine;
 mod human;
 mod mcp;
