@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `server` | [`McpServer`], [`McpServerOptions`]: bind (TCP_NODELAY on every accepted socket), the axum router, the token API, graceful shutdown |
 //! | `auth` | tokens (mint, constant-time check, revoke), session -> token binding, Host/Origin checks, the middleware in front of rmcp, 401/403/404 bodies |
-//! | `tools` | the rmcp handler: `getWorkspaceFiles`, `listSkills`, `getSkill`, `getCredential`, `broadcastLog`, `askUser` (names in [`TOOL_NAMES`]) |
+//! | `tools` | the rmcp handler: `getWorkspaceFiles`, `listSkills`, `getSkill`, `getCredential`, `broadcastLog`, `ask_user` (also `askUser`, the name Gemini CLI can see) (names in [`TOOL_NAMES`]) |
 //! | `workspace` | listing/reading files under a worktree without leaving it (symlinks and TOCTOU included) |
 //! | `skills` | `<skills_dir>/<name>/SKILL.md` frontmatter, scripts and references |
 //! | `credentials` | [`CredentialSource`]: credentials file, then the environment |

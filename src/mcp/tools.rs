@@ -33,6 +33,7 @@ use super::workspace::{self, FilesRequest};
 /// The tools' exact names, in the order `tools/list` shows them.
 pub const TOOL_NAMES: &[&str] = &[
     "askUser",
+    "ask_user",
     "broadcastLog",
     "getCredential",
     "getSkill",
@@ -345,19 +346,39 @@ impl AgentTools {
         })]))
     }
 
-    // Not `ask_user`: Gemini CLI (0.61) removes its own `ask_user` tool in headless runs by
-    // adding that name to its tool exclusions, and the exclusion also matches an MCP tool's
-    // unqualified name, so a server tool called `ask_user` is never declared to the model.
+    // Two names for one tool. `ask_user` is the documented name; Gemini CLI (0.61) never
+    // shows it to the model: it removes its own `ask_user` tool in headless runs by adding
+    // that name to its tool exclusions, and the exclusion also matches an MCP tool's
+    // unqualified name. `askUser` (camelCase like the other tools) reaches every CLI.
     #[tool(
-        name = "askUser",
-        description = "Ask the human a question when you cannot go on without their decision. The question is delivered and your task pauses: after calling this you must end your turn. The answer arrives as your next message when the task resumes."
+        name = "ask_user",
+        description = "Ask the human a question when you cannot go on without their decision. The question is delivered and your task pauses: after calling this you must end your turn. The answer arrives as your next message when the task resumes. (Same tool as askUser.)"
     )]
     async fn ask_user(
         &self,
         Parameters(args): Parameters<AskArgs>,
         Extension(parts): Extension<Parts>,
     ) -> Result<CallToolResult, ErrorData> {
-        let caller = caller(&parts)?;
+        self.ask(args, &parts)
+    }
+
+    #[tool(
+        name = "askUser",
+        description = "Ask the human a question when you cannot go on without their decision. The question is delivered and your task pauses: after calling this you must end your turn. The answer arrives as your next message when the task resumes."
+    )]
+    async fn ask_user_camel(
+        &self,
+        Parameters(args): Parameters<AskArgs>,
+        Extension(parts): Extension<Parts>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.ask(args, &parts)
+    }
+}
+
+impl AgentTools {
+    /// `ask_user` / `askUser`: publish the question, tell the agent to end its turn.
+    fn ask(&self, args: AskArgs, parts: &Parts) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(parts)?;
         let question = args.question.trim().to_owned();
         if question.is_empty() {
             return Ok(tool_error("the question is empty"));
@@ -381,7 +402,7 @@ impl AgentTools {
 #[tool_handler(
     router = self.router,
     name = "aicli",
-    instructions = "aicli's tools for the agent of one task: read your workspace (getWorkspaceFiles), the skills connected to your task (listSkills, getSkill) and the credentials granted to it (getCredential); publish progress (broadcastLog); ask the human a question and then end your turn (askUser)."
+    instructions = "aicli's tools for the agent of one task: read your workspace (getWorkspaceFiles), the skills connected to your task (listSkills, getSkill) and the credentials granted to it (getCredential); publish progress (broadcastLog); ask the human a question and then end your turn (askUser, also named ask_user)."
 )]
 impl ServerHandler for AgentTools {
     async fn call_tool(

@@ -585,10 +585,14 @@ async fn mcp_python_client_calls_every_tool() {
         .await;
     assert_eq!(res["isError"], false, "{res}");
     assert_eq!(res["text"][0], ASK_USER_REPLY);
+    // The same tool under its documented name, ask_user.
+    let res = c.call("ask_user", json!({"question": "Deploy now?"})).await;
+    assert_eq!(res["isError"], false, "{res}");
+    assert_eq!(res["text"][0], ASK_USER_REPLY);
     assert!(c.close().await.success());
 
     let events = drain(&mut rx);
-    assert_eq!(events.len(), 4, "{events:?}");
+    assert_eq!(events.len(), 5, "{events:?}");
     assert_eq!(
         events[0],
         EventKind::Log {
@@ -616,6 +620,13 @@ async fn mcp_python_client_calls_every_tool() {
             options: vec!["postgres".into(), "sqlite".into()]
         }
     );
+    assert_eq!(
+        events[4],
+        EventKind::Question {
+            question: "Deploy now?".into(),
+            options: vec![]
+        }
+    );
 
     // The server's log shows every call, with its task and outcome.
     let calls = f.server.calls_for("t-every");
@@ -635,6 +646,7 @@ async fn mcp_python_client_calls_every_tool() {
             ("broadcastLog", false),
             ("broadcastLog", true),
             ("askUser", true),
+            ("ask_user", true),
         ]
     );
     assert!(calls.iter().all(|c| c.batch_id == "batch-1"));
