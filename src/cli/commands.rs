@@ -787,12 +787,12 @@ fn runs(
                 println!("no runs in {}", root.display());
             } else {
                 println!(
-                    "{:<22} {:<20} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
+                    "{:<22} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
                     "batch", "started", "provider", "tasks", "ok", "fail", "blkd", "cost"
                 );
                 for s in rows {
                     println!(
-                        "{:<22} {:<20} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
+                        "{:<22} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
                         s.batch_id,
                         s.created_at,
                         s.provider,

@@ -173,15 +173,18 @@ fn init_tracing(verbose: u8) {
         _ => "trace",
     };
     // rmcp logs whole JSON-RPC responses (credential values included) at debug: cap it.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("AICLI_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
-        .add_directive(
-            aicli::mcp::LOG_FILTER_DIRECTIVES
-                .parse()
-                .unwrap_or_else(|_| {
-                    tracing_subscriber::filter::Directive::from(tracing::Level::INFO)
-                }),
-        );
+    // At most info (LOG_FILTER_DIRECTIVES), and no louder than aicli's own level.
+    let rmcp_cap = if verbose == 0 {
+        "rmcp=warn"
+    } else {
+        aicli::mcp::LOG_FILTER_DIRECTIVES
+    };
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("AICLI_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+            .add_directive(rmcp_cap.parse().unwrap_or_else(|_| {
+                tracing_subscriber::filter::Directive::from(tracing::Level::WARN)
+            }));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
