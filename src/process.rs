@@ -158,6 +158,8 @@ pub struct LocalProcess {
     pub stderr: StderrTail,
     readers: Vec<JoinHandle<()>>,
     exit: Option<Option<i32>>,
+    /// `shutdown` ran to its end: nothing of the tree is left, `Drop` has nothing to do.
+    shut_down: bool,
 }
 
 impl LocalProcess {
@@ -240,6 +242,7 @@ impl LocalProcess {
             stderr,
             readers,
             exit: None,
+            shut_down: false,
         })
     }
 
@@ -275,13 +278,21 @@ impl LocalProcess {
     pub async fn shutdown(&mut self, grace: Duration) -> Option<i32> {
         let code = self.shutdown_tree(grace).await;
         crate::proctree::unwatch(self.pid);
+        self.shut_down = true;
         code
     }
 
     async fn shutdown_tree(&mut self, grace: Duration) -> Option<i32> {
+        if self.exit.is_some()
+            && group_is_empty(self.pid)
+            && ProcessTree::watched(self.pid).alive().is_empty()
+        {
+            // The usual end of a run: the child exited, its group is empty, and every
+            // descendant the watcher saw is gone. No /proc scan needed.
+            return self.exit.flatten();
+        }
         let tree = ProcessTree::of(self.pid);
         if self.exit.is_some() && tree.alive().is_empty() {
-            // The child exited and nothing of its tree is left: the usual end of a run.
             return self.exit.flatten();
         }
         tree.signal(Signal::SIGTERM);
@@ -312,6 +323,9 @@ impl Drop for LocalProcess {
     fn drop(&mut self) {
         // Safety net: an explicit shutdown() is the normal path. If the child or
         // anything of its tree is still there, kill it now, without grace.
+        if self.shut_down {
+            return;
+        }
         let tree = ProcessTree::of(self.pid);
         if !tree.alive().is_empty() {
             tree.signal(Signal::SIGKILL);

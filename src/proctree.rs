@@ -233,6 +233,14 @@ impl ProcessTree {
         t
     }
 
+    /// Only what the watcher recorded for `root` (no scan: cheap).
+    pub fn watched(root: u32) -> ProcessTree {
+        ProcessTree {
+            root,
+            known: watched_known(root),
+        }
+    }
+
     fn scan(&mut self) {
         if self.root == 0 {
             return;

@@ -400,7 +400,7 @@ async fn supervise(
                         final_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
                     }
                 }
-                None => break if final_deadline.is_some() { EndReason::Final } else { EndReason::Eof },
+                None => break EndReason::Eof,
             },
             ev = injected_recv => match ev {
                 Some(ev) => take_injected(ev, &mut aicli_log, &mut questions, &io.live, &task_id, &mut all_events),
@@ -415,11 +415,19 @@ async fn supervise(
     // After EOF the CLI normally exits at once; give it until the deadlines.
     let mut exit_code = None;
     let mut reason = reason;
+    // After a final event, the CLI gets the final grace to exit by itself.
     if reason == EndReason::Eof {
+        let after_final = async {
+            match final_deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
             _ = io.cancel.cancelled() => reason = EndReason::Cancelled,
             code = handle.wait() => exit_code = code,
+            _ = after_final => reason = EndReason::Final,
             _ = tokio::time::sleep_until(wall_deadline) => reason = EndReason::WallTimeout,
             _ = tokio::time::sleep_until(idle_deadline) => reason = EndReason::IdleTimeout,
         }

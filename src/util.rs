@@ -28,8 +28,10 @@ pub fn write_json<T: serde::Serialize>(
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    serde_json::to_writer_pretty(&mut tmp, value).map_err(std::io::Error::other)?;
-    tmp.write_all(b"\n")?;
+    // One write: serde writes token by token, and the temp file is unbuffered.
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    tmp.write_all(&bytes)?;
     if durable {
         tmp.as_file().sync_all()?;
     }
