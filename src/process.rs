@@ -424,9 +424,14 @@ async fn read_lines<R: AsyncRead + Unpin>(
     } else if !line.is_empty() {
         let _ = tx.send(StdoutLine::Line(line)).await;
     }
-    if let Some(f) = tee.as_mut() {
-        let _ = f.flush();
-        let _ = f.sync_data();
+    sync_off_thread(tee).await;
+}
+
+/// fsyncs a record file on the blocking pool: an fsync takes milliseconds, and on an
+/// async worker it would stall every other run's I/O.
+pub async fn sync_off_thread(file: Option<File>) {
+    if let Some(f) = file {
+        let _ = tokio::task::spawn_blocking(move || f.sync_data()).await;
     }
 }
 
@@ -468,10 +473,7 @@ async fn drain_stderr<R: AsyncRead + Unpin>(
             }
         }
     }
-    if let Some(f) = tee.as_mut() {
-        let _ = f.flush();
-        let _ = f.sync_data();
-    }
+    sync_off_thread(tee).await;
 }
 
 /// Whether `path` is an executable file.

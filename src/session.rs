@@ -459,9 +459,7 @@ async fn supervise(
             );
         }
     }
-    if let Some(f) = aicli_log.as_mut() {
-        let _ = f.sync_data();
-    }
+    crate::process::sync_off_thread(aicli_log.take()).await;
 
     let stderr = handle.stderr().text();
     let mut result =
