@@ -6,7 +6,8 @@
 //! engine (session supervision, parsing, run records; no worktrees, so git is not what is
 //! measured). Reported side by side, in one run:
 //!
-//! - tasks/s, and the ideal: total fake work / parallelism;
+//! - tasks/s, next to the same processes started bare (`raw/s`: tokio `Command`, same
+//!   parallelism, no aicli) and the ideal (total fake work / parallelism);
 //! - aicli's own peak RSS and CPU time (this process only, not the children);
 //! - per-session overhead: spawn-to-first-event latency through the engine minus the fake
 //!   CLI's own spawn-to-first-line latency measured directly.
@@ -86,6 +87,35 @@ async fn raw_first_line(n: usize) -> Vec<f64> {
         child.wait().await.unwrap();
     }
     out
+}
+
+/// The same processes without aicli: `n` fake CLIs, `parallel` at a time, each started
+/// with a plain `tokio::process::Command`, stdout read to EOF and discarded. Tasks/s.
+async fn raw_baseline(n: usize, parallel: usize) -> f64 {
+    let fx = fixture();
+    let sem = Arc::new(tokio::sync::Semaphore::new(parallel));
+    let t0 = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let permit = sem.clone().acquire_owned().await.unwrap();
+        let fx = fx.clone();
+        set.spawn(async move {
+            let out = tokio::process::Command::new(fake_cli())
+                .args([
+                    "--replay",
+                    &format!("{}.ndjson", fx.display()),
+                    "--line-delay-ms",
+                    &LINE_DELAY_MS.to_string(),
+                ])
+                .output()
+                .await
+                .unwrap();
+            assert!(out.status.success());
+            drop(permit);
+        });
+    }
+    while set.join_next().await.is_some() {}
+    n as f64 / t0.elapsed().as_secs_f64()
 }
 
 struct Run {
@@ -187,26 +217,30 @@ fn main() {
         println!("fake CLI alone, spawn-to-first-line: p50 {raw_p50:.1} ms (50 runs)\n");
         println!(
             "{:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>12} {:>12} {:>12}",
-            "parallel", "wall s", "ideal s", "tasks/s", "ideal/s", "efficiency", "aicli CPU s", "first p50 ms", "overhead ms"
+            "parallel", "wall s", "ideal s", "tasks/s", "raw/s", "vs raw", "aicli CPU s", "first p50 ms", "overhead ms"
         );
         for p in parallels {
+            // Side by side in one run: the bare processes first, then through aicli.
+            let raw = raw_baseline(n, p).await;
             let mut r = run(n, p, dir.path()).await;
             assert_eq!(r.succeeded, n, "every task succeeds");
             let ideal = Duration::from_millis(fake_work_ms * n as u64 / r.parallel as u64);
             let p50 = percentile(&mut r.first_event_ms, 0.5);
             let p99 = percentile(&mut r.first_event_ms, 0.99);
+            let tps = n as f64 / r.wall.as_secs_f64();
             println!(
-                "{:>8} {:>9.2} {:>9.2} {:>9.1} {:>10.1} {:>9.0}% {:>12.2} {:>12.1} {:>12.1}   (first-event p99 {:.1} ms)",
+                "{:>8} {:>9.2} {:>9.2} {:>9.1} {:>10.1} {:>9.0}% {:>12.2} {:>12.1} {:>12.1}   (first-event p99 {:.1} ms; ideal {:.0}/s)",
                 r.parallel,
                 r.wall.as_secs_f64(),
                 ideal.as_secs_f64(),
-                n as f64 / r.wall.as_secs_f64(),
-                n as f64 / ideal.as_secs_f64(),
-                100.0 * ideal.as_secs_f64() / r.wall.as_secs_f64(),
+                tps,
+                raw,
+                100.0 * tps / raw,
                 r.cpu.as_secs_f64(),
                 p50,
                 p50 - raw_p50,
-                p99
+                p99,
+                n as f64 / ideal.as_secs_f64()
             );
         }
         println!("\naicli peak RSS (this process, all runs): {:.1} MiB", peak_rss_mib());

@@ -175,14 +175,6 @@ async fn prepare_and_run(
         .binary_path(search_path)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
 
-    std::fs::create_dir_all(&spec.private_dir).map_err(|e| {
-        not_started(
-            spec,
-            ErrorKind::Unknown,
-            format!("cannot create {}: {e}", spec.private_dir.display()),
-        )
-    })?;
-    set_mode(&spec.private_dir, 0o700);
     let is_root = nix::unistd::geteuid().is_root();
     let ctx = LaunchContext {
         env: &spec.inherited_env,
@@ -216,6 +208,17 @@ async fn prepare_and_run(
         && let Some(msg) = provider.auth_precheck(&cmd.env, &home, &cmd.args).await
     {
         return Err(not_started(spec, ErrorKind::Auth, msg));
+    }
+    // The private directory exists only when the run needs files or links there.
+    if !cmd.files.is_empty() || !cmd.links.is_empty() {
+        std::fs::create_dir_all(&spec.private_dir).map_err(|e| {
+            not_started(
+                spec,
+                ErrorKind::Unknown,
+                format!("cannot create {}: {e}", spec.private_dir.display()),
+            )
+        })?;
+        set_mode(&spec.private_dir, 0o700);
     }
     // Links first: they make the directories (0700) that files may go into.
     for (i, l) in cmd.links.iter().enumerate() {
@@ -270,7 +273,13 @@ async fn prepare_and_run(
         pid_file: spec.record_dir.as_ref().map(|d| d.join("pid")),
         ..OutputOptions::default()
     };
-    let mut aicli_log: Option<File> = None;
+    let aicli_log = AicliLog {
+        path: spec
+            .record_dir
+            .as_ref()
+            .map(|d| d.join("aicli-events.ndjson")),
+        file: None,
+    };
     if let Some(dir) = &spec.record_dir {
         let open = |name: &str| {
             std::fs::OpenOptions::new()
@@ -278,18 +287,13 @@ async fn prepare_and_run(
                 .append(true)
                 .open(dir.join(name))
         };
-        match (
-            open("events.ndjson"),
-            open("stderr.log"),
-            open("aicli-events.ndjson"),
-        ) {
-            (Ok(a), Ok(b), Ok(c)) => {
+        match (open("events.ndjson"), open("stderr.log")) {
+            (Ok(a), Ok(b)) => {
                 out.stdout_tee = Some(a);
                 out.stderr_tee = Some(b);
-                aicli_log = Some(c);
             }
-            (a, b, c) => {
-                let err = [a.err(), b.err(), c.err()]
+            (a, b) => {
+                let err = [a.err(), b.err()]
                     .into_iter()
                     .flatten()
                     .map(|e| e.to_string())
@@ -342,7 +346,7 @@ async fn supervise(
     mut io: SessionIo,
     mut handle: Box<dyn RunHandle>,
     task_id: Arc<str>,
-    mut aicli_log: Option<File>,
+    mut aicli_log: AicliLog,
 ) -> SessionOutcome {
     let provider = spec.provider.clone();
     let limits = &spec.limits;
@@ -459,7 +463,7 @@ async fn supervise(
             );
         }
     }
-    crate::process::sync_off_thread(aicli_log.take()).await;
+    crate::process::sync_off_thread(aicli_log.file.take()).await;
 
     let stderr = handle.stderr().text();
     let mut result =
@@ -516,13 +520,13 @@ fn last_words(r: &SessionResult) -> String {
 /// published, kept.
 fn take_injected(
     ev: AgentEvent,
-    log: &mut Option<File>,
+    log: &mut AicliLog,
     questions: &mut Vec<PendingQuestion>,
     live: &broadcast::Sender<BatchEvent>,
     task_id: &Arc<str>,
     all: &mut Vec<AgentEvent>,
 ) {
-    record_aicli_event(log, &ev);
+    log.append(&ev);
     if let EventKind::Question { question, options } = &ev.kind {
         questions.push(PendingQuestion {
             question: question.clone(),
@@ -537,12 +541,31 @@ fn take_injected(
     all.push(ev);
 }
 
-fn record_aicli_event(log: &mut Option<File>, ev: &AgentEvent) {
-    if let Some(f) = log.as_mut()
-        && let Ok(mut line) = serde_json::to_vec(ev)
-    {
-        line.push(b'\n');
-        let _ = f.write_all(&line);
+/// `aicli-events.ndjson` of a run, opened (created) with the first event aicli makes.
+#[derive(Debug)]
+struct AicliLog {
+    path: Option<PathBuf>,
+    file: Option<File>,
+}
+
+impl AicliLog {
+    fn append(&mut self, ev: &AgentEvent) {
+        if self.file.is_none()
+            && let Some(p) = &self.path
+        {
+            self.file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| tracing::warn!(file = %p.display(), error = %e, "cannot open the aicli event log"))
+                .ok();
+        }
+        if let Some(f) = self.file.as_mut()
+            && let Ok(mut line) = serde_json::to_vec(ev)
+        {
+            line.push(b'\n');
+            let _ = f.write_all(&line);
+        }
     }
 }
 
