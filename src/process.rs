@@ -171,7 +171,23 @@ impl LocalProcess {
         if !cmd.cwd.is_dir() {
             return Err(SpawnError::NoCwd(cmd.cwd.display().to_string()));
         }
-        let mut c = Command::new(&cmd.program);
+        // If aicli itself dies (even by SIGKILL), the kernel kills the child: no CLI keeps
+        // running unsupervised (its own descendants are found and killed on the next
+        // `aicli resume`, through the pid file the session leaves). The parent-death
+        // signal is set by `setpriv --pdeathsig` (util-linux), which then execs the CLI:
+        // posix_spawn stays usable. Without setpriv, a pre_exec hook sets it, which makes
+        // std fork aicli's whole address space for every CLI (~3x slower spawning).
+        // (A missing program is left to spawn itself, so its error says "not found".)
+        let missing = cmd.program.components().count() > 1 && !cmd.program.exists();
+        let trampoline = setpriv().filter(|_| !missing);
+        let mut c = match trampoline {
+            Some(setpriv) => {
+                let mut c = Command::new(setpriv);
+                c.args(["--pdeathsig", "KILL", "--"]).arg(&cmd.program);
+                c
+            }
+            None => Command::new(&cmd.program),
+        };
         c.args(&cmd.args)
             .current_dir(&cmd.cwd)
             .stdin(if cmd.stdin.is_some() {
@@ -192,20 +208,20 @@ impl LocalProcess {
         // Own process group (pgid = the child's pid): the whole group can be signalled,
         // and a Ctrl-C on aicli's terminal does not reach it (aicli shuts it down itself).
         c.process_group(0);
-        // If aicli itself dies (even by SIGKILL), the kernel kills the child: no CLI keeps
-        // running unsupervised. Its own descendants are found and killed on the next
-        // `aicli resume` through the pid file the session leaves (see `session`).
-        let parent = std::process::id();
-        // SAFETY: prctl and getppid are async-signal-safe and touch no parent memory.
-        unsafe {
-            c.pre_exec(move || {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-                if std::os::unix::process::parent_id() != parent {
-                    // The parent died between fork and prctl.
-                    return Err(std::io::Error::other("aicli exited while starting the CLI"));
-                }
-                Ok(())
-            });
+        if trampoline.is_none() {
+            let parent = std::process::id();
+            // SAFETY: prctl and getppid are async-signal-safe and touch no parent memory.
+            unsafe {
+                c.pre_exec(move || {
+                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                        .map_err(std::io::Error::from)?;
+                    if std::os::unix::process::parent_id() != parent {
+                        // The parent died between fork and prctl.
+                        return Err(std::io::Error::other("aicli exited while starting the CLI"));
+                    }
+                    Ok(())
+                });
+            }
         }
         let mut child = c.spawn().map_err(|source| SpawnError::Start {
             program: cmd.program.display().to_string(),
@@ -425,6 +441,28 @@ async fn read_lines<R: AsyncRead + Unpin>(
         let _ = tx.send(StdoutLine::Line(line)).await;
     }
     sync_off_thread(tee).await;
+}
+
+/// `setpriv` (util-linux) when it is installed and supports `--pdeathsig`.
+fn setpriv() -> Option<&'static Path> {
+    static SETPRIV: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    SETPRIV
+        .get_or_init(|| {
+            let p = ["/usr/bin/setpriv", "/bin/setpriv", "/usr/sbin/setpriv"]
+                .iter()
+                .map(std::path::PathBuf::from)
+                .find(|p| is_executable(p))?;
+            // Only a setpriv that knows the option (util-linux >= 2.33).
+            let ok = std::process::Command::new(&p)
+                .args(["--pdeathsig", "KILL", "--", "true"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then_some(p)
+        })
+        .as_deref()
 }
 
 /// fsyncs a record file on the blocking pool: an fsync takes milliseconds, and on an
