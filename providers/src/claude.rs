@@ -161,11 +161,8 @@ impl AiCliProvider for ClaudeProvider {
                     .to_owned(),
             });
         }
-        let cwd = match &task.cwd {
-            Some(sub) => ctx.workdir.join(sub),
-            None => ctx.workdir.to_path_buf(),
-        };
-        let mut c = CommandSpec::new(ctx.binary, &cwd);
+        // `ctx.workdir` already is the task's subdirectory when it names one.
+        let mut c = CommandSpec::new(ctx.binary, ctx.workdir);
         // The CLI's option parser takes a prompt starting with '-' for an option; such a
         // prompt goes last, after "--".
         let prompt_after_dashes = task.prompt.starts_with('-');
@@ -3809,7 +3806,8 @@ mod tests {
             env: &std::collections::BTreeMap::new(),
             task: &task,
             binary: &binary,
-            workdir: Path::new("/w"),
+            // The engine joins the task's cwd into the workdir it hands over.
+            workdir: Path::new("/w/sub"),
             private_dir: Path::new("/p"),
             mcp: Some(&ep),
             budget_remaining_usd: Some(0.5),

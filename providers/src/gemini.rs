@@ -258,11 +258,8 @@ impl AiCliProvider for GeminiProvider {
                     .to_owned(),
             });
         }
-        let cwd = match &task.cwd {
-            Some(sub) => ctx.workdir.join(sub),
-            None => ctx.workdir.to_path_buf(),
-        };
-        let mut c = CommandSpec::new(ctx.binary, &cwd);
+        // `ctx.workdir` already is the task's subdirectory when it names one.
+        let mut c = CommandSpec::new(ctx.binary, ctx.workdir);
         if task.prompt.starts_with('-') {
             // yargs would read `-p -x` as two flags; the `=` form keeps the value whole.
             c.args([format!("--prompt={}", task.prompt)]);
@@ -2765,7 +2762,8 @@ mod tests {
             env: &std::collections::BTreeMap::new(),
             task: &t,
             binary: &binary,
-            workdir: Path::new("/repo/wt/task-1"),
+            // The engine joins the task's cwd into the workdir it hands over.
+            workdir: Path::new("/repo/wt/task-1/sub/dir"),
             private_dir: Path::new("/root/.cache/aicli/runs/r1"),
             mcp: None,
             budget_remaining_usd: None,

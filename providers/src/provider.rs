@@ -185,7 +185,8 @@ pub struct LaunchContext<'a> {
     pub task: &'a TaskSpec,
     /// The executable.
     pub binary: &'a BinaryLocation,
-    /// The directory the CLI runs in (the task's worktree, or a subdirectory).
+    /// The directory the CLI runs in: the task's worktree, or its `cwd` subdirectory
+    /// (the engine has joined it already).
     pub workdir: &'a Path,
     /// A private directory for this run's config files (0700, outside the worktree).
     pub private_dir: &'a Path,

@@ -920,3 +920,43 @@ async fn a_task_resuming_a_session_runs_where_it_ran_and_counts_only_its_own_usa
     assert_eq!(rec.attempts[0].prior, None);
     assert_eq!(b4.tasks[0].continuation, None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_cwd_is_a_subdirectory_of_its_worktree_through_a_real_adapter() {
+    // The Claude adapter builds the command; the fake CLI stands in for the binary.
+    let repo = git_repo();
+    std::fs::create_dir_all(repo.path().join("sub")).unwrap();
+    std::fs::write(repo.path().join("sub/keep"), "").unwrap();
+    git(repo.path(), &["add", "sub/keep"]);
+    git(repo.path(), &["commit", "-q", "-m", "sub"]);
+    let fx = fixture("claude", "text");
+    let mut config = test_config();
+    let mut p = config.providers["claude"].clone();
+    p.binary_path = Some(fake_cli());
+    p.extra_args = vec![
+        "--replay".into(),
+        fx.with_extension("ndjson").display().to_string(),
+    ];
+    config.providers.insert("claude".into(), p);
+    let engine = engine_with(config, vec![]);
+    let mut t = task("t", &["--touch", "made-here.txt"]);
+    t.cwd = Some("sub".into());
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .run_batch(
+            vec![t],
+            opts(repo.path(), "claude"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let r = &r.tasks[0];
+    assert!(r.success, "{r:?}");
+    let wt = r.worktree.clone().expect("kept: it holds a new file");
+    assert!(
+        wt.join("sub/made-here.txt").is_file(),
+        "ran in <worktree>/sub"
+    );
+    assert!(!wt.join("sub/sub").exists());
+}
