@@ -179,14 +179,17 @@ impl Repo {
         .await
     }
 
-    /// Creates a worktree at `path` on a new branch `branch` from `base`.
+    /// Creates a worktree at `path` on a new branch `branch` from `base`. When the branch
+    /// already exists (a worktree whose directory was deleted, or aicli killed right after
+    /// making it), the worktree is made again on that branch, with its work, and keeps the
+    /// base commit it recorded.
     pub async fn add_worktree(
         &self,
         branch: &str,
         path: &Path,
         base: &str,
     ) -> Result<Worktree, WorktreeError> {
-        let base = self.resolve(base).await?;
+        let mut base = self.resolve(base).await?;
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| WorktreeError::Git {
                 args: "worktree add".into(),
@@ -195,7 +198,36 @@ impl Repo {
             })?;
         }
         let p = path.display().to_string();
-        {
+        let exists = git(
+            &self.root,
+            &[
+                "show-ref",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{branch}"),
+            ],
+        )
+        .await
+        .is_ok();
+        if exists {
+            if let Some(recorded) = self.recorded_base(path).await {
+                base = recorded;
+            }
+            if path.join(".git").exists()
+                && git(path, &["rev-parse", "--abbrev-ref", "HEAD"])
+                    .await
+                    .ok()
+                    .as_deref()
+                    == Some(branch)
+            {
+                // Already there (made before aicli died).
+            } else {
+                let lock = repo_lock(&self.root);
+                let _guard = lock.lock().await;
+                git(&self.root, &["worktree", "prune"]).await?;
+                git(&self.root, &["worktree", "add", "--quiet", &p, branch]).await?;
+            }
+        } else {
             let lock = repo_lock(&self.root);
             let _guard = lock.lock().await;
             git(
@@ -218,6 +250,15 @@ impl Repo {
         })
     }
 
+    /// The base commit recorded for the worktree at `path`, if it (or its git dir) is
+    /// still there.
+    async fn recorded_base(&self, path: &Path) -> Option<String> {
+        let f = base_file(path).await?;
+        let s = std::fs::read_to_string(f).ok()?;
+        let s = s.trim();
+        (!s.is_empty()).then(|| s.to_owned())
+    }
+
     /// Why a worktree must be kept, or `None` when it holds no work.
     pub async fn holds_work(&self, wt: &Worktree) -> Result<Option<String>, WorktreeError> {
         if wt.path.is_dir() {
@@ -229,6 +270,28 @@ impl Repo {
             let dirty = status.lines().filter(|l| !l.trim().is_empty()).count();
             if dirty > 0 {
                 return Ok(Some(format!("{dirty} uncommitted changes")));
+            }
+            // Commits on the worktree's HEAD itself (a detached HEAD, or another branch
+            // checked out there) that no branch, tag or remote holds.
+            let count = git(
+                &wt.path,
+                &[
+                    "rev-list",
+                    "--count",
+                    "HEAD",
+                    "--not",
+                    &wt.base,
+                    "--branches",
+                    "--tags",
+                    "--remotes",
+                ],
+            )
+            .await?;
+            let n: u64 = count.trim().parse().unwrap_or(0);
+            if n > 0 {
+                return Ok(Some(format!(
+                    "{n} commits on the worktree's HEAD that no branch holds"
+                )));
             }
         }
         // Commits on the branch that neither the base nor any other branch holds.

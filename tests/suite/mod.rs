@@ -4,5 +4,6 @@ mod human;
 mod mcp;
 mod new_vendor;
 mod process;
+mod robustness;
 mod schemas;
 mod support;

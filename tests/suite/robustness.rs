@@ -1,0 +1,787 @@
+//! Reproductions for the engine review. Each test asserts the behaviour the docs/issues
+//! promise; a failing test is a finding.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aicli::providers::{AgentEvent, EventKind, McpEndpoint, SessionStatus, TaskSpec};
+use aicli::service::{AgentGrant, AgentServer, TaskScope};
+use aicli::store::{RunStore, TaskState};
+use aicli::worktree::{Cleanup, Repo};
+use aicli::{BatchOptions, Engine};
+use tokio_util::sync::CancellationToken;
+
+use super::support::*;
+
+/// An agent server that asks, per task, the next question of its script on each grant.
+#[derive(Debug, Default)]
+struct PerTask {
+    questions: Mutex<HashMap<String, VecDeque<Option<String>>>>,
+    grants: Mutex<Vec<(String, String, PathBuf)>>,
+    revoked: Mutex<Vec<(String, Instant)>>,
+}
+
+impl PerTask {
+    fn new(script: &[(&str, &[Option<&str>])]) -> Arc<PerTask> {
+        let mut m = HashMap::new();
+        for (t, qs) in script {
+            m.insert(
+                t.to_string(),
+                qs.iter().map(|q| q.map(str::to_owned)).collect(),
+            );
+        }
+        Arc::new(PerTask {
+            questions: Mutex::new(m),
+            ..PerTask::default()
+        })
+    }
+}
+
+impl AgentServer for PerTask {
+    fn grant(&self, scope: TaskScope, _host: &str) -> AgentGrant {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let q = self
+            .questions
+            .lock()
+            .unwrap()
+            .get_mut(&scope.task_id)
+            .and_then(|d| d.pop_front())
+            .flatten();
+        if let Some(q) = q {
+            tx.send(AgentEvent::synthetic(EventKind::Question {
+                question: q,
+                options: vec![],
+            }))
+            .unwrap();
+        }
+        let mut g = self.grants.lock().unwrap();
+        let token = format!("token-{}-{}", scope.task_id, g.len());
+        g.push((
+            scope.task_id.clone(),
+            token.clone(),
+            scope.workspace.clone(),
+        ));
+        AgentGrant {
+            endpoint: McpEndpoint {
+                name: "aicli".into(),
+                url: "http://127.0.0.1:9/mcp".into(),
+                token,
+                tools: vec![],
+            },
+            port: 9,
+            events: rx,
+        }
+    }
+    fn revoke(&self, token: &str) {
+        self.revoked
+            .lock()
+            .unwrap()
+            .push((token.to_owned(), Instant::now()));
+    }
+}
+
+fn task(id: &str, args: &[&str]) -> TaskSpec {
+    TaskSpec {
+        id: id.to_owned(),
+        prompt: format!("prompt of {id}"),
+        extra_args: args.iter().map(|s| s.to_string()).collect(),
+        ..TaskSpec::default()
+    }
+}
+
+fn opts(repo: &Path) -> BatchOptions {
+    let mut o = BatchOptions::new(repo);
+    o.provider = Some("fake".into());
+    o
+}
+
+fn fake_engine() -> Engine {
+    engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    )
+}
+
+fn state_of(repo: &Path, id: &str) -> Option<(String, serde_json::Value)> {
+    let runs = repo.join(".aicli/runs");
+    let b = std::fs::read_dir(&runs).ok()?.flatten().next()?.path();
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(b.join("tasks").join(id).join("task.json")).ok()?)
+            .ok()?;
+    Some((v["state"].as_str()?.to_owned(), v))
+}
+
+async fn wait_state(repo: &Path, id: &str, want: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some((s, v)) = state_of(repo, id)
+            && s == want
+        {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{id} never got to {want}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// R1: `resume_batch` of a batch whose aicli is still alive kills the live run and
+/// runs the task a second time, in parallel with the live batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn r1_resume_of_a_live_batch_is_refused() {
+    let repo = git_repo();
+    let engine = fake_engine();
+    let e2 = engine.clone();
+    let root = repo.path().to_path_buf();
+    let live = tokio::spawn(async move {
+        let (tx, _ev) = collect_events();
+        e2.run_batch(
+            vec![task("slow", &["--line-delay-ms", "700"])],
+            opts(&root),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap()
+    });
+    wait_state(repo.path(), "slow", "running").await;
+    tokio::time::sleep(Duration::from_millis(900)).await; // it printed a line
+    let store = engine.store(repo.path(), None);
+    let batch_id = store.list()[0].batch_id();
+    let (tx, _ev) = collect_events();
+    let resumed = engine
+        .resume_batch(&store, &batch_id, tx, CancellationToken::new())
+        .await;
+    let live = live.await.unwrap();
+    let rec = store.open_batch(&batch_id).unwrap().task("slow").unwrap();
+    let kinds: Vec<String> = rec
+        .attempts
+        .iter()
+        .map(|a| {
+            format!(
+                "#{} {:?} {:?}/{:?}",
+                a.attempt,
+                a.kind,
+                a.result.as_ref().map(|r| r.status),
+                a.result.as_ref().and_then(|r| r.error_kind)
+            )
+        })
+        .collect();
+    eprintln!(
+        "live batch's own result for 'slow': {:?} {:?} {:?}",
+        live.tasks[0].status, live.tasks[0].error_kind, live.tasks[0].error
+    );
+    eprintln!("attempts in task.json: {kinds:?}");
+    assert!(
+        resumed.is_err(),
+        "resume of a batch that is still running was accepted; the live run got {:?} ({:?}), attempts: {kinds:?}",
+        live.tasks[0].error_kind,
+        live.tasks[0].error
+    );
+}
+
+/// R2: answering a blocked task while its batch still runs other tasks: at the end the
+/// batch's result.json says the task is still blocked (the live batch overwrote it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn r2_answer_during_a_live_batch_leaves_a_stale_batch_result() {
+    let repo = git_repo();
+    let asker = PerTask::new(&[("ask", &[Some("Which DB?"), None])]);
+    let engine = fake_engine().with_agent_server(asker);
+    let e2 = engine.clone();
+    let root = repo.path().to_path_buf();
+    let live = tokio::spawn(async move {
+        let (tx, _ev) = collect_events();
+        let mut o = opts(&root);
+        o.max_parallel = Some(2);
+        e2.run_batch(
+            vec![task("ask", &[]), task("slow", &["--line-delay-ms", "1000"])],
+            o,
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap()
+    });
+    wait_state(repo.path(), "ask", "blocked").await;
+    let store = engine.store(repo.path(), None);
+    let (tx, _ev) = collect_events();
+    let answered = engine
+        .answer(&store, "ask", "Postgres", tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(answered.status, SessionStatus::Succeeded);
+    let live = live.await.unwrap();
+    let rec = store.open_batch(&live.batch_id).unwrap();
+    let on_disk = rec.result().unwrap();
+    let task_json = rec.task("ask").unwrap();
+    eprintln!(
+        "task.json state: {:?}; batch result.json says: {:?} (n_blocked={}, n_succeeded={})",
+        task_json.state, on_disk.tasks[0].status, on_disk.n_blocked, on_disk.n_succeeded
+    );
+    assert_eq!(task_json.state, TaskState::Succeeded);
+    assert_eq!(
+        on_disk.tasks[0].status,
+        SessionStatus::Succeeded,
+        "batch result.json disagrees with task.json"
+    );
+}
+
+/// R3: a blocked task whose worktree directory was deleted: the answer fails ("cannot
+/// create the worktree": the branch still exists) and the question is gone for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r3_answer_after_the_worktree_was_deleted() {
+    let repo = git_repo();
+    let asker = PerTask::new(&[("svc", &[Some("Which DB?"), None])]);
+    let engine = fake_engine().with_agent_server(asker);
+    let (tx, _ev) = collect_events();
+    let b = engine
+        .run_batch(
+            vec![task("svc", &[])],
+            opts(repo.path()),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let wt = b.tasks[0].worktree.clone().unwrap();
+    std::fs::remove_dir_all(&wt).unwrap();
+    let store = engine.store(repo.path(), None);
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .answer(&store, "svc", "Postgres", tx, CancellationToken::new())
+        .await
+        .unwrap();
+    eprintln!("answer -> {:?} {:?}: {:?}", r.status, r.error_kind, r.error);
+    eprintln!("blocked now: {}", engine.blocked(&store).len());
+    assert!(
+        r.success,
+        "answer after the worktree was deleted: {:?}",
+        r.error
+    );
+}
+
+/// R4: an answer cancelled before its run starts (Ctrl-C right away): the task is left
+/// `queued`, no longer blocked, and `aicli resume` then runs it as a fresh task: no
+/// session resume, no answer in the prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r4_cancelled_answer_loses_the_question_and_the_answer() {
+    let repo = git_repo();
+    let argv = repo.path().join("argv.log");
+    let asker = PerTask::new(&[("svc", &[Some("Which DB?"), None, None])]);
+    let engine = fake_engine().with_agent_server(asker);
+    let (tx, _ev) = collect_events();
+    let b = engine
+        .run_batch(
+            vec![task("svc", &["--record-argv", argv.to_str().unwrap()])],
+            opts(repo.path()),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let store = engine.store(repo.path(), None);
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let (tx, _ev) = collect_events();
+    let r = engine.answer(&store, "svc", "Postgres", tx, cancel).await;
+    eprintln!("answer (cancelled) -> {:?}", r.as_ref().map(|r| r.status));
+    let rec = store.open_batch(&b.batch_id).unwrap().task("svc").unwrap();
+    eprintln!(
+        "state after: {:?}; blocked list: {}",
+        rec.state,
+        engine.blocked(&store).len()
+    );
+    let (tx, _ev) = collect_events();
+    engine
+        .resume_batch(&store, &b.batch_id, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    let lines: Vec<Vec<String>> = std::fs::read_to_string(&argv)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = lines.last().unwrap();
+    eprintln!("argv of the run that resume made: {last:?}");
+    assert!(
+        last.contains(&"--session-id".to_owned()),
+        "the resumed run did not resume the blocked session and its prompt lacks the answer: {last:?}"
+    );
+}
+
+/// R5: cancelling a run that floods stdout: the reader blocks on the full line channel
+/// while the session waits (5 s) for it to drain, and bytes land in events.ndjson after
+/// the attempt's events_end was recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn r5_cancel_while_the_cli_floods_stdout() {
+    let repo = git_repo();
+    let engine = fake_engine();
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        c2.cancel();
+    });
+    let (tx, _ev) = collect_events();
+    let t0 = Instant::now();
+    let b = engine
+        .run_batch(
+            vec![task("flood", &["--garbage", "3000000"])],
+            opts(repo.path()),
+            tx,
+            cancel,
+        )
+        .await
+        .unwrap();
+    let took = t0.elapsed();
+    let rec = store_task(repo.path(), &b.batch_id, "flood");
+    let dir = repo
+        .path()
+        .join(".aicli/runs")
+        .join(&b.batch_id)
+        .join("tasks/flood");
+    let end_recorded = rec.attempts[0].events_end.unwrap();
+    let len_then = std::fs::metadata(dir.join("events.ndjson")).unwrap().len();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let len_later = std::fs::metadata(dir.join("events.ndjson")).unwrap().len();
+    eprintln!(
+        "cancel at 0.7 s, batch returned after {took:?}; events_end={end_recorded}, file len at return={len_then}, 2 s later={len_later}"
+    );
+    assert!(
+        took < Duration::from_millis(3000),
+        "cancel took {took:?} (kill_grace is 300 ms)"
+    );
+    assert_eq!(
+        end_recorded, len_later,
+        "events.ndjson grew after events_end"
+    );
+}
+
+fn store_task(repo: &Path, batch: &str, id: &str) -> aicli::store::TaskRecord {
+    RunStore::new(repo.join(".aicli/runs"))
+        .open_batch(batch)
+        .unwrap()
+        .task(id)
+        .unwrap()
+}
+
+/// R6: the shared IDE lockfile carries the first run's token and workspace: every other
+/// Claude run of the batch that reads it gets another task's token (revoked when that
+/// run ends) and another task's workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r6_ide_lockfile_names_another_runs_token_and_workspace() {
+    let repo = git_repo();
+    let home = tempfile::tempdir().unwrap();
+    let lock = home.path().join(".claude/ide/9.lock");
+    let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    env.insert("HOME".into(), home.path().display().to_string());
+    let asker = PerTask::new(&[]);
+    let engine = fake_engine().with_env(env).with_agent_server(asker.clone());
+    let seen = Arc::new(Mutex::new(Vec::<(Instant, serde_json::Value)>::new()));
+    let s2 = seen.clone();
+    let l2 = lock.clone();
+    let watcher = tokio::spawn(async move {
+        for _ in 0..400 {
+            if let Ok(t) = std::fs::read_to_string(&l2)
+                && let Ok(v) = serde_json::from_str(&t)
+            {
+                s2.lock().unwrap().push((Instant::now(), v));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let mut o = opts(repo.path());
+    o.max_parallel = Some(2);
+    let (tx, _ev) = collect_events();
+    let b = engine
+        .run_batch(
+            vec![
+                task("a", &["--require-file", lock.to_str().unwrap()]),
+                task(
+                    "b",
+                    &[
+                        "--start-delay-ms",
+                        "1500",
+                        "--require-file",
+                        lock.to_str().unwrap(),
+                    ],
+                ),
+            ],
+            o,
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    watcher.await.unwrap();
+    assert_eq!(b.n_succeeded, 2);
+    let grants = asker.grants.lock().unwrap().clone();
+    let revoked = asker.revoked.lock().unwrap().clone();
+    let seen = seen.lock().unwrap().clone();
+    let tokens: std::collections::BTreeSet<String> = seen
+        .iter()
+        .map(|(_, v)| v["authToken"].as_str().unwrap().to_owned())
+        .collect();
+    eprintln!("grants: {grants:?}");
+    eprintln!("lockfile authTokens seen during the batch: {tokens:?}");
+    let first_revoke = revoked.iter().map(|(_, t)| *t).min().unwrap();
+    let after: Vec<&serde_json::Value> = seen
+        .iter()
+        .filter(|(t, _)| *t > first_revoke)
+        .map(|(_, v)| v)
+        .collect();
+    if let Some(v) = after.first() {
+        eprintln!(
+            "lockfile after the first token was revoked ({}): {v}",
+            revoked[0].0
+        );
+    }
+    // Each run must be able to reach the server with ITS OWN token.
+    for (task_id, token, _) in &grants {
+        assert!(
+            tokens.contains(token),
+            "run of task {task_id} (token {token}) found only {tokens:?} in the lockfile"
+        );
+    }
+}
+
+/// R7: cleanup removes a worktree whose commits sit on a detached HEAD: the commits
+/// become unreachable (work destroyed).
+#[tokio::test]
+async fn r7_cleanup_of_a_worktree_with_commits_on_a_detached_head() {
+    let dir = git_repo();
+    let repo = Repo::open(dir.path()).await.unwrap();
+    let wt = repo
+        .add_worktree(
+            "aicli/b/t",
+            &dir.path().join(".aicli/worktrees/b/t"),
+            "HEAD",
+        )
+        .await
+        .unwrap();
+    git(&wt.path, &["checkout", "-q", "--detach"]);
+    std::fs::write(wt.path.join("work.txt"), "the agent's work\n").unwrap();
+    git(&wt.path, &["add", "work.txt"]);
+    git(&wt.path, &["commit", "-q", "-m", "agent work"]);
+    let sha = git(&wt.path, &["rev-parse", "HEAD"]);
+    let c = repo.cleanup(&wt).await.unwrap();
+    let reachable = git(
+        dir.path(),
+        &["for-each-ref", "--contains", &sha, "--format=%(refname)"],
+    );
+    eprintln!("cleanup -> {c:?}; refs containing {sha}: {reachable:?}");
+    assert_ne!(
+        c,
+        Cleanup::Removed,
+        "a worktree holding commit {sha} was removed"
+    );
+}
+
+/// R8: `aicli worktrees prune` (Repo::prune) while a batch runs removes the worktree
+/// of a running task from under its CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn r8_prune_during_a_run_removes_the_running_tasks_worktree() {
+    let repo = git_repo();
+    let engine = fake_engine();
+    let e2 = engine.clone();
+    let root = repo.path().to_path_buf();
+    let live = tokio::spawn(async move {
+        let (tx, _ev) = collect_events();
+        e2.run_batch(
+            vec![task(
+                "t",
+                &["--start-delay-ms", "2000", "--require-file", "README.md"],
+            )],
+            opts(&root),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap()
+    });
+    wait_state(repo.path(), "t", "running").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pruned = Repo::open(repo.path())
+        .await
+        .unwrap()
+        .prune()
+        .await
+        .unwrap();
+    for (i, c) in &pruned {
+        eprintln!("prune: {} -> {c:?}", i.branch);
+    }
+    let b = live.await.unwrap();
+    eprintln!(
+        "the running task: {:?} {:?} {:?}",
+        b.tasks[0].status, b.tasks[0].error_kind, b.tasks[0].error
+    );
+    assert!(
+        pruned.iter().all(|(_, c)| *c != Cleanup::Removed),
+        "prune removed a running task's worktree"
+    );
+}
+
+/// R9: a batch cancelled with Ctrl-C, then `resume`: the task that was running when the
+/// batch was cancelled is not run again (it is `failed: cancelled`), although
+/// `resume_batch` says it finishes batches that were cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r9_resume_after_ctrl_c_does_not_rerun_the_cancelled_task() {
+    let repo = git_repo();
+    let engine = fake_engine();
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        c2.cancel();
+    });
+    let (tx, _ev) = collect_events();
+    let mut o = opts(repo.path());
+    o.max_parallel = Some(1);
+    let b = engine
+        .run_batch(
+            vec![
+                task("running", &["--line-delay-ms", "1000"]),
+                task("queued", &[]),
+            ],
+            o,
+            tx,
+            cancel,
+        )
+        .await
+        .unwrap();
+    let store = engine.store(repo.path(), None);
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .resume_batch(&store, &b.batch_id, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    for t in &r.tasks {
+        eprintln!("{}: {:?} {:?}", t.task_id, t.status, t.error_kind);
+    }
+    assert_eq!(r.n_succeeded, 2, "resume left a task unfinished");
+}
+
+/// R10: two `answer`s of the same blocked task at the same moment (two `aicli answer`
+/// processes): nothing serializes them, both can be accepted and both resume the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn r10_two_concurrent_answers() {
+    let mut both = 0;
+    let tries = 10;
+    for _ in 0..tries {
+        let repo = git_repo();
+        let asker = PerTask::new(&[("svc", &[Some("Which DB?"), None, None])]);
+        let engine = fake_engine().with_agent_server(asker);
+        let (tx, _ev) = collect_events();
+        let b = engine
+            .run_batch(
+                vec![task("svc", &["--line-delay-ms", "200"])],
+                opts(repo.path()),
+                tx,
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        let store = engine.store(repo.path(), None);
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let mut hs = Vec::new();
+        for a in ["Postgres", "MySQL"] {
+            let (e, s, bar) = (engine.clone(), store.clone(), barrier.clone());
+            hs.push(tokio::spawn(async move {
+                bar.wait().await;
+                let (tx, _ev) = collect_events();
+                e.answer(&s, "svc", a, tx, CancellationToken::new()).await
+            }));
+        }
+        let mut ok = 0;
+        for h in hs {
+            if h.await.unwrap().is_ok() {
+                ok += 1;
+            }
+        }
+        if ok == 2 {
+            both += 1;
+            let rec = store.open_batch(&b.batch_id).unwrap().task("svc").unwrap();
+            eprintln!(
+                "both accepted: answers={:?} attempts={:?}",
+                rec.answers.iter().map(|a| &a.answer).collect::<Vec<_>>(),
+                rec.attempts
+                    .iter()
+                    .map(|a| (a.attempt, a.kind, a.events_start, a.events_end))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+    eprintln!("both answers accepted in {both} of {tries} tries");
+    assert_eq!(both, 0);
+}
+
+/// R11: aicli killed between `git worktree add` and the task.json write that records the
+/// worktree (simulated: a queued task whose worktree and branch exist, as that moment
+/// leaves them). `resume` then fails the task for good: "a branch named ... already exists".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r11_resume_after_a_kill_right_after_worktree_add() {
+    let repo = git_repo();
+    let engine = fake_engine();
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let (tx, _ev) = collect_events();
+    let b = engine
+        .run_batch(vec![task("t", &[])], opts(repo.path()), tx, cancel)
+        .await
+        .unwrap();
+    let store = engine.store(repo.path(), None);
+    assert_eq!(
+        store
+            .open_batch(&b.batch_id)
+            .unwrap()
+            .task("t")
+            .unwrap()
+            .state,
+        TaskState::Queued
+    );
+    // What `Repo::add_worktree` had done when aicli died.
+    let path = repo
+        .path()
+        .join(".aicli/worktrees")
+        .join(&b.batch_id)
+        .join("t");
+    git(
+        repo.path(),
+        &[
+            "worktree",
+            "add",
+            "--quiet",
+            "-b",
+            &format!("aicli/{}/t", b.batch_id),
+            path.to_str().unwrap(),
+            "HEAD",
+        ],
+    );
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .resume_batch(&store, &b.batch_id, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    eprintln!("resume -> {:?}: {:?}", r.tasks[0].status, r.tasks[0].error);
+    assert!(r.tasks[0].success, "{:?}", r.tasks[0].error);
+}
+
+/// R12: the batch budget is not checked before a run starts: an answer (or a resume)
+/// of a batch whose budget is already spent starts the CLI anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r12_answer_runs_although_the_budget_is_spent() {
+    let repo = git_repo();
+    let argv = repo.path().join("argv.log");
+    let asker = PerTask::new(&[("svc", &[Some("Which DB?"), None])]);
+    let engine = fake_engine().with_agent_server(asker);
+    let mut o = opts(repo.path());
+    o.budget_usd = Some(0.0001); // one run costs 0.0003692
+    let (tx, _ev) = collect_events();
+    let b = engine
+        .run_batch(
+            vec![task("svc", &["--record-argv", argv.to_str().unwrap()])],
+            o,
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    eprintln!(
+        "after the batch: spent {} of budget {:?}, remaining {:?}",
+        b.total_cost_usd, b.budget_usd, b.budget_remaining_usd
+    );
+    let store = engine.store(repo.path(), None);
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .answer(&store, "svc", "Postgres", tx, CancellationToken::new())
+        .await
+        .unwrap();
+    let runs = std::fs::read_to_string(&argv).unwrap().lines().count();
+    let rec = store.open_batch(&b.batch_id).unwrap().task("svc").unwrap();
+    eprintln!(
+        "answer -> {:?} {:?}; CLI runs: {runs}; spent now: {}",
+        r.status,
+        r.error_kind,
+        rec.spent().0
+    );
+    assert_eq!(runs, 1, "the CLI ran again with the budget already spent");
+}
+
+/// R13: a CLI that exits (crashes) while a grandchild still holds its stdout: the session
+/// does not notice the exit and waits for the idle watchdog; the result says `timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r13_cli_exit_with_a_grandchild_holding_stdout() {
+    let repo = git_repo();
+    let script = repo.path().join("cli.sh");
+    std::fs::write(&script, "#!/bin/sh\necho '{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s1\"}'\nsleep 30 &\nexit 1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let p = replay_provider("fake", "claude", None)
+        .with_config(|c| c.binary_path = Some(script.clone()));
+    let engine = engine_with(test_config(), vec![shared(p)]);
+    let mut o = opts(repo.path());
+    o.idle_timeout = Some(Duration::from_secs(6));
+    let (tx, _ev) = collect_events();
+    let t0 = Instant::now();
+    let b = engine
+        .run_batch(vec![task("t", &[])], o, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    let r = &b.tasks[0];
+    eprintln!(
+        "took {:?}: {:?} {:?} exit={:?}",
+        t0.elapsed(),
+        r.error_kind,
+        r.error,
+        r.exit_code
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "the run waited for the idle watchdog"
+    );
+}
+
+/// R14: `answer TASK` with default task ids: the newest batch holding a task of that id
+/// is picked even when it is not blocked, so the blocked one cannot be answered by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r14_answer_by_task_id_picks_a_task_that_is_not_blocked() {
+    let repo = git_repo();
+    let asker = PerTask::new(&[("task-1", &[Some("Which DB?"), None, None])]);
+    let engine = fake_engine().with_agent_server(asker);
+    for _ in 0..2 {
+        let (tx, _ev) = collect_events();
+        engine
+            .run_batch(
+                vec![TaskSpec::new("do it")],
+                opts(repo.path()),
+                tx,
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1100)).await; // distinct batch ids by time
+    }
+    let store = engine.store(repo.path(), None);
+    let blocked = engine.blocked(&store);
+    eprintln!(
+        "blocked: {:?}",
+        blocked
+            .iter()
+            .map(|b| format!("{}/{}", b.batch_id, b.task_id))
+            .collect::<Vec<_>>()
+    );
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .answer(&store, "task-1", "Postgres", tx, CancellationToken::new())
+        .await;
+    eprintln!(
+        "answer task-1 -> {:?}",
+        r.as_ref().map(|r| r.status).map_err(|e| e.to_string())
+    );
+    assert!(r.is_ok());
+}
