@@ -170,9 +170,11 @@ fn append(pid_file: &Option<PathBuf>, procs: &[(u32, u64)]) {
     if procs.is_empty() {
         return;
     }
+    use std::os::unix::fs::OpenOptionsExt;
     if let Ok(mut file) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(f)
     {
         for (p, t) in procs {

@@ -25,7 +25,7 @@ use crate::runner::{LocalRunner, Runner};
 use crate::session::{SessionIo, SessionLimits, SessionOutcome, SessionSpec, run_session};
 use crate::store::{
     AnswerRecord, AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec, RunStore,
-    SessionRun, TaskRecord, TaskState, read_range,
+    SessionRun, TaskLock, TaskRecord, TaskState, read_range,
 };
 use crate::util::now_rfc3339;
 use crate::worktree::{Cleanup, Repo, Worktree, WorktreeError};
@@ -374,8 +374,11 @@ impl Engine {
         live: broadcast::Sender<BatchEvent>,
         cancel: CancellationToken,
     ) -> Result<SessionResult, EngineError> {
-        let (record, task_id) = store.find_task(task_ref).map_err(EngineError::NotFound)?;
-        let mut rec = record.task(&task_id).map_err(EngineError::NotFound)?;
+        let (record, task_id) = find_blocked(store, task_ref)?;
+        // Held from the state check on: a second answer (or a resume) of the same task
+        // in another process is refused instead of resuming the session twice.
+        let lock = record.lock_task(&task_id).map_err(EngineError::Refused)?;
+        let rec = record.task(&task_id).map_err(EngineError::NotFound)?;
         if rec.state != TaskState::Blocked {
             return Err(EngineError::Refused(format!(
                 "task {}/{task_id} is not blocked (it is {}); only a blocked task can be answered",
@@ -394,6 +397,18 @@ impl Engine {
         })?;
         let provider = self.registry.get(&rec.provider)?;
         let spec = record.spec().map_err(EngineError::NotFound)?;
+        if let Some(budget) = spec.budget_usd {
+            let spent: f64 = record
+                .tasks()
+                .map(|ts| ts.iter().map(|t| t.spent().0).sum())
+                .unwrap_or(0.0);
+            if spent >= budget {
+                return Err(EngineError::Refused(format!(
+                    "batch {} has spent ${spent:.4} of its ${budget:.4} budget: the answer would start a new run",
+                    record.batch_id()
+                )));
+            }
+        }
         let (resume, prompt, continuation) = match (
             &last.session_id,
             provider.supports(Feature::Resume),
@@ -432,18 +447,6 @@ impl Engine {
                 },
             ),
         };
-        rec.answers.push(AnswerRecord {
-            question: question.question.clone(),
-            answer: answer.to_owned(),
-            answered_at: now_rfc3339(),
-        });
-        rec.state = TaskState::Queued;
-        record
-            .write_task(&rec, true)
-            .map_err(|source| EngineError::Record {
-                path: record.task_dir(&task_id),
-                source,
-            })?;
         let plan = vec![Planned {
             rec,
             kind: AttemptKind::Answer,
@@ -451,6 +454,13 @@ impl Engine {
             prompt: Some(prompt),
             continuation: Some(continuation),
             origin: None,
+            lock: Some(Arc::new(lock)),
+            answer: Some(AnswerRecord {
+                question: question.question.clone(),
+                answer: answer.to_owned(),
+                answered_at: now_rfc3339(),
+            }),
+            worktree_lock: None,
         }];
         let opts = self.options_for(&spec, store);
         let batch = self.execute(spec, record, plan, opts, live, cancel).await?;
@@ -475,11 +485,36 @@ impl Engine {
         let record = store.open_batch(batch_id).map_err(EngineError::NotFound)?;
         let spec = record.spec().map_err(EngineError::NotFound)?;
         let tasks = record.tasks().map_err(EngineError::NotFound)?;
+        // Every unfinished task must be free: a task held by a live aicli (the batch is
+        // still running, or being answered) is not interrupted, and is left alone.
+        let mut locks = std::collections::BTreeMap::new();
+        let mut busy = Vec::new();
+        for rec in &tasks {
+            if rec.state.is_final() {
+                continue;
+            }
+            match record.lock_task(&rec.task.id) {
+                Ok(l) => {
+                    locks.insert(rec.task.id.clone(), l);
+                }
+                Err(e) => busy.push(e),
+            }
+        }
+        if !busy.is_empty() {
+            return Err(EngineError::Refused(format!(
+                "batch {batch_id} is still running: {}",
+                busy.join("; ")
+            )));
+        }
         let mut plan = Vec::new();
         for mut rec in tasks {
+            let lock = locks.remove(&rec.task.id).map(Arc::new);
             match rec.state {
                 TaskState::Succeeded | TaskState::Failed | TaskState::Blocked => continue,
-                TaskState::Queued => plan.push(Planned::run(store, rec)),
+                TaskState::Queued => plan.push(Planned {
+                    lock,
+                    ..Planned::run(store, rec)
+                }),
                 TaskState::Running | TaskState::Interrupted => {
                     self.kill_leftovers(&record, &rec.task.id).await;
                     let provider = self.registry.get(&rec.provider)?;
@@ -530,6 +565,9 @@ impl Engine {
                         prompt,
                         continuation: Some(continuation),
                         origin: None,
+                        lock,
+                        answer: None,
+                        worktree_lock: None,
                     });
                 }
             }
@@ -624,6 +662,18 @@ impl Engine {
             .tasks()
             .map(|ts| ts.iter().map(|t| t.spent().0).sum())
             .unwrap_or(0.0);
+        // Only this process runs these tasks until each is settled.
+        let mut plan = plan;
+        let mut busy = Vec::new();
+        for p in plan.iter_mut().filter(|p| p.lock.is_none()) {
+            match record.lock_task(&p.rec.task.id) {
+                Ok(l) => p.lock = Some(Arc::new(l)),
+                Err(e) => busy.push(e),
+            }
+        }
+        if !busy.is_empty() {
+            return Err(EngineError::Refused(busy.join("; ")));
+        }
         let shared = Arc::new(Shared {
             engine: self.clone(),
             spec: spec.clone(),
@@ -636,6 +686,7 @@ impl Engine {
                 .collect(),
             tasks: Mutex::new(plan),
             spent: Mutex::new(spent_before),
+            budget_cancelled: std::sync::atomic::AtomicBool::new(false),
         });
         let n = shared.tasks.lock().map(|t| t.len()).unwrap_or(0);
         let mut owner = Owner {
@@ -643,18 +694,25 @@ impl Engine {
             finalizers: tokio::task::JoinSet::new(),
         };
         let s2 = shared.clone();
-        pool::run(
-            n,
-            spec.max_parallel,
-            &self.config.engine.retry,
-            move |index, attempt, cancel| {
-                let s = s2.clone();
-                async move { s.run_attempt(index, attempt, cancel).await }
-            },
-            &mut owner,
-            cancel,
-        )
-        .await;
+        if spec.budget_usd.is_some_and(|b| spent_before >= b) {
+            // Nothing new starts once the budget is spent (a resume, an answer).
+            for index in 0..n {
+                owner.on_never_started(index, Control::StopStarting);
+            }
+        } else {
+            pool::run(
+                n,
+                spec.max_parallel,
+                &self.config.engine.retry,
+                move |index, attempt, cancel| {
+                    let s = s2.clone();
+                    async move { s.run_attempt(index, attempt, cancel).await }
+                },
+                &mut owner,
+                cancel,
+            )
+            .await;
+        }
         owner.wait_finalizers().await;
         let result = shared.batch_result(started.elapsed());
         record
@@ -702,6 +760,13 @@ pub(crate) struct Planned {
     /// or a new one at the same path) and its per-run figures subtract the session's
     /// totals at the end of that run.
     pub origin: Option<SessionRun>,
+    /// This invocation's hold on the task's record (taken before it runs).
+    pub lock: Option<Arc<TaskLock>>,
+    /// A human's answer, recorded when the first attempt starts (an answer that never
+    /// ran leaves the task blocked, with its question).
+    pub answer: Option<AnswerRecord>,
+    /// This invocation's hold on the task's worktree (`aicli worktrees prune` skips it).
+    pub worktree_lock: Option<Arc<crate::worktree::WorktreeLock>>,
 }
 
 impl Planned {
@@ -737,7 +802,39 @@ impl Planned {
             prompt: None,
             continuation,
             origin,
+            lock: None,
+            answer: None,
+            worktree_lock: None,
         }
+    }
+}
+
+/// The task an answer is for: `BATCH/TASK` exactly; a bare `TASK` is the blocked task of
+/// that id (the newest batch's when none is blocked, so the error says why), and an
+/// error listing them when several batches have it blocked.
+fn find_blocked(store: &RunStore, task_ref: &str) -> Result<(BatchRecord, String), EngineError> {
+    let found = store.find_tasks(task_ref);
+    if found.is_empty() {
+        return Err(EngineError::NotFound(format!(
+            "no task '{task_ref}' in any batch under {}",
+            store.root().display()
+        )));
+    }
+    let blocked: Vec<&(BatchRecord, String)> = found
+        .iter()
+        .filter(|(b, t)| b.task(t).is_ok_and(|r| r.state == TaskState::Blocked))
+        .collect();
+    match blocked.as_slice() {
+        [one] => Ok((one.0.clone(), one.1.clone())),
+        [] => Ok(found[0].clone()),
+        several => Err(EngineError::Refused(format!(
+            "task '{task_ref}' is blocked in several batches; name one: {}",
+            several
+                .iter()
+                .map(|(b, t)| format!("{}/{t}", b.batch_id()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
     }
 }
 
@@ -776,6 +873,8 @@ struct Shared {
     /// One lock per task: record writes of a task happen one at a time, each writing the
     /// task's state as it is when the write starts, so the last write is the newest.
     persist_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Running attempts were cancelled because the batch budget ran out (not by a user).
+    budget_cancelled: std::sync::atomic::AtomicBool,
     spent: Mutex<f64>,
 }
 
@@ -911,6 +1010,9 @@ impl Shared {
         let workdir = self
             .ensure_worktree(&mut planned.rec, planned.origin.as_ref())
             .await;
+        if let (Ok(w), None, true) = (&workdir, &planned.worktree_lock, self.repo.is_some()) {
+            planned.worktree_lock = crate::worktree::lock_worktree(w).await.map(Arc::new);
+        }
         let mut task = planned.rec.task.clone();
         if let Some(p) = &planned.prompt {
             task.prompt = p.clone();
@@ -942,9 +1044,18 @@ impl Shared {
             result: None,
         });
         planned.rec.state = TaskState::Running;
+        if attempt_in_run == 1
+            && let Some(a) = planned.answer.take()
+        {
+            planned.rec.answers.push(a);
+        }
         let (rec_snapshot, prompt_for_result) =
             (planned.rec.clone(), planned.rec.task.prompt.clone());
-        self.update(index, |p| p.rec = rec_snapshot);
+        let wt_lock = planned.worktree_lock.clone();
+        self.update(index, |p| {
+            p.rec = rec_snapshot;
+            p.worktree_lock = wt_lock;
+        });
         self.persist(index, false).await;
         let _ = self.live.send(BatchEvent::TaskStarted {
             task_id: task_id.clone(),
@@ -982,6 +1093,22 @@ impl Shared {
         result.prompt = prompt_for_result;
         if attempt_in_run == 1 {
             result.continuation = planned.continuation.clone();
+        }
+        if result.error_kind == Some(ErrorKind::Cancelled) {
+            if self
+                .budget_cancelled
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                // Cancelled because the batch budget ran out while it ran: final.
+                result.fail(
+                    ErrorKind::Budget,
+                    "cancelled: the batch budget was spent while this task ran",
+                );
+            } else {
+                // Cancelled by the user (Ctrl-C): not an outcome of the task;
+                // `aicli resume` runs it again (resuming its session when it has one).
+                result.status = SessionStatus::Interrupted;
+            }
         }
         let events_end = self.record.events_len(&task.id);
         let stderr_end = self.record.stderr_len(&task.id);
@@ -1131,6 +1258,11 @@ impl Shared {
             p.rec.state = state;
         });
         self.persist(index, true).await;
+        // Settled: another process may now answer or resume it, or prune its worktree.
+        self.update(index, |p| {
+            p.lock = None;
+            p.worktree_lock = None;
+        });
         let task_id: Arc<str> = Arc::from(result.task_id.as_str());
         if let (SessionStatus::Blocked, Some(q)) = (result.status, &result.question) {
             let _ = self.live.send(BatchEvent::TaskBlocked {
@@ -1182,21 +1314,15 @@ impl Shared {
     }
 
     fn batch_result(&self, wall: Duration) -> BatchResult {
-        let planned: Vec<TaskRecord> = self
-            .tasks
-            .lock()
-            .map(|t| t.iter().map(|p| p.rec.clone()).collect())
-            .unwrap_or_default();
-        // Tasks of the batch this invocation did not plan (a resume) come from the record.
-        let mut all = self.record.tasks().unwrap_or_default();
-        for rec in &mut all {
-            if let Some(p) = planned.iter().find(|p| p.task.id == rec.task.id) {
-                *rec = p.clone();
-            }
-        }
-        if all.is_empty() {
-            all = planned;
-        }
+        // From the records on disk: every write of this invocation is done by now, and a
+        // task settled here may since have been answered by another process.
+        let all = self.record.tasks().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read the task records; using memory");
+            self.tasks
+                .lock()
+                .map(|t| t.iter().map(|p| p.rec.clone()).collect())
+                .unwrap_or_default()
+        });
         let mut results = Vec::new();
         let mut total = 0.0;
         let mut unknown = 0;
@@ -1263,7 +1389,15 @@ impl PoolOwner for Owner {
         let result = outcome.result.clone();
         let cost = result.cost_usd.unwrap_or(0.0);
         if will_retry {
-            s.update(index, |p| p.rec.state = TaskState::Queued);
+            let totals = result.session_totals;
+            s.update(index, |p| {
+                p.rec.state = TaskState::Queued;
+                // A retry that resumes a session starts from what the failed attempt
+                // left: its per-run figures must not count that attempt's usage again.
+                if let (Some((_, prior)), Some(t)) = (p.resume.as_mut(), totals) {
+                    *prior = Some(t);
+                }
+            });
         } else {
             let s2 = s.clone();
             self.finalizers
@@ -1283,6 +1417,8 @@ impl PoolOwner for Owner {
                     budget_usd: b,
                 });
                 if spent > b {
+                    s.budget_cancelled
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
                     Control::CancelRunning
                 } else {
                     Control::StopStarting

@@ -110,9 +110,14 @@ pub struct SessionOutcome {
     pub argv: Vec<String>,
 }
 
+/// How long the last lines may take after the CLI exited while its stdout stays open.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum EndReason {
     Eof,
+    /// The CLI exited; its stdout stayed open past [`PIPE_GRACE`].
+    Exited,
     Final,
     WallTimeout,
     IdleTimeout,
@@ -281,10 +286,13 @@ async fn prepare_and_run(
         file: None,
     };
     if let Some(dir) = &spec.record_dir {
+        // 0600: a CLI's stream can hold what its tools returned (a credential, say).
         let open = |name: &str| {
+            use std::os::unix::fs::OpenOptionsExt;
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
                 .open(dir.join(name))
         };
         match (open("events.ndjson"), open("stderr.log")) {
@@ -381,7 +389,18 @@ async fn supervise(
         is_final
     };
 
+    let mut lines = handle.take_lines();
+    // The CLI exited while something of its tree still holds its stdout open: a short
+    // grace for the last lines, then the run is over (not a wait for the idle watchdog).
+    let mut child_exit: Option<Option<i32>> = None;
+    let mut pipe_deadline: Option<tokio::time::Instant> = None;
     let reason = loop {
+        let pipe_sleep = async {
+            match pipe_deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
         let final_sleep = async {
             match final_deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -397,7 +416,7 @@ async fn supervise(
         tokio::select! {
             biased;
             _ = io.cancel.cancelled() => break EndReason::Cancelled,
-            line = handle.lines().recv() => match line {
+            line = lines.recv() => match line {
                 Some(line) => {
                     idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
                     if on_line(line, &mut cli_events, &mut all_events) && final_deadline.is_none() {
@@ -406,6 +425,11 @@ async fn supervise(
                 }
                 None => break EndReason::Eof,
             },
+            code = handle.wait(), if child_exit.is_none() => {
+                child_exit = Some(code);
+                pipe_deadline = Some(tokio::time::Instant::now() + PIPE_GRACE);
+            }
+            _ = pipe_sleep => break EndReason::Exited,
             ev = injected_recv => match ev {
                 Some(ev) => take_injected(ev, &mut aicli_log, &mut questions, &io.live, &task_id, &mut all_events),
                 None => injected = None,
@@ -416,11 +440,11 @@ async fn supervise(
         }
     };
 
-    // After EOF the CLI normally exits at once; give it until the deadlines.
-    let mut exit_code = None;
+    // After EOF the CLI normally exits at once; give it until the deadlines (after a
+    // final event, the final grace).
+    let mut exit_code = child_exit.flatten();
     let mut reason = reason;
-    // After a final event, the CLI gets the final grace to exit by itself.
-    if reason == EndReason::Eof {
+    if reason == EndReason::Eof && child_exit.is_none() {
         let after_final = async {
             match final_deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -441,16 +465,22 @@ async fn supervise(
     if exit_code.is_none() {
         exit_code = code;
     }
-    // Lines still in flight (the tee has them all; parse what the reader delivered).
-    if tokio::time::timeout(Duration::from_secs(5), handle.drain())
+    // Lines still in flight: keep taking them until the reader is done (it may be
+    // waiting for room in the channel), so the record is complete when the attempt's
+    // end offsets are taken.
+    let rest = async {
+        while let Some(line) = lines.recv().await {
+            on_line(line, &mut cli_events, &mut all_events);
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(5), rest)
         .await
         .is_err()
     {
         tracing::warn!(task = %task_id, "output pipes still open after shutdown; giving up on them");
     }
-    while let Ok(line) = handle.lines().try_recv() {
-        on_line(line, &mut cli_events, &mut all_events);
-    }
+    drop(lines);
+    let _ = tokio::time::timeout(Duration::from_secs(2), handle.drain()).await;
     if let Some(rx) = injected.as_mut() {
         while let Ok(ev) = rx.try_recv() {
             take_injected(
@@ -493,6 +523,7 @@ async fn supervise(
         | EndReason::WallTimeout
         | EndReason::IdleTimeout
         | EndReason::Eof
+        | EndReason::Exited
         | EndReason::Final => {}
     }
     if let Some(q) = questions.pop()
@@ -553,9 +584,11 @@ impl AicliLog {
         if self.file.is_none()
             && let Some(p) = &self.path
         {
+            use std::os::unix::fs::OpenOptionsExt;
             self.file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
                 .open(p)
                 .map_err(|e| tracing::warn!(file = %p.display(), error = %e, "cannot open the aicli event log"))
                 .ok();
@@ -570,8 +603,9 @@ impl AicliLog {
 }
 
 /// IDE lockfiles are named after the MCP server's port, which every run of a batch
-/// shares: the file is written by the first run that needs it and removed when the last
-/// one ends (a plain remove at the end of one run would pull it from under the others).
+/// shares, and carry a token scoped to one task's worktree: only one run at a time may
+/// have the file (and the env var that points at it). Others of the same port run
+/// without one rather than with another task's token.
 mod lockfiles {
     use std::collections::HashMap;
     use std::path::{Path, PathBuf};
@@ -582,28 +616,27 @@ mod lockfiles {
         USERS.get_or_init(|| Mutex::new(HashMap::new()))
     }
 
-    /// Takes a share of the lockfile at `path`, writing it if nobody holds it.
+    /// Writes the lockfile at `path` for one run, unless another run has it.
     pub(super) fn acquire(path: &Path, contents: &str) -> std::io::Result<()> {
         let mut u = users()
             .lock()
             .map_err(|_| std::io::Error::other("lockfile registry poisoned"))?;
-        let n = u.entry(path.to_path_buf()).or_insert(0);
-        if *n == 0 {
-            super::write_private_file(path, contents, 0o600)?;
+        if u.contains_key(path) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "another run has this IDE lockfile",
+            ));
         }
-        *n += 1;
+        super::write_private_file(path, contents, 0o600)?;
+        u.insert(path.to_path_buf(), 1);
         Ok(())
     }
 
-    /// Gives a share back, removing the file with the last one.
+    /// Removes the run's lockfile.
     pub(super) fn release(path: &Path) {
         let Ok(mut u) = users().lock() else { return };
-        if let Some(n) = u.get_mut(path) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                u.remove(path);
-                let _ = std::fs::remove_file(path);
-            }
+        if u.remove(path).is_some() {
+            let _ = std::fs::remove_file(path);
         }
     }
 }

@@ -335,8 +335,11 @@ impl RunStore {
 
     /// Creates the record of a new batch and writes its spec.
     pub fn create_batch(&self, spec: &BatchSpec) -> std::io::Result<BatchRecord> {
+        use std::os::unix::fs::PermissionsExt;
         let dir = self.root.join(&spec.batch_id);
         std::fs::create_dir_all(dir.join("tasks"))?;
+        // The record holds what the agents saw and printed: the owner's only.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
         write_json_atomic(&dir.join("batch.json"), spec)?;
         Ok(BatchRecord { dir })
     }
@@ -408,6 +411,20 @@ impl RunStore {
         best.map(|(_, run)| run)
     }
 
+    /// Every batch holding task `task_ref` (`TASK` or `BATCH/TASK`), newest first.
+    pub fn find_tasks(&self, task_ref: &str) -> Vec<(BatchRecord, String)> {
+        let (batch, task) = match task_ref.split_once('/') {
+            Some((b, t)) => (Some(b), t),
+            None => (None, task_ref),
+        };
+        self.list()
+            .into_iter()
+            .filter(|rec| batch.is_none_or(|b| b == rec.batch_id()))
+            .filter(|rec| rec.task_dir(task).join("task.json").is_file())
+            .map(|rec| (rec, task.to_owned()))
+            .collect()
+    }
+
     /// Finds the batch holding task `task_id` (newest first); `batch/task` selects one.
     pub fn find_task(&self, task_ref: &str) -> Result<(BatchRecord, String), String> {
         let (batch, task) = match task_ref.split_once('/') {
@@ -429,7 +446,49 @@ impl RunStore {
     }
 }
 
+/// An exclusive hold on a task's record: only the aicli process holding it runs the
+/// task (a batch, an answer, a resume). It is an `flock` on `tasks/<task>/lock`, so the
+/// kernel releases it when the process dies, however it dies.
+#[derive(Debug)]
+pub struct TaskLock {
+    _file: nix::fcntl::Flock<std::fs::File>,
+}
+
 impl BatchRecord {
+    /// Takes the task's lock, or says which process holds it.
+    pub fn lock_task(&self, task_id: &str) -> Result<TaskLock, String> {
+        use std::io::{Read, Seek, Write};
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = self.task_dir(task_id);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join("lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(mut f) => {
+                let _ = f.set_len(0);
+                let _ = f.rewind();
+                let _ = write!(f, "{}", std::process::id());
+                Ok(TaskLock { _file: f })
+            }
+            Err((mut f, _)) => {
+                let mut pid = String::new();
+                let _ = f.read_to_string(&mut pid);
+                Err(format!(
+                    "task {}/{task_id} is being run by another aicli process (pid {})",
+                    self.batch_id(),
+                    pid.trim()
+                ))
+            }
+        }
+    }
+
     /// Its directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -48,9 +48,9 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Strin
     serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// A new batch id: UTC time (sortable) plus 4 random hex digits.
+/// A new batch id: UTC time to the millisecond (sortable) plus 4 random hex digits.
 pub fn new_batch_id() -> String {
-    let t = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    let t = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
     let compact: String = t
         .chars()
         .filter(|c| c.is_ascii_digit() || *c == 'T')

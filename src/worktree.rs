@@ -119,6 +119,28 @@ fn repo_lock(root: &Path) -> std::sync::Arc<tokio::sync::Mutex<()>> {
     }
 }
 
+/// A hold on a worktree while a task uses it (an `flock` in the worktree's private git
+/// directory, released by the kernel if the process dies): `prune` leaves it alone.
+#[derive(Debug)]
+pub struct WorktreeLock {
+    _file: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Takes the worktree's hold; `None` when another process (or another hold of this one)
+/// has it, or when the worktree is gone.
+pub async fn lock_worktree(path: &Path) -> Option<WorktreeLock> {
+    let f = base_file(path).await?.with_file_name("aicli-lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(f)
+        .ok()?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .ok()
+        .map(|f| WorktreeLock { _file: f })
+}
+
 /// The file in a worktree's private git directory that holds its base commit.
 async fn base_file(worktree: &Path) -> Option<PathBuf> {
     let gitdir = git(worktree, &["rev-parse", "--absolute-git-dir"])
@@ -391,6 +413,16 @@ impl Repo {
     pub async fn prune(&self) -> Result<Vec<(WorktreeInfo, Cleanup)>, WorktreeError> {
         let mut out = Vec::new();
         for info in self.list().await? {
+            // A worktree a running task holds is not touched.
+            let Some(_hold) = lock_worktree(&info.path).await else {
+                out.push((
+                    info,
+                    Cleanup::Kept {
+                        reason: "in use by a running aicli task".to_owned(),
+                    },
+                ));
+                continue;
+            };
             let outcome = match (&info.base, &info.holds_work) {
                 (Some(base), None) => {
                     self.cleanup(&Worktree {

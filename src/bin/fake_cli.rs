@@ -25,6 +25,8 @@
 //!   --linger-ms N            after the transcript, keep running N ms before exiting
 //!   --require-env K=V        exit 3 with a message when the env var K is not V
 //!   --require-file PATH      exit 3 when PATH does not exist (after --start-delay-ms)
+//!   --require-env-unset K    exit 3 with a message when the env var K is set
+//!   --record-env K FILE      append `K=value` or `K unset` to FILE
 //!   --touch FILE             create FILE (relative to the cwd) — "the tool ran"
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
 //!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit
@@ -67,6 +69,11 @@ fn main() {
             "--linger-ms" => o.linger = val().parse().unwrap_or(0),
             "--require-env" => o.require_env.push(val()),
             "--require-file" => o.require_file.push(val()),
+            "--require-env-unset" => o.require_unset.push(val()),
+            "--record-env" => {
+                let var = val();
+                o.record_env.push((var, val()));
+            }
             "--touch" => o.touch.push(val()),
             "--record-argv" => o.record_argv = Some(val()),
             "--timeline" => o.timeline = Some(val()),
@@ -99,6 +106,8 @@ struct Opts {
     linger: u64,
     require_env: Vec<String>,
     require_file: Vec<String>,
+    require_unset: Vec<String>,
+    record_env: Vec<(String, String)>,
     touch: Vec<String>,
     record_argv: Option<String>,
     timeline: Option<String>,
@@ -150,6 +159,24 @@ fn run(o: Opts, args: &[String]) {
             .open(f)
             .unwrap();
         writeln!(file, "{}", serde_json::to_string(args).unwrap()).unwrap();
+    }
+    for (var, file) in &o.record_env {
+        let line = match std::env::var(var) {
+            Ok(v) => format!("{var}={v}"),
+            Err(_) => format!("{var} unset"),
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+            .unwrap();
+        writeln!(f, "{line}").unwrap();
+    }
+    for k in &o.require_unset {
+        if std::env::var_os(k).is_some() {
+            eprintln!("fake-cli: environment variable {k} is set");
+            std::process::exit(3);
+        }
     }
     for kv in &o.require_env {
         let (k, v) = kv.split_once('=').unwrap_or((kv.as_str(), ""));

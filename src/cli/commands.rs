@@ -226,11 +226,25 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The repository a command is about: `--repo`, else the current directory, raised to
+/// the top of its git repository (where run records and worktrees live) when it is in
+/// one.
 fn repo_dir(r: &RepoArgs) -> anyhow::Result<PathBuf> {
-    match &r.repo {
-        Some(p) => Ok(p.clone()),
-        None => std::env::current_dir().context("cannot read the current directory"),
-    }
+    let dir = match &r.repo {
+        Some(p) => p.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let top = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&dir)
+        .args(["rev-parse", "--show-toplevel"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    Ok(top.unwrap_or(dir))
 }
 
 fn ctrl_c_cancels(cancel: CancellationToken) {
@@ -380,7 +394,7 @@ async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::Result<ExitC
             .parent()
             .map(|p| p.join(r))
             .unwrap_or_else(|| r.clone()),
-        (None, None) => std::env::current_dir()?,
+        (None, None) => repo_dir(&a.repo)?,
     };
     let cancel = CancellationToken::new();
     let (engine, mcp) = engine_with_mcp(config_path, &repo, a.no_mcp, &cancel).await?;
@@ -473,10 +487,7 @@ async fn answer(
     let result = engine.answer(&store, task, text, tx, cancel).await;
     stop_mcp(mcp);
     let _ = printer.await;
-    let r = result.map_err(|e| Failure {
-        kind: None,
-        message: e.to_string(),
-    })?;
+    let r = result?;
     if json_out {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
@@ -787,12 +798,12 @@ fn runs(
                 println!("no runs in {}", root.display());
             } else {
                 println!(
-                    "{:<22} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
+                    "{:<24} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
                     "batch", "started", "provider", "tasks", "ok", "fail", "blkd", "cost"
                 );
                 for s in rows {
                     println!(
-                        "{:<22} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
+                        "{:<24} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
                         s.batch_id,
                         s.created_at,
                         s.provider,

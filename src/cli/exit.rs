@@ -33,9 +33,9 @@ impl std::fmt::Display for Failure {
 impl std::error::Error for Failure {}
 
 impl Failure {
-    /// The process exit code.
+    /// The process exit code: the kind's, or 2 (bad usage or input) without one.
     pub fn exit_code(&self) -> ExitCode {
-        ExitCode::from(self.kind.map(kind_code).unwrap_or(1))
+        ExitCode::from(self.kind.map(kind_code).unwrap_or(2))
     }
 }
 

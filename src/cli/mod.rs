@@ -192,6 +192,31 @@ fn init_tracing(verbose: u8) {
         .try_init();
 }
 
+/// 2 for what the user can fix in the command or its inputs (config, tasks file,
+/// unknown provider, task or batch, a refused answer), 1 for aicli's own failures.
+fn usage_or_failure(e: &anyhow::Error) -> u8 {
+    use aicli::EngineError;
+    use aicli::worktree::WorktreeError;
+    if e.downcast_ref::<aicli::providers::ConfigError>().is_some() {
+        return 2;
+    }
+    match e.downcast_ref::<EngineError>() {
+        Some(
+            EngineError::Config(_)
+            | EngineError::InvalidTask { .. }
+            | EngineError::NoTasks
+            | EngineError::NotFound(_)
+            | EngineError::Refused(_)
+            | EngineError::Worktree(WorktreeError::NotARepo { .. }),
+        ) => 2,
+        Some(
+            EngineError::Record { .. }
+            | EngineError::Worktree(WorktreeError::Git { .. } | WorktreeError::NoGit(_)),
+        )
+        | None => 1,
+    }
+}
+
 /// Runs the command line; the exit code says how it went.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -215,8 +240,7 @@ pub fn main() -> ExitCode {
                 return f.exit_code();
             }
             eprintln!("aicli: {e:#}");
-            let is_config = e.downcast_ref::<aicli::providers::ConfigError>().is_some();
-            ExitCode::from(if is_config { 2 } else { 1 })
+            ExitCode::from(usage_or_failure(&e))
         }
     }
 }

@@ -33,8 +33,8 @@ struct LocalHandle(LocalProcess);
 
 #[async_trait]
 impl RunHandle for LocalHandle {
-    fn lines(&mut self) -> &mut mpsc::Receiver<StdoutLine> {
-        &mut self.0.lines
+    fn take_lines(&mut self) -> mpsc::Receiver<StdoutLine> {
+        std::mem::replace(&mut self.0.lines, mpsc::channel(1).1)
     }
     fn stderr(&self) -> StderrTail {
         self.0.stderr.clone()

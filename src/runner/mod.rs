@@ -53,8 +53,9 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
 /// A started run.
 #[async_trait]
 pub trait RunHandle: Send + std::fmt::Debug {
-    /// Stdout lines as they arrive; closed at EOF.
-    fn lines(&mut self) -> &mut mpsc::Receiver<StdoutLine>;
+    /// Stdout lines as they arrive; closed at EOF. Taken once (later calls get a closed
+    /// channel), so a session can wait for lines and for the exit at the same time.
+    fn take_lines(&mut self) -> mpsc::Receiver<StdoutLine>;
     /// The stderr tail.
     fn stderr(&self) -> StderrTail;
     /// The process id on this machine, when there is one.

@@ -372,6 +372,11 @@ async fn cancelling_a_batch_stops_running_and_queued_tasks() {
     let r = engine.run_batch(tasks, o, tx, cancel).await.unwrap();
     assert!(t0.elapsed() < Duration::from_secs(10));
     assert_eq!(r.tasks[0].error_kind, Some(ErrorKind::Cancelled));
+    assert_eq!(
+        r.tasks[0].status,
+        SessionStatus::Interrupted,
+        "a user's cancel leaves the task for `aicli resume`"
+    );
     assert_eq!(r.tasks[1].error_kind, Some(ErrorKind::Cancelled));
     assert_eq!(r.tasks[1].error.as_deref(), Some("never started"));
     assert_all_gone(&pids, Duration::from_secs(2)).await;
@@ -625,11 +630,17 @@ async fn the_batch_budget_stops_new_tasks_and_cancels_running_ones() {
         .await
         .unwrap();
     assert!(r.tasks[0].success && r.tasks[2].success, "{:#?}", &r.tasks);
+    // The running task was cancelled because of the budget: a final `budget` failure
+    // (a user's Ctrl-C would leave it `interrupted`, for `aicli resume`).
     assert_eq!(
         r.tasks[1].error_kind,
-        Some(ErrorKind::Cancelled),
+        Some(ErrorKind::Budget),
         "{:?}",
         r.tasks[1]
+    );
+    assert_eq!(
+        r.tasks[1].error.as_deref(),
+        Some("cancelled: the batch budget was spent while this task ran")
     );
     assert_eq!(
         r.tasks[3].error_kind,

@@ -500,11 +500,13 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
     );
 }
 
-/// Claude finds an IDE through `~/.claude/ide/<port>.lock` and `CLAUDE_CODE_SSE_PORT`:
-/// the lockfile exists while runs need it (0600, naming the workspace and a token) and
-/// is gone when the last of the parallel runs sharing the server's port ends.
+/// Claude finds an IDE through `~/.claude/ide/<port>.lock` and `CLAUDE_CODE_SSE_PORT`.
+/// Every run of a batch shares the MCP server's port, and the file carries one task's
+/// token: so one run at a time has the file (0600, its own workspace and token) and the
+/// env var; a run in parallel gets neither (never another task's token); the file goes
+/// when its run ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_ide_lockfile_lives_exactly_as_long_as_the_runs_that_share_it() {
+async fn the_ide_lockfile_belongs_to_one_run_at_a_time() {
     use std::os::unix::fs::PermissionsExt;
     let repo = git_repo();
     let home = tempfile::tempdir().unwrap();
@@ -521,15 +523,17 @@ async fn the_ide_lockfile_lives_exactly_as_long_as_the_runs_that_share_it() {
     )
     .with_env(env)
     .with_agent_server(Asker::new(&[None, None]));
-    let need = |delay: &str| {
+    // Two runs in parallel; each notes whether it was pointed at the lockfile.
+    let notes = repo.path().join("env-notes");
+    let task = |id: &str| {
         let mut t = TaskSpec::new("x");
+        t.id = id.into();
         t.extra_args = [
-            "--require-file",
-            lock.to_str().unwrap(),
-            "--require-env",
-            "CLAUDE_CODE_SSE_PORT=9",
+            "--record-env",
+            "CLAUDE_CODE_SSE_PORT",
+            notes.to_str().unwrap(),
             "--start-delay-ms",
-            delay,
+            "1000",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -542,22 +546,23 @@ async fn the_ide_lockfile_lives_exactly_as_long_as_the_runs_that_share_it() {
     let watcher = {
         let lock = lock.clone();
         tokio::spawn(async move {
-            for _ in 0..200 {
-                if let Ok(m) = std::fs::metadata(&lock) {
-                    let v: serde_json::Value =
-                        serde_json::from_str(&std::fs::read_to_string(&lock).unwrap()).unwrap();
-                    return Some((m.permissions().mode() & 0o777, v));
+            let mut seen = Vec::new();
+            for _ in 0..300 {
+                if let Ok(m) = std::fs::metadata(&lock)
+                    && let Ok(t) = std::fs::read_to_string(&lock)
+                    && let Ok(v) = serde_json::from_str::<serde_json::Value>(&t)
+                {
+                    seen.push((m.permissions().mode() & 0o777, v));
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            None
+            seen
         })
     };
     let (tx, _ev) = collect_events();
-    // The first run ends long before the second: the file must outlive it.
     let b = engine
         .run_batch(
-            vec![need("0"), need("1500")],
+            vec![task("one"), task("two")],
             o,
             tx,
             CancellationToken::new(),
@@ -565,14 +570,32 @@ async fn the_ide_lockfile_lives_exactly_as_long_as_the_runs_that_share_it() {
         .await
         .unwrap();
     assert_eq!(b.n_succeeded, 2, "{:#?}", b.tasks);
-    let (mode, contents) = watcher.await.unwrap().expect("the lockfile appeared");
-    assert_eq!(mode, 0o600);
-    assert_eq!(contents["ideName"], "aicli");
-    assert!(
-        contents["authToken"]
-            .as_str()
-            .unwrap()
-            .starts_with("token-")
+    let seen = watcher.await.unwrap();
+    assert!(!seen.is_empty(), "the lockfile appeared");
+    let tokens: std::collections::BTreeSet<&str> = seen
+        .iter()
+        .map(|(_, v)| v["authToken"].as_str().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 1, "one run's token only: {tokens:?}");
+    let mut notes: Vec<String> = std::fs::read_to_string(&notes)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    notes.sort();
+    assert_eq!(
+        notes,
+        ["CLAUDE_CODE_SSE_PORT unset", "CLAUDE_CODE_SSE_PORT=9"],
+        "exactly one of the parallel runs is pointed at the lockfile"
     );
-    assert!(!lock.exists(), "removed after the last run");
+    let workspaces: std::collections::BTreeSet<&str> = seen
+        .iter()
+        .map(|(_, v)| v["workspaceFolders"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(workspaces.len(), 1, "{workspaces:?}");
+    for (mode, v) in &seen {
+        assert_eq!(*mode, 0o600);
+        assert_eq!(v["ideName"], "aicli");
+    }
+    assert!(!lock.exists(), "removed when its run ended");
 }
