@@ -434,13 +434,21 @@ pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
                 return None;
             }
         }
+        let login = self.login_argv();
+        let fix = if login.is_empty() {
+            format!(
+                "set one of {} or log in once with `{}` interactively",
+                c.auth_env_vars.join(", "),
+                self.binary_name()
+            )
+        } else {
+            format!("run: {} {}", self.binary_name(), login.join(" "))
+        };
         Some(format!(
-            "not logged in: none of {} is set and no login file ({}) exists under {}; run: {} {}",
+            "not logged in: none of {} is set and no login file ({}) exists under {}; {fix}",
             c.auth_env_vars.join(", "),
             c.auth_files.join(", "),
             home.display(),
-            self.binary_name(),
-            self.login_argv().join(" ")
         ))
     }
 
