@@ -161,6 +161,7 @@ pub struct Engine {
 impl Engine {
     /// An engine over `config` and `registry`, running CLIs as local processes.
     pub fn new(config: AiCliConfig, registry: ProviderRegistry) -> Engine {
+        let auth_precheck = config.engine.auth_precheck;
         Engine {
             config: Arc::new(config),
             registry: Arc::new(registry),
@@ -168,7 +169,7 @@ impl Engine {
             agent_server: None,
             search_path: None,
             inherited_env: std::env::vars().collect(),
-            auth_precheck: true,
+            auth_precheck,
         }
     }
 

@@ -206,6 +206,10 @@ pub struct EngineConfig {
     pub mcp: McpServerConfig,
     /// A command (argv) run with a blocked task's question as JSON on stdin.
     pub notify_hook: Vec<String>,
+    /// Look for credentials before starting a CLI (env vars and login files the provider
+    /// config names), and fail the run as `auth` at once when there are none. Turn off
+    /// for credentials aicli cannot see (an OS keychain).
+    pub auth_precheck: bool,
 }
 
 impl Default for EngineConfig {
@@ -225,6 +229,7 @@ impl Default for EngineConfig {
             credentials_file: None,
             mcp: McpServerConfig::default(),
             notify_hook: Vec::new(),
+            auth_precheck: true,
         }
     }
 }

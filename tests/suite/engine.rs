@@ -971,3 +971,57 @@ async fn a_task_cwd_is_a_subdirectory_of_its_worktree_through_a_real_adapter() {
     );
     assert!(!wt.join("sub/sub").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_auth_precheck_stops_a_run_without_credentials_unless_turned_off() {
+    // Codex (through its real adapter; the fake CLI stands in for the binary) with no
+    // CODEX_API_KEY and an empty HOME: the pre-check says `auth` before anything starts.
+    // With `engine.auth_precheck` off (credentials aicli cannot see), the CLI runs.
+    let repo = git_repo();
+    let home = tempfile::tempdir().unwrap();
+    let fx = fixture("codex", "text");
+    let run = |precheck: bool| {
+        let mut config = test_config();
+        config.engine.auth_precheck = precheck;
+        let mut p = config.providers["codex"].clone();
+        p.binary_path = Some(fake_cli());
+        p.extra_args = vec![
+            "--replay".into(),
+            fx.with_extension("ndjson").display().to_string(),
+        ];
+        config.providers.insert("codex".into(), p);
+        let mut env: std::collections::BTreeMap<String, String> = std::env::vars()
+            .filter(|(k, _)| !k.starts_with("CODEX") && k != "OPENAI_API_KEY")
+            .collect();
+        env.insert("HOME".into(), home.path().display().to_string());
+        engine_with(config, vec![]).with_env(env)
+    };
+    let (tx, _ev) = collect_events();
+    let r = run(true)
+        .run_batch(
+            vec![task("t", &[])],
+            opts(repo.path(), "codex"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let t = &r.tasks[0];
+    assert_eq!(t.error_kind, Some(ErrorKind::Auth), "{t:?}");
+    assert!(
+        t.error.as_deref().unwrap().contains("CODEX_API_KEY"),
+        "{t:?}"
+    );
+    assert_eq!(t.exit_code, None, "nothing was started");
+    let (tx, _ev) = collect_events();
+    let r = run(false)
+        .run_batch(
+            vec![task("u", &[])],
+            opts(repo.path(), "codex"),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(r.tasks[0].success, "{:?}", r.tasks[0]);
+}
