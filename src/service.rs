@@ -399,10 +399,7 @@ impl Engine {
         let provider = self.registry.get(&rec.provider)?;
         let spec = record.spec().map_err(EngineError::NotFound)?;
         if let Some(budget) = spec.budget_usd {
-            let spent: f64 = record
-                .tasks()
-                .map(|ts| ts.iter().map(|t| t.spent().0).sum())
-                .unwrap_or(0.0);
+            let spent = record.spent_usd();
             if spent >= budget {
                 return Err(EngineError::Refused(format!(
                     "batch {} has spent ${spent:.4} of its ${budget:.4} budget: the answer would start a new run",
@@ -659,10 +656,7 @@ impl Engine {
         } else {
             None
         };
-        let spent_before: f64 = record
-            .tasks()
-            .map(|ts| ts.iter().map(|t| t.spent().0).sum())
-            .unwrap_or(0.0);
+        let spent_before = record.spent_usd();
         // Only this process runs these tasks until each is settled.
         let mut plan = plan;
         let mut busy = Vec::new();

@@ -549,6 +549,14 @@ impl BatchRecord {
         file_len(&self.task_dir(task_id).join("stderr.log"))
     }
 
+    /// USD spent so far over every attempt of every task (known costs; 0 when the
+    /// records cannot be read).
+    pub fn spent_usd(&self) -> f64 {
+        self.tasks()
+            .map(|ts| ts.iter().map(|t| t.spent().0).sum())
+            .unwrap_or(0.0)
+    }
+
     /// Every task record, in spec order.
     pub fn tasks(&self) -> Result<Vec<TaskRecord>, String> {
         let spec = self.spec()?;
