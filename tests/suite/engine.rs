@@ -135,14 +135,7 @@ async fn a_clean_worktree_is_removed_with_its_branch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worktree_with_a_commit_is_kept() {
     let repo = git_repo();
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    );
+    let engine = fake_engine();
     let (tx, _ev) = collect_events();
     let mut o = opts(repo.path(), "fake");
     o.batch_id = Some("b1".into());
@@ -256,14 +249,7 @@ async fn a_missing_binary_fails_fast_with_not_installed_and_the_npm_command() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wall_clock_timeout_and_idle_watchdog_end_hung_runs_and_leave_nothing() {
     let repo = git_repo();
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    );
+    let engine = fake_engine();
     let (tx, _ev) = collect_events();
     let pid_wall = repo.path().join("pids-wall");
     let pid_idle = repo.path().join("pids-idle");
@@ -335,14 +321,7 @@ async fn wall_clock_timeout_and_idle_watchdog_end_hung_runs_and_leave_nothing() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_batch_stops_running_and_queued_tasks() {
     let repo = git_repo();
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    );
+    let engine = fake_engine();
     let (tx, _ev) = collect_events();
     let pids = repo.path().join("pids");
     let tasks = vec![
@@ -390,14 +369,7 @@ async fn cancelling_a_batch_stops_running_and_queued_tasks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_final_event_ends_the_wait_even_if_the_cli_lingers() {
     let repo = git_repo();
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    );
+    let engine = fake_engine();
     let (tx, _ev) = collect_events();
     let t0 = std::time::Instant::now();
     let r = engine
@@ -417,14 +389,7 @@ async fn the_final_event_ends_the_wait_even_if_the_cli_lingers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_mid_line_keeps_what_was_printed_and_says_crashed() {
     let repo = git_repo();
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    );
+    let engine = fake_engine();
     let fx = fixture("claude", "text");
     let partial = repo.path().join("partial.ndjson");
     let full = std::fs::read_to_string(fx.with_extension("ndjson")).unwrap();
@@ -470,14 +435,7 @@ async fn a_crash_mid_line_keeps_what_was_printed_and_says_crashed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_max_parallel_sessions_run_at_once() {
     let repo = git_repo();
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    );
+    let engine = fake_engine();
     let (tx, events) = collect_events();
     let timeline = repo.path().join("timeline");
     let tl = timeline.to_str().unwrap().to_owned();
@@ -604,14 +562,7 @@ async fn rate_limits_back_off_lower_parallelism_and_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_batch_budget_stops_new_tasks_and_cancels_running_ones() {
     let repo = git_repo();
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    );
+    let engine = fake_engine();
     let (tx, events) = collect_events();
     // Each run reports $0.0003692. Budget $0.0005: the 2nd finished run passes it.
     // Two at a time: "a" and "slow" start; when "a" ends, "b" takes its slot; when
@@ -748,14 +699,7 @@ async fn a_daemonized_grandchild_is_killed_when_its_run_ends_normally() {
     // (setsid, like a daemon), then finishes normally: the escaped one is reparented to
     // init when the CLI exits, and must still be killed.
     let repo = git_repo();
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    );
+    let engine = fake_engine();
     let (tx, _ev) = collect_events();
     let pids = repo.path().join("pids");
     let r = engine
@@ -790,15 +734,7 @@ async fn the_cli_inherits_the_engine_environment_not_aicli_s_own() {
     let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
     env.insert("AICLI_ONLY_IN_ENGINE_ENV".into(), "engine".into());
     assert!(std::env::var_os("AICLI_ONLY_IN_ENGINE_ENV").is_none());
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    )
-    .with_env(env);
+    let engine = fake_engine().with_env(env);
     let (tx, _ev) = collect_events();
     let mut t = task("t", &["--require-env", "AICLI_ONLY_IN_ENGINE_ENV=engine"]);
     t.env

@@ -86,15 +86,7 @@ async fn block_answer_resume_continues_the_same_session_and_can_block_again() {
     let repo = git_repo();
     let argv = repo.path().join("argv.log");
     let asker = Asker::new(&[Some("Which database?"), Some("Which port?"), None]);
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    )
-    .with_agent_server(asker.clone());
+    let engine = fake_engine().with_agent_server(asker.clone());
     let mut t = TaskSpec::new("Set up the service");
     t.id = "svc".into();
     t.extra_args = vec!["--record-argv".into(), argv.display().to_string()];
@@ -513,16 +505,9 @@ async fn the_ide_lockfile_belongs_to_one_run_at_a_time() {
     let lock = home.path().join(".claude/ide/9.lock");
     let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
     env.insert("HOME".into(), home.path().display().to_string());
-    let engine = engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    )
-    .with_env(env)
-    .with_agent_server(Asker::new(&[None, None]));
+    let engine = fake_engine()
+        .with_env(env)
+        .with_agent_server(Asker::new(&[None, None]));
     // Two runs in parallel; each notes whether it was pointed at the lockfile.
     let notes = repo.path().join("env-notes");
     let task = |id: &str| {

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aicli::BatchOptions;
 use aicli::providers::{AgentEvent, EventKind, McpEndpoint, SessionStatus, TaskSpec};
 use aicli::service::{AgentGrant, AgentServer, TaskScope};
 use aicli::store::{RunStore, TaskState};
 use aicli::worktree::{Cleanup, Repo};
-use aicli::{BatchOptions, Engine};
 use tokio_util::sync::CancellationToken;
 
 use super::support::*;
@@ -96,17 +96,6 @@ fn opts(repo: &Path) -> BatchOptions {
     let mut o = BatchOptions::new(repo);
     o.provider = Some("fake".into());
     o
-}
-
-fn fake_engine() -> Engine {
-    engine_with(
-        test_config(),
-        vec![shared(replay_provider(
-            "fake",
-            "claude",
-            Some(&fixture("claude", "text")),
-        ))],
-    )
 }
 
 fn state_of(repo: &Path, id: &str) -> Option<(String, serde_json::Value)> {

@@ -134,6 +134,19 @@ pub async fn assert_all_gone(pid_file: &Path, within: Duration) {
     }
 }
 
+/// An engine with a `fake` provider: the fake CLI replaying Claude's `text` transcript
+/// (tasks change its behaviour through `extra_args`).
+pub fn fake_engine() -> Engine {
+    engine_with(
+        test_config(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    )
+}
+
 /// Shared handle for a provider.
 pub fn shared(p: ReplayProvider) -> SharedProvider {
     Arc::new(p)
