@@ -8,6 +8,16 @@ use aicli::providers::{BinaryLocation, CommandSpec};
 
 use super::support::{alive, assert_all_gone, fake_cli};
 
+/// Waits (up to 2 s) until the fake CLI's pid file lists `n` processes.
+async fn wait_for_pids(pid_file: &std::path::Path, n: usize) {
+    for _ in 0..200 {
+        if std::fs::read_to_string(pid_file).is_ok_and(|t| t.lines().count() == n) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn cmd(args: &[&str], cwd: &std::path::Path) -> CommandSpec {
     let mut c = CommandSpec::new(&BinaryLocation::Path(fake_cli()), cwd);
     c.args(args.iter().map(|s| s.to_string()));
@@ -31,15 +41,7 @@ async fn shutdown_kills_grandchildren_that_ignore_sigterm_or_leave_the_session()
     );
     let mut p = LocalProcess::spawn(&c, OutputOptions::default()).unwrap();
     // Wait until the grandchildren exist.
-    for _ in 0..200 {
-        if std::fs::read_to_string(&pid_file)
-            .map(|t| t.lines().count() == 4)
-            .unwrap_or(false)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_pids(&pid_file, 4).await;
     let pids: Vec<u32> = std::fs::read_to_string(&pid_file)
         .unwrap()
         .lines()
@@ -80,15 +82,7 @@ async fn a_cooperative_child_exits_on_sigterm_without_waiting_for_the_grace() {
         dir.path(),
     );
     let mut p = LocalProcess::spawn(&c, OutputOptions::default()).unwrap();
-    for _ in 0..200 {
-        if std::fs::read_to_string(&pid_file)
-            .map(|t| t.lines().count() == 3)
-            .unwrap_or(false)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_pids(&pid_file, 3).await;
     let t0 = std::time::Instant::now();
     p.shutdown(Duration::from_secs(10)).await;
     assert!(
@@ -115,15 +109,7 @@ async fn dropping_a_running_process_kills_its_whole_tree() {
         dir.path(),
     );
     let p = LocalProcess::spawn(&c, OutputOptions::default()).unwrap();
-    for _ in 0..200 {
-        if std::fs::read_to_string(&pid_file)
-            .map(|t| t.lines().count() == 3)
-            .unwrap_or(false)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_pids(&pid_file, 3).await;
     drop(p);
     assert_all_gone(&pid_file, Duration::from_secs(3)).await;
 }
