@@ -1069,16 +1069,8 @@ impl Shared {
                     Some(sub) => workdir.join(sub),
                     None => workdir,
                 };
-                self.session(
-                    index,
-                    &task,
-                    provider.clone(),
-                    workdir,
-                    prior,
-                    attempt_no,
-                    cancel,
-                )
-                .await
+                self.session(&task, provider.clone(), workdir, prior, attempt_no, cancel)
+                    .await
             }
         };
 
@@ -1132,10 +1124,8 @@ impl Shared {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn session(
         &self,
-        index: usize,
         task: &TaskSpec,
         provider: SharedProvider,
         workdir: PathBuf,
@@ -1143,7 +1133,6 @@ impl Shared {
         attempt_no: u32,
         cancel: CancellationToken,
     ) -> SessionOutcome {
-        let _ = index;
         let private_dir = self
             .record
             .dir()
