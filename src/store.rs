@@ -424,26 +424,6 @@ impl RunStore {
             .map(|rec| (rec, task.to_owned()))
             .collect()
     }
-
-    /// Finds the batch holding task `task_id` (newest first); `batch/task` selects one.
-    pub fn find_task(&self, task_ref: &str) -> Result<(BatchRecord, String), String> {
-        let (batch, task) = match task_ref.split_once('/') {
-            Some((b, t)) => (Some(b), t),
-            None => (None, task_ref),
-        };
-        for rec in self.list() {
-            if batch.is_some_and(|b| b != rec.batch_id()) {
-                continue;
-            }
-            if rec.task_dir(task).join("task.json").is_file() {
-                return Ok((rec, task.to_owned()));
-            }
-        }
-        Err(format!(
-            "no task '{task_ref}' in any batch under {}",
-            self.root.display()
-        ))
-    }
 }
 
 /// An exclusive hold on a task's record: only the aicli process holding it runs the

@@ -58,9 +58,3 @@ pub fn new_batch_id() -> String {
         .collect();
     format!("{compact}-{:04x}", rand::random::<u16>())
 }
-
-/// Shows the first 8 characters of a secret, for logs.
-pub fn redact(secret: &str) -> String {
-    let prefix: String = secret.chars().take(8).collect();
-    format!("{prefix}…")
-}
