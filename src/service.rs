@@ -378,7 +378,10 @@ impl Engine {
         let (record, task_id) = find_blocked(store, task_ref)?;
         // Held from the state check on: a second answer (or a resume) of the same task
         // in another process is refused instead of resuming the session twice.
-        let lock = record.lock_task(&task_id).map_err(EngineError::Refused)?;
+        let lock = record
+            .lock_task_within(&task_id, Duration::from_secs(5))
+            .await
+            .map_err(EngineError::Refused)?;
         let rec = record.task(&task_id).map_err(EngineError::NotFound)?;
         if rec.state != TaskState::Blocked {
             return Err(EngineError::Refused(format!(

@@ -469,6 +469,24 @@ impl BatchRecord {
         }
     }
 
+    /// Takes the task's lock, waiting up to `max` for a holder that is about to let go
+    /// (a batch releases a task right after writing its settled state, so a task that
+    /// just blocked can be answered at once).
+    pub async fn lock_task_within(
+        &self,
+        task_id: &str,
+        max: std::time::Duration,
+    ) -> Result<TaskLock, String> {
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            match self.lock_task(task_id) {
+                Ok(l) => return Ok(l),
+                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
+    }
+
     /// Its directory.
     pub fn dir(&self) -> &Path {
         &self.dir
