@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use aicli_providers::{AiCliConfig, ParseContext, ProviderRegistry, SessionResult, replay};
+use aicli_providers::{AiCliConfig, ExitStatus, ParseContext, ProviderRegistry, SessionResult, replay};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -38,13 +38,13 @@ fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
-fn exit_code(path: &Path) -> Option<i32> {
+fn exit_status(path: &Path) -> ExitStatus {
     let text = String::from_utf8(read(path)).unwrap_or_default();
     let t = text.trim();
     if t == "signal" {
-        return None;
+        return ExitStatus::Signal;
     }
-    Some(
+    ExitStatus::Code(
         t.parse()
             .unwrap_or_else(|e| panic!("{}: bad exit code '{t}': {e}", path.display())),
     )
@@ -88,8 +88,8 @@ fn every_fixture_replays_to_its_committed_result() {
                 stem.display()
             );
             let stderr = String::from_utf8_lossy(&read(&with("stderr"))).into_owned();
-            let exit = exit_code(&with("exit"));
-            let (_events, result) = replay::replay(
+            let exit = exit_status(&with("exit"));
+            let result = replay::replay(
                 provider.as_ref(),
                 &read(&ndjson),
                 &stderr,

@@ -1,7 +1,7 @@
 //! A `null` where a CLI normally prints a number or a flag must not cost the run its
 //! final event: the value reads as absent (its default) and the rest of the line counts.
 
-use aicli_providers::{AiCliConfig, ParseContext, ProviderRegistry, replay};
+use aicli_providers::{AiCliConfig, ExitStatus, ParseContext, ProviderRegistry, replay};
 
 fn fixture(provider: &str, scenario: &str) -> String {
     let p = format!(
@@ -20,7 +20,7 @@ fn run(provider: &str, stream: &str, model: Option<&str>) -> aicli_providers::Se
         model: model.map(str::to_owned),
         prior: None,
     };
-    replay::replay(p.as_ref(), stream.as_bytes(), "", Some(0), &ctx).1
+    replay::replay(p.as_ref(), stream.as_bytes(), "", ExitStatus::Code(0), &ctx)
 }
 
 #[test]

@@ -1,0 +1,690 @@
+//! The lines of `claude -p --output-format stream-json --verbose`, as typed serde enums.
+//!
+//! Mirrors the Claude Agent SDK's message types and its parser, pinned:
+//! <https://github.com/anthropics/claude-agent-sdk-python/blob/008e361d0cd8b29b269f63b898892ec6efde37f3/src/claude_agent_sdk/_internal/message_parser.py>
+//! and `types.py` at
+//! <https://github.com/anthropics/claude-agent-sdk-python/blob/005d7596d27f42c14a444aa2fb1258dd795abb16/src/claude_agent_sdk/types.py>
+//! (`stream_event.event` is the Anthropic Messages streaming event). Checked against
+//! claude 2.1.332's recorded lines in `fixtures/claude/`.
+//!
+//! Only the fields a decoder uses are named; the rest of each line is skipped unread.
+//! Absent and `null` fields read as their defaults. Read through [`crate::wire`].
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::shared::text::ToolOutput;
+use crate::tagged_enum;
+use crate::wire::{Count, Kept, Str, null_default};
+
+/// One line.
+#[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
+pub enum Line<'a> {
+    /// `system`, by `subtype`.
+    #[serde(rename = "system")]
+    System(#[serde(borrow)] System<'a>),
+    /// `assistant`: one content block of a model message (a message of several blocks
+    /// is several lines with the same `message.id`).
+    #[serde(rename = "assistant")]
+    Assistant(#[serde(borrow)] Assistant<'a>),
+    /// `user`: tool results, or text the CLI injected.
+    #[serde(rename = "user")]
+    User(#[serde(borrow)] User<'a>),
+    /// `stream_event` (with `--include-partial-messages`): a raw API streaming event.
+    #[serde(rename = "stream_event")]
+    StreamEvent(#[serde(borrow)] StreamEvent<'a>),
+    /// `rate_limit_event`.
+    #[serde(rename = "rate_limit_event")]
+    RateLimit(#[serde(borrow)] RateLimitEvent<'a>),
+    /// `result`: the end of a turn.
+    #[serde(rename = "result")]
+    Result(#[serde(borrow)] Box<ResultLine<'a>>),
+    /// `subagent_token_usage`: tokens a subagent used.
+    #[serde(rename = "subagent_token_usage")]
+    SubagentTokenUsage(#[serde(borrow)] SubagentTokenUsage<'a>),
+    /// A type claude does not print (or a line without one): its `type`.
+    #[serde(rename = "__other")]
+    Other(#[serde(borrow)] Cow<'a, str>),
+}
+tagged_enum!(Line, "type");
+
+/// The `system` lines, by `subtype`.
+#[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
+pub enum System<'a> {
+    /// `init`: the session starts.
+    #[serde(rename = "init")]
+    Init(#[serde(borrow)] Box<Init<'a>>),
+    /// `api_retry`: a failed API request is retried.
+    #[serde(rename = "api_retry")]
+    ApiRetry(#[serde(borrow)] ApiRetry<'a>),
+    /// `permission_denied`: a tool call was refused.
+    #[serde(rename = "permission_denied")]
+    PermissionDenied(#[serde(borrow)] PermissionDenied<'a>),
+    /// `status`: what the CLI is doing (`requesting`, `compacting`, or null).
+    #[serde(rename = "status")]
+    Status(#[serde(borrow)] Status<'a>),
+    /// `hook_started`.
+    #[serde(rename = "hook_started")]
+    HookStarted(#[serde(borrow)] Hook<'a>),
+    /// `hook_response`.
+    #[serde(rename = "hook_response")]
+    HookResponse(#[serde(borrow)] Hook<'a>),
+    /// `task_started`: a background task or subagent started.
+    #[serde(rename = "task_started")]
+    TaskStarted(#[serde(borrow)] Task<'a>),
+    /// `task_progress`.
+    #[serde(rename = "task_progress")]
+    TaskProgress(#[serde(borrow)] Task<'a>),
+    /// `task_updated`: a patch of the task's state (`patch.status`).
+    #[serde(rename = "task_updated")]
+    TaskUpdated(#[serde(borrow)] Task<'a>),
+    /// `task_notification`: the task ended (`completed`, `failed`, `stopped`).
+    #[serde(rename = "task_notification")]
+    TaskNotification(#[serde(borrow)] Task<'a>),
+    /// A subtype this decoder does not read: its `subtype`.
+    #[serde(rename = "__other")]
+    Other(#[serde(borrow)] Cow<'a, str>),
+}
+tagged_enum!(System, "subtype");
+
+/// `system/init`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Init<'a> {
+    /// The session id.
+    #[serde(borrow)]
+    pub session_id: Option<Str<'a>>,
+    /// The main model.
+    #[serde(borrow)]
+    pub model: Option<Str<'a>>,
+    /// The working directory.
+    #[serde(borrow)]
+    pub cwd: Option<Str<'a>>,
+    /// Tools offered to the model.
+    #[serde(deserialize_with = "null_default")]
+    pub tools: Vec<String>,
+    /// MCP servers and their status (kept verbatim for `provider_data`).
+    pub mcp_servers: Option<Kept<Vec<McpServer>>>,
+    /// The CLI's version (2.0.x prints none).
+    #[serde(borrow)]
+    pub claude_code_version: Option<Str<'a>>,
+    /// `default`, `acceptEdits`, ... (verbatim for `provider_data`).
+    #[serde(rename = "permissionMode")]
+    pub permission_mode: Option<Value>,
+    /// Where the key came from (verbatim for `provider_data`).
+    #[serde(rename = "apiKeySource")]
+    pub api_key_source: Option<Value>,
+}
+
+/// One of `system/init.mcp_servers`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct McpServer {
+    /// Its name.
+    pub name: String,
+    /// `connected`, `failed`, ...
+    pub status: String,
+}
+
+/// `system/api_retry`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ApiRetry<'a> {
+    /// This attempt.
+    pub attempt: Option<u32>,
+    /// The CLI's limit.
+    pub max_retries: Option<u32>,
+    /// The delay before the next attempt.
+    pub retry_delay_ms: Option<f64>,
+    /// The failed request's HTTP status (null: no HTTP answer).
+    pub error_status: Option<u16>,
+    /// `rate_limit`, `server_error`, `unknown`, ...
+    #[serde(borrow)]
+    pub error: Option<Str<'a>>,
+}
+
+/// `system/permission_denied`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PermissionDenied<'a> {
+    /// The refused tool.
+    #[serde(borrow)]
+    pub tool_name: Option<Str<'a>>,
+    /// The refused call.
+    #[serde(borrow)]
+    pub tool_use_id: Option<Str<'a>>,
+    /// The CLI's words.
+    #[serde(borrow)]
+    pub message: Option<Str<'a>>,
+}
+
+/// `system/status`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Status<'a> {
+    /// `requesting`, `compacting`, or null (done).
+    #[serde(borrow)]
+    pub status: Option<Str<'a>>,
+}
+
+/// `system/hook_started` and `hook_response`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Hook<'a> {
+    /// The hook event (`PreToolUse`, ...); the SDK reads any of the three names.
+    #[serde(borrow)]
+    pub hook_event: Option<Str<'a>>,
+    /// See `hook_event`.
+    #[serde(borrow)]
+    pub hook_name: Option<Str<'a>>,
+    /// See `hook_event`.
+    #[serde(borrow)]
+    pub hook_event_name: Option<Str<'a>>,
+    /// How the hook ended (responses).
+    #[serde(borrow)]
+    pub outcome: Option<Str<'a>>,
+    /// The hook command's exit code (responses).
+    pub exit_code: Option<i64>,
+}
+
+/// `system/task_*`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Task<'a> {
+    /// The task.
+    #[serde(borrow)]
+    pub task_id: Option<Str<'a>>,
+    /// What it does.
+    #[serde(borrow)]
+    pub description: Option<Str<'a>>,
+    /// `task_notification`: `completed`, `failed`, `stopped`.
+    #[serde(borrow)]
+    pub status: Option<Str<'a>>,
+    /// The tool call that started it.
+    #[serde(borrow)]
+    pub tool_use_id: Option<Str<'a>>,
+    /// `task_progress` / `task_notification`: tokens, tool uses, duration so far.
+    pub usage: Option<TaskUsage>,
+    /// `task_updated`: the changed fields.
+    #[serde(borrow)]
+    pub patch: Option<TaskPatch<'a>>,
+}
+
+/// `usage` of a task line.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TaskUsage {
+    /// Tokens so far.
+    pub total_tokens: Count,
+}
+
+/// `patch` of a `task_updated` line.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TaskPatch<'a> {
+    /// `pending`, `running`, `paused`, `completed`, `failed`, `killed`.
+    #[serde(borrow)]
+    pub status: Option<Str<'a>>,
+}
+
+/// `assistant`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Assistant<'a> {
+    /// The model message (one content block of it).
+    #[serde(borrow)]
+    pub message: Message<'a>,
+    /// On API errors: `authentication_failed`, `rate_limit`, `server_error`, ...
+    #[serde(borrow)]
+    pub error: Option<Str<'a>>,
+    /// Whether the CLI made this message up to report an API error.
+    pub is_api_error_message: Option<bool>,
+    /// The failed request's HTTP status (2.1.110+).
+    pub api_error_status: Option<u16>,
+    /// The API's error type.
+    #[serde(borrow)]
+    pub api_error_type: Option<Str<'a>>,
+    /// `connection_failed` when the API was not reached.
+    #[serde(borrow)]
+    pub api_error: Option<Str<'a>>,
+    /// MCP tool calls: the tool's own name, by call id.
+    #[serde(deserialize_with = "null_default")]
+    pub tool_use_meta: Vec<ToolUseMeta>,
+}
+
+/// `assistant.message`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Message<'a> {
+    /// The API's message id (the same on every line of one message).
+    #[serde(borrow)]
+    pub id: Option<Str<'a>>,
+    /// The model (`<synthetic>` for messages the CLI made up).
+    #[serde(borrow)]
+    pub model: Option<Str<'a>>,
+    /// The content block(s).
+    #[serde(borrow, deserialize_with = "null_default")]
+    pub content: Vec<Block<'a>>,
+    /// The `message_start` snapshot: the input side is right, `output_tokens` is a
+    /// placeholder (1).
+    pub usage: Option<MessageUsage>,
+}
+
+/// One `tool_use_meta` entry.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ToolUseMeta {
+    /// The call.
+    pub id: String,
+    /// The MCP tool's own name.
+    pub tool_name: Option<String>,
+}
+
+/// A content block of an assistant message, by `type`.
+#[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
+pub enum Block<'a> {
+    /// Text.
+    #[serde(rename = "text")]
+    Text(#[serde(borrow)] TextBlock<'a>),
+    /// Reasoning.
+    #[serde(rename = "thinking")]
+    Thinking(#[serde(borrow)] ThinkingBlock<'a>),
+    /// A tool call.
+    #[serde(rename = "tool_use")]
+    ToolUse(ToolUse),
+    /// A call the API runs itself (web search, ...).
+    #[serde(rename = "server_tool_use")]
+    ServerToolUse(ToolUse),
+    /// Another block type: its `type`.
+    #[serde(rename = "__other")]
+    Other(#[serde(borrow)] Cow<'a, str>),
+}
+tagged_enum!(Block, "type");
+
+/// `{type: text, text}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TextBlock<'a> {
+    /// The text.
+    #[serde(borrow)]
+    pub text: Str<'a>,
+}
+
+/// `{type: thinking, thinking}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ThinkingBlock<'a> {
+    /// The reasoning.
+    #[serde(borrow)]
+    pub thinking: Str<'a>,
+}
+
+/// `{type: tool_use, id, name, input}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ToolUse {
+    /// The call's id.
+    pub id: String,
+    /// The tool (`mcp__<server>__<tool>` for MCP tools).
+    pub name: String,
+    /// The arguments.
+    pub input: Value,
+}
+
+/// The token counts of a message (`message_start` snapshot, `message_delta`).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub struct MessageUsage {
+    /// Uncached input.
+    pub input_tokens: Option<Count>,
+    /// Output so far.
+    pub output_tokens: Option<Count>,
+    /// Input read from cache.
+    pub cache_read_input_tokens: Option<Count>,
+    /// Input written to cache.
+    pub cache_creation_input_tokens: Option<Count>,
+}
+
+/// `user`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct User<'a> {
+    /// The message.
+    #[serde(borrow)]
+    pub message: UserMessage<'a>,
+}
+
+/// `user.message`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct UserMessage<'a> {
+    /// A string, or blocks.
+    #[serde(borrow)]
+    pub content: UserContent<'a>,
+}
+
+/// `user.message.content`: text, blocks, or anything else (no event of its own).
+#[derive(Debug, Default)]
+pub enum UserContent<'a> {
+    /// A string.
+    Text(String),
+    /// Blocks.
+    Blocks(Vec<UserBlock<'a>>),
+    /// Absent, null, or not a string or array.
+    #[default]
+    None,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for UserContent<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = UserContent<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or content blocks")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<UserContent<'a>, E> {
+                Ok(UserContent::Text(s.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<UserContent<'a>, E> {
+                Ok(UserContent::Text(s))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<UserContent<'a>, A::Error> {
+                let mut blocks = Vec::new();
+                while let Some(b) = a.next_element()? {
+                    blocks.push(b);
+                }
+                Ok(UserContent::Blocks(blocks))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<UserContent<'a>, A::Error> {
+                while a
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(UserContent::None)
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<UserContent<'a>, E> {
+                Ok(UserContent::None)
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<UserContent<'a>, E> {
+                Ok(UserContent::None)
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<UserContent<'a>, E> {
+                Ok(UserContent::None)
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<UserContent<'a>, E> {
+                Ok(UserContent::None)
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<UserContent<'a>, E> {
+                Ok(UserContent::None)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A block of a user message, by `type`.
+#[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
+pub enum UserBlock<'a> {
+    /// A tool's result.
+    #[serde(rename = "tool_result")]
+    ToolResult(ToolResultBlock),
+    /// Text.
+    #[serde(rename = "text")]
+    Text(#[serde(borrow)] TextBlock<'a>),
+    /// Another block type: its `type`.
+    #[serde(rename = "__other")]
+    Other(#[serde(borrow)] Cow<'a, str>),
+}
+tagged_enum!(UserBlock, "type");
+
+/// `{type: tool_result, tool_use_id, content, is_error}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ToolResultBlock {
+    /// The call.
+    pub tool_use_id: String,
+    /// The output.
+    pub content: ToolOutput,
+    /// Whether the tool failed.
+    pub is_error: Option<bool>,
+}
+
+/// `stream_event`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StreamEvent<'a> {
+    /// The API's streaming event.
+    #[serde(borrow)]
+    pub event: Option<ApiEvent<'a>>,
+    /// The message it belongs to (2.1.x).
+    #[serde(borrow)]
+    pub api_message_id: Option<Str<'a>>,
+}
+
+/// An Anthropic Messages streaming event, by `type`.
+#[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
+pub enum ApiEvent<'a> {
+    /// A message starts: its id, model and input-side usage.
+    #[serde(rename = "message_start")]
+    MessageStart(#[serde(borrow)] MessageStart<'a>),
+    /// A content block starts.
+    #[serde(rename = "content_block_start")]
+    ContentBlockStart(serde::de::IgnoredAny),
+    /// A chunk of a content block.
+    #[serde(rename = "content_block_delta")]
+    ContentBlockDelta(#[serde(borrow)] ContentBlockDelta<'a>),
+    /// A content block ends.
+    #[serde(rename = "content_block_stop")]
+    ContentBlockStop(serde::de::IgnoredAny),
+    /// The message's final output count (cumulative for the message) and stop reason.
+    #[serde(rename = "message_delta")]
+    MessageDelta(MessageDelta),
+    /// The message ends.
+    #[serde(rename = "message_stop")]
+    MessageStop(serde::de::IgnoredAny),
+    /// Keep-alive.
+    #[serde(rename = "ping")]
+    Ping(serde::de::IgnoredAny),
+    /// Another event type: its `type`.
+    #[serde(rename = "__other")]
+    Other(#[serde(borrow)] Cow<'a, str>),
+}
+tagged_enum!(ApiEvent, "type");
+
+/// `message_start`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct MessageStart<'a> {
+    /// The message.
+    #[serde(borrow)]
+    pub message: StartedMessage<'a>,
+}
+
+/// `message_start.message`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct StartedMessage<'a> {
+    /// Its id.
+    #[serde(borrow)]
+    pub id: Option<Str<'a>>,
+    /// Its model.
+    #[serde(borrow)]
+    pub model: Option<Str<'a>>,
+    /// The input side (and a placeholder output count).
+    pub usage: Option<MessageUsage>,
+}
+
+/// `content_block_delta`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ContentBlockDelta<'a> {
+    /// The chunk.
+    #[serde(borrow)]
+    pub delta: Option<Delta<'a>>,
+}
+
+/// The chunk of a `content_block_delta`, by `type`.
+#[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
+pub enum Delta<'a> {
+    /// Text.
+    #[serde(rename = "text_delta")]
+    Text(#[serde(borrow)] TextBlock<'a>),
+    /// Reasoning.
+    #[serde(rename = "thinking_delta")]
+    Thinking(#[serde(borrow)] ThinkingBlock<'a>),
+    /// A tool call's arguments, streaming in.
+    #[serde(rename = "input_json_delta")]
+    InputJson(serde::de::IgnoredAny),
+    /// Another delta type: its `type`.
+    #[serde(rename = "__other")]
+    Other(#[serde(borrow)] Cow<'a, str>),
+}
+tagged_enum!(Delta, "type");
+
+/// `message_delta`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct MessageDelta {
+    /// Counts so far for the message.
+    pub usage: Option<MessageUsage>,
+}
+
+/// `rate_limit_event`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct RateLimitEvent<'a> {
+    /// The state.
+    #[serde(borrow)]
+    pub rate_limit_info: Option<RateLimitInfo<'a>>,
+}
+
+/// `rate_limit_event.rate_limit_info`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct RateLimitInfo<'a> {
+    /// `allowed`, `allowed_warning`, `rejected`.
+    #[serde(borrow)]
+    pub status: Option<Str<'a>>,
+    /// Unix seconds.
+    #[serde(rename = "resetsAt")]
+    pub resets_at: Option<f64>,
+    /// `five_hour`, ...
+    #[serde(borrow, rename = "rateLimitType")]
+    pub rate_limit_type: Option<Str<'a>>,
+}
+
+/// `subagent_token_usage`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SubagentTokenUsage<'a> {
+    /// The subagent.
+    #[serde(borrow)]
+    pub agent_id: Option<Str<'a>>,
+    /// Its tokens.
+    pub usage: Option<MessageUsage>,
+}
+
+/// `result`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ResultLine<'a> {
+    /// `success` (also on API errors), `error_max_turns`, `error_max_budget_usd`,
+    /// `error_during_execution`.
+    pub subtype: Option<Kept<String>>,
+    /// Whether the turn failed.
+    pub is_error: Option<Kept<bool>>,
+    /// `completed`, `api_error`, `max_turns`, `budget_exhausted`, ... (2.1.x).
+    pub terminal_reason: Option<Kept<String>>,
+    /// The final answer (or the API error's text).
+    pub result: Option<String>,
+    /// Error messages (`Reached maximum number of turns (1)`).
+    pub errors: Option<Value>,
+    /// The failed request's HTTP status (2.1.110+).
+    pub api_error_status: Option<Kept<u16>>,
+    /// The API's error type.
+    pub api_error_type: Option<Kept<String>>,
+    /// `connection_failed`.
+    pub api_error: Option<Kept<String>>,
+    /// Turns of this turn's query.
+    pub num_turns: Option<u32>,
+    /// Its duration.
+    pub duration_ms: Option<u64>,
+    /// Session-cumulative cost (after `--resume` too).
+    pub total_cost_usd: Option<Kept<f64>>,
+    /// This turn's main-model usage (not side models, not subagents).
+    pub usage: Option<ResultUsage>,
+    /// Session-cumulative usage and cost by model, side models and subagents included.
+    #[serde(rename = "modelUsage")]
+    pub model_usage: Option<Kept<BTreeMap<String, ModelUsage>>>,
+    /// The same since the previous `result` line of the process (2.1.3xx).
+    pub model_usage_since_last_result: Option<Kept<BTreeMap<String, ModelUsage>>>,
+    /// The session id.
+    #[serde(borrow)]
+    pub session_id: Option<Str<'a>>,
+    /// Verbatim for `provider_data`.
+    pub stop_reason: Option<Value>,
+    /// Verbatim for `provider_data`.
+    pub permission_denials: Option<Value>,
+    /// Verbatim for `provider_data`.
+    pub duration_api_ms: Option<Value>,
+}
+
+/// `result.usage`.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub struct ResultUsage {
+    /// Uncached input.
+    pub input_tokens: Count,
+    /// Output.
+    pub output_tokens: Count,
+    /// Cache reads.
+    pub cache_read_input_tokens: Count,
+    /// Cache writes.
+    pub cache_creation_input_tokens: Count,
+    /// `{thinking_tokens}`.
+    #[serde(deserialize_with = "null_default")]
+    pub output_tokens_details: OutputDetails,
+}
+
+/// `result.usage.output_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub struct OutputDetails {
+    /// Reasoning.
+    pub thinking_tokens: Count,
+}
+
+/// One model's entry of `modelUsage`.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ModelUsage {
+    /// Uncached input.
+    pub input_tokens: Count,
+    /// Output.
+    pub output_tokens: Count,
+    /// Cache reads.
+    pub cache_read_input_tokens: Count,
+    /// Cache writes.
+    pub cache_creation_input_tokens: Count,
+    /// Reasoning (2.1.x).
+    pub thinking_tokens: Count,
+    /// What the CLI priced it at.
+    #[serde(rename = "costUSD")]
+    pub cost_usd: Option<f64>,
+}

@@ -1,0 +1,95 @@
+//! Codex's error texts -> kinds: the HTTP status Codex prints, then an API error body,
+//! then Codex's own fixed texts; and the retry notices of the top-level `error` line.
+
+use crate::error::ErrorKind;
+use crate::event::EventKind;
+use crate::shared::errors::{error_body_kind, http_status_in, is_model_not_found, is_network_text};
+
+/// The kind (and HTTP status, where the text has one) of a Codex error message.
+pub fn classify_message(message: &str) -> (ErrorKind, Option<u16>) {
+    if let Some(status) = http_status_in(message) {
+        let kind = ErrorKind::from_http_status(status).unwrap_or(ErrorKind::Unknown);
+        return (kind, Some(status));
+    }
+    if let Some(kind) = error_body_kind(message) {
+        return (kind, None);
+    }
+    let lower = message.to_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+    let kind = if has(&["high demand"]) {
+        // Codex's text for HTTP 500 (`CodexErr::InternalServerError`); it replaces the
+        // server's own message.
+        ErrorKind::ServerError
+    } else if has(&["no rollout found"]) {
+        ErrorKind::InvalidResume
+    } else if has(&["quota exceeded", "usage limit", "rate limit", "too many requests"]) {
+        ErrorKind::RateLimit
+    } else if has(&[
+        "unauthorized",
+        "not logged in",
+        "invalid api key",
+        "incorrect api key",
+        "refresh token",
+        "missing environment variable",
+    ]) {
+        ErrorKind::Auth
+    } else if has(&["overloaded", "at capacity"]) {
+        ErrorKind::Overloaded
+    } else if has(&["context window"]) || is_model_not_found(message) {
+        ErrorKind::BadRequest
+    } else if is_network_text(message) {
+        ErrorKind::Network
+    } else {
+        ErrorKind::Unknown
+    };
+    (kind, None)
+}
+
+/// A top-level `error` line: a retry notice or a fatal error.
+pub fn top_level_error(message: &str) -> EventKind {
+    let Some(rest) = message.strip_prefix("Reconnecting...") else {
+        let (error_kind, http_status) = classify_message(message);
+        return EventKind::Error {
+            error_kind,
+            message: message.to_owned(),
+            fatal: true,
+            http_status,
+        };
+    };
+    let rest = rest.trim_start();
+    let reason = rest
+        .find('(')
+        .map(|i| rest[i + 1..].trim_end().trim_end_matches(')'))
+        .unwrap_or_default();
+    let (mut error_kind, http_status) = classify_message(reason);
+    let (attempt, max_retries) = if rest.starts_with("waiting for network") {
+        error_kind = ErrorKind::Network;
+        (None, None)
+    } else {
+        let counter = rest.split_whitespace().next().unwrap_or_default();
+        match counter.split_once('/') {
+            Some((n, m)) => (n.parse().ok(), m.parse().ok()),
+            None => (None, None),
+        }
+    };
+    EventKind::Retry {
+        attempt,
+        max_retries,
+        delay_ms: None,
+        http_status,
+        error_kind,
+        message: message.to_owned(),
+    }
+}
+
+/// The first line of a command-line parse error (clap's "error: unexpected argument").
+pub fn rejected_argv(stderr: &str) -> Option<String> {
+    if !stderr.contains("Usage: codex") {
+        return None;
+    }
+    stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("error:"))
+        .map(str::to_owned)
+}
