@@ -608,11 +608,12 @@ impl Engine {
             model: attempt.model.clone(),
             prior: attempt.prior,
         };
-        let (_, mut partial) = aicli_providers::replay::replay(
+        // aicli stopped while the CLI ran: how it ended is not known.
+        let mut partial = aicli_providers::replay::replay(
             provider.as_ref(),
             &stdout,
             &String::from_utf8_lossy(&stderr),
-            None,
+            aicli_providers::ExitStatus::Unknown,
             &ctx,
         );
         partial.task_id = rec.task.id.clone();
@@ -979,7 +980,7 @@ impl Shared {
     fn never_ran(provider: &str, kind: ErrorKind, message: String) -> SessionOutcome {
         SessionOutcome {
             result: SessionResult::not_started(provider, kind, message),
-            events: Vec::new(),
+            reset_at: None,
             argv: Vec::new(),
         }
     }
@@ -1122,7 +1123,7 @@ impl Shared {
         self.persist(index, true).await;
         SessionOutcome {
             result,
-            events: outcome.events,
+            reset_at: outcome.reset_at,
             argv: outcome.argv,
         }
     }

@@ -84,15 +84,11 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, n_tasks: usize) {
                 };
                 match &event.kind {
                     EventKind::ToolCall { name, .. } => line.last_tool = name.clone(),
+                    // Usage events are increments of the run's usage.
                     EventKind::Usage { usage, .. } => {
-                        line.tokens = usage.total_input() + usage.output_tokens
+                        line.tokens += usage.total_input() + usage.output_tokens
                     }
-                    EventKind::Final {
-                        usage, cost_usd, ..
-                    } => {
-                        if let Some(u) = usage {
-                            line.tokens = u.total_input() + u.output_tokens;
-                        }
+                    EventKind::Final { cost_usd, .. } => {
                         if cost_usd.is_some() {
                             line.cost = *cost_usd;
                         }
