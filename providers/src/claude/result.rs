@@ -331,8 +331,15 @@ pub(super) fn finish(d: ClaudeDecoder, stderr: &str, exit: ExitStatus) -> Sessio
                 r.response = last.result.clone().unwrap_or_default();
             }
             Err((kind, message)) => {
-                if last.terminal_reason.as_deref() != Some("api_error") {
-                    // An API error's text is the CLI's, not the agent's answer.
+                // An API error's text is the CLI's, not the agent's answer (2.0.x says so
+                // only in the text: `API Error: ...`).
+                let api_error = last.terminal_reason.as_deref() == Some("api_error")
+                    || d.api_error.is_some()
+                    || last
+                        .result
+                        .as_deref()
+                        .is_some_and(|t| t.starts_with("API Error"));
+                if !api_error {
                     r.response = last.result.clone().unwrap_or_default();
                 }
                 let message = match kind {
