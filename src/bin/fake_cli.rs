@@ -29,6 +29,7 @@
 //!   --record-env K FILE      append `K=value` or `K unset` to FILE
 //!   --touch FILE             create FILE (relative to the cwd) — "the tool ran"
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
+//!   --record-stdin FILE      read stdin to its end and write it to FILE (first of all)
 //!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -76,6 +77,7 @@ fn main() {
             }
             "--touch" => o.touch.push(val()),
             "--record-argv" => o.record_argv = Some(val()),
+            "--record-stdin" => o.record_stdin = Some(val()),
             "--timeline" => o.timeline = Some(val()),
             // Anything else (the provider's own flags, the prompt) is accepted and ignored.
             _ => {}
@@ -110,6 +112,7 @@ struct Opts {
     record_env: Vec<(String, String)>,
     touch: Vec<String>,
     record_argv: Option<String>,
+    record_stdin: Option<String>,
     timeline: Option<String>,
 }
 
@@ -151,6 +154,11 @@ fn hang() -> ! {
 }
 
 fn run(o: Opts, args: &[String]) {
+    if let Some(f) = &o.record_stdin {
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut text).unwrap();
+        std::fs::write(f, text).unwrap();
+    }
     timeline(&o.timeline, "start");
     if let Some(f) = &o.record_argv {
         let mut file = std::fs::OpenOptions::new()

@@ -4,6 +4,7 @@ mod human;
 mod mcp;
 mod new_vendor;
 mod process;
+mod prompt_privacy;
 mod robustness;
 mod schemas;
 mod support;
