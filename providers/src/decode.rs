@@ -179,8 +179,8 @@ pub struct Tally {
     pub fatal_error: Option<(ErrorKind, String)>,
     /// The last error or retry event of any kind.
     pub last_error: Option<(ErrorKind, String)>,
-    /// The last error or retry event when nothing but unknown lines came after it.
-    pub trailing_error: Option<(ErrorKind, String)>,
+    /// Whether nothing but unknown lines and statuses came after `last_error`.
+    pub last_error_trailing: bool,
     /// Retry events.
     pub retries: u32,
     /// Non-fatal error events (the first [`Tally::WARNINGS_KEPT`]).
@@ -224,12 +224,12 @@ impl Tally {
                 ..
             } => {
                 if *fatal {
-                    self.fatal_error = Some((*error_kind, message.clone()));
+                    set(&mut self.fatal_error, *error_kind, message);
                 } else if self.warnings.len() < Self::WARNINGS_KEPT {
                     self.warnings.push(message.clone());
                 }
-                self.last_error = Some((*error_kind, message.clone()));
-                self.trailing_error = self.last_error.clone();
+                set(&mut self.last_error, *error_kind, message);
+                self.last_error_trailing = true;
                 substantive = false;
             }
             EventKind::Retry {
@@ -238,8 +238,8 @@ impl Tally {
                 ..
             } => {
                 self.retries += 1;
-                self.last_error = Some((*error_kind, message.clone()));
-                self.trailing_error = self.last_error.clone();
+                set(&mut self.last_error, *error_kind, message);
+                self.last_error_trailing = true;
                 substantive = false;
             }
             EventKind::Final { .. } => self.finals += 1,
@@ -267,7 +267,7 @@ impl Tally {
             self.recognized += 1;
         }
         if substantive {
-            self.trailing_error = None;
+            self.last_error_trailing = false;
         }
     }
 
@@ -415,6 +415,18 @@ impl Tally {
             self.foreign.0,
             self.foreign.1.join(", ")
         )
+    }
+}
+
+/// Sets `slot` to `(kind, message)`, reusing its allocation.
+fn set(slot: &mut Option<(ErrorKind, String)>, kind: ErrorKind, message: &str) {
+    match slot {
+        Some((k, m)) => {
+            *k = kind;
+            m.clear();
+            m.push_str(message);
+        }
+        None => *slot = Some((kind, message.to_owned())),
     }
 }
 

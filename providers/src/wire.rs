@@ -157,22 +157,31 @@ impl<'de> Deserialize<'de> for Count {
     }
 }
 
-/// A value kept both as JSON (for `provider_data`, verbatim) and typed. For the few
-/// fields of a run's last line that go into the result both ways.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Kept<T> {
+/// A value kept both as the CLI printed it (a slice of the line, for `provider_data`,
+/// verbatim) and typed (read from that slice). For the few fields of a run's last line
+/// that go into the result both ways.
+#[derive(Debug, Clone)]
+pub struct Kept<'a, T> {
     /// The value as the CLI printed it.
-    pub raw: serde_json::Value,
+    pub raw: &'a RawValue,
     /// The value read as `T`.
     pub typed: T,
 }
 
-impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Kept<T> {
+impl<'de: 'a, 'a, T: serde::de::DeserializeOwned> Deserialize<'de> for Kept<'a, T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = serde_json::Value::deserialize(d)?;
-        let typed = T::deserialize(&raw).map_err(de::Error::custom)?;
+        let raw = <&'a RawValue>::deserialize(d)?;
+        let typed = serde_json::from_str(raw.get()).map_err(de::Error::custom)?;
         Ok(Kept { raw, typed })
     }
+}
+
+/// A JSON value a decoder keeps verbatim until the result is built.
+pub type RawJson = Box<RawValue>;
+
+/// `raw` as a JSON value (null when it is not JSON, which a kept slice always is).
+pub fn value_of(raw: &RawValue) -> serde_json::Value {
+    serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null)
 }
 
 /// For `#[serde(deserialize_with)]`: `null` reads as the default (serde's `default`

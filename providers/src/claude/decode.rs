@@ -2,8 +2,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use serde_json::Value;
-
 use super::ClaudeProvider;
 use super::classify::{ApiErrorFacts, Outcome, retry_kind};
 use super::wire::{self, ApiEvent, Block, Delta, Line, MessageUsage, System, UserBlock, UserContent};
@@ -11,7 +9,7 @@ use crate::decode::{Decoder, ExitStatus, Line as InputLine, Tally, events_of, pr
 use crate::event::{AgentEvent, EventKind, McpServerStatus};
 use crate::result::{ParseContext, SessionResult};
 use crate::usage::CanonicalUsage;
-use crate::wire::Str;
+use crate::wire::{RawJson, Str};
 
 /// The model name Claude gives the assistant messages it makes up itself (API errors).
 pub(super) const SYNTHETIC_MODEL: &str = "<synthetic>";
@@ -37,7 +35,7 @@ pub(super) struct Results {
     /// Its session id.
     pub session_id: Option<String>,
     /// Its verbatim fields, for `provider_data`.
-    pub data: serde_json::Map<String, Value>,
+    pub data: Vec<(&'static str, RawJson)>,
     /// Turns over all results.
     pub turns: Option<u32>,
     /// Durations over all results.
@@ -59,8 +57,8 @@ pub struct ClaudeDecoder {
     pub(super) provider: ClaudeProvider,
     pub(super) ctx: ParseContext,
     pub(super) tally: Tally,
-    /// `system/init` facts for `provider_data`.
-    pub(super) init: serde_json::Map<String, Value>,
+    /// `system/init` facts for `provider_data` (the first init's).
+    pub(super) init: Vec<(&'static str, RawJson)>,
     pub(super) results: Results,
     /// The last API-error assistant line.
     pub(super) api_error: Option<ApiErrorFacts>,
@@ -90,7 +88,7 @@ impl ClaudeDecoder {
             provider,
             ctx,
             tally: Tally::default(),
-            init: serde_json::Map::new(),
+            init: Vec::new(),
             results: Results::default(),
             api_error: None,
             recent: VecDeque::new(),
@@ -199,15 +197,18 @@ impl ClaudeDecoder {
         let kind = match s {
             System::Init(i) => {
                 let i = *i;
-                for (k, v) in [("permissionMode", i.permission_mode), ("apiKeySource", i.api_key_source)] {
-                    if let Some(v) = v.filter(|v| !v.is_null()) {
-                        self.init.entry(k.to_owned()).or_insert(v);
+                let first = self.tally.session_id.is_none() && self.init.is_empty();
+                if first {
+                    for (k, v) in [("permissionMode", i.permission_mode), ("apiKeySource", i.api_key_source)] {
+                        if let Some(v) = v {
+                            self.init.push((k, v.to_owned()));
+                        }
                     }
                 }
                 let servers = match i.mcp_servers {
                     Some(k) => {
-                        if k.raw.as_array().is_some_and(|a| !a.is_empty()) {
-                            self.init.entry("mcp_servers".to_owned()).or_insert(k.raw);
+                        if first && !k.typed.is_empty() {
+                            self.init.push(("mcp_servers", k.raw.to_owned()));
                         }
                         k.typed
                     }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::classify::{Outcome, ROOT_BYPASS, UNKNOWN_SESSION, verdict};
@@ -12,6 +13,7 @@ use crate::error::ErrorKind;
 use crate::event::EventKind;
 use crate::result::{SessionResult, SessionTotals};
 use crate::usage::{CanonicalUsage, Cost};
+use crate::wire::{RawJson, value_of};
 
 fn model_usage(u: &ModelUsage) -> CanonicalUsage {
     CanonicalUsage {
@@ -88,27 +90,27 @@ impl ClaudeDecoder {
     pub(super) fn result_line(&mut self, r: ResultLine<'_>) -> Vec<EventKind> {
         let res = &mut self.results;
         res.count += 1;
-        let mut data = Map::new();
-        let mut put = |k: &str, v: Option<Value>| {
-            if let Some(v) = v.filter(|v| !v.is_null()) {
-                data.insert(k.to_owned(), v);
+        let mut data: Vec<(&'static str, RawJson)> = Vec::new();
+        let mut put = |k: &'static str, v: Option<&RawValue>| {
+            if let Some(v) = v {
+                data.push((k, v.to_owned()));
             }
         };
-        put("subtype", r.subtype.as_ref().map(|k| k.raw.clone()));
-        put("terminal_reason", r.terminal_reason.as_ref().map(|k| k.raw.clone()));
-        put("stop_reason", r.stop_reason.clone());
-        put("is_error", r.is_error.as_ref().map(|k| k.raw.clone()));
-        put("api_error_status", r.api_error_status.as_ref().map(|k| k.raw.clone()));
-        put("api_error_type", r.api_error_type.as_ref().map(|k| k.raw.clone()));
-        put("api_error", r.api_error.as_ref().map(|k| k.raw.clone()));
-        put("errors", r.errors.clone());
-        put("permission_denials", r.permission_denials.clone());
-        put("total_cost_usd", r.total_cost_usd.as_ref().map(|k| k.raw.clone()));
-        put("duration_api_ms", r.duration_api_ms.clone());
-        put("modelUsage", r.model_usage.as_ref().map(|k| k.raw.clone()));
+        put("subtype", r.subtype.as_ref().map(|k| k.raw));
+        put("terminal_reason", r.terminal_reason.as_ref().map(|k| k.raw));
+        put("stop_reason", r.stop_reason);
+        put("is_error", r.is_error.as_ref().map(|k| k.raw));
+        put("api_error_status", r.api_error_status.as_ref().map(|k| k.raw));
+        put("api_error_type", r.api_error_type.as_ref().map(|k| k.raw));
+        put("api_error", r.api_error.as_ref().map(|k| k.raw));
+        put("errors", r.errors.as_ref().map(|k| k.raw));
+        put("permission_denials", r.permission_denials);
+        put("total_cost_usd", r.total_cost_usd.as_ref().map(|k| k.raw));
+        put("duration_api_ms", r.duration_api_ms);
+        put("modelUsage", r.model_usage.as_ref().map(|k| k.raw));
         put(
             "model_usage_since_last_result",
-            r.model_usage_since_last_result.as_ref().map(|k| k.raw.clone()),
+            r.model_usage_since_last_result.as_ref().map(|k| k.raw),
         );
         res.data = data;
         let outcome = Outcome {
@@ -116,7 +118,7 @@ impl ClaudeDecoder {
             is_error: r.is_error.map(|k| k.typed),
             terminal_reason: r.terminal_reason.map(|k| k.typed),
             result: r.result.clone(),
-            errors: errors_text(r.errors.as_ref()),
+            errors: errors_text(r.errors.as_ref().map(|k| &k.typed)),
             api_error_status: r.api_error_status.map(|k| k.typed),
             api_error_type: r.api_error_type.map(|k| k.typed),
             api_error: r.api_error.map(|k| k.typed),
@@ -416,12 +418,21 @@ pub(super) fn finish(d: ClaudeDecoder, stderr: &str, exit: ExitStatus) -> Sessio
 /// Vendor facts with no neutral field, under the vendor's own key names; absent and null
 /// facts are left out.
 fn provider_data(d: &ClaudeDecoder) -> Value {
-    let mut m = d.results.data.clone();
+    let mut m: Map<String, Value> = d
+        .results
+        .data
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), value_of(v)))
+        .filter(|(_, v)| !v.is_null())
+        .collect();
     if let Some(word) = d.api_error.as_ref().and_then(|a| a.error_word.clone()) {
         m.insert("assistant_error".to_owned(), Value::String(word));
     }
     for (k, v) in &d.init {
-        m.insert(k.clone(), v.clone());
+        let v = value_of(v);
+        if !v.is_null() {
+            m.insert((*k).to_owned(), v);
+        }
     }
     if d.tally.retries > 0 {
         m.insert("api_retries".to_owned(), Value::from(d.tally.retries));

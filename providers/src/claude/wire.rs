@@ -19,6 +19,7 @@ use serde_json::Value;
 use crate::shared::text::ToolOutput;
 use crate::tagged_enum;
 use crate::wire::{Count, Kept, Str, null_default};
+use serde_json::value::RawValue;
 
 /// One line.
 #[derive(Debug, Deserialize)]
@@ -109,16 +110,17 @@ pub struct Init<'a> {
     #[serde(deserialize_with = "null_default")]
     pub tools: Vec<String>,
     /// MCP servers and their status (kept verbatim for `provider_data`).
-    pub mcp_servers: Option<Kept<Vec<McpServer>>>,
+    #[serde(borrow)]
+    pub mcp_servers: Option<Kept<'a, Vec<McpServer>>>,
     /// The CLI's version (2.0.x prints none).
     #[serde(borrow)]
     pub claude_code_version: Option<Str<'a>>,
     /// `default`, `acceptEdits`, ... (verbatim for `provider_data`).
-    #[serde(rename = "permissionMode")]
-    pub permission_mode: Option<Value>,
+    #[serde(borrow, rename = "permissionMode")]
+    pub permission_mode: Option<&'a RawValue>,
     /// Where the key came from (verbatim for `provider_data`).
-    #[serde(rename = "apiKeySource")]
-    pub api_key_source: Option<Value>,
+    #[serde(borrow, rename = "apiKeySource")]
+    pub api_key_source: Option<&'a RawValue>,
 }
 
 /// One of `system/init.mcp_servers`.
@@ -606,43 +608,55 @@ pub struct SubagentTokenUsage<'a> {
 pub struct ResultLine<'a> {
     /// `success` (also on API errors), `error_max_turns`, `error_max_budget_usd`,
     /// `error_during_execution`.
-    pub subtype: Option<Kept<String>>,
+    #[serde(borrow)]
+    pub subtype: Option<Kept<'a, String>>,
     /// Whether the turn failed.
-    pub is_error: Option<Kept<bool>>,
+    #[serde(borrow)]
+    pub is_error: Option<Kept<'a, bool>>,
     /// `completed`, `api_error`, `max_turns`, `budget_exhausted`, ... (2.1.x).
-    pub terminal_reason: Option<Kept<String>>,
+    #[serde(borrow)]
+    pub terminal_reason: Option<Kept<'a, String>>,
     /// The final answer (or the API error's text).
     pub result: Option<String>,
     /// Error messages (`Reached maximum number of turns (1)`).
-    pub errors: Option<Value>,
+    #[serde(borrow)]
+    pub errors: Option<Kept<'a, Value>>,
     /// The failed request's HTTP status (2.1.110+).
-    pub api_error_status: Option<Kept<u16>>,
+    #[serde(borrow)]
+    pub api_error_status: Option<Kept<'a, u16>>,
     /// The API's error type.
-    pub api_error_type: Option<Kept<String>>,
+    #[serde(borrow)]
+    pub api_error_type: Option<Kept<'a, String>>,
     /// `connection_failed`.
-    pub api_error: Option<Kept<String>>,
+    #[serde(borrow)]
+    pub api_error: Option<Kept<'a, String>>,
     /// Turns of this turn's query.
     pub num_turns: Option<u32>,
     /// Its duration.
     pub duration_ms: Option<u64>,
     /// Session-cumulative cost (after `--resume` too).
-    pub total_cost_usd: Option<Kept<f64>>,
+    #[serde(borrow)]
+    pub total_cost_usd: Option<Kept<'a, f64>>,
     /// This turn's main-model usage (not side models, not subagents).
     pub usage: Option<ResultUsage>,
     /// Session-cumulative usage and cost by model, side models and subagents included.
-    #[serde(rename = "modelUsage")]
-    pub model_usage: Option<Kept<BTreeMap<String, ModelUsage>>>,
+    #[serde(borrow, rename = "modelUsage")]
+    pub model_usage: Option<Kept<'a, BTreeMap<String, ModelUsage>>>,
     /// The same since the previous `result` line of the process (2.1.3xx).
-    pub model_usage_since_last_result: Option<Kept<BTreeMap<String, ModelUsage>>>,
+    #[serde(borrow)]
+    pub model_usage_since_last_result: Option<Kept<'a, BTreeMap<String, ModelUsage>>>,
     /// The session id.
     #[serde(borrow)]
     pub session_id: Option<Str<'a>>,
     /// Verbatim for `provider_data`.
-    pub stop_reason: Option<Value>,
+    #[serde(borrow)]
+    pub stop_reason: Option<&'a RawValue>,
     /// Verbatim for `provider_data`.
-    pub permission_denials: Option<Value>,
+    #[serde(borrow)]
+    pub permission_denials: Option<&'a RawValue>,
     /// Verbatim for `provider_data`.
-    pub duration_api_ms: Option<Value>,
+    #[serde(borrow)]
+    pub duration_api_ms: Option<&'a RawValue>,
 }
 
 /// `result.usage`.

@@ -1,9 +1,15 @@
 //! Codex's error texts -> kinds: the HTTP status Codex prints, then an API error body,
 //! then Codex's own fixed texts; and the retry notices of the top-level `error` line.
 
+use std::sync::LazyLock;
+
+use aho_corasick::AhoCorasick;
+
 use crate::error::ErrorKind;
 use crate::event::EventKind;
-use crate::shared::errors::{error_body_kind, http_status_in, is_model_not_found, is_network_text};
+use crate::shared::errors::{
+    error_body_kind, http_status_in, is_model_not_found, is_network_text, words as shared_words,
+};
 
 /// The kind (and HTTP status, where the text has one) of a Codex error message.
 pub fn classify_message(message: &str) -> (ErrorKind, Option<u16>) {
@@ -14,33 +20,49 @@ pub fn classify_message(message: &str) -> (ErrorKind, Option<u16>) {
     if let Some(kind) = error_body_kind(message) {
         return (kind, None);
     }
-    let lower = message.to_lowercase();
-    let has = |words: &[&str]| words.iter().any(|w| lower.contains(w));
-    let kind = if has(&["high demand"]) {
+    // Codex's own fixed texts, the first group that matches deciding.
+    const GROUPS: [(ErrorKind, &[&str]); 6] = [
         // Codex's text for HTTP 500 (`CodexErr::InternalServerError`); it replaces the
         // server's own message.
-        ErrorKind::ServerError
-    } else if has(&["no rollout found"]) {
-        ErrorKind::InvalidResume
-    } else if has(&["quota exceeded", "usage limit", "rate limit", "too many requests"]) {
-        ErrorKind::RateLimit
-    } else if has(&[
-        "unauthorized",
-        "not logged in",
-        "invalid api key",
-        "incorrect api key",
-        "refresh token",
-        "missing environment variable",
-    ]) {
-        ErrorKind::Auth
-    } else if has(&["overloaded", "at capacity"]) {
-        ErrorKind::Overloaded
-    } else if has(&["context window"]) || is_model_not_found(message) {
-        ErrorKind::BadRequest
-    } else if is_network_text(message) {
-        ErrorKind::Network
-    } else {
-        ErrorKind::Unknown
+        (ErrorKind::ServerError, &["high demand"]),
+        (ErrorKind::InvalidResume, &["no rollout found"]),
+        (
+            ErrorKind::RateLimit,
+            &["quota exceeded", "usage limit", "rate limit", "too many requests"],
+        ),
+        (
+            ErrorKind::Auth,
+            &[
+                "unauthorized",
+                "not logged in",
+                "invalid api key",
+                "incorrect api key",
+                "refresh token",
+                "missing environment variable",
+            ],
+        ),
+        (ErrorKind::Overloaded, &["overloaded", "at capacity"]),
+        (ErrorKind::BadRequest, &["context window"]),
+    ];
+    static AC: LazyLock<Option<(AhoCorasick, Vec<usize>)>> = LazyLock::new(|| {
+        let all: Vec<(usize, &str)> = GROUPS
+            .iter()
+            .enumerate()
+            .flat_map(|(g, (_, ws))| ws.iter().map(move |w| (g, *w)))
+            .collect();
+        let words: Vec<&str> = all.iter().map(|(_, w)| *w).collect();
+        Some((shared_words(&words)?, all.iter().map(|(g, _)| *g).collect()))
+    });
+    let group = AC.as_ref().and_then(|(ac, group_of)| {
+        ac.find_iter(message)
+            .map(|m| group_of[m.pattern().as_usize()])
+            .min()
+    });
+    let kind = match group {
+        Some(g) => GROUPS[g].0,
+        None if is_model_not_found(message) => ErrorKind::BadRequest,
+        None if is_network_text(message) => ErrorKind::Network,
+        None => ErrorKind::Unknown,
     };
     (kind, None)
 }

@@ -79,7 +79,9 @@ fn classify_unfinished(d: &CodexDecoder, stderr: &str, exit: ExitStatus) -> (Err
     // Only a failure the stream ended on says why it ended: retries the CLI recovered
     // from earlier do not.
     let mut t = t.clone();
-    t.last_error = t.trailing_error.clone();
+    if !t.last_error_trailing {
+        t.last_error = None;
+    }
     if auth.is_none()
         && t.fatal_error.is_none()
         && t.protocol_errors == 0

@@ -2,8 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use super::classify::{classify, text_kind};
 use super::wire::{self, Line, Stats, Tokens};
 use super::{AUTO_MODEL, GeminiProvider};
@@ -19,7 +17,7 @@ use crate::wire::Str;
 pub(super) struct ResultFacts {
     pub success: bool,
     pub error: Option<wire::ErrorBody>,
-    pub stats: Option<(Value, Stats)>,
+    pub stats: Option<(crate::wire::RawJson, Stats)>,
     /// The line's timestamp, Unix ms.
     pub at: Option<i64>,
 }
@@ -192,7 +190,7 @@ impl GeminiDecoder {
             }
             (None, false) => (Some(ErrorKind::Unknown), None),
         };
-        let stats = r.stats.map(|k| (k.raw, k.typed));
+        let stats = r.stats.map(|k| (k.raw.to_owned(), k.typed));
         let usage = stats.as_ref().map(|(_, s)| stats_usage(s));
         let duration_ms = stats
             .as_ref()

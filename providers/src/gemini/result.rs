@@ -56,7 +56,7 @@ pub(super) fn finish(d: GeminiDecoder, stderr: &str, exit: ExitStatus) -> Sessio
 fn apply_result_line(d: &GeminiDecoder, r: &mut SessionResult, data: &mut Map<String, Value>, exit: Exit) {
     let Some(res) = &d.result else { return };
     if let Some((raw, stats)) = &res.stats {
-        data.insert("stats".into(), raw.clone());
+        data.insert("stats".into(), crate::wire::value_of(raw));
         let mut usage = stats_usage(stats);
         usage.request_count = usage.request_count.max(d.requests(&usage));
         r.canonical_usage = usage;

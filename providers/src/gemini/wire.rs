@@ -150,7 +150,8 @@ pub struct ResultEvent<'a> {
     /// The failure.
     pub error: Option<ErrorBody>,
     /// Tokens, duration, tool calls (verbatim for `provider_data` too).
-    pub stats: Option<crate::wire::Kept<Stats>>,
+    #[serde(borrow)]
+    pub stats: Option<crate::wire::Kept<'a, Stats>>,
 }
 
 /// `result.stats`: the sums of `models`, plus duration and tool calls.

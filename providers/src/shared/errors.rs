@@ -2,9 +2,22 @@
 //! statuses quoted in a CLI's words, the words of a network failure and of a model
 //! that does not exist.
 
+use std::sync::LazyLock;
+
+use aho_corasick::AhoCorasick;
+use memchr::memmem::Finder;
 use serde::Deserialize;
 
 use crate::error::ErrorKind;
+
+/// An automaton finding any of `words` without regard to ASCII case (`None` only if the
+/// words could not be compiled, which fixed words always can).
+pub fn words(words: &[&str]) -> Option<AhoCorasick> {
+    AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build(words)
+        .ok()
+}
 
 /// The kind of a model API's error `type` or `code` (Anthropic and OpenAI error JSON).
 pub fn kind_of_api_error(type_or_code: &str) -> Option<ErrorKind> {
@@ -50,8 +63,8 @@ pub const NETWORK_WORDS: [&str; 20] = [
 
 /// Whether `text` says the API could not be reached.
 pub fn is_network_text(text: &str) -> bool {
-    let lower = text.to_ascii_lowercase();
-    NETWORK_WORDS.iter().any(|w| lower.contains(w))
+    static AC: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| words(&NETWORK_WORDS));
+    AC.as_ref().is_some_and(|ac| ac.is_match(text))
 }
 
 /// Words of a request for a model that does not exist (claude 2.0 prints a 404 in its
@@ -66,17 +79,20 @@ pub const MODEL_NOT_FOUND_WORDS: [&str; 5] = [
 
 /// Whether `text` says the model does not exist.
 pub fn is_model_not_found(text: &str) -> bool {
-    let lower = text.to_ascii_lowercase();
-    MODEL_NOT_FOUND_WORDS.iter().any(|w| lower.contains(w))
+    static AC: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| words(&MODEL_NOT_FOUND_WORDS));
+    AC.as_ref().is_some_and(|ac| ac.is_match(text))
 }
 
 /// The HTTP status a CLI quotes in its words: `API Error: 404 ...` (claude), `unexpected
 /// status 401 ...`, `last status: 429` (codex), `(status 500`.
 pub fn http_status_in(text: &str) -> Option<u16> {
-    ["API Error: ", "unexpected status ", "last status: ", "(status "]
+    const MARKERS: [&str; 4] = ["API Error: ", "unexpected status ", "last status: ", "(status "];
+    static FINDERS: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| MARKERS.map(Finder::new));
+    FINDERS
         .iter()
-        .find_map(|marker| {
-            let at = text.find(marker)? + marker.len();
+        .zip(MARKERS)
+        .find_map(|(finder, marker)| {
+            let at = finder.find(text.as_bytes())? + marker.len();
             let digits: String = text[at..]
                 .chars()
                 .take_while(char::is_ascii_digit)
@@ -107,6 +123,8 @@ struct BodyError {
 /// The kind the first API error body quoted in `text` names (`error.code` first, then
 /// `error.type`).
 pub fn error_body_kind(text: &str) -> Option<ErrorKind> {
+    static ERROR: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new("\"error\""));
+    ERROR.find(text.as_bytes())?;
     for (at, _) in text.match_indices('{') {
         let mut values = serde_json::Deserializer::from_str(&text[at..]).into_iter::<Body>();
         if let Some(Ok(Body { error: Some(e) })) = values.next() {
