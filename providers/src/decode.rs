@@ -433,14 +433,20 @@ fn set(slot: &mut Option<(ErrorKind, String)>, kind: ErrorKind, message: &str) {
 /// The events of one line, each with the line as its `raw`, folded into `tally`.
 pub fn events_of(tally: &mut Tally, raw: &str, kinds: Vec<EventKind>) -> Vec<AgentEvent> {
     let raw: Arc<str> = Arc::from(raw);
-    kinds
-        .into_iter()
-        .map(|k| {
-            let ev = AgentEvent::new(k, raw.clone());
-            tally.see(&ev);
-            ev
-        })
-        .collect()
+    let mut out = Vec::with_capacity(kinds.len());
+    for k in kinds {
+        let ev = AgentEvent::new(k, raw.clone());
+        tally.see(&ev);
+        out.push(ev);
+    }
+    out
+}
+
+/// The one event of a line, with the line as its `raw`, folded into `tally`.
+pub fn event_of(tally: &mut Tally, raw: &str, kind: EventKind) -> Vec<AgentEvent> {
+    let ev = AgentEvent::new(kind, Arc::from(raw));
+    tally.see(&ev);
+    vec![ev]
 }
 
 /// A protocol event for a line that is not the vendor's shape, folded into `tally`.

@@ -13,7 +13,7 @@ use crate::error::ErrorKind;
 use crate::event::EventKind;
 use crate::result::{SessionResult, SessionTotals};
 use crate::usage::{CanonicalUsage, Cost};
-use crate::wire::{RawJson, value_of};
+use crate::wire::{RawJson, Str, value_of};
 
 fn model_usage(u: &ModelUsage) -> CanonicalUsage {
     CanonicalUsage {
@@ -96,13 +96,7 @@ impl ClaudeDecoder {
                 data.push((k, v.to_owned()));
             }
         };
-        put("subtype", r.subtype.as_ref().map(|k| k.raw));
-        put("terminal_reason", r.terminal_reason.as_ref().map(|k| k.raw));
         put("stop_reason", r.stop_reason);
-        put("is_error", r.is_error.as_ref().map(|k| k.raw));
-        put("api_error_status", r.api_error_status.as_ref().map(|k| k.raw));
-        put("api_error_type", r.api_error_type.as_ref().map(|k| k.raw));
-        put("api_error", r.api_error.as_ref().map(|k| k.raw));
         put("errors", r.errors.as_ref().map(|k| k.raw));
         put("permission_denials", r.permission_denials);
         put("total_cost_usd", r.total_cost_usd.as_ref().map(|k| k.raw));
@@ -114,14 +108,14 @@ impl ClaudeDecoder {
         );
         res.data = data;
         let outcome = Outcome {
-            subtype: r.subtype.map(|k| k.typed),
-            is_error: r.is_error.map(|k| k.typed),
-            terminal_reason: r.terminal_reason.map(|k| k.typed),
+            subtype: r.subtype.map(Str::into_string),
+            is_error: r.is_error,
+            terminal_reason: r.terminal_reason.map(Str::into_string),
             result: r.result.clone(),
             errors: errors_text(r.errors.as_ref().map(|k| &k.typed)),
-            api_error_status: r.api_error_status.map(|k| k.typed),
-            api_error_type: r.api_error_type.map(|k| k.typed),
-            api_error: r.api_error.map(|k| k.typed),
+            api_error_status: r.api_error_status,
+            api_error_type: r.api_error_type.map(Str::into_string),
+            api_error: r.api_error.map(Str::into_string),
         };
         if let Some(n) = r.num_turns {
             res.turns = Some(res.turns.unwrap_or(0) + n);
@@ -418,13 +412,28 @@ pub(super) fn finish(d: ClaudeDecoder, stderr: &str, exit: ExitStatus) -> Sessio
 /// Vendor facts with no neutral field, under the vendor's own key names; absent and null
 /// facts are left out.
 fn provider_data(d: &ClaudeDecoder) -> Value {
-    let mut m: Map<String, Value> = d
-        .results
-        .data
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), value_of(v)))
-        .filter(|(_, v)| !v.is_null())
-        .collect();
+    let mut m: Map<String, Value> = Map::new();
+    if let Some(o) = &d.results.last {
+        let s = |v: &Option<String>| v.clone().map(Value::String);
+        for (k, v) in [
+            ("subtype", s(&o.subtype)),
+            ("terminal_reason", s(&o.terminal_reason)),
+            ("is_error", o.is_error.map(Value::Bool)),
+            ("api_error_status", o.api_error_status.map(Value::from)),
+            ("api_error_type", s(&o.api_error_type)),
+            ("api_error", s(&o.api_error)),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.to_owned(), v);
+            }
+        }
+    }
+    for (k, v) in &d.results.data {
+        let v = value_of(v);
+        if !v.is_null() {
+            m.insert((*k).to_owned(), v);
+        }
+    }
     if let Some(word) = d.api_error.as_ref().and_then(|a| a.error_word.clone()) {
         m.insert("assistant_error".to_owned(), Value::String(word));
     }

@@ -609,27 +609,25 @@ pub struct ResultLine<'a> {
     /// `success` (also on API errors), `error_max_turns`, `error_max_budget_usd`,
     /// `error_during_execution`.
     #[serde(borrow)]
-    pub subtype: Option<Kept<'a, String>>,
+    pub subtype: Option<Str<'a>>,
     /// Whether the turn failed.
-    #[serde(borrow)]
-    pub is_error: Option<Kept<'a, bool>>,
+    pub is_error: Option<bool>,
     /// `completed`, `api_error`, `max_turns`, `budget_exhausted`, ... (2.1.x).
     #[serde(borrow)]
-    pub terminal_reason: Option<Kept<'a, String>>,
+    pub terminal_reason: Option<Str<'a>>,
     /// The final answer (or the API error's text).
     pub result: Option<String>,
     /// Error messages (`Reached maximum number of turns (1)`).
     #[serde(borrow)]
     pub errors: Option<Kept<'a, Value>>,
     /// The failed request's HTTP status (2.1.110+).
-    #[serde(borrow)]
-    pub api_error_status: Option<Kept<'a, u16>>,
+    pub api_error_status: Option<u16>,
     /// The API's error type.
     #[serde(borrow)]
-    pub api_error_type: Option<Kept<'a, String>>,
+    pub api_error_type: Option<Str<'a>>,
     /// `connection_failed`.
     #[serde(borrow)]
-    pub api_error: Option<Kept<'a, String>>,
+    pub api_error: Option<Str<'a>>,
     /// Turns of this turn's query.
     pub num_turns: Option<u32>,
     /// Its duration.

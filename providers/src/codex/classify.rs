@@ -67,10 +67,31 @@ pub fn classify_message(message: &str) -> (ErrorKind, Option<u16>) {
     (kind, None)
 }
 
+/// Remembers the last message classified: Codex repeats its retry reasons line after
+/// line ("Reconnecting... 3/5 (same reason)").
+#[derive(Debug, Default)]
+pub struct Memo {
+    last: Option<(String, (ErrorKind, Option<u16>))>,
+}
+
+impl Memo {
+    /// [`classify_message`], from the memo when the message is the last one's.
+    pub fn classify(&mut self, message: &str) -> (ErrorKind, Option<u16>) {
+        if let Some((m, c)) = &self.last
+            && m == message
+        {
+            return *c;
+        }
+        let c = classify_message(message);
+        self.last = Some((message.to_owned(), c));
+        c
+    }
+}
+
 /// A top-level `error` line: a retry notice or a fatal error.
-pub fn top_level_error(message: &str) -> EventKind {
+pub fn top_level_error(message: &str, memo: &mut Memo) -> EventKind {
     let Some(rest) = message.strip_prefix("Reconnecting...") else {
-        let (error_kind, http_status) = classify_message(message);
+        let (error_kind, http_status) = memo.classify(message);
         return EventKind::Error {
             error_kind,
             message: message.to_owned(),
@@ -83,7 +104,7 @@ pub fn top_level_error(message: &str) -> EventKind {
         .find('(')
         .map(|i| rest[i + 1..].trim_end().trim_end_matches(')'))
         .unwrap_or_default();
-    let (mut error_kind, http_status) = classify_message(reason);
+    let (mut error_kind, http_status) = memo.classify(reason);
     let (attempt, max_retries) = if rest.starts_with("waiting for network") {
         error_kind = ErrorKind::Network;
         (None, None)

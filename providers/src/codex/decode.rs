@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 
 use super::CodexProvider;
-use super::classify::{classify_message, top_level_error};
+use super::classify::{Memo, top_level_error};
 use super::wire::{Item, Line, Usage};
 use crate::decode::{Decoder, ExitStatus, Line as InputLine, Tally, events_of, protocol_of};
 use crate::error::ErrorKind;
@@ -35,6 +35,7 @@ pub struct CodexDecoder {
     pub(super) failed: Option<(ErrorKind, String)>,
     /// Completed items, by type.
     pub(super) completed_items: BTreeMap<String, u32>,
+    memo: Memo,
 }
 
 impl CodexDecoder {
@@ -50,6 +51,7 @@ impl CodexDecoder {
             completed: false,
             failed: None,
             completed_items: BTreeMap::new(),
+            memo: Memo::default(),
         }
     }
 
@@ -94,7 +96,7 @@ impl CodexDecoder {
                 out
             }
             Line::TurnFailed(t) => {
-                let (kind, _) = classify_message(&t.error.message);
+                let (kind, _) = self.memo.classify(&t.error.message);
                 if self.failed.is_none() {
                     self.failed = Some((kind, t.error.message.clone()));
                 }
@@ -105,7 +107,7 @@ impl CodexDecoder {
             Line::ItemCompleted(e) => self.item("item.completed", e.item),
             Line::PlanDelta(_) => self.own_unknown("item.plan.delta"),
             Line::RequestUserInput(_) => self.own_unknown("request_user_input"),
-            Line::Error(e) => vec![top_level_error(&e.message)],
+            Line::Error(e) => vec![top_level_error(&e.message, &mut self.memo)],
             Line::Other(t) => {
                 let t = (!t.is_empty()).then_some(t.as_ref());
                 self.tally.foreign_line(t);
@@ -146,10 +148,13 @@ impl CodexDecoder {
             None => return self.malformed(phase),
         };
         if completed {
-            *self
-                .completed_items
-                .entry(item_type(&item).to_owned())
-                .or_default() += 1;
+            let t = item_type(&item);
+            match self.completed_items.get_mut(t) {
+                Some(n) => *n += 1,
+                None => {
+                    self.completed_items.insert(t.to_owned(), 1);
+                }
+            }
         }
         let unknown = |t: &str| EventKind::Unknown {
             vendor_type: Some(format!("{phase}/{t}")),
@@ -275,7 +280,7 @@ impl CodexDecoder {
             }
             Item::Error(e) if completed => {
                 let message = e.message.unwrap_or_default();
-                let (error_kind, http_status) = classify_message(&message);
+                let (error_kind, http_status) = self.memo.classify(&message);
                 EventKind::Error {
                     error_kind,
                     message,

@@ -5,12 +5,20 @@ use std::collections::BTreeMap;
 use super::classify::{classify, text_kind};
 use super::wire::{self, Line, Stats, Tokens};
 use super::{AUTO_MODEL, GeminiProvider};
-use crate::decode::{Decoder, ExitStatus, Line as InputLine, Tally, events_of, protocol_of};
+use crate::decode::{
+    Decoder, ExitStatus, Line as InputLine, Tally, event_of, events_of, protocol_of,
+};
 use crate::error::ErrorKind;
 use crate::event::{AgentEvent, EventKind};
 use crate::result::{ParseContext, SessionResult};
 use crate::usage::CanonicalUsage;
 use crate::wire::Str;
+
+/// The events of a line: one (every line but `result`), or several.
+enum Kinds {
+    One(EventKind),
+    Many(Vec<EventKind>),
+}
 
 /// The last `result` line.
 #[derive(Debug, Default)]
@@ -75,7 +83,7 @@ impl GeminiDecoder {
         }
     }
 
-    fn kinds(&mut self, line: Line<'_>) -> Vec<EventKind> {
+    fn kinds(&mut self, line: Line<'_>) -> Kinds {
         let kind = match line {
             Line::Init(i) => {
                 self.stamp(i.timestamp.as_ref());
@@ -91,7 +99,6 @@ impl GeminiDecoder {
                 }
             }
             Line::Message(m) => {
-                self.stamp(m.timestamp.as_ref());
                 match m.role.as_str() {
                     "user" => {
                         self.in_response = false;
@@ -119,7 +126,6 @@ impl GeminiDecoder {
                 }
             }
             Line::ToolUse(t) => {
-                self.stamp(t.timestamp.as_ref());
                 self.response_part();
                 let (name, mcp_server) = match split_mcp_tool_name(&t.tool_name) {
                     Some((server, tool)) => (tool.to_owned(), Some(server.to_owned())),
@@ -133,7 +139,6 @@ impl GeminiDecoder {
                 }
             }
             Line::ToolResult(t) => {
-                self.stamp(t.timestamp.as_ref());
                 self.in_response = false;
                 let is_error = t.status.as_str() != "success";
                 let mut output = t.output.unwrap_or_default();
@@ -152,7 +157,6 @@ impl GeminiDecoder {
                 }
             }
             Line::Error(e) => {
-                self.stamp(e.timestamp.as_ref());
                 let error_kind = if e.message.contains("session turns") {
                     ErrorKind::MaxTurns
                 } else {
@@ -165,7 +169,7 @@ impl GeminiDecoder {
                     http_status: None,
                 }
             }
-            Line::Result(r) => return self.result_line(r),
+            Line::Result(r) => return Kinds::Many(self.result_line(r)),
             Line::Other(t) => {
                 let t = (!t.is_empty()).then_some(t.as_ref());
                 self.tally.foreign_line(t);
@@ -174,7 +178,7 @@ impl GeminiDecoder {
                 }
             }
         };
-        vec![kind]
+        Kinds::One(kind)
     }
 
     /// A `result` line: the Usage increments, then the final event. Its error kind is
@@ -308,10 +312,10 @@ impl Decoder for GeminiDecoder {
             }
         };
         match serde_json::from_str::<Line<'_>>(text) {
-            Ok(l) => {
-                let kinds = self.kinds(l);
-                events_of(&mut self.tally, text, kinds)
-            }
+            Ok(l) => match self.kinds(l) {
+                Kinds::One(k) => event_of(&mut self.tally, text, k),
+                Kinds::Many(ks) => events_of(&mut self.tally, text, ks),
+            },
             Err(e) => protocol_of(&mut self.tally, text, crate::decode::malformed("Gemini", text, &e)),
         }
     }

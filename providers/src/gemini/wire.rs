@@ -31,7 +31,7 @@ pub enum Line<'a> {
     Message(#[serde(borrow)] Message<'a>),
     /// A tool call.
     #[serde(rename = "tool_use")]
-    ToolUse(#[serde(borrow)] ToolUse<'a>),
+    ToolUse(ToolUse),
     /// A tool's result.
     #[serde(rename = "tool_result")]
     ToolResult(#[serde(borrow)] ToolResult<'a>),
@@ -66,9 +66,6 @@ pub struct Init<'a> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Message<'a> {
-    /// When.
-    #[serde(borrow)]
-    pub timestamp: Option<Str<'a>>,
     /// `user` or `assistant`.
     #[serde(borrow)]
     pub role: Str<'a>,
@@ -82,10 +79,7 @@ pub struct Message<'a> {
 /// `tool_use`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct ToolUse<'a> {
-    /// When.
-    #[serde(borrow)]
-    pub timestamp: Option<Str<'a>>,
+pub struct ToolUse {
     /// The tool (`mcp_<server>_<tool>` for MCP tools).
     pub tool_name: String,
     /// The call's id.
@@ -98,9 +92,6 @@ pub struct ToolUse<'a> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct ToolResult<'a> {
-    /// When.
-    #[serde(borrow)]
-    pub timestamp: Option<Str<'a>>,
     /// The call's id.
     pub tool_id: String,
     /// `success` or `error`.
@@ -127,9 +118,6 @@ pub struct ErrorBody {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct ErrorEvent<'a> {
-    /// When.
-    #[serde(borrow)]
-    pub timestamp: Option<Str<'a>>,
     /// `warning` or `error`.
     #[serde(borrow)]
     pub severity: Option<Str<'a>>,

@@ -15,6 +15,7 @@ use crate::error::ErrorKind;
 pub fn words(words: &[&str]) -> Option<AhoCorasick> {
     AhoCorasick::builder()
         .ascii_case_insensitive(true)
+        .kind(Some(aho_corasick::AhoCorasickKind::DFA))
         .build(words)
         .ok()
 }
