@@ -137,10 +137,11 @@ impl CodexDecoder {
     }
 
     /// The events of an `item.*` line.
-    fn item(&mut self, phase: &str, item: Option<Item<'_>>) -> Vec<EventKind> {
+    fn item(&mut self, phase: &str, item: Option<Box<Item<'_>>>) -> Vec<EventKind> {
         let Some(item) = item else {
             return self.malformed(phase);
         };
+        let item = *item;
         let started = phase == "item.started";
         let completed = phase == "item.completed";
         let id = match item_id(&item) {

@@ -114,9 +114,9 @@ pub struct ErrorBody {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct ItemEvent<'a> {
-    /// The item.
+    /// The item (boxed: a large value, moved through the layers of the read).
     #[serde(borrow)]
-    pub item: Option<Item<'a>>,
+    pub item: Option<Box<Item<'a>>>,
 }
 
 /// A thread item, by `type` (`item_type` before 0.5x).
