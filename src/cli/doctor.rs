@@ -80,10 +80,10 @@ pub(super) async fn doctor(
         }));
     }
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?);
     } else {
         for r in &rows {
-            println!(
+            outln!(
                 "{}: installed {} · pinned {} · fixtures {}",
                 r["provider"].as_str().unwrap_or_default(),
                 r["installed_version"].as_str().unwrap_or("-"),
@@ -99,10 +99,10 @@ pub(super) async fn doctor(
                     .unwrap_or_else(|| "-".to_owned())
             );
             if let Some(b) = r["binary"].as_str() {
-                println!("  binary: {b}");
+                outln!("  binary: {b}");
             }
             for w in r["warnings"].as_array().into_iter().flatten() {
-                println!("  warning: {}", w.as_str().unwrap_or_default());
+                outln!("  warning: {}", w.as_str().unwrap_or_default());
             }
         }
     }

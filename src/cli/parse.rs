@@ -130,7 +130,7 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
             out.write_all(b"\n")?;
         }
     } else {
-        serde_json::to_writer_pretty(&mut out, &result)?;
+        serde_json::to_writer(&mut out, &result)?;
         out.write_all(b"\n")?;
     }
     out.flush()?;

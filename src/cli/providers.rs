@@ -78,7 +78,7 @@ pub(super) async fn providers(
         rows.push(row);
     }
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
     for r in &rows {
@@ -96,17 +96,17 @@ pub(super) async fn providers(
             None => "-".to_owned(),
         };
         if r["installed"].as_bool() == Some(true) {
-            println!("{name}: {}", r["binary"].as_str().unwrap_or_default());
+            outln!("{name}: {}", r["binary"].as_str().unwrap_or_default());
             if details {
-                println!(
+                outln!(
                     "  version {} (pinned {})",
                     r["version"].as_str().unwrap_or("?"),
                     r["pinned_version"].as_str().unwrap_or("-")
                 );
             }
-            println!("  {auth}");
+            outln!("  {auth}");
         } else {
-            println!(
+            outln!(
                 "{name}: {}",
                 r["problem"].as_str().unwrap_or("not installed")
             );
@@ -116,7 +116,7 @@ pub(super) async fn providers(
                 .as_array()
                 .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
                 .unwrap_or_default();
-            println!("  features: {}", f.join(", "));
+            outln!("  features: {}", f.join(", "));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -208,14 +208,17 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
         path("result.json"),
         serde_json::to_string_pretty(&result)? + "\n",
     )?;
-    println!(
+    outln!(
         "recorded {} ({} bytes of stdout, exit {}) with {} {version}: {}",
         path("ndjson").display(),
         stdout.len(),
         exit.map(|c| c.to_string())
             .unwrap_or_else(|| "signal".into()),
         provider.binary_name(),
-        output::summary(&result).lines().next().unwrap_or_default()
+        output::summary(&result, None)
+            .lines()
+            .next()
+            .unwrap_or_default()
     );
     Ok(ExitCode::SUCCESS)
 }

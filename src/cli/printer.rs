@@ -1,0 +1,105 @@
+//! The live printer of `aicli run` and `aicli answer`: each normalized event as a line
+//! (text deltas joined on one line, whatever the CLI: Gemini streams its answer in
+//! chunks), or as NDJSON with `--json`, the result as the last line.
+
+use aicli::BatchEvent;
+use aicli::providers::{AgentEvent, EventKind, SessionResult};
+use serde_json::json;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{out, output};
+
+/// Prints events as they come; remembers whether the last one was an unfinished delta.
+#[derive(Debug, Default)]
+pub struct EventPrinter {
+    json: bool,
+    last_delta: bool,
+}
+
+impl EventPrinter {
+    /// A printer of text (`json` false) or NDJSON.
+    pub fn new(json: bool) -> EventPrinter {
+        EventPrinter {
+            json,
+            last_delta: false,
+        }
+    }
+
+    /// Prints one event; `false` once stdout is closed.
+    pub fn event(&mut self, event: &AgentEvent) -> bool {
+        if self.json {
+            return match serde_json::to_string(event) {
+                Ok(line) => outln!("{line}"),
+                Err(_) => true,
+            };
+        }
+        let is_delta = matches!(&event.kind, EventKind::AssistantText { delta: true, .. });
+        let Some(line) = output::event_line(event) else {
+            return !out::closed();
+        };
+        let ok = if is_delta {
+            out::write_str(&line)
+        } else if self.last_delta {
+            outln!("\n{line}")
+        } else {
+            outln!("{line}")
+        };
+        self.last_delta = is_delta;
+        ok
+    }
+
+    /// Ends an unfinished line of deltas.
+    pub fn finish(&mut self) {
+        if self.last_delta && !self.json {
+            outln!();
+        }
+        self.last_delta = false;
+    }
+
+    /// Prints a run's result: the summary (hints name `batch_id`), or its JSON as the
+    /// last NDJSON line (with `"type": "session_result"`).
+    pub fn result(&mut self, r: &SessionResult, batch_id: Option<&str>) -> anyhow::Result<()> {
+        self.finish();
+        if self.json {
+            let mut v = serde_json::to_value(r)?;
+            if let Some(m) = v.as_object_mut() {
+                m.insert("type".into(), json!("session_result"));
+            }
+            outln!("{v}");
+        } else {
+            outln!("{}", output::summary(r, batch_id));
+        }
+        Ok(())
+    }
+}
+
+/// Prints the agent events of `rx` until it closes. When stdout closes (the reader went
+/// away), `cancel` is cancelled: nobody can see the run any more, its records are kept.
+pub fn spawn(
+    mut rx: broadcast::Receiver<BatchEvent>,
+    json: bool,
+    cancel: CancellationToken,
+) -> JoinHandle<EventPrinter> {
+    tokio::spawn(async move {
+        let mut printer = EventPrinter::new(json);
+        loop {
+            let ev = match rx.recv().await {
+                Ok(e) => e,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    eprintln!("aicli: {n} events were not shown (display too slow)");
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            };
+            let BatchEvent::Agent { event, .. } = ev else {
+                continue;
+            };
+            if !printer.event(&event) && out::closed() {
+                cancel.cancel();
+            }
+        }
+        printer
+    })
+}
