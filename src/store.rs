@@ -285,7 +285,7 @@ pub struct BatchSummary {
     pub batch_id: String,
     /// When it started.
     pub created_at: String,
-    /// Its provider.
+    /// Who ran its tasks: one provider, or several joined by commas.
     pub provider: String,
     /// Tasks.
     pub n_tasks: usize,
@@ -566,10 +566,22 @@ impl BatchRecord {
         let spec = self.spec()?;
         let tasks = self.tasks().unwrap_or_default();
         let count = |s: TaskState| tasks.iter().filter(|t| t.state == s).count();
+        // Who ran the tasks (a mixed batch names each), not only the default.
+        let mut providers: Vec<&str> = Vec::new();
+        for t in &tasks {
+            if !providers.contains(&t.provider.as_str()) {
+                providers.push(&t.provider);
+            }
+        }
+        let provider = if providers.is_empty() {
+            spec.provider.clone()
+        } else {
+            providers.join(",")
+        };
         Ok(BatchSummary {
             batch_id: spec.batch_id,
             created_at: spec.created_at,
-            provider: spec.provider,
+            provider,
             n_tasks: spec.tasks.len(),
             n_succeeded: count(TaskState::Succeeded),
             n_failed: count(TaskState::Failed),

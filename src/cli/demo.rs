@@ -185,7 +185,7 @@ async fn answer_of(task: &str, question: &aicli::providers::PendingQuestion, ask
         );
         return default;
     }
-    eprintln!(
+    eprint!(
         "\n{task} asks: {}\n  options: {}\n  your answer (Enter = \"{default}\"): ",
         question.question,
         question.options.join(" / ")
@@ -349,6 +349,11 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
         outln!("{}", serde_json::to_string(&result)?);
     }
     let mut text = String::new();
+    text.push_str("\nWhat each CLI said last:\n");
+    for t in &result.tasks {
+        let said = t.response.lines().next().unwrap_or_default();
+        text.push_str(&format!("  {}: {said}\n", t.task_id));
+    }
     text.push_str(&format!("\n{}\n", output::batch_table(&result)));
     let worktrees: Vec<String> = result
         .tasks

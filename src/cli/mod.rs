@@ -33,6 +33,7 @@ mod out;
 mod output;
 mod parse;
 mod printer;
+mod probe;
 mod progress;
 mod providers;
 mod record;

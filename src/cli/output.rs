@@ -230,7 +230,16 @@ pub fn batch_table(b: &BatchResult) -> String {
     const COLS: usize = 10;
     let mut rows: Vec<[String; COLS]> = vec![
         [
-            "task", "provider", "status", "in", "out", "cache", "cost", "source", "time", "detail",
+            "task",
+            "provider",
+            "status",
+            "in",
+            "out",
+            "cache",
+            "cost (last run)",
+            "source",
+            "time",
+            "detail",
         ]
         .map(str::to_owned),
     ];

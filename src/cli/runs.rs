@@ -74,7 +74,7 @@ pub(super) fn runs(
             }
         }
         Some(RunsAction::Show { id }) => {
-            let b = store.open_batch(&id).map_err(anyhow::Error::msg)?;
+            let b = store.open_batch(&id).map_err(super::common::usage)?;
             let spec = b.spec().map_err(anyhow::Error::msg)?;
             let tasks = b.tasks().map_err(anyhow::Error::msg)?;
             if json_out {
@@ -87,10 +87,10 @@ pub(super) fn runs(
                 return Ok(ExitCode::SUCCESS);
             }
             outln!(
-                "batch {} · {} · provider {} · repo {}",
+                "batch {} · {} · {} · repo {}",
                 spec.batch_id,
                 spec.created_at,
-                spec.provider,
+                providers_of(&tasks, &spec.provider),
                 spec.repo.display()
             );
             for t in tasks {
@@ -148,4 +148,19 @@ pub(super) fn runs(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `provider claude`, or `providers claude, codex` for a mixed batch: who ran its tasks.
+fn providers_of(tasks: &[aicli::store::TaskRecord], default: &str) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for t in tasks {
+        if !names.contains(&t.provider.as_str()) {
+            names.push(&t.provider);
+        }
+    }
+    match names.as_slice() {
+        [] => format!("provider {default}"),
+        [one] => format!("provider {one}"),
+        many => format!("providers {}", many.join(", ")),
+    }
 }
