@@ -173,13 +173,31 @@ impl TaskRecord {
     }
 
     /// USD spent over all attempts (known costs), and whether any cost is unknown.
+    ///
+    /// An attempt without a cost of its own (one interrupted before the CLI's last
+    /// line) is covered when a later attempt resumed its session from the start
+    /// (no prior totals to subtract) with a session-cumulative cost: that attempt's cost
+    /// already counts the interrupted one's.
     pub fn spent(&self) -> (f64, bool) {
         let mut total = 0.0;
         let mut unknown = false;
-        for r in self.attempts.iter().filter_map(|a| a.result.as_ref()) {
+        for (i, a) in self.attempts.iter().enumerate() {
+            let Some(r) = &a.result else { continue };
             match r.cost_usd {
                 Some(c) => total += c,
-                None => unknown |= r.exit_code.is_some() || r.session_id.is_some(),
+                None => {
+                    let covered = r.session_id.as_deref().is_some_and(|sid| {
+                        self.attempts[i + 1..].iter().any(|later| {
+                            later.resumed_session.as_deref() == Some(sid)
+                                && later.prior.is_none()
+                                && later.result.as_ref().is_some_and(|lr| {
+                                    lr.cost_usd.is_some()
+                                        && lr.session_totals.is_some_and(|t| t.cost_usd.is_some())
+                                })
+                        })
+                    });
+                    unknown |= !covered && (r.exit_code.is_some() || r.session_id.is_some());
+                }
             }
         }
         (total, unknown)

@@ -305,7 +305,7 @@ pub(super) fn batch_code(b: &aicli::BatchResult) -> u8 {
 
 /// The installed version of a provider's CLI (`None` when not installed or unreadable).
 pub(super) async fn installed_version(p: &aicli::providers::SharedProvider) -> Option<String> {
-    let bin = p.binary_path(None).ok()?;
+    let bin = p.binary_path(Some(&super::probe::search_path())).ok()?;
     let mut c = CommandSpec::new(&bin, &std::env::temp_dir());
     c.args(p.config().version_argv.iter().cloned());
     let out = aicli::process::run_capture(&c, Duration::from_secs(30))

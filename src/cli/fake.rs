@@ -19,7 +19,8 @@ pub struct FakeApiArgs {
     /// Point the CLIs at aicli's built-in fake model APIs on loopback (no key, no
     /// network; each CLI gets its own HOME under <repo>/.aicli/fake-api-home). SCRIPT
     /// says what the fake model does: text (default), text:TEXT, shell:COMMAND,
-    /// mcp:SERVER/TOOL, ask:QUESTION|OPTION|OPTION, error:STATUS, drop.
+    /// mcp:SERVER/TOOL, ask:QUESTION|OPTION|OPTION, error:STATUS, drop; add ;delay=MS
+    /// to pace the stream.
     #[arg(
         long = "fake-api",
         value_name = "SCRIPT",
@@ -30,8 +31,15 @@ pub struct FakeApiArgs {
     pub script: Option<String>,
 }
 
-/// A fake model's script from its spec (see [`FakeApiArgs`]).
+/// A fake model's script from its spec (see [`FakeApiArgs`]); a `;delay=MS` suffix
+/// paces the stream (MS milliseconds before each SSE event), to watch it live.
 pub fn script(spec: &str) -> anyhow::Result<Script> {
+    if let Some((base, ms)) = spec.rsplit_once(";delay=") {
+        let ms: u64 = ms
+            .parse()
+            .with_context(|| format!("'{spec}': ;delay= wants milliseconds"))?;
+        return Ok(script(base)?.with_event_delay(std::time::Duration::from_millis(ms)));
+    }
     let (kind, arg) = match spec.split_once(':') {
         Some((k, a)) => (k, Some(a)),
         None => (spec, None),

@@ -207,8 +207,12 @@ fn init_tracing(verbose: u8) {
     };
     // rmcp logs whole JSON-RPC responses (credential values included) at debug: cap it.
     // At most info (LOG_FILTER_DIRECTIVES), and no louder than aicli's own level.
+    // By default only rmcp's errors: its warnings are about the MCP clients' own
+    // habits (Gemini CLI re-opens its SSE stream after a run's session closed, and rmcp
+    // warns "Resume failed (Session error: Channel closed…)" for every slow stream),
+    // which are benign and would tear the live display. `-v` shows them.
     let rmcp_cap = if verbose == 0 {
-        "rmcp=warn"
+        "rmcp=error"
     } else {
         aicli::mcp::LOG_FILTER_DIRECTIVES
     };

@@ -16,6 +16,10 @@ use super::{out, output};
 pub struct EventPrinter {
     json: bool,
     last_delta: bool,
+    /// A whole assistant text not printed yet: when the next event is the fatal error
+    /// it spelled (Claude's "Not logged in · Please run /login" comes as both), neither
+    /// is printed, and the summary says it once.
+    held: Option<String>,
 }
 
 impl EventPrinter {
@@ -24,6 +28,7 @@ impl EventPrinter {
         EventPrinter {
             json,
             last_delta: false,
+            held: None,
         }
     }
 
@@ -35,10 +40,35 @@ impl EventPrinter {
                 Err(_) => true,
             };
         }
+        if let Some(held) = self.held.take() {
+            let spelled = matches!(
+                &event.kind,
+                EventKind::Error { fatal: true, message, .. } if message.trim() == held.trim()
+            );
+            if spelled {
+                return !out::closed();
+            }
+            if !self.line(&held, false) {
+                return false;
+            }
+        }
+        if let EventKind::AssistantText { text, delta: false } = &event.kind {
+            self.held = Some(text.clone());
+            return !out::closed();
+        }
+        // A fatal error is the run's end: the summary says it.
+        if let EventKind::Error { fatal: true, .. } = &event.kind {
+            return !out::closed();
+        }
         let is_delta = matches!(&event.kind, EventKind::AssistantText { delta: true, .. });
         let Some(line) = output::event_line(event) else {
             return !out::closed();
         };
+        self.line(&line, is_delta)
+    }
+
+    /// Prints one line (a delta continues the current one).
+    fn line(&mut self, line: &str, is_delta: bool) -> bool {
         let ok = if is_delta {
             out::write_str(&line)
         } else if self.last_delta {
@@ -50,8 +80,11 @@ impl EventPrinter {
         ok
     }
 
-    /// Ends an unfinished line of deltas.
+    /// Ends an unfinished line of deltas (printing a held text first).
     pub fn finish(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.line(&held, false);
+        }
         if self.last_delta && !self.json {
             outln!();
         }
