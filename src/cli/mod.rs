@@ -111,7 +111,7 @@ pub enum Command {
     /// List run records, or show one batch.
     Runs {
         /// Print JSON.
-        #[arg(long)]
+        #[arg(long, global = true)]
         json: bool,
         #[command(subcommand)]
         action: Option<runs::RunsAction>,
@@ -119,7 +119,7 @@ pub enum Command {
     /// List aicli's worktrees, or prune those that hold no work.
     Worktrees {
         /// Print JSON.
-        #[arg(long)]
+        #[arg(long, global = true)]
         json: bool,
         #[command(subcommand)]
         action: Option<worktrees::WorktreesAction>,
