@@ -612,3 +612,59 @@ impl BatchRecord {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aicli_providers::{CostSource, SessionTotals};
+
+    fn attempt(n: u32, resumed: Option<&str>, result: SessionResult) -> AttemptRecord {
+        AttemptRecord {
+            attempt: n,
+            kind: AttemptKind::Run,
+            started_at: String::new(),
+            finished_at: None,
+            events_start: 0,
+            events_end: None,
+            stderr_start: 0,
+            stderr_end: None,
+            model: None,
+            prior: None,
+            resumed_session: resumed.map(str::to_owned),
+            argv: Vec::new(),
+            result: Some(result),
+        }
+    }
+
+    fn result(sid: &str, cost: Option<f64>, cumulative_cost: Option<f64>) -> SessionResult {
+        let mut r =
+            SessionResult::not_started("p", aicli_providers::ErrorKind::Cancelled, "interrupted");
+        r.session_id = Some(sid.to_owned());
+        r.cost_usd = cost;
+        r.cost_source = if cost.is_some() {
+            CostSource::Reported
+        } else {
+            CostSource::Unknown
+        };
+        r.session_totals = cumulative_cost.map(|c| SessionTotals {
+            usage: Default::default(),
+            cost_usd: Some(c),
+        });
+        r
+    }
+
+    #[test]
+    fn an_interrupted_attempt_is_covered_by_a_resume_with_a_cumulative_cost() {
+        let mut rec = TaskRecord::queued(TaskSpec::default(), "p");
+        rec.attempts.push(attempt(1, None, result("s", None, None)));
+        rec.attempts
+            .push(attempt(2, Some("s"), result("s", Some(0.5), Some(0.5))));
+        assert_eq!(rec.spent(), (0.5, false));
+        // A resume whose figures are per run (no session totals) does not cover it.
+        let mut rec = TaskRecord::queued(TaskSpec::default(), "p");
+        rec.attempts.push(attempt(1, None, result("s", None, None)));
+        rec.attempts
+            .push(attempt(2, Some("s"), result("s", Some(0.5), None)));
+        assert_eq!(rec.spent(), (0.5, true));
+    }
+}

@@ -136,3 +136,35 @@ pub fn spawn(
         printer
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_that_spells_the_fatal_error_is_not_printed_and_other_text_is() {
+        let text = |t: &str| {
+            AgentEvent::synthetic(EventKind::AssistantText {
+                text: t.into(),
+                delta: false,
+            })
+        };
+        let fatal = |m: &str| {
+            AgentEvent::synthetic(EventKind::Error {
+                error_kind: aicli::providers::ErrorKind::Auth,
+                message: m.into(),
+                fatal: true,
+                http_status: None,
+            })
+        };
+        let mut p = EventPrinter::new(false);
+        assert!(p.event(&text("Not logged in")));
+        assert_eq!(p.held.as_deref(), Some("Not logged in"));
+        assert!(p.event(&fatal("Not logged in")));
+        assert_eq!(p.held, None, "dropped with its error: the summary says it");
+        assert!(p.event(&text("A real answer")));
+        assert_eq!(p.held.as_deref(), Some("A real answer"));
+        p.finish();
+        assert_eq!(p.held, None, "printed at the end");
+    }
+}

@@ -309,6 +309,13 @@ async fn wall_clock_timeout_and_idle_watchdog_end_hung_runs_and_leave_nothing() 
         "{:?}",
         i.error
     );
+    // In order: the limit, then aicli's own stop (never "before that: crashed" for the
+    // exit aicli's kill caused).
+    for r in [w, i] {
+        let e = r.error.as_deref().unwrap();
+        assert!(e.contains("; aicli then stopped the CLI"), "{e}");
+        assert!(!e.contains("before that") && !e.contains("crashed"), "{e}");
+    }
     // The session id printed before the hang is kept.
     assert_eq!(
         w.session_id.as_deref(),
