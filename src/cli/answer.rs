@@ -30,7 +30,7 @@ pub(super) async fn answer(
     let running = start_engine(config_path, &repo, no_mcp, &fake, &cancel).await?;
     let store = running.engine.store(&repo, r.runs_dir.as_deref());
     let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
-    ctrl_c_cancels(cancel.clone());
+    ctrl_c_cancels(cancel.clone(), true);
     let printer = super::printer::spawn(rx, json_out, cancel.clone());
     let result = running.engine.answer(&store, task, text, tx, cancel).await;
     running.stop();

@@ -115,7 +115,7 @@ pub(super) async fn batch(
     opts.runs_dir = r.runs_dir.clone();
     opts.base_ref = base;
     let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
-    ctrl_c_cancels(cancel.clone());
+    ctrl_c_cancels(cancel.clone(), false);
     let providers: Vec<String> = file
         .tasks
         .iter()

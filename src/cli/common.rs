@@ -182,10 +182,15 @@ pub(super) fn positive_count(s: &str) -> Result<usize, String> {
     }
 }
 
-pub(super) fn ctrl_c_cancels(cancel: CancellationToken) {
+/// Ctrl-C cancels `cancel`: the running tasks stop and are left `interrupted` (their
+/// records kept) for `aicli resume`. With `announce` it says so on stderr; a command
+/// with the live display leaves that to the display, which prints above its bars.
+pub(super) fn ctrl_c_cancels(cancel: CancellationToken, announce: bool) {
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\naicli: cancelling (records are kept)…");
+            if announce {
+                eprintln!("\naicli: interrupted; stopping the run (its record is kept)…");
+            }
             cancel.cancel();
         }
     });

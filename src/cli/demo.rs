@@ -263,7 +263,7 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
     let engine = Engine::new(config.clone(), reg)
         .with_env(env)
         .with_agent_server(server.clone());
-    ctrl_c_cancels(cancel.clone());
+    ctrl_c_cancels(cancel.clone(), false);
 
     // 1. The batch: every CLI at once, until each asks its question.
     let tasks: Vec<TaskSpec> = chosen.iter().map(|(n, v)| task(n, *v)).collect();
@@ -311,23 +311,25 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
             rx,
             DisplayOptions::new(&config, &answering, cancel.clone()),
         ));
-        let runs = answers.iter().map(|(task_id, text)| {
+        let mut runs = tokio::task::JoinSet::new();
+        for (task_id, text) in &answers {
             let task_ref = format!("{batch_id}/{task_id}");
             let engine = engine.clone();
             let store = store.clone();
             let tx = tx.clone();
             let cancel = cancel.clone();
             let text = text.clone();
-            async move { engine.answer(&store, &task_ref, &text, tx, cancel).await }
-        });
-        let results = futures_join_all(runs).await;
+            runs.spawn(async move { engine.answer(&store, &task_ref, &text, tx, cancel).await });
+        }
         drop(tx);
-        let _ = shown.await;
-        for r in results {
-            if let Err(e) = r {
-                eprintln!("aicli demo: an answer did not run: {e}");
+        while let Some(r) = runs.join_next().await {
+            match r {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => eprintln!("aicli demo: an answer did not run: {e}"),
+                Err(e) => eprintln!("aicli demo: an answer did not finish: {e}"),
             }
         }
+        let _ = shown.await;
     }
 
     // 3. The batch as its records now say (every answer settled), for the whole demo.
@@ -391,22 +393,4 @@ fn shell_word(s: &str) -> String {
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
-}
-
-/// Runs the futures at once and collects their outputs in order.
-async fn futures_join_all<F: std::future::Future>(
-    futs: impl IntoIterator<Item = F>,
-) -> Vec<F::Output>
-where
-    F: Send + 'static,
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
-    let mut out = Vec::new();
-    for h in handles {
-        if let Ok(v) = h.await {
-            out.push(v);
-        }
-    }
-    out
 }

@@ -70,7 +70,7 @@ impl EventPrinter {
     /// Prints one line (a delta continues the current one).
     fn line(&mut self, line: &str, is_delta: bool) -> bool {
         let ok = if is_delta {
-            out::write_str(&line)
+            out::write_str(line)
         } else if self.last_delta {
             outln!("\n{line}")
         } else {

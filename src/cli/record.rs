@@ -131,7 +131,7 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
     opts.worktrees = false;
     opts.runs_dir = Some(scratch.path().join("runs"));
     let (tx, _rx) = broadcast::channel::<BatchEvent>(1024);
-    ctrl_c_cancels(cancel.clone());
+    ctrl_c_cancels(cancel.clone(), true);
     let batch = engine.run_batch(vec![task], opts, tx, cancel).await?;
     drop(fake);
     let store = RunStore::new(scratch.path().join("runs"));

@@ -31,7 +31,7 @@ pub(super) async fn resume(
         }
     };
     let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
-    ctrl_c_cancels(cancel.clone());
+    ctrl_c_cancels(cancel.clone(), false);
     let providers: Vec<String> = spec
         .tasks
         .iter()

@@ -90,7 +90,7 @@ pub(super) async fn run(
         opts.base_ref = b;
     }
     let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
-    ctrl_c_cancels(cancel.clone());
+    ctrl_c_cancels(cancel.clone(), true);
     let printer = super::printer::spawn(rx, a.json, cancel.clone());
     let result = running.engine.run_batch(vec![task], opts, tx, cancel).await;
     running.stop();
