@@ -241,7 +241,7 @@ async fn a_missing_binary_fails_fast_with_not_installed_and_the_npm_command() {
     assert_eq!(
         t.error.as_deref(),
         Some(
-            "definitely-not-installed-cli is not installed (looked in PATH); install it with: npm install -g @openai/codex@0.171.0"
+            "definitely-not-installed-cli is not installed (looked in PATH and aicli's cache); install it with `aicli install`, or: npm install -g @openai/codex@0.171.0"
         )
     );
 }

@@ -292,3 +292,58 @@ fn record_attaches_aicli_s_mcp_server_and_says_a_failed_tool() {
         "{text}"
     );
 }
+
+#[test]
+fn demo_without_one_cli_says_aicli_install_and_runs_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("aicli.json");
+    std::fs::write(
+        &cfg,
+        r#"{"providers": {"codex": {"binary_path": "/no/such/codex"}}}"#,
+    )
+    .unwrap();
+    let repo = dir.path().join("demo");
+    let out = std::process::Command::new(aicli_bin())
+        .args(["--config", cfg.to_str().unwrap(), "demo", "--json", "--dir"])
+        .arg(&repo)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_code(&out, 0, "a demo without codex");
+    let err = stderr(&out);
+    assert!(
+        err.contains("codex is not installed") && err.contains("aicli install"),
+        "{err}"
+    );
+    let b = &json_lines(&out)[0];
+    let providers: Vec<&str> = b["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["provider"].as_str().unwrap())
+        .collect();
+    assert_eq!(providers, ["claude", "gemini"], "{b}");
+    assert_eq!(b["n_succeeded"], 2, "{b}");
+}
+
+#[test]
+fn a_slow_gemini_stream_prints_no_mcp_library_warning() {
+    // Gemini's MCP client re-opens its event stream on a slow run, and rmcp warns
+    // "Resume failed (Session error: Channel closed…)" each time: benign, not shown by
+    // default (it would tear the live display).
+    let cli = Cli::new();
+    let out = cli.run(&[
+        "run",
+        "hello",
+        "--provider",
+        "gemini",
+        "--fake-api=text:Hello slowly;delay=400",
+    ]);
+    assert_code(&out, 0, "a slow gemini run");
+    let err = stderr(&out);
+    assert!(
+        !err.contains("WARN") && !err.contains("Resume failed"),
+        "{err}"
+    );
+    assert!(stdout(&out).contains("Hello slowly"), "{}", stdout(&out));
+}
