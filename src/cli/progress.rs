@@ -108,8 +108,46 @@ impl Line {
     }
 }
 
+/// While the display draws on a terminal, the terminal does not echo control characters
+/// (`^C`): the echo lands inside the drawn region, which the display does not know, and
+/// left a stale task line on screen after Ctrl-C. Restored on drop.
+struct NoControlEcho(Option<nix::sys::termios::Termios>);
+
+impl NoControlEcho {
+    fn new() -> NoControlEcho {
+        use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+        use std::io::IsTerminal;
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() || !std::io::stderr().is_terminal() {
+            return NoControlEcho(None);
+        }
+        let Ok(saved) = tcgetattr(&stdin) else {
+            return NoControlEcho(None);
+        };
+        let mut quiet = saved.clone();
+        quiet.local_flags.remove(LocalFlags::ECHOCTL);
+        match tcsetattr(&stdin, SetArg::TCSANOW, &quiet) {
+            Ok(()) => NoControlEcho(Some(saved)),
+            Err(_) => NoControlEcho(None),
+        }
+    }
+}
+
+impl Drop for NoControlEcho {
+    fn drop(&mut self) {
+        if let Some(saved) = self.0.take() {
+            let _ = nix::sys::termios::tcsetattr(
+                std::io::stdin(),
+                nix::sys::termios::SetArg::TCSANOW,
+                &saved,
+            );
+        }
+    }
+}
+
 /// Draws the display until the channel closes.
 pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) {
+    let _echo = NoControlEcho::new();
     let mp = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(8));
     if let Ok(mut a) = ACTIVE.lock() {
         *a = Some(mp.clone());
