@@ -56,7 +56,7 @@ pub(super) async fn install(
         let npm = install::find_npm(&path)?;
         let specs: Vec<String> = missing.iter().map(Pin::spec).collect();
         eprintln!(
-            "aicli install: npm install --prefix {} {} (about a minute and 1 GB on a first install)",
+            "aicli install: npm install --prefix {} {} (about 1 GB and under a minute on a first install)",
             prefix.display(),
             specs.join(" ")
         );
