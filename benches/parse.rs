@@ -25,7 +25,9 @@ use std::time::Instant;
 use aicli::providers::{AiCliConfig, ExitStatus, Line, ParseContext, ProviderRegistry};
 
 fn fixture_lines(vendor: &str) -> Vec<String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(vendor);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(vendor);
     let mut files = Vec::new();
     for dir in [root.clone(), root.join("hand")] {
         for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -85,7 +87,11 @@ fn measured(prog: &str, args: &[&str]) -> (f64, u64) {
 /// Seconds and peak RSS (KiB) of a child process.
 fn run_child(cmd: &mut Command) -> (f64, u64) {
     let start = Instant::now();
-    let child = cmd.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap();
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: an all-zero `rusage` is a valid value for wait4 to fill in.
@@ -94,7 +100,10 @@ fn run_child(cmd: &mut Command) -> (f64, u64) {
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let secs = start.elapsed().as_secs_f64();
     assert_eq!(r, pid, "wait4");
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{cmd:?} failed");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{cmd:?} failed"
+    );
     std::mem::forget(child);
     (secs, usage.ru_maxrss as u64)
 }
@@ -139,7 +148,10 @@ print(n)
 "#;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     if args.first().map(String::as_str) == Some("--rss-of") {
         let (_, kib) = run_child(Command::new(&args[1]).args(&args[2..]));
         println!("{kib}");
@@ -150,7 +162,10 @@ fn main() {
     if vendors.is_empty() {
         vendors = ["claude", "codex", "gemini"].map(String::from).to_vec();
     }
-    let reps: usize = std::env::var("REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    let reps: usize = std::env::var("REPS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
     let aicli = env!("CARGO_BIN_EXE_aicli");
     let tmp = tempfile::tempdir().unwrap();
     let script = tmp.path().join("loads.py");
@@ -159,7 +174,8 @@ fn main() {
     for v in &vendors {
         let (path, bytes, lines) = corpus(v, mb, tmp.path());
         let size = bytes as f64 / 1e6;
-        let (mut parse, mut rss, mut dec, mut ign, mut py) = (f64::MAX, 0u64, f64::MAX, f64::MAX, f64::MAX);
+        let (mut parse, mut rss, mut dec, mut ign, mut py) =
+            (f64::MAX, 0u64, f64::MAX, f64::MAX, f64::MAX);
         for _ in 0..reps {
             // Interleaved, so that a busy spell of the machine hits all alike.
             let file = path.display().to_string();

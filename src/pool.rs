@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::time::Duration;
 
-use aicli_providers::config::RetryConfig;
 use aicli_providers::SessionResult;
+use aicli_providers::config::RetryConfig;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 

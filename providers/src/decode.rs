@@ -608,19 +608,29 @@ where
         let by_model: Vec<(&str, &CanonicalUsage)> = if r.usage_by_model.is_empty() {
             vec![(model.as_str(), &r.canonical_usage)]
         } else {
-            r.usage_by_model.iter().map(|(m, u)| (m.as_str(), u)).collect()
+            r.usage_by_model
+                .iter()
+                .map(|(m, u)| (m.as_str(), u))
+                .collect()
         };
-        r.set_cost(crate::usage::Cost::estimated(self.prices.estimate(by_model)));
+        r.set_cost(crate::usage::Cost::estimated(
+            self.prices.estimate(by_model),
+        ));
         match &self.verdict {
             Some((true, _, _)) => r.succeed(),
             Some((false, kind, error)) => r.fail(
                 kind.unwrap_or(ErrorKind::Unknown),
-                error.clone().unwrap_or_else(|| format!("{} reported an error", self.name)),
+                error
+                    .clone()
+                    .unwrap_or_else(|| format!("{} reported an error", self.name)),
             ),
             None => {
-                let (k, m) =
-                    self.tally
-                        .classify_without_final(&self.name, stderr, exit, (self.auth)(stderr));
+                let (k, m) = self.tally.classify_without_final(
+                    &self.name,
+                    stderr,
+                    exit,
+                    (self.auth)(stderr),
+                );
                 r.fail(k, m);
             }
         }

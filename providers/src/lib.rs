@@ -87,8 +87,8 @@ pub mod usage;
 pub mod wire;
 
 pub use config::{AiCliConfig, EngineConfig, LoadedConfig, ProviderConfig};
-pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use decode::{Decoder, ExitStatus, Line, Tally};
+pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
 pub use provider::{
     AiCliProvider, AuthStatus, BinaryLocation, CommandSpec, Feature, FileSpec, LaunchContext,

@@ -15,8 +15,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ProviderConfig;
-use crate::error::ProviderError;
 use crate::decode::{Decoder, ExitStatus};
+use crate::error::ProviderError;
 use crate::result::ParseContext;
 use crate::task::{PermissionMode, TaskSpec};
 
@@ -431,7 +431,8 @@ impl dyn AiCliProvider {
 
     /// The permission mode a task runs with.
     pub fn permission_mode(&self, task: &TaskSpec) -> PermissionMode {
-        task.permission_mode.unwrap_or(self.config().permission_mode)
+        task.permission_mode
+            .unwrap_or(self.config().permission_mode)
     }
 
     /// The model a task runs with, when one is chosen.
@@ -562,7 +563,7 @@ mod tests {
             err,
             Some((
                 crate::ErrorKind::NotInstalled,
-                "acme is not installed (looked in PATH); install it with: npm install -g @acme/cli@1.2.3".to_owned()
+                "acme is not installed (looked in PATH and aicli's cache); install it with `aicli install`, or: npm install -g @acme/cli@1.2.3".to_owned()
             ))
         );
         // A configured binary_path that is not there.
@@ -575,7 +576,7 @@ mod tests {
             Some((
                 crate::ErrorKind::NotInstalled,
                 format!(
-                    "binary_path {}/acme for provider acme does not exist or is not executable; install the CLI with: npm install -g @acme/cli@1.2.3 (or fix binary_path)",
+                    "binary_path {}/acme for provider acme does not exist or is not executable; fix binary_path, or remove it and install the CLI with `aicli install acme` (or: npm install -g @acme/cli@1.2.3)",
                     empty.path().display()
                 )
             ))

@@ -143,8 +143,18 @@ pub fn replay(
     exit: ExitStatus,
     ctx: &ParseContext,
 ) -> SessionResult {
-    let r = decode_reader(provider, stdout, DEFAULT_LINE_CAP, ctx, stderr, exit, |_| {});
-    r.unwrap_or_else(|e| SessionResult::not_started(provider.name(), crate::ErrorKind::Unknown, e.to_string()))
+    let r = decode_reader(
+        provider,
+        stdout,
+        DEFAULT_LINE_CAP,
+        ctx,
+        stderr,
+        exit,
+        |_| {},
+    );
+    r.unwrap_or_else(|e| {
+        SessionResult::not_started(provider.name(), crate::ErrorKind::Unknown, e.to_string())
+    })
 }
 
 /// As [`replay`], also returning the events (for tests and small inputs).
@@ -186,11 +196,14 @@ mod tests {
     #[test]
     fn lines_are_split_capped_and_the_last_one_kept() {
         assert_eq!(lines(b"a\nbb\n\nccc", 100), ["a", "bb", "", "ccc"]);
-        assert_eq!(lines(b"short\n0123456789abcdef\nend\n", 10), [
-            "short".to_owned(),
-            "overlong 16 0123456789abcdef".to_owned(),
-            "end".to_owned()
-        ]);
+        assert_eq!(
+            lines(b"short\n0123456789abcdef\nend\n", 10),
+            [
+                "short".to_owned(),
+                "overlong 16 0123456789abcdef".to_owned(),
+                "end".to_owned()
+            ]
+        );
         assert!(lines(b"", 10).is_empty());
         let big = vec![b'x'; 100_000];
         let got = lines(&big, 1000);

@@ -141,7 +141,11 @@ impl<'de> Deserialize<'de> for Count {
                 Ok(Count(u64::try_from(n).unwrap_or(0)))
             }
             fn visit_f64<E: de::Error>(self, n: f64) -> Result<Count, E> {
-                Ok(Count(if n.is_finite() && n > 0.0 { n as u64 } else { 0 }))
+                Ok(Count(if n.is_finite() && n > 0.0 {
+                    n as u64
+                } else {
+                    0
+                }))
             }
             fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
                 Ok(Count(0))

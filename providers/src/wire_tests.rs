@@ -51,17 +51,29 @@ fn the_tag_picks_the_variant_wherever_it_is() {
     assert_eq!(a.inner, Some(Inner::X { v: 7 }));
     // Strings without escapes are borrowed from the line.
     assert!(matches!(a.name, Some(Str(Cow::Borrowed("n1")))));
-    assert!(matches!(read(r#"{"type":"b","x":[1,{"y":2}]}"#).unwrap(), Line::B(_)));
+    assert!(matches!(
+        read(r#"{"type":"b","x":[1,{"y":2}]}"#).unwrap(),
+        Line::B(_)
+    ));
     // The older name of the tag field.
     assert!(matches!(read(r#"{"kind":"a"}"#).unwrap(), Line::A(_)));
 }
 
 #[test]
 fn an_unknown_or_missing_tag_is_other_with_its_name() {
-    assert_eq!(read(r#"{"type":"zz","a":1}"#).unwrap(), Line::Other(Cow::Borrowed("zz")));
+    assert_eq!(
+        read(r#"{"type":"zz","a":1}"#).unwrap(),
+        Line::Other(Cow::Borrowed("zz"))
+    );
     assert_eq!(read(r#"{"a":1}"#).unwrap(), Line::Other(Cow::Borrowed("")));
-    assert_eq!(read(r#"{"type":5}"#).unwrap(), Line::Other(Cow::Borrowed("")));
-    assert_eq!(read(r#"{"type":"__other"}"#).unwrap(), Line::Other(Cow::Borrowed("__other")));
+    assert_eq!(
+        read(r#"{"type":5}"#).unwrap(),
+        Line::Other(Cow::Borrowed(""))
+    );
+    assert_eq!(
+        read(r#"{"type":"__other"}"#).unwrap(),
+        Line::Other(Cow::Borrowed("__other"))
+    );
     assert!(read("[1]").is_err());
     assert!(read(r#"{"type":"a","n":1"#).is_err());
 }

@@ -134,7 +134,13 @@ fn every_fixture_replays_to_its_committed_result() {
         let Ok(provider) = registry.get(&f.provider) else {
             continue; // fixtures of a vendor registered elsewhere (e.g. the engine's tests)
         };
-        let result = replay::replay(provider.as_ref(), &f.stdout, &f.stderr, f.exit, &f.meta.context);
+        let result = replay::replay(
+            provider.as_ref(),
+            &f.stdout,
+            &f.stderr,
+            f.exit,
+            &f.meta.context,
+        );
         let actual = serde_json::to_string_pretty(&result).unwrap_or_default() + "\n";
         let expected_path = f.with("result.json");
         if bless {
@@ -154,7 +160,11 @@ fn every_fixture_replays_to_its_committed_result() {
         }
         checked += 1;
     }
-    assert!(checked > 100, "only {checked} fixtures under {}", fixtures_dir().display());
+    assert!(
+        checked > 100,
+        "only {checked} fixtures under {}",
+        fixtures_dir().display()
+    );
     assert!(
         failures.is_empty(),
         "{} of {checked} fixtures differ from their .result.json:\n{}\n\nIf the change is intended, regenerate with:\n  AICLI_BLESS=1 cargo test -p aicli-providers --test fixtures",
@@ -169,9 +179,16 @@ fn every_fixture_replays_to_its_committed_result() {
 fn usage_events_add_up_to_the_result_on_every_fixture() {
     let registry = registry();
     for f in fixtures() {
-        let Ok(provider) = registry.get(&f.provider) else { continue };
-        let (events, r) =
-            replay::replay_events(provider.as_ref(), &f.stdout, &f.stderr, f.exit, &f.meta.context);
+        let Ok(provider) = registry.get(&f.provider) else {
+            continue;
+        };
+        let (events, r) = replay::replay_events(
+            provider.as_ref(),
+            &f.stdout,
+            &f.stderr,
+            f.exit,
+            &f.meta.context,
+        );
         let mut total = CanonicalUsage::default();
         let mut by_model: BTreeMap<String, CanonicalUsage> = BTreeMap::new();
         for e in &events {
@@ -185,7 +202,10 @@ fn usage_events_add_up_to_the_result_on_every_fixture() {
         assert_eq!(total, r.canonical_usage, "{}", f.stem.display());
         for (m, u) in &r.usage_by_model {
             let got = by_model.get(m).copied().unwrap_or_default();
-            let tokens = |u: &CanonicalUsage| CanonicalUsage { request_count: 0, ..*u };
+            let tokens = |u: &CanonicalUsage| CanonicalUsage {
+                request_count: 0,
+                ..*u
+            };
             assert_eq!(tokens(&got), tokens(u), "{} model {m}", f.stem.display());
         }
     }
@@ -195,7 +215,9 @@ fn usage_events_add_up_to_the_result_on_every_fixture() {
 /// models the hand-written fixtures use, and the CLI's fallback for a model it does not
 /// know (`fake-model-x`: priced as its default model).
 fn claude_prices() -> PriceTable {
-    let mut t = AiCliConfig::builtin().unwrap_or_else(|e| panic!("{e}")).providers["claude"]
+    let mut t = AiCliConfig::builtin()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .providers["claude"]
         .prices
         .clone();
     let p = |input, cached, write, output| ModelPrice {
@@ -267,13 +289,24 @@ fn documented_line_types_are_typed() {
     ];
     let mut seen = std::collections::BTreeSet::new();
     for f in fixtures() {
-        let Ok(provider) = registry.get(&f.provider) else { continue };
-        let (events, _) =
-            replay::replay_events(provider.as_ref(), &f.stdout, &f.stderr, f.exit, &f.meta.context);
+        let Ok(provider) = registry.get(&f.provider) else {
+            continue;
+        };
+        let (events, _) = replay::replay_events(
+            provider.as_ref(),
+            &f.stdout,
+            &f.stderr,
+            f.exit,
+            &f.meta.context,
+        );
         for e in &events {
             if let EventKind::Unknown { vendor_type } = &e.kind {
                 let t = vendor_type.clone().unwrap_or_default();
-                assert!(!documented.contains(&t.as_str()), "{}: {t} is Unknown", f.stem.display());
+                assert!(
+                    !documented.contains(&t.as_str()),
+                    "{}: {t} is Unknown",
+                    f.stem.display()
+                );
             }
             seen.insert(e.type_name());
         }

@@ -82,7 +82,10 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         (any::<usize>(), 1usize..300).prop_map(|(i, d)| Mutation::Nest(i, d)),
         (
             any::<usize>(),
-            prop::collection::vec(prop::sample::select(vec![0x80u8, 0xc3, 0xff, 0xed, 0xa0, 0xfe]), 1..4)
+            prop::collection::vec(
+                prop::sample::select(vec![0x80u8, 0xc3, 0xff, 0xed, 0xa0, 0xfe]),
+                1..4
+            )
         )
             .prop_map(|(i, b)| Mutation::InvalidUtf8(i, b)),
         (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Mutation::Splice(a, b)),
@@ -93,7 +96,13 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 
 /// `line` mangled by `m` (`other` is a second seed line for splices).
 fn apply(m: &Mutation, line: &[u8], other: &[u8]) -> Vec<u8> {
-    let at = |i: usize| if line.is_empty() { 0 } else { i % (line.len() + 1) };
+    let at = |i: usize| {
+        if line.is_empty() {
+            0
+        } else {
+            i % (line.len() + 1)
+        }
+    };
     let mut l = line.to_vec();
     match m {
         Mutation::Truncate(i) => l.truncate(at(*i)),
@@ -159,13 +168,20 @@ fn feed(vendor: &str, p: &SharedProvider, seeds: &[Vec<u8>], picks: &[(usize, us
             .unwrap_or(&line)
             .iter()
             .all(u8::is_ascii_whitespace);
-        assert!(blank || !events.is_empty(), "{vendor}: no event for {:?}", String::from_utf8_lossy(&line));
+        assert!(
+            blank || !events.is_empty(),
+            "{vendor}: no event for {:?}",
+            String::from_utf8_lossy(&line)
+        );
         let _ = d.usage();
         let _ = d.finished();
     }
     let r = d.finish("some stderr\n", ExitStatus::Code(1));
     assert!(!r.provider.is_empty());
-    let i = ["claude", "codex", "gemini"].iter().position(|v| *v == vendor).unwrap_or(0);
+    let i = ["claude", "codex", "gemini"]
+        .iter()
+        .position(|v| *v == vendor)
+        .unwrap_or(0);
     RUNS[i].fetch_add(picks.len() as u64, Ordering::Relaxed);
 }
 
@@ -200,7 +216,10 @@ fn fuzz_vendor(vendor: &'static str) {
             break;
         }
     }
-    let i = ["claude", "codex", "gemini"].iter().position(|v| *v == vendor).unwrap_or(0);
+    let i = ["claude", "codex", "gemini"]
+        .iter()
+        .position(|v| *v == vendor)
+        .unwrap_or(0);
     println!(
         "fuzz {vendor}: {} lines decoded in {} runs, {:.1} s, 0 panics",
         RUNS[i].load(Ordering::Relaxed),
@@ -247,7 +266,12 @@ fn deep_nesting_and_a_50_mb_line_are_protocol_events() {
             assert!(!evs.is_empty(), "{vendor}");
         }
         let evs = d.line(Line::Bytes(deep.as_bytes()));
-        assert_eq!(evs[0].type_name(), "protocol", "{vendor}: {:?}", evs[0].kind);
+        assert_eq!(
+            evs[0].type_name(),
+            "protocol",
+            "{vendor}: {:?}",
+            evs[0].kind
+        );
         // A 50 MB line as the decoder sees it uncapped, and as a capped reader gives it.
         let evs = d.line(Line::Bytes(big_string.as_bytes()));
         assert!(!evs.is_empty(), "{vendor}");

@@ -1,3 +1,4 @@
+mod cli;
 mod e2e;
 mod engine;
 mod human;

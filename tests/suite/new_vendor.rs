@@ -36,13 +36,24 @@ impl AiCliProvider for Acme {
     }
     fn command(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError> {
         let mut c = CommandSpec::new(ctx.binary, ctx.workdir);
-        c.args(self.config.extra_args.iter().cloned()).args(["--json"]);
+        c.args(self.config.extra_args.iter().cloned())
+            .args(["--json"]);
         c.stdin = Some(ctx.task.prompt.clone());
         Ok(c)
     }
     fn decoder(&self, ctx: &ParseContext) -> Box<dyn Decoder> {
-        let auth = |stderr: &str| stderr.contains("ACME_KEY missing").then(|| "set ACME_KEY".into());
-        Box::new(SimpleDecoder::new(&self.name, &self.config, ctx.model.clone(), acme_line, auth))
+        let auth = |stderr: &str| {
+            stderr
+                .contains("ACME_KEY missing")
+                .then(|| "set ACME_KEY".into())
+        };
+        Box::new(SimpleDecoder::new(
+            &self.name,
+            &self.config,
+            ctx.model.clone(),
+            acme_line,
+            auth,
+        ))
     }
 }
 
@@ -55,7 +66,11 @@ enum AcmeLine<'a> {
     #[serde(rename = "say")]
     Say { text: String },
     #[serde(rename = "tool")]
-    Tool { id: String, name: String, args: serde_json::Value },
+    Tool {
+        id: String,
+        name: String,
+        args: serde_json::Value,
+    },
     #[serde(rename = "done")]
     Done { ok: bool, tokens: Tokens },
     #[serde(rename = "__other")]
@@ -72,35 +87,44 @@ struct Tokens {
 }
 
 fn acme_line(line: &str) -> Result<Vec<EventKind>, String> {
-    Ok(vec![match serde_json::from_str(line).map_err(|e| e.to_string())? {
-        AcmeLine::Start { sid, model } => EventKind::SessionStarted {
-            session_id: sid,
-            model: Some(model),
-            cwd: None,
-            tools: vec![],
-            mcp_servers: vec![],
-            cli_version: None,
+    Ok(vec![
+        match serde_json::from_str(line).map_err(|e| e.to_string())? {
+            AcmeLine::Start { sid, model } => EventKind::SessionStarted {
+                session_id: sid,
+                model: Some(model),
+                cwd: None,
+                tools: vec![],
+                mcp_servers: vec![],
+                cli_version: None,
+            },
+            AcmeLine::Say { text } => EventKind::AssistantText { text, delta: true },
+            AcmeLine::Tool { id, name, args } => EventKind::ToolCall {
+                id,
+                name,
+                input: args,
+                mcp_server: None,
+            },
+            AcmeLine::Done { ok, tokens } => EventKind::Final {
+                success: ok,
+                text: None,
+                error_kind: None,
+                error: (!ok).then(|| "acme said no".into()),
+                usage: Some(CanonicalUsage {
+                    input_tokens: tokens.input - tokens.cached,
+                    cache_read: tokens.cached,
+                    output_tokens: tokens.out,
+                    request_count: 1,
+                    ..CanonicalUsage::default()
+                }),
+                cost_usd: None,
+                num_turns: None,
+                duration_ms: None,
+            },
+            AcmeLine::Other(t) => EventKind::Unknown {
+                vendor_type: Some(t.into_owned()),
+            },
         },
-        AcmeLine::Say { text } => EventKind::AssistantText { text, delta: true },
-        AcmeLine::Tool { id, name, args } => EventKind::ToolCall { id, name, input: args, mcp_server: None },
-        AcmeLine::Done { ok, tokens } => EventKind::Final {
-            success: ok,
-            text: None,
-            error_kind: None,
-            error: (!ok).then(|| "acme said no".into()),
-            usage: Some(CanonicalUsage {
-                input_tokens: tokens.input - tokens.cached,
-                cache_read: tokens.cached,
-                output_tokens: tokens.out,
-                request_count: 1,
-                ..CanonicalUsage::default()
-            }),
-            cost_usd: None,
-            num_turns: None,
-            duration_ms: None,
-        },
-        AcmeLine::Other(t) => EventKind::Unknown { vendor_type: Some(t.into_owned()) },
-    }])
+    ])
 }
 
 fn acme_data() -> std::path::PathBuf {

@@ -69,15 +69,28 @@ async fn the_prompt_is_on_stdin_never_in_the_command_line() {
             {
                 break pid;
             }
-            assert!(tokio::time::Instant::now() < deadline, "{vendor}: the CLI never started");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{vendor}: the CLI never started"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        assert!(cmdline.contains("stream-json") || cmdline.contains("--json"), "{vendor}: {cmdline}");
-        assert!(!cmdline.contains("7f3a9c"), "{vendor}: the prompt is in argv: {cmdline}");
+        assert!(
+            cmdline.contains("stream-json") || cmdline.contains("--json"),
+            "{vendor}: {cmdline}"
+        );
+        assert!(
+            !cmdline.contains("7f3a9c"),
+            "{vendor}: the prompt is in argv: {cmdline}"
+        );
         let batch = run.await.unwrap();
         assert_eq!(batch.tasks.len(), 1);
-        assert_eq!(std::fs::read_to_string(&stdin_file).unwrap(), prompt, "{vendor}");
+        assert_eq!(
+            std::fs::read_to_string(&stdin_file).unwrap(),
+            prompt,
+            "{vendor}"
+        );
     }
 }

@@ -16,7 +16,10 @@ pub const MCP_CONFIG_FILE: &str = "claude-mcp.json";
 
 impl ClaudeProvider {
     /// The command for `ctx.task` (see the module docs).
-    pub(super) fn build_command(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError> {
+    pub(super) fn build_command(
+        &self,
+        ctx: &LaunchContext<'_>,
+    ) -> Result<CommandSpec, ProviderError> {
         let task = ctx.task;
         if task.prompt.trim().is_empty() {
             return Err(ProviderError::InvalidTask {
@@ -158,7 +161,12 @@ fn mcp_allowed_tools(endpoint: &McpEndpoint) -> Vec<String> {
 }
 
 /// The IDE lockfile for a run: `<port>.lock` with the workspace and the run's token.
-pub(super) fn ide_lockfile(endpoint: &McpEndpoint, port: u16, workspace: &Path, pid: u32) -> (String, String) {
+pub(super) fn ide_lockfile(
+    endpoint: &McpEndpoint,
+    port: u16,
+    workspace: &Path,
+    pid: u32,
+) -> (String, String) {
     let contents = json!({
         "pid": pid,
         "workspaceFolders": [workspace.to_string_lossy()],

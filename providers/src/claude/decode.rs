@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::ClaudeProvider;
 use super::classify::{ApiErrorFacts, Outcome, retry_kind};
-use super::wire::{self, ApiEvent, Block, Delta, Line, MessageUsage, System, UserBlock, UserContent};
+use super::wire::{
+    self, ApiEvent, Block, Delta, Line, MessageUsage, System, UserBlock, UserContent,
+};
 use crate::decode::{Decoder, ExitStatus, Line as InputLine, Tally, events_of, protocol_of};
 use crate::event::{AgentEvent, EventKind, McpServerStatus};
 use crate::result::{ParseContext, SessionResult};
@@ -115,12 +117,20 @@ impl ClaudeDecoder {
     }
 
     /// A model response starts: counts it and gives its usage snapshot as a Usage event.
-    fn response(&mut self, id: &str, model: Option<&str>, usage: Option<MessageUsage>) -> Option<EventKind> {
+    fn response(
+        &mut self,
+        id: &str,
+        model: Option<&str>,
+        usage: Option<MessageUsage>,
+    ) -> Option<EventKind> {
         let model = model.filter(|m| !m.is_empty());
         if model == Some(SYNTHETIC_MODEL) || !self.new_message(id) {
             return None;
         }
-        let name = model.map(str::to_owned).or_else(|| self.tally.model.clone()).unwrap_or_default();
+        let name = model
+            .map(str::to_owned)
+            .or_else(|| self.tally.model.clone())
+            .unwrap_or_default();
         *self.requests.entry(name.clone()).or_default() += 1;
         let mut u = snapshot(usage.unwrap_or_default());
         u.request_count = 1;
@@ -131,7 +141,11 @@ impl ClaudeDecoder {
     }
 
     /// A `message_delta`: the message's counts so far; the increment as a Usage event.
-    fn message_delta(&mut self, api_message_id: Option<&str>, usage: MessageUsage) -> Option<EventKind> {
+    fn message_delta(
+        &mut self,
+        api_message_id: Option<&str>,
+        usage: MessageUsage,
+    ) -> Option<EventKind> {
         let (id, model, before) = self.streaming.as_mut()?;
         if api_message_id.is_some_and(|m| m != id) {
             return None;
@@ -199,7 +213,10 @@ impl ClaudeDecoder {
                 let i = *i;
                 let first = self.tally.session_id.is_none() && self.init.is_empty();
                 if first {
-                    for (k, v) in [("permissionMode", i.permission_mode), ("apiKeySource", i.api_key_source)] {
+                    for (k, v) in [
+                        ("permissionMode", i.permission_mode),
+                        ("apiKeySource", i.api_key_source),
+                    ] {
                         if let Some(v) = v {
                             self.init.push((k, v.to_owned()));
                         }
@@ -242,7 +259,9 @@ impl ClaudeDecoder {
                 }
             }
             System::Status(s) => EventKind::Status {
-                status: s.status.map_or_else(|| "idle".to_owned(), |s| s.into_string()),
+                status: s
+                    .status
+                    .map_or_else(|| "idle".to_owned(), |s| s.into_string()),
             },
             System::HookStarted(h) => hook(h, "started"),
             System::HookResponse(h) => hook(h, "response"),
@@ -314,7 +333,10 @@ impl ClaudeDecoder {
                     } else {
                         push_block(&mut self.blocks, &t);
                     }
-                    EventKind::AssistantText { text: t, delta: false }
+                    EventKind::AssistantText {
+                        text: t,
+                        delta: false,
+                    }
                 }
                 Block::Thinking(t) => EventKind::Thinking {
                     text: t.thinking.into_string(),
@@ -359,7 +381,11 @@ impl ClaudeDecoder {
 
     fn stream_event(&mut self, l: wire::StreamEvent<'_>) -> Vec<EventKind> {
         let api_id = l.api_message_id;
-        let status = |s: &str| vec![EventKind::Status { status: s.to_owned() }];
+        let status = |s: &str| {
+            vec![EventKind::Status {
+                status: s.to_owned(),
+            }]
+        };
         match l.event {
             Some(ApiEvent::MessageStart(m)) => {
                 let mut out = status("message_start");
@@ -387,7 +413,10 @@ impl ClaudeDecoder {
                 Some(Delta::Text(t)) => {
                     let t = t.text.into_string();
                     self.deltas.push_str(&t);
-                    vec![EventKind::AssistantText { text: t, delta: true }]
+                    vec![EventKind::AssistantText {
+                        text: t,
+                        delta: true,
+                    }]
                 }
                 Some(Delta::Thinking(t)) => vec![EventKind::Thinking {
                     text: t.thinking.into_string(),
@@ -565,7 +594,11 @@ impl Decoder for ClaudeDecoder {
                 let kinds = self.line_kinds(l);
                 events_of(&mut self.tally, text, kinds)
             }
-            Err(e) => protocol_of(&mut self.tally, text, crate::decode::malformed("claude", text, &e)),
+            Err(e) => protocol_of(
+                &mut self.tally,
+                text,
+                crate::decode::malformed("claude", text, &e),
+            ),
         }
     }
 
@@ -581,4 +614,3 @@ impl Decoder for ClaudeDecoder {
         super::result::finish(*self, stderr, exit)
     }
 }
-

@@ -220,11 +220,8 @@ impl ClaudeDecoder {
             let cost = self.total_cost(prior).unwrap_or_else(|| estimate(&by));
             (with_requests(by), usage, cost)
         } else if let Some(main) = res.main_usage {
-            let by: BTreeMap<String, CanonicalUsage> = self
-                .model_name()
-                .map(|m| (m, main))
-                .into_iter()
-                .collect();
+            let by: BTreeMap<String, CanonicalUsage> =
+                self.model_name().map(|m| (m, main)).into_iter().collect();
             let cost = self.total_cost(prior).unwrap_or_else(|| estimate(&by));
             (with_requests(by), main, cost)
         } else if res.count > 0 {

@@ -12,11 +12,18 @@ use crate::result::SessionResult;
 use crate::usage::CanonicalUsage;
 
 fn provider() -> ClaudeProvider {
-    ClaudeProvider::new("claude", AiCliConfig::builtin().unwrap().providers["claude"].clone())
+    ClaudeProvider::new(
+        "claude",
+        AiCliConfig::builtin().unwrap().providers["claude"].clone(),
+    )
 }
 
 fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/../fixtures/claude/{name}.ndjson", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read(format!(
+        "{}/../fixtures/claude/{name}.ndjson",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
 }
 
 fn run(stdout: &[u8], exit: ExitStatus) -> (Vec<AgentEvent>, SessionResult) {
@@ -32,8 +39,14 @@ fn one_line_with_several_blocks_gives_an_event_per_block_sharing_its_raw_line() 
     let line = r#"{"type":"assistant","message":{"id":"m1","model":"claude-opus-5-5","content":[{"type":"thinking","thinking":"hmm"},{"type":"text","text":"Hi"},{"type":"tool_use","id":"t1","name":"mcp__aicli__log","input":{"message":"x"}}],"usage":{"input_tokens":3,"output_tokens":1}},"tool_use_meta":[{"id":"t1","tool_name":"log"}]}"#;
     let mut d = provider().decoder(&ParseContext::default());
     let evs = d.line(Line::from(line));
-    assert_eq!(kinds(&evs), ["usage", "thinking", "assistant_text", "tool_call"]);
-    assert!(evs.iter().all(|e| std::sync::Arc::ptr_eq(&e.raw, &evs[0].raw)));
+    assert_eq!(
+        kinds(&evs),
+        ["usage", "thinking", "assistant_text", "tool_call"]
+    );
+    assert!(
+        evs.iter()
+            .all(|e| std::sync::Arc::ptr_eq(&e.raw, &evs[0].raw))
+    );
     assert_eq!(&*evs[0].raw, line);
     assert_eq!(
         evs[3].kind,
@@ -76,11 +89,17 @@ fn partial_messages_give_text_deltas_and_live_usage() {
         .collect();
     assert_eq!(usage[0].input_tokens, 12);
     assert_eq!(usage[0].request_count, 1);
-    assert_eq!(usage[1].output_tokens, 6, "message_delta: 7 after the snapshot's 1");
+    assert_eq!(
+        usage[1].output_tokens, 6,
+        "message_delta: 7 after the snapshot's 1"
+    );
     let sum = usage.iter().fold(CanonicalUsage::default(), |a, u| a + *u);
     assert_eq!(sum, r.canonical_usage);
     assert!(r.success);
-    assert!(events.iter().any(|e| e.kind == EventKind::Status { status: "requesting".into() }));
+    assert!(events.iter().any(|e| e.kind
+        == EventKind::Status {
+            status: "requesting".into()
+        }));
 }
 
 #[test]
@@ -108,7 +127,10 @@ fn hooks_tasks_and_statuses_are_typed_and_the_run_waits_for_background_tasks() {
     let subtasks: Vec<(String, String)> = all
         .iter()
         .filter_map(|e| {
-            let EventKind::Subtask { task_id, status, .. } = &e.kind else {
+            let EventKind::Subtask {
+                task_id, status, ..
+            } = &e.kind
+            else {
                 return None;
             };
             Some((task_id.clone(), status.clone()))
@@ -137,7 +159,10 @@ fn no_exit_code_says_nothing_about_signals() {
     let (_, exited) = run(cut, ExitStatus::Code(137));
     assert_eq!(unknown.error_kind, Some(ErrorKind::Protocol));
     let msg = unknown.error.unwrap();
-    assert!(!msg.contains("signal") && !msg.contains("exit code"), "{msg}");
+    assert!(
+        !msg.contains("signal") && !msg.contains("exit code"),
+        "{msg}"
+    );
     assert!(killed.error.unwrap().contains("killed by a signal"));
     assert!(exited.error.unwrap().contains("exit code 137"));
     assert_eq!(unknown.exit_code, None);
@@ -146,7 +171,12 @@ fn no_exit_code_says_nothing_about_signals() {
 #[test]
 fn malformed_lines_are_protocol_events_and_the_rest_still_counts() {
     let mut stdout = fixture("text");
-    stdout.splice(0..0, b"not json\n[1,2]\n{\"type\":\"result\",\"num_turns\":\"x\"}\n\xff\xfe\n".iter().copied());
+    stdout.splice(
+        0..0,
+        b"not json\n[1,2]\n{\"type\":\"result\",\"num_turns\":\"x\"}\n\xff\xfe\n"
+            .iter()
+            .copied(),
+    );
     let (events, r) = run(&stdout, ExitStatus::Code(0));
     let protocol: Vec<&str> = events
         .iter()
@@ -169,11 +199,18 @@ fn malformed_lines_are_protocol_events_and_the_rest_still_counts() {
 
 #[test]
 fn another_clis_stream_is_refused_as_foreign() {
-    let codex = std::fs::read(format!("{}/../fixtures/codex/text.ndjson", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let codex = std::fs::read(format!(
+        "{}/../fixtures/codex/text.ndjson",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
     let (_, r) = run(&codex, ExitStatus::Code(0));
     assert_eq!(r.error_kind, Some(ErrorKind::Protocol));
     let m = r.error.unwrap();
-    assert!(m.contains("not Claude Code stream-json") && m.contains("thread.started"), "{m}");
+    assert!(
+        m.contains("not Claude Code stream-json") && m.contains("thread.started"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -206,8 +243,12 @@ fn over_long_lines_keep_their_start() {
         prefix: &big,
         cap: 8 * 1024 * 1024,
     });
-    let [ev] = evs.as_slice() else { panic!("{evs:?}") };
+    let [ev] = evs.as_slice() else {
+        panic!("{evs:?}")
+    };
     assert_eq!(ev.raw.len(), crate::decode::PROTOCOL_RAW_PREFIX);
-    assert!(matches!(&ev.kind, EventKind::Protocol { line_bytes: 20_000_000, message } if message.contains("exceeds the cap")));
+    assert!(
+        matches!(&ev.kind, EventKind::Protocol { line_bytes: 20_000_000, message } if message.contains("exceeds the cap"))
+    );
     assert_eq!(d.finish("", ExitStatus::Code(0)).protocol_errors, 1);
 }

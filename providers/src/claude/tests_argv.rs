@@ -29,7 +29,12 @@ fn endpoint() -> McpEndpoint {
     }
 }
 
-fn argv_for(p: &ClaudeProvider, task: &TaskSpec, is_root: bool, remaining: Option<f64>) -> Result<CommandSpec, ProviderError> {
+fn argv_for(
+    p: &ClaudeProvider,
+    task: &TaskSpec,
+    is_root: bool,
+    remaining: Option<f64>,
+) -> Result<CommandSpec, ProviderError> {
     let binary = BinaryLocation::Path("/usr/bin/claude".into());
     let env = BTreeMap::new();
     let ctx = LaunchContext {
@@ -123,7 +128,10 @@ fn argv_with_every_flag_and_the_prompt_on_stdin() {
             env: BTreeMap::from([
                 ("A".into(), "override".into()),
                 ("B".into(), "2".into()),
-                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
+                (
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(),
+                    "1".into()
+                ),
             ]),
             env_remove: vec![],
             env_clear: false,
@@ -159,12 +167,24 @@ fn permission_modes_map_to_flags_and_root_bypass_sets_is_sandbox() {
         t.permission_mode = Some(mode);
         let c = argv_for(&p, &t, root, None).unwrap();
         let at = c.args.iter().position(|a| a == "--permission-mode");
-        (at.map(|i| c.args[i + 1].clone()), c.env.get("IS_SANDBOX").cloned())
+        (
+            at.map(|i| c.args[i + 1].clone()),
+            c.env.get("IS_SANDBOX").cloned(),
+        )
     };
-    assert_eq!(flag(PermissionMode::Plan, false), (Some("plan".into()), None));
+    assert_eq!(
+        flag(PermissionMode::Plan, false),
+        (Some("plan".into()), None)
+    );
     assert_eq!(flag(PermissionMode::Default, false), (None, None));
-    assert_eq!(flag(PermissionMode::AcceptEdits, false), (Some("acceptEdits".into()), None));
-    assert_eq!(flag(PermissionMode::Bypass, false), (Some("bypassPermissions".into()), None));
+    assert_eq!(
+        flag(PermissionMode::AcceptEdits, false),
+        (Some("acceptEdits".into()), None)
+    );
+    assert_eq!(
+        flag(PermissionMode::Bypass, false),
+        (Some("bypassPermissions".into()), None)
+    );
     assert_eq!(
         flag(PermissionMode::Bypass, true),
         (Some("bypassPermissions".into()), Some("1".into()))
@@ -209,7 +229,11 @@ fn ide_lockfile_names_the_port_and_carries_the_token() {
 fn auth_status_probe_outputs() {
     let p = ClaudeProvider::new("claude", config());
     assert_eq!(
-        p.parse_auth_status(r#"{"loggedIn": true, "authMethod": "api_key"}"#, "", Some(0)),
+        p.parse_auth_status(
+            r#"{"loggedIn": true, "authMethod": "api_key"}"#,
+            "",
+            Some(0)
+        ),
         AuthStatus::LoggedIn {
             method: Some("api_key".into())
         }
@@ -219,7 +243,11 @@ fn auth_status_probe_outputs() {
         AuthStatus::LoggedOut { .. }
     ));
     assert!(matches!(
-        p.parse_auth_status("Not logged in. Run claude auth login to authenticate.", "", Some(1)),
+        p.parse_auth_status(
+            "Not logged in. Run claude auth login to authenticate.",
+            "",
+            Some(1)
+        ),
         AuthStatus::LoggedOut { .. }
     ));
     assert!(matches!(

@@ -11,7 +11,10 @@ use crate::task::PermissionMode;
 
 impl CodexProvider {
     /// The command for `ctx.task` (see the module docs).
-    pub(super) fn build_command(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError> {
+    pub(super) fn build_command(
+        &self,
+        ctx: &LaunchContext<'_>,
+    ) -> Result<CommandSpec, ProviderError> {
         let task = ctx.task;
         let config = &self.config;
         let workdir = ctx.workdir.to_str().ok_or_else(|| {

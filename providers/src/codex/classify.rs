@@ -28,7 +28,12 @@ pub fn classify_message(message: &str) -> (ErrorKind, Option<u16>) {
         (ErrorKind::InvalidResume, &["no rollout found"]),
         (
             ErrorKind::RateLimit,
-            &["quota exceeded", "usage limit", "rate limit", "too many requests"],
+            &[
+                "quota exceeded",
+                "usage limit",
+                "rate limit",
+                "too many requests",
+            ],
         ),
         (
             ErrorKind::Auth,

@@ -355,7 +355,11 @@ pub(super) fn canonical(u: &Usage) -> CanonicalUsage {
     let cached = u.cached_input_tokens.0;
     let written = u.cache_write_input_tokens.0;
     CanonicalUsage {
-        input_tokens: u.input_tokens.0.saturating_sub(cached).saturating_sub(written),
+        input_tokens: u
+            .input_tokens
+            .0
+            .saturating_sub(cached)
+            .saturating_sub(written),
         output_tokens: u.output_tokens.0,
         cache_read: cached,
         cache_write: written,

@@ -15,7 +15,10 @@ use crate::replay;
 use crate::task::{PermissionMode, TaskSpec};
 
 fn provider() -> CodexProvider {
-    CodexProvider::new("codex", AiCliConfig::builtin().unwrap().providers["codex"].clone())
+    CodexProvider::new(
+        "codex",
+        AiCliConfig::builtin().unwrap().providers["codex"].clone(),
+    )
 }
 
 fn command(task: &TaskSpec, mcp: Option<&McpEndpoint>) -> CommandSpec {
@@ -74,7 +77,10 @@ fn the_mcp_server_is_a_config_override_and_its_token_an_env_var() {
     };
     let c = command(&TaskSpec::new("x"), Some(&ep));
     assert!(c.args.contains(&"mcp_servers.aicli={url=\"http://127.0.0.1:4000/mcp\", bearer_token_env_var=\"AICLI_MCP_TOKEN\", default_tools_approval_mode=\"approve\"}".to_owned()));
-    assert_eq!(c.env.get(MCP_TOKEN_ENV).map(String::as_str), Some("tok-123"));
+    assert_eq!(
+        c.env.get(MCP_TOKEN_ENV).map(String::as_str),
+        Some("tok-123")
+    );
     assert!(!c.args.iter().any(|a| a.contains("tok-123")));
 }
 
@@ -82,12 +88,29 @@ fn the_mcp_server_is_a_config_override_and_its_token_an_env_var() {
 fn retry_notices_and_errors_are_classified() {
     let mut d = provider().decoder(&ParseContext::default());
     let evs = d.line(Line::from(r#"{"type":"error","message":"Reconnecting... 2/5 (unexpected status 401 Unauthorized: nope)"}"#));
-    let EventKind::Retry { attempt, max_retries, error_kind, http_status, .. } = &evs[0].kind else {
+    let EventKind::Retry {
+        attempt,
+        max_retries,
+        error_kind,
+        http_status,
+        ..
+    } = &evs[0].kind
+    else {
         panic!("{evs:?}")
     };
-    assert_eq!((*attempt, *max_retries, *error_kind, *http_status), (Some(2), Some(5), ErrorKind::Auth, Some(401)));
+    assert_eq!(
+        (*attempt, *max_retries, *error_kind, *http_status),
+        (Some(2), Some(5), ErrorKind::Auth, Some(401))
+    );
     let evs = d.line(Line::from(r#"{"type":"turn.failed","error":{"message":"exceeded retry limit, last status: 429 Too Many Requests"}}"#));
-    assert!(matches!(&evs[0].kind, EventKind::Final { success: false, error_kind: Some(ErrorKind::RateLimit), .. }));
+    assert!(matches!(
+        &evs[0].kind,
+        EventKind::Final {
+            success: false,
+            error_kind: Some(ErrorKind::RateLimit),
+            ..
+        }
+    ));
     assert!(d.finished());
     let r = d.finish("", ExitStatus::Code(1));
     assert_eq!(r.error_kind, Some(ErrorKind::RateLimit));

@@ -7,8 +7,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::settings::{RunSettings, admit_mcp_servers, approval_mode, list_dir, merge_layer, read_user_settings};
-use super::{GEMINI_DIR, GeminiProvider, HOME_DIR_NAME, HOME_ENTRIES, HOME_ENV, KEPT_DIRS, SETTINGS_FILE};
+use super::settings::{
+    RunSettings, admit_mcp_servers, approval_mode, list_dir, merge_layer, read_user_settings,
+};
+use super::{
+    GEMINI_DIR, GeminiProvider, HOME_DIR_NAME, HOME_ENTRIES, HOME_ENV, KEPT_DIRS, SETTINGS_FILE,
+};
 use crate::error::ProviderError;
 use crate::provider::{CommandSpec, FileSpec, LaunchContext, LinkSpec, McpWiring};
 use crate::shared::args;
@@ -21,7 +25,10 @@ impl GeminiProvider {
     /// A task's `max_budget_usd` is not passed on (Gemini has no budget; the config does
     /// not list `max_budget`, so the engine enforces budgets itself).
     /// `append_system_prompt` is refused: Gemini can only replace its system prompt.
-    pub(super) fn build_command(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError> {
+    pub(super) fn build_command(
+        &self,
+        ctx: &LaunchContext<'_>,
+    ) -> Result<CommandSpec, ProviderError> {
         let task = ctx.task;
         let config = &self.config;
         if task.prompt.trim().is_empty() {

@@ -344,9 +344,7 @@ pub(super) fn stderr_detail(stderr: &str) -> Option<String> {
     {
         return Some(truncate_chars(m, 500));
     }
-    stderr_lines(stderr)
-        .next()
-        .map(|l| truncate_chars(l, 500))
+    stderr_lines(stderr).next().map(|l| truncate_chars(l, 500))
 }
 
 /// The CLI's API retries as stderr shows them (`Attempt N failed ... Retrying with

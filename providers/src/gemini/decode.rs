@@ -98,33 +98,31 @@ impl GeminiDecoder {
                     cli_version: None,
                 }
             }
-            Line::Message(m) => {
-                match m.role.as_str() {
-                    "user" => {
-                        self.in_response = false;
-                        EventKind::UserMessage {
-                            text: m.content.into_string(),
-                        }
-                    }
-                    "assistant" => {
-                        self.response_part();
-                        let delta = m.delta.unwrap_or(false);
-                        let text = m.content.into_string();
-                        if !self.response.is_empty() && !(delta && self.prev_delta) {
-                            self.response.push_str("\n\n");
-                        }
-                        self.response.push_str(&text);
-                        self.prev_delta = delta;
-                        EventKind::AssistantText { text, delta }
-                    }
-                    role => {
-                        self.tally.own_unknown += 1;
-                        EventKind::Unknown {
-                            vendor_type: Some(format!("message/{role}")),
-                        }
+            Line::Message(m) => match m.role.as_str() {
+                "user" => {
+                    self.in_response = false;
+                    EventKind::UserMessage {
+                        text: m.content.into_string(),
                     }
                 }
-            }
+                "assistant" => {
+                    self.response_part();
+                    let delta = m.delta.unwrap_or(false);
+                    let text = m.content.into_string();
+                    if !self.response.is_empty() && !(delta && self.prev_delta) {
+                        self.response.push_str("\n\n");
+                    }
+                    self.response.push_str(&text);
+                    self.prev_delta = delta;
+                    EventKind::AssistantText { text, delta }
+                }
+                role => {
+                    self.tally.own_unknown += 1;
+                    EventKind::Unknown {
+                        vendor_type: Some(format!("message/{role}")),
+                    }
+                }
+            },
             Line::ToolUse(t) => {
                 self.response_part();
                 let (name, mcp_server) = match split_mcp_tool_name(&t.tool_name) {
@@ -215,7 +213,15 @@ impl GeminiDecoder {
                     .clone()
                     .or_else(|| self.ctx.model.clone())
                     .filter(|m| m != AUTO_MODEL)
-                    .map(|m| (m, CanonicalUsage { request_count: 0, ..total }))
+                    .map(|m| {
+                        (
+                            m,
+                            CanonicalUsage {
+                                request_count: 0,
+                                ..total
+                            },
+                        )
+                    })
                     .into_iter()
                     .collect()
             } else {
@@ -280,7 +286,12 @@ pub fn canonical_model_usage(
 }
 
 pub(super) fn tokens_usage(t: &Tokens) -> CanonicalUsage {
-    canonical_model_usage(t.total_tokens.0, t.input_tokens.0, t.output_tokens.0, t.cached.0)
+    canonical_model_usage(
+        t.total_tokens.0,
+        t.input_tokens.0,
+        t.output_tokens.0,
+        t.cached.0,
+    )
 }
 
 /// The run's usage from `result.stats`: the sum of the per-model figures (the run totals
@@ -316,7 +327,11 @@ impl Decoder for GeminiDecoder {
                 Kinds::One(k) => event_of(&mut self.tally, text, k),
                 Kinds::Many(ks) => events_of(&mut self.tally, text, ks),
             },
-            Err(e) => protocol_of(&mut self.tally, text, crate::decode::malformed("Gemini", text, &e)),
+            Err(e) => protocol_of(
+                &mut self.tally,
+                text,
+                crate::decode::malformed("Gemini", text, &e),
+            ),
         }
     }
 
@@ -368,4 +383,3 @@ fn unix_millis(ts: &str) -> Option<i64> {
     let days = era * 146_097 + doe - 719_468;
     Some(((days * 24 + h) * 60 + mi) * 60_000 + s * 1000 + millis)
 }
-

@@ -53,7 +53,12 @@ pub(super) fn finish(d: GeminiDecoder, stderr: &str, exit: ExitStatus) -> Sessio
 }
 
 /// Fills `r` from the run's `result` line.
-fn apply_result_line(d: &GeminiDecoder, r: &mut SessionResult, data: &mut Map<String, Value>, exit: Exit) {
+fn apply_result_line(
+    d: &GeminiDecoder,
+    r: &mut SessionResult,
+    data: &mut Map<String, Value>,
+    exit: Exit,
+) {
     let Some(res) = &d.result else { return };
     if let Some((raw, stats)) = &res.stats {
         data.insert("stats".into(), crate::wire::value_of(raw));
@@ -127,7 +132,9 @@ fn apply_result_line(d: &GeminiDecoder, r: &mut SessionResult, data: &mut Map<St
                 .fatal_error
                 .as_ref()
                 .map(|(_, m)| m.clone())
-                .unwrap_or_else(|| "the CLI reported status \"error\" without saying why".to_owned()),
+                .unwrap_or_else(|| {
+                    "the CLI reported status \"error\" without saying why".to_owned()
+                }),
         ),
     };
     let c = classify(error_type.as_deref(), &message, Some(exit));
@@ -146,14 +153,21 @@ fn apply_result_line(d: &GeminiDecoder, r: &mut SessionResult, data: &mut Map<St
 /// Why a run that printed no `result` line failed: Gemini's exit code first (41, 42,
 /// 53, 55, 130, an HTTP status), then a missing model, then the shape of the stream,
 /// then stderr.
-fn classify_without_result(d: &GeminiDecoder, stderr: &str, exit: ExitStatus) -> (ErrorKind, String) {
+fn classify_without_result(
+    d: &GeminiDecoder,
+    stderr: &str,
+    exit: ExitStatus,
+) -> (ErrorKind, String) {
     let gexit = Exit::from_exit(exit);
     let detail = stderr_detail(stderr);
     let code = exit.in_parens();
     let with_detail = |what: &str| match &detail {
         Some(dt) => format!("{what}: {dt}{code}"),
         None if code.is_empty() => format!("{what} (nothing on stderr)"),
-        None => format!("{what} ({}, nothing on stderr)", code.trim_start_matches(" (").trim_end_matches(')')),
+        None => format!(
+            "{what} ({}, nothing on stderr)",
+            code.trim_start_matches(" (").trim_end_matches(')')
+        ),
     };
     match gexit {
         Exit::Auth => return (ErrorKind::Auth, with_detail("not authenticated")),
@@ -189,7 +203,10 @@ fn classify_without_result(d: &GeminiDecoder, stderr: &str, exit: ExitStatus) ->
         Exit::Http(status) => {
             let api = ApiError::find(stderr);
             let kind = http_kind(status, api.as_ref(), stderr);
-            return (kind, with_detail(&format!("the API answered HTTP {status}")));
+            return (
+                kind,
+                with_detail(&format!("the API answered HTTP {status}")),
+            );
         }
         Exit::Sandbox | Exit::Config | Exit::ToolFatal => {
             return (ErrorKind::Unknown, with_detail(&gexit.describe()));
@@ -200,7 +217,10 @@ fn classify_without_result(d: &GeminiDecoder, stderr: &str, exit: ExitStatus) ->
         // `-m` names a model the API does not have: exit 1, the error on stderr.
         return (
             ErrorKind::BadRequest,
-            format!("the model does not exist: {}", crate::shared::text::truncate_chars(line, 500)),
+            format!(
+                "the model does not exist: {}",
+                crate::shared::text::truncate_chars(line, 500)
+            ),
         );
     }
     if d.tally.looks_foreign() {

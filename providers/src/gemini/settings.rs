@@ -266,7 +266,11 @@ fn strip_json_comments(text: &str) -> String {
 /// writes: `mcpServers` merges by server name (a server of `higher` replaces the
 /// same-named one whole), `tools.exclude` is a union, other objects merge key by key,
 /// and everything else in `higher` replaces what `lower` has (`tools.allowed` too).
-pub(super) fn merge_layer(lower: &mut Map<String, Value>, higher: &Map<String, Value>, path: &[&str]) {
+pub(super) fn merge_layer(
+    lower: &mut Map<String, Value>,
+    higher: &Map<String, Value>,
+    path: &[&str],
+) {
     for (key, value) in higher {
         let here: Vec<&str> = path.iter().copied().chain([key.as_str()]).collect();
         match (lower.get_mut(key), value) {
@@ -316,4 +320,3 @@ pub(super) fn admit_mcp_servers(settings: &mut Map<String, Value>, names: &[&str
         excluded.retain(|v| !names.iter().any(|name| v == name));
     }
 }
-

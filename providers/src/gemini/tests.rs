@@ -12,7 +12,10 @@ use crate::replay;
 use crate::task::TaskSpec;
 
 fn provider() -> GeminiProvider {
-    GeminiProvider::new("gemini", AiCliConfig::builtin().unwrap().providers["gemini"].clone())
+    GeminiProvider::new(
+        "gemini",
+        AiCliConfig::builtin().unwrap().providers["gemini"].clone(),
+    )
 }
 
 fn command(task: &TaskSpec, home: &Path, mcp: Option<&McpEndpoint>) -> CommandSpec {
@@ -70,9 +73,19 @@ fn the_prompt_goes_on_stdin_and_the_settings_into_the_runs_own_home() {
     assert_eq!(c.files[0].mode, 0o600);
     assert_eq!(settings["ui"]["theme"], "dark");
     assert_eq!(settings["model"]["maxSessionTurns"], 3);
-    assert_eq!(settings["tools"]["exclude"], serde_json::json!(["web_fetch", "run_shell_command"]));
-    assert_eq!(settings["mcpServers"]["aicli"]["headers"]["Authorization"], "Bearer tok-123");
-    assert!(!c.args.iter().any(|a| a.contains("tok-123") || a.contains("secret")));
+    assert_eq!(
+        settings["tools"]["exclude"],
+        serde_json::json!(["web_fetch", "run_shell_command"])
+    );
+    assert_eq!(
+        settings["mcpServers"]["aicli"]["headers"]["Authorization"],
+        "Bearer tok-123"
+    );
+    assert!(
+        !c.args
+            .iter()
+            .any(|a| a.contains("tok-123") || a.contains("secret"))
+    );
 }
 
 #[test]
@@ -82,16 +95,32 @@ fn exit_codes_classify_a_run_without_a_result_and_no_exit_code_says_nothing() {
 "#;
     let ctx = ParseContext::default();
     let r = |stderr: &str, exit| replay::replay(&provider(), stdout, stderr, exit, &ctx);
-    assert_eq!(r("", ExitStatus::Code(41)).error_kind, Some(ErrorKind::Auth));
+    assert_eq!(
+        r("", ExitStatus::Code(41)).error_kind,
+        Some(ErrorKind::Auth)
+    );
     assert_eq!(
         r("Error resuming session: not found", ExitStatus::Code(42)).error_kind,
         Some(ErrorKind::InvalidResume)
     );
-    assert_eq!(r("", ExitStatus::Code(53)).error_kind, Some(ErrorKind::MaxTurns));
-    assert_eq!(r("", ExitStatus::Code(55)).error_kind, Some(ErrorKind::Permission));
-    assert_eq!(r("", ExitStatus::Code(173)).error_kind, Some(ErrorKind::RateLimit));
     assert_eq!(
-        r("ModelNotFoundError: Requested entity was not found.", ExitStatus::Code(1)).error_kind,
+        r("", ExitStatus::Code(53)).error_kind,
+        Some(ErrorKind::MaxTurns)
+    );
+    assert_eq!(
+        r("", ExitStatus::Code(55)).error_kind,
+        Some(ErrorKind::Permission)
+    );
+    assert_eq!(
+        r("", ExitStatus::Code(173)).error_kind,
+        Some(ErrorKind::RateLimit)
+    );
+    assert_eq!(
+        r(
+            "ModelNotFoundError: Requested entity was not found.",
+            ExitStatus::Code(1)
+        )
+        .error_kind,
         Some(ErrorKind::BadRequest)
     );
     let unknown = r("", ExitStatus::Unknown);
@@ -99,13 +128,26 @@ fn exit_codes_classify_a_run_without_a_result_and_no_exit_code_says_nothing() {
     let m = unknown.error.unwrap();
     assert!(!m.contains("signal") && !m.contains("exit code"), "{m}");
     let killed = r("", ExitStatus::Signal);
-    assert_eq!(killed.provider_data["exit_code_meaning"], "killed by a signal");
+    assert_eq!(
+        killed.provider_data["exit_code_meaning"],
+        "killed by a signal"
+    );
 }
 
 #[test]
 fn the_answer_is_the_chunks_and_usage_comes_per_model_at_the_result() {
-    let stdout = std::fs::read(format!("{}/../fixtures/gemini/text.ndjson", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    let (events, r) = replay::replay_events(&provider(), &stdout, "", ExitStatus::Code(0), &ParseContext::default());
+    let stdout = std::fs::read(format!(
+        "{}/../fixtures/gemini/text.ndjson",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let (events, r) = replay::replay_events(
+        &provider(),
+        &stdout,
+        "",
+        ExitStatus::Code(0),
+        &ParseContext::default(),
+    );
     assert_eq!(r.response, "Hello from the fake Gemini API.");
     let models: Vec<Option<String>> = events
         .iter()

@@ -77,6 +77,9 @@ mod tests {
     #[test]
     fn a_value_that_starts_with_a_dash_is_joined_to_its_flag() {
         assert_eq!(opt("--model", "opus"), ["--model", "opus"]);
-        assert_eq!(opt("--append-system-prompt", "-be brief"), ["--append-system-prompt=-be brief"]);
+        assert_eq!(
+            opt("--append-system-prompt", "-be brief"),
+            ["--append-system-prompt=-be brief"]
+        );
     }
 }

@@ -87,22 +87,24 @@ pub fn is_model_not_found(text: &str) -> bool {
 /// The HTTP status a CLI quotes in its words: `API Error: 404 ...` (claude), `unexpected
 /// status 401 ...`, `last status: 429` (codex), `(status 500`.
 pub fn http_status_in(text: &str) -> Option<u16> {
-    const MARKERS: [&str; 4] = ["API Error: ", "unexpected status ", "last status: ", "(status "];
+    const MARKERS: [&str; 4] = [
+        "API Error: ",
+        "unexpected status ",
+        "last status: ",
+        "(status ",
+    ];
     static FINDERS: LazyLock<[Finder<'static>; 4]> = LazyLock::new(|| MARKERS.map(Finder::new));
-    FINDERS
-        .iter()
-        .zip(MARKERS)
-        .find_map(|(finder, marker)| {
-            let at = finder.find(text.as_bytes())? + marker.len();
-            let digits: String = text[at..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            (digits.len() == 3)
-                .then(|| digits.parse().ok())
-                .flatten()
-                .filter(|s| (400..600).contains(s))
-        })
+    FINDERS.iter().zip(MARKERS).find_map(|(finder, marker)| {
+        let at = finder.find(text.as_bytes())? + marker.len();
+        let digits: String = text[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        (digits.len() == 3)
+            .then(|| digits.parse().ok())
+            .flatten()
+            .filter(|s| (400..600).contains(s))
+    })
 }
 
 /// The error body quoted in a CLI's words: `{"type":"error","error":{"type":...}}`
@@ -170,7 +172,9 @@ mod tests {
             Some(ErrorKind::Auth)
         );
         assert_eq!(
-            kind_of_api_text(r#"boom {"error":{"type":"invalid_request_error","code":"rate_limit_exceeded"}}"#),
+            kind_of_api_text(
+                r#"boom {"error":{"type":"invalid_request_error","code":"rate_limit_exceeded"}}"#
+            ),
             Some(ErrorKind::RateLimit)
         );
         assert_eq!(

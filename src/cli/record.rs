@@ -1,0 +1,248 @@
+//! `aicli record`: run a real CLI and write its transcript as a fixture.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use aicli::mcp::{McpServer, McpServerOptions};
+use aicli::providers::replay;
+use aicli::providers::{ParseContext, TaskSpec};
+use aicli::store::{RunStore, read_range};
+use aicli::{BatchEvent, BatchOptions, Engine};
+use anyhow::{Context, bail};
+use clap::Args;
+use serde_json::json;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::common::{ctrl_c_cancels, installed_version};
+use super::{load_config, output, registry};
+
+/// `aicli record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The prompt.
+    pub prompt: String,
+    /// The provider whose CLI to run.
+    #[arg(long, short)]
+    pub provider: String,
+    /// The fixture's name (`fixtures/<provider>/<scenario>.*`).
+    #[arg(long)]
+    pub scenario: String,
+    /// Run against a fake model API on loopback instead of the real one: `text`,
+    /// `text:TEXT`, `shell:COMMAND`, `mcp:SERVER/TOOL` (`aicli` is aicli's own server),
+    /// `ask:QUESTION|OPTION|OPTION`, `error:STATUS`, `drop` (`;delay=MS` paces it).
+    #[arg(long, value_name = "SCRIPT")]
+    pub fake: Option<String>,
+    /// The model.
+    #[arg(long, short)]
+    pub model: Option<String>,
+    /// Permission mode (plan, default, accept_edits, bypass).
+    #[arg(long)]
+    pub permission_mode: Option<String>,
+    /// Tools allowed without asking (repeatable).
+    #[arg(long = "allow-tool", value_name = "TOOL")]
+    pub allowed_tools: Vec<String>,
+    /// Where fixtures go.
+    #[arg(long, default_value = "fixtures", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Wall-clock limit, seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Extra arguments for the CLI (after `--`).
+    #[arg(last = true)]
+    pub extra: Vec<String>,
+}
+
+pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let reg = registry(&config)?;
+    let provider = reg.get(&a.provider)?;
+    let version = installed_version(&provider).await.with_context(|| {
+        format!(
+            "{} is not installed or does not print a version (`aicli install {}` installs the pinned one)",
+            provider.binary_name(),
+            provider.name()
+        )
+    })?;
+    let scratch = tempfile::tempdir()?;
+    let work = scratch.path().join("work");
+    std::fs::create_dir_all(&work)?;
+    let mut task = TaskSpec {
+        id: a.scenario.clone(),
+        prompt: a.prompt.clone(),
+        model: a.model.clone(),
+        allowed_tools: a.allowed_tools.clone(),
+        timeout_secs: Some(a.timeout),
+        ..TaskSpec::default()
+    };
+    if let Some(m) = &a.permission_mode {
+        task.permission_mode = Some(
+            serde_json::from_value(json!(m)).with_context(|| format!("--permission-mode {m}"))?,
+        );
+    }
+    // aicli's MCP server, as in every run: a script that calls `mcp:aicli/TOOL` reaches
+    // it (the fixture then shows what the CLI does with aicli's tools).
+    let cancel = CancellationToken::new();
+    let server = Arc::new(
+        McpServer::start(
+            McpServerOptions::from_config(&config.engine, &work),
+            cancel.child_token(),
+        )
+        .await?,
+    );
+    let mut engine = Engine::new(config.clone(), reg.clone()).with_agent_server(server.clone());
+    let mut fake = None;
+    let mut source = format!(
+        "aicli record: real {} {version} against its real API",
+        provider.binary_name()
+    );
+    if let Some(spec) = &a.fake {
+        let vendor = aicli_testkit::Vendor::parse(provider.config().adapter_name(provider.name()))
+            .with_context(|| format!("no fake API for provider {}", provider.name()))?;
+        let api = aicli_testkit::FakeApi::start(vendor, super::fake::script(spec)?).await?;
+        let mut options = aicli_testkit::WiringOptions::default();
+        if let Some(m) = &a.model {
+            options = options.with_model(m.clone());
+        }
+        let mut wiring = api.wiring_with(&options);
+        // A model the wiring pins goes through the task, so the run records it (and its
+        // cost can be estimated) and the adapter passes it on.
+        if task.model.is_none()
+            && let Some(i) = wiring.args.iter().position(|a| a == "-m")
+            && i + 1 < wiring.args.len()
+        {
+            task.model = Some(wiring.args[i + 1].clone());
+            wiring.args.drain(i..i + 2);
+        }
+        let dirs = aicli_testkit::RunDirs::new_in(scratch.path())?;
+        wiring.write_files(&dirs.home)?;
+        task.extra_args.extend(wiring.args.clone());
+        engine = engine.with_env(dirs.env_with(&wiring));
+        source = format!(
+            "aicli record: real {} {version} against the aicli-testkit fake {vendor} API on loopback (script: {spec})",
+            provider.binary_name()
+        );
+        fake = Some((api, dirs));
+    }
+    task.extra_args.extend(a.extra.iter().cloned());
+    let mut opts = BatchOptions::new(&work);
+    opts.provider = Some(provider.name().to_owned());
+    opts.worktrees = false;
+    opts.runs_dir = Some(scratch.path().join("runs"));
+    let (tx, _rx) = broadcast::channel::<BatchEvent>(1024);
+    ctrl_c_cancels(cancel.clone(), true);
+    let batch = engine.run_batch(vec![task], opts, tx, cancel).await?;
+    drop(fake);
+    let store = RunStore::new(scratch.path().join("runs"));
+    let rec = store
+        .open_batch(&batch.batch_id)
+        .map_err(anyhow::Error::msg)?;
+    let dir = rec.task_dir(&a.scenario);
+    let trec = rec.task(&a.scenario).map_err(anyhow::Error::msg)?;
+    let attempt = trec.attempts.last().context("the run made no attempt")?;
+    if attempt.argv.is_empty() {
+        let why = attempt
+            .result
+            .as_ref()
+            .and_then(|r| r.error.clone())
+            .unwrap_or_default();
+        bail!("the CLI was not started, so there is nothing to record: {why}");
+    }
+    let stdout = read_range(
+        &dir.join("events.ndjson"),
+        attempt.events_start,
+        attempt.events_end,
+    )
+    .unwrap_or_default();
+    let stderr = read_range(
+        &dir.join("stderr.log"),
+        attempt.stderr_start,
+        attempt.stderr_end,
+    )
+    .unwrap_or_default();
+    let exit = attempt.result.as_ref().and_then(|r| r.exit_code);
+    let ctx = ParseContext {
+        model: attempt.model.clone(),
+        prior: attempt.prior,
+    };
+    let (events, mut result) = replay::replay_events(
+        provider.as_ref(),
+        &stdout,
+        &String::from_utf8_lossy(&stderr),
+        aicli::providers::ExitStatus::of_wait(exit),
+        &ctx,
+    );
+    server.cancellation_token().cancel();
+    // The engine's verdict (a question makes the run blocked), over the stream's.
+    if let Some(v) = &attempt.result {
+        super::parse::with_engine_verdict(&mut result, v);
+    }
+    let out_dir = a.out.join(provider.name());
+    std::fs::create_dir_all(&out_dir)?;
+    let path = |ext: &str| out_dir.join(format!("{}.{ext}", a.scenario));
+    std::fs::write(path("ndjson"), &stdout)?;
+    std::fs::write(path("stderr"), &stderr)?;
+    std::fs::write(
+        path("exit"),
+        match exit {
+            Some(c) => format!("{c}\n"),
+            None => "signal\n".to_owned(),
+        },
+    )?;
+    let meta = json!({
+        "cli_version": version,
+        "source": source,
+        "cmd": attempt.argv.join(" "),
+        "context": ctx,
+    });
+    std::fs::write(
+        path("meta.json"),
+        serde_json::to_string_pretty(&meta)? + "\n",
+    )?;
+    std::fs::write(
+        path("result.json"),
+        serde_json::to_string_pretty(&result)? + "\n",
+    )?;
+    // A tool call that failed is said, not hidden behind the run's success.
+    let mut calls = std::collections::HashMap::new();
+    let mut failed_tools: Vec<String> = Vec::new();
+    for e in &events {
+        if let aicli::providers::EventKind::ToolCall { id, name, .. } = &e.kind {
+            calls.insert(id.clone(), name.clone());
+        } else if let aicli::providers::EventKind::ToolResult {
+            is_error: true,
+            id,
+            name,
+            output,
+            ..
+        } = &e.kind
+        {
+            failed_tools.push(format!(
+                "{}: {}",
+                name.clone()
+                    .or_else(|| calls.get(id).cloned())
+                    .unwrap_or_else(|| "a tool".to_owned()),
+                output.lines().next().unwrap_or_default()
+            ));
+        }
+    }
+    let headline = if failed_tools.is_empty() {
+        output::summary(&result, None)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    } else {
+        format!("✘ a tool call failed ({})", failed_tools.join("; "))
+    };
+    outln!(
+        "recorded {} ({} bytes of stdout, exit {}) with {} {version}: {headline}",
+        path("ndjson").display(),
+        stdout.len(),
+        exit.map(|c| c.to_string())
+            .unwrap_or_else(|| "signal".into()),
+        provider.binary_name(),
+    );
+    Ok(ExitCode::SUCCESS)
+}

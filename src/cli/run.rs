@@ -1,0 +1,104 @@
+//! `aicli run`: one task, its progress, a summary.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use aicli::providers::TaskSpec;
+use aicli::{BatchEvent, BatchOptions};
+use anyhow::bail;
+use clap::Args;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::RepoArgs;
+use super::common::{ctrl_c_cancels, finish, start_engine, task_repo, worktree_base};
+use super::fake::FakeApiArgs;
+
+/// `aicli run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The prompt.
+    pub prompt: String,
+    /// The provider (default: the config's default_provider).
+    #[arg(long, short)]
+    pub provider: Option<String>,
+    /// The model.
+    #[arg(long, short)]
+    pub model: Option<String>,
+    /// Wall-clock limit, seconds (at least 1).
+    #[arg(long, value_name = "SECS", value_parser = super::common::positive_secs)]
+    pub timeout: Option<u64>,
+    /// Idle limit (no output), seconds (at least 1).
+    #[arg(long, value_name = "SECS", value_parser = super::common::positive_secs)]
+    pub idle_timeout: Option<u64>,
+    /// Turn limit.
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Dollar limit.
+    #[arg(long, value_name = "USD")]
+    pub budget: Option<f64>,
+    /// Run in the repository itself instead of a new worktree.
+    #[arg(long)]
+    pub no_worktree: bool,
+    /// Print normalized events as NDJSON (and the result as the last line).
+    #[arg(long)]
+    pub json: bool,
+    /// Do not start aicli's MCP server for the run.
+    #[arg(long)]
+    pub no_mcp: bool,
+    /// Carry the repository's uncommitted changes and untracked files into the task's
+    /// worktree (as a commit on the task's branch); without it the task starts from HEAD.
+    #[arg(long)]
+    pub include_uncommitted: bool,
+    #[command(flatten)]
+    pub fake: FakeApiArgs,
+}
+
+pub(super) async fn run(
+    config_path: Option<&Path>,
+    r: RepoArgs,
+    a: RunArgs,
+) -> anyhow::Result<ExitCode> {
+    let repo = task_repo(&r, !a.no_worktree).await?;
+    let base = if a.no_worktree {
+        None
+    } else {
+        Some(worktree_base(&repo, a.include_uncommitted).await?)
+    };
+    let cancel = CancellationToken::new();
+    let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, &cancel).await?;
+    // Each run is a batch of its own; its task gets an id of its own too, so answers and
+    // hints can name it alone.
+    let batch_id = aicli::util::new_batch_id();
+    let task = TaskSpec {
+        id: format!("run-{}", batch_id.rsplit('-').next().unwrap_or("0")),
+        prompt: a.prompt.clone(),
+        model: a.model.clone(),
+        max_turns: a.max_turns,
+        max_budget_usd: a.budget,
+        ..TaskSpec::default()
+    };
+    let mut opts = BatchOptions::new(repo);
+    opts.batch_id = Some(batch_id);
+    opts.provider = a.provider.clone();
+    opts.timeout = a.timeout.map(Duration::from_secs);
+    opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
+    opts.runs_dir = r.runs_dir.clone();
+    opts.worktrees = !a.no_worktree;
+    if let Some(b) = base {
+        opts.base_ref = b;
+    }
+    let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
+    ctrl_c_cancels(cancel.clone(), true);
+    let printer = super::printer::spawn(rx, a.json, cancel.clone());
+    let result = running.engine.run_batch(vec![task], opts, tx, cancel).await;
+    running.stop();
+    let mut printer = printer.await?;
+    let batch = result?;
+    let Some(r) = batch.tasks.first() else {
+        bail!("the run produced no result");
+    };
+    printer.result(r, Some(&batch.batch_id))?;
+    Ok(finish(r))
+}

@@ -1,0 +1,166 @@
+//! `aicli runs`: list run records, show one batch.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use aicli::providers::SessionStatus;
+use aicli::store::RunStore;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::common::repo_dir;
+use super::{RepoArgs, load_config, output};
+
+/// `aicli runs ...`.
+#[derive(Debug, Subcommand)]
+pub enum RunsAction {
+    /// Show one batch: its tasks, results, questions and answers.
+    Show {
+        /// The batch id.
+        id: String,
+    },
+}
+
+pub(super) fn runs(
+    config_path: Option<&Path>,
+    r: RepoArgs,
+    json_out: bool,
+    action: Option<RunsAction>,
+) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let repo = repo_dir(&r)?;
+    let root = r
+        .runs_dir
+        .clone()
+        .or(config.engine.runs_dir.clone())
+        .unwrap_or_else(|| repo.join(".aicli/runs"));
+    let store = RunStore::new(&root);
+    match action {
+        None => {
+            let rows: Vec<_> = store
+                .list()
+                .iter()
+                .filter_map(|b| b.summary().ok())
+                .collect();
+            if json_out {
+                outln!("{}", serde_json::to_string(&rows)?);
+            } else if rows.is_empty() {
+                outln!("no runs in {}", root.display());
+            } else {
+                outln!(
+                    "{:<24} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
+                    "batch",
+                    "started",
+                    "provider",
+                    "tasks",
+                    "ok",
+                    "fail",
+                    "blkd",
+                    "cost"
+                );
+                for s in rows {
+                    outln!(
+                        "{:<24} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
+                        s.batch_id,
+                        s.created_at,
+                        s.provider,
+                        s.n_tasks,
+                        s.n_succeeded,
+                        s.n_failed,
+                        s.n_blocked,
+                        format!("${:.4}", s.cost_usd)
+                    );
+                }
+            }
+        }
+        Some(RunsAction::Show { id }) => {
+            let b = store.open_batch(&id).map_err(super::common::usage)?;
+            let spec = b.spec().map_err(anyhow::Error::msg)?;
+            let tasks = b.tasks().map_err(anyhow::Error::msg)?;
+            if json_out {
+                outln!(
+                    "{}",
+                    serde_json::to_string(
+                        &json!({"spec": spec, "tasks": tasks, "result": b.result()})
+                    )?
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            outln!(
+                "batch {} · {} · {} · repo {}",
+                spec.batch_id,
+                spec.created_at,
+                providers_of(&tasks, &spec.provider),
+                spec.repo.display()
+            );
+            for t in tasks {
+                outln!(
+                    "\n{} [{}] ({})",
+                    t.task.id,
+                    serde_json::to_value(t.state)?.as_str().unwrap_or_default(),
+                    t.provider
+                );
+                outln!(
+                    "  prompt: {}",
+                    aicli::providers::shared::text::truncate_chars(&t.task.prompt, 120)
+                );
+                for at in &t.attempts {
+                    let r = at.result.as_ref();
+                    outln!(
+                        "  attempt {} ({}) {}: {}",
+                        at.attempt,
+                        serde_json::to_value(at.kind)?.as_str().unwrap_or_default(),
+                        at.started_at,
+                        match r {
+                            Some(r) => format!(
+                                "{} · {} · {}",
+                                match r.status {
+                                    SessionStatus::Succeeded => "ok".to_owned(),
+                                    SessionStatus::Blocked => "blocked".to_owned(),
+                                    SessionStatus::Failed | SessionStatus::Interrupted => format!(
+                                        "{}: {}",
+                                        r.error_kind.map(|k| k.as_str()).unwrap_or("failed"),
+                                        r.error.clone().unwrap_or_default()
+                                    ),
+                                },
+                                output::cost(r),
+                                output::tokens(r)
+                            ),
+                            None => "did not finish".to_owned(),
+                        }
+                    );
+                    if let Some(q) = r.and_then(|r| r.question.as_ref()) {
+                        outln!("    asked: {}", q.question);
+                    }
+                }
+                for ans in &t.answers {
+                    outln!(
+                        "  answered {}: {} -> {}",
+                        ans.answered_at,
+                        ans.question,
+                        ans.answer
+                    );
+                }
+                if let (Some(b), Some(w)) = (&t.branch, &t.worktree) {
+                    outln!("  branch {b} at {}", w.display());
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `provider claude`, or `providers claude, codex` for a mixed batch: who ran its tasks.
+fn providers_of(tasks: &[aicli::store::TaskRecord], default: &str) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for t in tasks {
+        if !names.contains(&t.provider.as_str()) {
+            names.push(&t.provider);
+        }
+    }
+    match names.as_slice() {
+        [] => format!("provider {default}"),
+        [one] => format!("provider {one}"),
+        many => format!("providers {}", many.join(", ")),
+    }
+}
