@@ -521,7 +521,6 @@ async fn supervise(
     }
     crate::process::sync_off_thread(aicli_log.file.take()).await;
 
-    drop(on_line);
     let stderr = handle.stderr().text();
     let mut result = decoder.finish(&stderr, ExitStatus::of_wait(exit_code));
     match reason {

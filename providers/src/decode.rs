@@ -46,18 +46,18 @@ impl<'a> Line<'a> {
     /// The line as text: `Ok(None)` for a blank line (a trailing `\r` is ignored),
     /// `Err` with a protocol event (which keeps the first 4 KiB) for a line over the cap
     /// or not UTF-8.
-    pub fn text(self) -> Result<Option<&'a str>, AgentEvent> {
+    pub fn text(self) -> Result<Option<&'a str>, Box<AgentEvent>> {
         match self {
             Line::Overlong { len, prefix, cap } => {
                 let kept = &prefix[..PROTOCOL_RAW_PREFIX.min(prefix.len())];
-                Err(AgentEvent::protocol_with(
+                Err(Box::new(AgentEvent::protocol_with(
                     format!(
                         "line of {len} bytes exceeds the cap of {cap} bytes; kept its first {} bytes",
                         kept.len()
                     ),
                     len,
                     Arc::from(String::from_utf8_lossy(kept).as_ref()),
-                ))
+                )))
             }
             Line::Bytes(b) => {
                 let b = b.strip_suffix(b"\r").unwrap_or(b);
@@ -68,14 +68,14 @@ impl<'a> Line<'a> {
                     Ok(s) => Ok(Some(s)),
                     Err(e) => {
                         let kept = &b[..PROTOCOL_RAW_PREFIX.min(b.len())];
-                        Err(AgentEvent::protocol_with(
+                        Err(Box::new(AgentEvent::protocol_with(
                             format!(
                                 "line is not valid UTF-8 (invalid byte at offset {})",
                                 e.valid_up_to()
                             ),
                             b.len() as u64,
                             Arc::from(String::from_utf8_lossy(kept).as_ref()),
-                        ))
+                        )))
                     }
                 }
             }
@@ -528,7 +528,7 @@ where
             Ok(None) => return Vec::new(),
             Err(ev) => {
                 self.tally.see(&ev);
-                return vec![ev];
+                return vec![*ev];
             }
         };
         let kinds = match (self.parse)(text) {
@@ -540,7 +540,7 @@ where
             match &k {
                 EventKind::SessionStarted { model: Some(m), .. } => self.model = Some(m.clone()),
                 EventKind::AssistantText { text, delta } => {
-                    if !self.text.is_empty() && !(*delta && self.prev_delta) {
+                    if !(self.text.is_empty() || *delta && self.prev_delta) {
                         self.text.push_str("\n\n");
                     }
                     self.text.push_str(text);

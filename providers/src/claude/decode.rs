@@ -586,7 +586,7 @@ impl Decoder for ClaudeDecoder {
             Ok(None) => return Vec::new(),
             Err(ev) => {
                 self.tally.see(&ev);
-                return vec![ev];
+                return vec![*ev];
             }
         };
         match serde_json::from_str::<Line<'_>>(text) {

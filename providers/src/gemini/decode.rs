@@ -109,7 +109,7 @@ impl GeminiDecoder {
                     self.response_part();
                     let delta = m.delta.unwrap_or(false);
                     let text = m.content.into_string();
-                    if !self.response.is_empty() && !(delta && self.prev_delta) {
+                    if !(self.response.is_empty() || delta && self.prev_delta) {
                         self.response.push_str("\n\n");
                     }
                     self.response.push_str(&text);
@@ -319,7 +319,7 @@ impl Decoder for GeminiDecoder {
             Ok(None) => return Vec::new(),
             Err(ev) => {
                 self.tally.see(&ev);
-                return vec![ev];
+                return vec![*ev];
             }
         };
         match serde_json::from_str::<Line<'_>>(text) {
