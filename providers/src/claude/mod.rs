@@ -6,9 +6,9 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`wire`] | the stream-json line types (pinned to the Claude Agent SDK) |
+//! | [`wire`] | the stream-json line types (pinned to the Claude Agent SDK; messages and stream events in `message`) |
 //! | `argv` | the command, the MCP config file, the IDE lockfile |
-//! | `decode` | lines -> events, the per-run fold |
+//! | `decode` | lines -> events, the per-run fold (`lines`: the stateless part) |
 //! | `classify` | error kinds from the structured fields, then the words |
 //! | `result` | the `result` lines' accounting and the final [`SessionResult`] |
 //!
@@ -84,6 +84,8 @@
 mod argv;
 mod classify;
 mod decode;
+mod lines;
+mod message;
 mod result;
 pub mod wire;
 
