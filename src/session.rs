@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::BatchEvent;
 use crate::process::{OutputOptions, StdoutLine};
 use crate::runner::{RunHandle, Runner};
+use crate::util::create_private_dirs;
 
 /// Time and size limits of one run.
 #[derive(Debug, Clone)]
@@ -81,8 +82,10 @@ pub struct SessionSpec {
     pub limits: SessionLimits,
     /// PATH to find the CLI on (the process PATH when `None`).
     pub search_path: Option<String>,
-    /// The environment the CLI will inherit (for the auth pre-check and `HOME`).
-    pub inherited_env: BTreeMap<String, String>,
+    /// The environment the CLI starts from, built by [`crate::env::cli_env`] (the base
+    /// set, the provider's variables, the config's and the task's `env`); the
+    /// provider's command adds its own variables for the run.
+    pub base_env: BTreeMap<String, String>,
     /// Run the provider's quick credentials check before spawning.
     pub auth_precheck: bool,
 }
@@ -175,14 +178,14 @@ async fn prepare_and_run(
     let search_path = spec
         .search_path
         .as_deref()
-        .or(spec.inherited_env.get("PATH").map(String::as_str));
+        .or(spec.base_env.get("PATH").map(String::as_str));
     let binary = provider
         .binary_path(search_path)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
 
     let is_root = nix::unistd::geteuid().is_root();
     let ctx = LaunchContext {
-        env: &spec.inherited_env,
+        env: &spec.base_env,
         task: &spec.task,
         binary: &binary,
         workdir: &spec.workdir,
@@ -194,10 +197,10 @@ async fn prepare_and_run(
     let mut cmd = provider
         .headless_argv(&ctx)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
-    // A clean, explicit environment: the inherited one (`Engine::with_env`, aicli's own
-    // by default) minus what the provider removes, then the provider's and the task's
+    // A clean, explicit environment: the base one (picked from aicli's, see
+    // `crate::env`) minus what the provider removes, then the provider's and the task's
     // variables (which headless_argv put in `cmd.env`). Nothing else of aicli's process.
-    let mut full_env = spec.inherited_env.clone();
+    let mut full_env = spec.base_env.clone();
     for k in &cmd.env_remove {
         full_env.remove(k);
     }
@@ -216,7 +219,7 @@ async fn prepare_and_run(
     }
     // The private directory exists only when the run needs files or links there.
     if !cmd.files.is_empty() || !cmd.links.is_empty() {
-        std::fs::create_dir_all(&spec.private_dir).map_err(|e| {
+        create_private_dirs(&spec.private_dir).map_err(|e| {
             not_started(
                 spec,
                 ErrorKind::Unknown,
@@ -317,6 +320,8 @@ async fn prepare_and_run(
     }
 
     tracing::info!(task = %task_id, provider = provider.name(), program = %cmd.program.display(), "starting run");
+    // Names only: values can be credentials.
+    tracing::info!(task = %task_id, variables = %crate::env::names(&cmd.env), "environment passed to the CLI");
     let handle = match runner.start(&cmd, out).await {
         Ok(h) => h,
         Err(e) => {
@@ -645,7 +650,7 @@ mod lockfiles {
 pub fn write_private_file(path: &Path, contents: &str, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+        create_private_dirs(parent)?;
     }
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -661,15 +666,6 @@ pub fn write_private_file(path: &Path, contents: &str, mode: u32) -> std::io::Re
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
-}
-
-/// Creates `dir` and its missing parents, each new one 0700.
-fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
 }
 
 /// Creates the link `l` describes (see [`LinkSpec`]): its target directory first when

@@ -100,14 +100,22 @@ pub struct ProviderConfig {
     /// The features this CLI supports.
     #[serde(default)]
     pub supports: Vec<Feature>,
-    /// Environment given to every run (over the inherited one, under the task's).
+    /// Environment given to every run (over the variables passed from aicli's own
+    /// environment, under the task's).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The provider's own variables passed from aicli's environment to its CLI, besides
+    /// `engine.env_passthrough` and `auth_env_vars`: its endpoints, config directories
+    /// and credentials. A name, or a prefix ending in `*` (`ANTHROPIC_*`). Nothing else
+    /// of aicli's environment reaches the CLI.
+    #[serde(default)]
+    pub env_passthrough: Vec<String>,
     /// Arguments appended to every run's argv (before the task's own).
     #[serde(default)]
     pub extra_args: Vec<String>,
     /// Environment variables any one of which counts as credentials for the quick
-    /// pre-flight auth check (besides the CLI's own login files).
+    /// pre-flight auth check (besides the CLI's own login files). They are passed from
+    /// aicli's environment to the CLI.
     #[serde(default)]
     pub auth_env_vars: Vec<String>,
     /// Files (relative to the home directory) any one of which counts as a login.
@@ -159,6 +167,7 @@ impl ProviderConfig {
             permission_mode: default_permission_mode(),
             supports: Vec::new(),
             env: BTreeMap::new(),
+            env_passthrough: Vec::new(),
             extra_args: Vec::new(),
             auth_env_vars: Vec::new(),
             auth_files: Vec::new(),
@@ -210,6 +219,68 @@ pub struct EngineConfig {
     /// config names), and fail the run as `auth` at once when there are none. Turn off
     /// for credentials aicli cannot see (an OS keychain).
     pub auth_precheck: bool,
+    /// The variables every CLI gets from aicli's environment (names, or prefixes ending
+    /// in `*`): the base a program needs to run (paths, locale, terminal, time zone,
+    /// proxies, CA bundles). A CLI's environment is built from nothing: this set, then its
+    /// provider's `auth_env_vars` and `env_passthrough`, then the provider's `env` and
+    /// the task's `env`. Nothing else of aicli's environment reaches it.
+    pub env_passthrough: Vec<String>,
+    /// Whether each run's processes get a cgroup of their own, killed as a whole when
+    /// the run ends (and by `aicli resume` after aicli itself was killed): `auto` uses
+    /// cgroup v2 where aicli may make one (root, or a delegated subtree), else cgroup v1
+    /// (the freezer or pids hierarchy), else none; `v2` and `v1` use only that version;
+    /// `off` never makes one. Without a cgroup, a run's processes are its process group
+    /// and the orphans aicli adopts as their subreaper.
+    pub cgroups: CgroupMode,
+}
+
+/// See [`EngineConfig::cgroups`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CgroupMode {
+    /// v2 where possible, else v1, else none.
+    #[default]
+    Auto,
+    /// cgroup v2 only.
+    V2,
+    /// cgroup v1 only (the freezer, else the pids hierarchy).
+    V1,
+    /// No cgroups.
+    Off,
+}
+
+/// The default [`EngineConfig::env_passthrough`].
+pub fn default_env_passthrough() -> Vec<String> {
+    [
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "LC_*",
+        "TERM",
+        "TMPDIR",
+        "TZ",
+        "XDG_*",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "NODE_EXTRA_CA_CERTS",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect()
 }
 
 impl Default for EngineConfig {
@@ -230,6 +301,8 @@ impl Default for EngineConfig {
             mcp: McpServerConfig::default(),
             notify_hook: Vec::new(),
             auth_precheck: true,
+            env_passthrough: default_env_passthrough(),
+            cgroups: CgroupMode::Auto,
         }
     }
 }
@@ -376,7 +449,18 @@ impl AiCliConfig {
                 "must be at least 1024".into(),
             ));
         }
+        check_env_patterns(&self.engine.env_passthrough, "engine.env_passthrough", &invalid)?;
         for (name, p) in &self.providers {
+            check_env_patterns(
+                &p.env_passthrough,
+                &format!("providers.{name}.env_passthrough"),
+                &invalid,
+            )?;
+            check_env_patterns(
+                &p.auth_env_vars,
+                &format!("providers.{name}.auth_env_vars"),
+                &invalid,
+            )?;
             if p.binary_name.trim().is_empty() {
                 return Err(invalid(
                     format!("providers.{name}.binary_name"),
@@ -479,6 +563,30 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
             }
         }
     }
+}
+
+/// Each entry must be a variable name (letters, digits, `_`), or one followed by `*`.
+fn check_env_patterns(
+    patterns: &[String],
+    json_path: &str,
+    invalid: &dyn Fn(String, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for (i, p) in patterns.iter().enumerate() {
+        let name = p.strip_suffix('*').unwrap_or(p);
+        let ok = !p.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(invalid(
+                format!("{json_path}[{i}]"),
+                format!(
+                    "{p:?} is not a variable name or a prefix ending in '*' (letters, digits and '_')"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn from_merged(

@@ -56,6 +56,10 @@ pub struct RunArgs {
     /// Do not start aicli's MCP server for the run.
     #[arg(long)]
     pub no_mcp: bool,
+    /// A credential the agent may read through the MCP server's getCredential
+    /// (repeatable; the CLI's environment never carries it).
+    #[arg(long, value_name = "NAME")]
+    pub credential: Vec<String>,
     #[command(flatten)]
     pub repo: RepoArgs,
 }
@@ -306,6 +310,7 @@ async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Result<ExitCode>
         model: a.model.clone(),
         max_turns: a.max_turns,
         max_budget_usd: a.budget,
+        credentials: a.credential.clone(),
         ..TaskSpec::default()
     };
     let mut opts = BatchOptions::new(repo);
@@ -555,17 +560,29 @@ async fn providers(
         }
         if let Ok(b) = &bin {
             let cwd = std::env::temp_dir();
-            if details {
+            // The probes see what a run of this provider sees (aicli::env).
+            let env = aicli::env::cli_env(
+                &aicli::env::process_env(),
+                &config.engine.env_passthrough,
+                p.config(),
+                None,
+            );
+            let probe = |argv: Vec<String>| {
                 let mut c = CommandSpec::new(b, &cwd);
-                c.args(p.config().version_argv.iter().cloned());
+                c.args(argv);
+                c.env = env.clone();
+                c.env_clear = true;
+                c
+            };
+            if details {
+                let c = probe(p.config().version_argv.clone());
                 let out = aicli::process::run_capture(&c, Duration::from_secs(20)).await;
                 row["version"] = json!(out.ok().and_then(|o| p.parse_version(&o.stdout)));
                 row["pinned_version"] = json!(p.config().version);
             }
             let status = match p.auth_status_argv() {
                 Some(argv) => {
-                    let mut c = CommandSpec::new(b, &cwd);
-                    c.args(argv);
+                    let c = probe(argv);
                     match aicli::process::run_capture(&c, Duration::from_secs(20)).await {
                         Ok(o) if o.timed_out => AuthStatus::Unknown {
                             detail: "the status probe timed out".into(),
@@ -577,8 +594,6 @@ async fn providers(
                     }
                 }
                 None => {
-                    let env: std::collections::BTreeMap<String, String> =
-                        std::env::vars().collect();
                     let home = PathBuf::from(env.get("HOME").cloned().unwrap_or_default());
                     match p.auth_precheck(&env, &home, &p.config().extra_args).await {
                         Some(msg) => AuthStatus::LoggedOut { hint: msg },
@@ -1178,7 +1193,10 @@ async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow::Result<Exi
         let dirs = aicli_testkit::RunDirs::new_in(scratch.path())?;
         wiring.write_files(&dirs.home)?;
         task.extra_args.extend(wiring.args.clone());
-        engine = engine.with_env(dirs.env_with(&wiring));
+        // The wiring's variables (the fake's URL and key, telemetry off) go through the
+        // task: a CLI gets nothing else of the environment it is given.
+        task.env.extend(wiring.env.clone());
+        engine = engine.with_env(dirs.base_env());
         source = format!(
             "aicli record: real {} {version} against the aicli-testkit fake {vendor} API on loopback (script: {spec})",
             provider.binary_name()

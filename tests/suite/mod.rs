@@ -1,9 +1,12 @@
+mod cli_env;
 mod e2e;
 mod engine;
 mod human;
 mod mcp;
 mod new_vendor;
+mod private_modes;
 mod process;
+mod resume_finished;
 mod robustness;
 mod schemas;
 mod support;
