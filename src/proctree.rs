@@ -379,29 +379,44 @@ impl RunTree {
         if done() && !self.alive() {
             return;
         }
-        self.signal(Signal::SIGTERM);
+        // Every member signalled: once dead, the adopted ones are ours to reap.
+        let mut signalled: BTreeSet<u32> = self.signal(Signal::SIGTERM).into_iter().collect();
         let deadline = tokio::time::Instant::now() + grace;
+        let mut graceful = false;
         loop {
             if done() && !self.alive() {
-                return;
+                graceful = true;
+                break;
             }
             if tokio::time::Instant::now() >= deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
-            // Orphans adopted since (their parent just died) get the same SIGTERM; the
-            // ones that already went are reaped.
-            reap_adopted(&[]);
-            self.signal(Signal::SIGTERM);
+            // Orphans adopted since (their parent just died) get the same SIGTERM.
+            signalled.extend(self.signal(Signal::SIGTERM));
         }
-        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        if !graceful {
+            let until = tokio::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                signalled.extend(self.kill_now());
+                reap_adopted(&[]);
+                if (done() && !self.alive()) || tokio::time::Instant::now() >= until {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        // The dead become zombies a moment after they are gone from the cgroup and the
+        // group: reap them (bounded).
+        let signalled: Vec<u32> = signalled.into_iter().collect();
+        let until = tokio::time::Instant::now() + Duration::from_secs(1);
         loop {
-            let killed = self.kill_now();
-            reap_adopted(&killed);
-            if (done() && !self.alive()) || tokio::time::Instant::now() >= until {
+            reap_adopted(&signalled);
+            let waiting = my_children().into_iter().any(|p| signalled.contains(&p));
+            if !waiting || tokio::time::Instant::now() >= until {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 

@@ -35,6 +35,12 @@
 //!   --daemon-exit            start one `setsid` daemon grandchild (a sleeper) and exit
 //!                            at once, before the transcript: the parent is gone
 //!                            before anyone can see the grandchild's ancestry
+//!   --once FILE              misbehave (daemons, grandchildren, linger, hang) only when
+//!                            FILE does not exist yet (it is created): a resumed run
+//!                            of the same task behaves
+//!   --double-fork-daemon F   start a child that runs `--daemon-exit --pid-file F` (so F
+//!                            lists that child and its daemon) and wait for it; then go
+//!                            on: the daemon's parent died at once, the CLI lives on
 //!   --touch FILE             create FILE (relative to the cwd) — "the tool ran"
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
 //!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit
@@ -91,6 +97,8 @@ fn main() {
             }
             "--mcp-config" => o.mcp_config = Some(val()),
             "--daemon-exit" => o.daemon_exit = true,
+            "--double-fork-daemon" => o.double_fork = Some(val()),
+            "--once" => o.once = Some(val()),
             "--record-argv" => o.record_argv = Some(val()),
             "--timeline" => o.timeline = Some(val()),
             // Anything else (the provider's own flags, the prompt) is accepted and ignored.
@@ -131,6 +139,8 @@ struct Opts {
     mcp_calls: Vec<(String, String, String)>,
     mcp_config: Option<String>,
     daemon_exit: bool,
+    double_fork: Option<String>,
+    once: Option<String>,
 }
 
 fn timeline(file: &Option<String>, what: &str) {
@@ -170,8 +180,19 @@ fn hang() -> ! {
     }
 }
 
-fn run(o: Opts, args: &[String]) {
+fn run(mut o: Opts, args: &[String]) {
     timeline(&o.timeline, "start");
+    if let Some(f) = &o.once {
+        if std::path::Path::new(f).exists() {
+            o.daemon_exit = false;
+            o.double_fork = None;
+            o.grandchildren = 0;
+            o.linger = 0;
+            o.hang = false;
+        } else {
+            std::fs::write(f, b"").unwrap();
+        }
+    }
     if let Some(f) = &o.record_argv {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
@@ -264,6 +285,15 @@ fn run(o: Opts, args: &[String]) {
     }
     if o.daemon_exit {
         std::process::exit(0);
+    }
+    if let Some(f) = &o.double_fork {
+        Command::new(&me)
+            .args(["--daemon-exit", "--pid-file", f])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
     }
     for t in &o.touch {
         std::fs::write(t, b"touched by aicli-fake-cli\n").unwrap();

@@ -4,6 +4,7 @@ mod engine;
 mod human;
 mod mcp;
 mod new_vendor;
+mod orphans;
 mod private_modes;
 mod process;
 mod resume_finished;

@@ -156,6 +156,11 @@ pub fn shared(p: ReplayProvider) -> SharedProvider {
 /// the real Claude adapter, replaying Claude's `text` transcript (plus `extra_args`).
 /// Returns its path, for `aicli --config`.
 pub fn fake_cli_config(dir: &Path, extra_args: &[&str]) -> PathBuf {
+    fake_cli_config_with(dir, extra_args, serde_json::json!({}))
+}
+
+/// [`fake_cli_config`] with `engine` as the config's engine settings.
+pub fn fake_cli_config_with(dir: &Path, extra_args: &[&str], engine: serde_json::Value) -> PathBuf {
     let fx = fixture("claude", "text");
     let mut args: Vec<serde_json::Value> = vec![
         "--replay".into(),
@@ -175,7 +180,8 @@ pub fn fake_cli_config(dir: &Path, extra_args: &[&str]) -> PathBuf {
                 "adapter": "claude",
                 "binary_path": fake_cli(),
                 "extra_args": args,
-            }}
+            }},
+            "engine": engine,
         })
         .to_string(),
     )
