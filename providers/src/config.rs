@@ -339,6 +339,8 @@ pub struct McpServerConfig {
     pub bind: String,
     /// Extra Host header values to accept (besides loopback and the bind host).
     pub allowed_hosts: Vec<String>,
+    /// Timeouts, connection and session limits, and the caps on tool arguments.
+    pub limits: McpLimits,
 }
 
 impl Default for McpServerConfig {
@@ -347,7 +349,92 @@ impl Default for McpServerConfig {
             enabled: true,
             bind: "127.0.0.1:0".to_owned(),
             allowed_hosts: Vec::new(),
+            limits: McpLimits::default(),
         }
+    }
+}
+
+/// The agent MCP server's limits: every connection has a timeout, every token a number
+/// of sessions, every request and tool argument a size. Each must be at least 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpLimits {
+    /// A request's head must have arrived this many seconds after the connection became
+    /// ready for it (a new connection, or a kept-alive one after its last response): a
+    /// slow or partial header, and a kept-alive connection left idle, are closed then.
+    pub header_read_timeout_secs: u64,
+    /// A connection on which no byte moves either way for this many seconds is closed,
+    /// whatever it is doing (a request body that stalls, a response nobody reads). Event
+    /// streams send a keep-alive every 15 s, so a live stream never idles.
+    pub idle_timeout_secs: u64,
+    /// Open connections at most; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// Largest request body, bytes (larger: 413).
+    pub max_body_bytes: usize,
+    /// MCP sessions one token (one task run) may hold at once; a new one beyond is
+    /// refused with 429 until one is closed or expires.
+    pub max_sessions_per_token: usize,
+    /// A session with no request for this many seconds is closed and its memory freed
+    /// (a client that comes back gets 404 and starts a new one, as MCP says).
+    pub session_idle_timeout_secs: u64,
+    /// `broadcastLog`'s `message`, characters; a longer one is cut (and the answer says so).
+    pub log_message_chars: usize,
+    /// `broadcastLog`'s `source`, characters.
+    pub log_source_chars: usize,
+    /// `ask_user`'s `question`, characters.
+    pub question_chars: usize,
+    /// `ask_user`'s `options`: how many.
+    pub max_options: usize,
+    /// Each of `ask_user`'s `options`, characters.
+    pub option_chars: usize,
+    /// `getWorkspaceFiles`' `path`, characters.
+    pub path_chars: usize,
+    /// `getWorkspaceFiles`' `pattern`, characters.
+    pub pattern_chars: usize,
+    /// `getSkill`'s and `getCredential`'s `name`, characters.
+    pub name_chars: usize,
+}
+
+impl Default for McpLimits {
+    fn default() -> McpLimits {
+        McpLimits {
+            header_read_timeout_secs: 10,
+            idle_timeout_secs: 30,
+            max_connections: 256,
+            max_body_bytes: 1024 * 1024,
+            max_sessions_per_token: 32,
+            session_idle_timeout_secs: 300,
+            log_message_chars: 5_000,
+            log_source_chars: 200,
+            question_chars: 4_000,
+            max_options: 20,
+            option_chars: 500,
+            path_chars: 4_096,
+            pattern_chars: 1_024,
+            name_chars: 256,
+        }
+    }
+}
+
+impl McpLimits {
+    /// Each limit by its config name, for validation and messages.
+    pub fn named(&self) -> [(&'static str, u64); 14] {
+        [
+            ("header_read_timeout_secs", self.header_read_timeout_secs),
+            ("idle_timeout_secs", self.idle_timeout_secs),
+            ("max_connections", self.max_connections as u64),
+            ("max_body_bytes", self.max_body_bytes as u64),
+            ("max_sessions_per_token", self.max_sessions_per_token as u64),
+            ("session_idle_timeout_secs", self.session_idle_timeout_secs),
+            ("log_message_chars", self.log_message_chars as u64),
+            ("log_source_chars", self.log_source_chars as u64),
+            ("question_chars", self.question_chars as u64),
+            ("max_options", self.max_options as u64),
+            ("option_chars", self.option_chars as u64),
+            ("path_chars", self.path_chars as u64),
+            ("pattern_chars", self.pattern_chars as u64),
+            ("name_chars", self.name_chars as u64),
+        ]
     }
 }
 
@@ -450,6 +537,14 @@ impl AiCliConfig {
             ));
         }
         check_env_patterns(&self.engine.env_passthrough, "engine.env_passthrough", &invalid)?;
+        for (name, v) in self.engine.mcp.limits.named() {
+            if v == 0 {
+                return Err(invalid(
+                    format!("engine.mcp.limits.{name}"),
+                    "must be at least 1".into(),
+                ));
+            }
+        }
         for (name, p) in &self.providers {
             check_env_patterns(
                 &p.env_passthrough,

@@ -3,6 +3,7 @@ mod e2e;
 mod engine;
 mod human;
 mod mcp;
+mod mcp_limits;
 mod new_vendor;
 mod orphans;
 mod private_modes;
