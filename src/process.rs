@@ -245,9 +245,9 @@ impl LocalProcess {
         c.process_group(0);
         if trampoline.is_none() {
             let parent = std::process::id();
-            let join = cgroup
-                .as_ref()
-                .and_then(|cg| std::ffi::CString::new(cg.procs_file().into_os_string().into_vec()).ok());
+            let join = cgroup.as_ref().and_then(|cg| {
+                std::ffi::CString::new(cg.procs_file().into_os_string().into_vec()).ok()
+            });
             // SAFETY: prctl, getppid, open, write and close are async-signal-safe; the
             // path was allocated before the fork; no parent memory is touched.
             unsafe {

@@ -118,7 +118,10 @@ fn my_children() -> Vec<u32> {
         for t in tasks.flatten() {
             if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
                 have_files = true;
-                out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+                out.extend(
+                    text.split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
             }
         }
     }
@@ -203,8 +206,7 @@ fn reap_on_sigchld() {
         return;
     };
     rt.block_on(async {
-        let Ok(mut sig) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+        let Ok(mut sig) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
         else {
             return;
         };
@@ -335,7 +337,10 @@ impl RunTree {
         match &self.cgroup {
             Some(c) => c.pids(),
             None => {
-                let leaders = reaper().lock().map(|r| r.leaders.clone()).unwrap_or_default();
+                let leaders = reaper()
+                    .lock()
+                    .map(|r| r.leaders.clone())
+                    .unwrap_or_default();
                 my_children()
                     .into_iter()
                     .filter(|p| !leaders.contains(p))

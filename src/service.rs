@@ -540,15 +540,15 @@ impl Engine {
                         Found::Finished(result) => {
                             // The CLI had printed its last word: the run is over and was
                             // paid for. Close it from its stream; no new run.
-                            record
-                                .write_task(&rec, true)
-                                .map_err(|source| EngineError::Record {
+                            record.write_task(&rec, true).map_err(|source| {
+                                EngineError::Record {
                                     path: record.task_dir(&rec.task.id),
                                     source,
-                                })?;
+                                }
+                            })?;
                             plan.push(Planned {
                                 lock,
-                                recorded: Some(*result),
+                                recorded: Some(result),
                                 ..Planned::run(store, rec)
                             });
                             continue;
@@ -665,18 +665,15 @@ impl Engine {
         // (A final "slow down" error is not an end: the pool would have retried it.)
         let retryable = result.error_kind.is_some_and(|k| k.is_backoff());
         if events.iter().any(|e| provider.is_final_event(e)) && !retryable {
-            if let Some(q) = questions_since(
-                &dir.join("aicli-events.ndjson"),
-                attempt.aicli_events_start,
-            )
-            .pop()
+            if let Some(q) =
+                questions_since(&dir.join("aicli-events.ndjson"), attempt.aicli_events_start).pop()
             {
                 result.block(q);
             }
             tracing::info!(task = %rec.task.id, status = ?result.status, "the interrupted attempt had finished: closed from its recorded stream");
             attempt.result = Some(result.clone());
             rec.state = TaskState::of(&result);
-            return Found::Finished(Box::new(result));
+            return Found::Finished(result);
         }
         result.status = SessionStatus::Interrupted;
         result.success = false;
@@ -807,7 +804,7 @@ impl Engine {
 /// What `resume` found of an attempt that was running when aicli stopped.
 enum Found {
     /// Its stream holds the CLI's final event: the run had ended; its result.
-    Finished(Box<SessionResult>),
+    Finished(SessionResult),
     /// It stopped before its end: what its partial output says, if anything.
     Interrupted(Option<SessionResult>),
 }

@@ -285,12 +285,13 @@ impl Repo {
             .await?;
         }
         // git makes the worktree's directory under the umask: give it an explicit mode.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))
-            .map_err(|e| WorktreeError::Git {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE)).map_err(
+            |e| WorktreeError::Git {
                 args: "worktree add (setting the worktree's mode)".into(),
                 dir: path.to_path_buf(),
                 stderr: e.to_string(),
-            })?;
+            },
+        )?;
         if let Some(f) = base_file(path).await {
             write_private(&f, format!("{base}\n").as_bytes()).map_err(|e| WorktreeError::Git {
                 args: "worktree add (recording the base commit)".into(),

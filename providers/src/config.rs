@@ -536,7 +536,11 @@ impl AiCliConfig {
                 "must be at least 1024".into(),
             ));
         }
-        check_env_patterns(&self.engine.env_passthrough, "engine.env_passthrough", &invalid)?;
+        check_env_patterns(
+            &self.engine.env_passthrough,
+            "engine.env_passthrough",
+            &invalid,
+        )?;
         for (name, v) in self.engine.mcp.limits.named() {
             if v == 0 {
                 return Err(invalid(
@@ -668,10 +672,7 @@ fn check_env_patterns(
 ) -> Result<(), ConfigError> {
     for (i, p) in patterns.iter().enumerate() {
         let name = p.strip_suffix('*').unwrap_or(p);
-        let ok = !p.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let ok = !p.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ok {
             return Err(invalid(
                 format!("{json_path}[{i}]"),

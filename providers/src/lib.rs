@@ -52,9 +52,7 @@ pub mod result;
 pub mod task;
 pub mod usage;
 
-pub use config::{
-    AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig,
-};
+pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel};
 pub use provider::{

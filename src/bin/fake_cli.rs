@@ -214,7 +214,9 @@ fn run(mut o: Opts, args: &[String]) {
         writeln!(f, "{line}").unwrap();
     }
     if let Some(f) = &o.dump_env {
-        let text: String = std::env::vars().map(|(k, v)| format!("{k}={v}\n")).collect();
+        let text: String = std::env::vars()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect();
         std::fs::write(f, text).unwrap();
     }
     for (tool, args, file) in &o.mcp_calls {
@@ -426,15 +428,21 @@ mod mcp {
     /// AICLI_MCP_URL / AICLI_MCP_TOKEN.
     fn endpoint(mcp_config: Option<&str>) -> Result<(String, String), String> {
         if let Some(f) = mcp_config {
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(f).map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
+            let v: Value =
+                serde_json::from_str(&std::fs::read_to_string(f).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
             let s = &v["mcpServers"]["aicli"];
             let url = s["url"].as_str().ok_or("no url in the MCP config")?;
-            let auth = s["headers"]["Authorization"].as_str().ok_or("no Authorization header")?;
+            let auth = s["headers"]["Authorization"]
+                .as_str()
+                .ok_or("no Authorization header")?;
             let token = auth.strip_prefix("Bearer ").ok_or("not a bearer token")?;
             return Ok((url.to_owned(), token.to_owned()));
         }
-        match (std::env::var("AICLI_MCP_URL"), std::env::var("AICLI_MCP_TOKEN")) {
+        match (
+            std::env::var("AICLI_MCP_URL"),
+            std::env::var("AICLI_MCP_TOKEN"),
+        ) {
             (Ok(u), Ok(t)) => Ok((u, t)),
             _ => Err("no MCP server: neither --mcp-config nor AICLI_MCP_URL".into()),
         }
@@ -458,15 +466,16 @@ mod mcp {
 
     async fn call(mcp_config: Option<&str>, tool: &str, args: Value) -> Result<Value, String> {
         let (url, token) = endpoint(mcp_config)?;
-        let client: Client<_, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build_http();
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
         let post = |sid: Option<String>, body: Value| {
             let mut b = hyper::Request::post(url.as_str())
                 .header("authorization", format!("Bearer {token}"))
                 .header("content-type", "application/json")
                 .header("accept", "application/json, text/event-stream");
             if let Some(s) = sid {
-                b = b.header("mcp-session-id", s).header("mcp-protocol-version", "2025-06-18");
+                b = b
+                    .header("mcp-session-id", s)
+                    .header("mcp-protocol-version", "2025-06-18");
             }
             let req = b.body(Full::new(Bytes::from(body.to_string()))).unwrap();
             let client = client.clone();
@@ -478,7 +487,11 @@ mod mcp {
                     .get("mcp-session-id")
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned);
-                let body = resp.into_body().collect().await.map_err(|e| e.to_string())?;
+                let body = resp
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let text = String::from_utf8_lossy(&body.to_bytes()).into_owned();
                 if !status.is_success() {
                     return Err(format!("HTTP {status}: {text}"));

@@ -236,7 +236,10 @@ impl Tokens {
     /// (counting the places already held); `false` when it may not open one more.
     pub(crate) fn reserve_session(&self, token_id: u64, limit: usize) -> bool {
         let mut inner = self.write();
-        let open = inner.sessions_by_token.get(&token_id).map_or(0, HashSet::len);
+        let open = inner
+            .sessions_by_token
+            .get(&token_id)
+            .map_or(0, HashSet::len);
         let pending = inner.pending.get(&token_id).copied().unwrap_or(0);
         if open + pending >= limit {
             return false;
@@ -534,7 +537,12 @@ pub(crate) async fn gate(
 async fn malformed_body(resp: Response) -> Response {
     let reason = axum::body::to_bytes(resp.into_body(), 64 * 1024)
         .await
-        .map(|b| String::from_utf8_lossy(&b).chars().take(1000).collect::<String>())
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .chars()
+                .take(1000)
+                .collect::<String>()
+        })
         .unwrap_or_default();
     json_response(
         StatusCode::BAD_REQUEST,

@@ -332,7 +332,10 @@ impl McpServer {
 
     /// Number of HTTP connections open now.
     pub fn open_connections(&self) -> usize {
-        self.shared.conns.open.load(std::sync::atomic::Ordering::Relaxed)
+        self.shared
+            .conns
+            .open
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Connections closed at accept because `max_connections` were open, and

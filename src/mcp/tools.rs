@@ -131,16 +131,16 @@ fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
 
-/// A tool error when `value` (argument `arg`) has more than `max` characters; `setting`
-/// names the limit in the config.
-fn cap(arg: &str, value: &str, max: usize, setting: &str) -> Result<(), CallToolResult> {
+/// Why `value` (argument `arg`) is refused when it has more than `max` characters;
+/// `setting` names the limit in the config.
+fn cap(arg: &str, value: &str, max: usize, setting: &str) -> Result<(), String> {
     if value.len() <= max || value.chars().nth(max).is_none() {
         return Ok(());
     }
-    Err(tool_error(format!(
+    Err(format!(
         "`{arg}` has {} characters; at most {max} are accepted (mcp.limits.{setting})",
         value.chars().count()
-    )))
+    ))
 }
 
 /// At most 40 characters of `s`, for echoing a bad value back.
@@ -151,11 +151,11 @@ fn excerpt(s: &str) -> String {
     }
 }
 
-/// Returns the tool error of a failed [`cap`] from the tool.
+/// Returns a failed [`cap`] from the tool as a tool error.
 macro_rules! check {
     ($e:expr) => {
-        if let Err(refused) = $e {
-            return Ok(refused);
+        if let Err(why) = $e {
+            return Ok(tool_error(why));
         }
     };
 }
@@ -223,7 +223,12 @@ impl AgentTools {
         let caller = caller(&parts)?;
         let l = &self.shared.limits;
         check!(cap("path", &args.path, l.path_chars, "path_chars"));
-        check!(cap("pattern", &args.pattern, l.pattern_chars, "pattern_chars"));
+        check!(cap(
+            "pattern",
+            &args.pattern,
+            l.pattern_chars,
+            "pattern_chars"
+        ));
         let workspace = caller.ctx.workspace.clone();
         let req = FilesRequest {
             path: args.path,
@@ -277,7 +282,12 @@ impl AgentTools {
         ct: CancellationToken,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        check!(cap("name", &args.name, self.shared.limits.name_chars, "name_chars"));
+        check!(cap(
+            "name",
+            &args.name,
+            self.shared.limits.name_chars,
+            "name_chars"
+        ));
         let dir = self.shared.skills_dir.clone();
         let connected = caller.ctx.skills.clone();
         let name = args.name;
@@ -298,7 +308,12 @@ impl AgentTools {
         Extension(parts): Extension<Parts>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        check!(cap("name", &args.name, self.shared.limits.name_chars, "name_chars"));
+        check!(cap(
+            "name",
+            &args.name,
+            self.shared.limits.name_chars,
+            "name_chars"
+        ));
         let name = args.name;
         if !caller.ctx.credentials.contains(&name) {
             tracing::info!(task_id = %caller.ctx.task_id, credential = %name, "getCredential refused: not on the task's allowlist");
@@ -358,7 +373,12 @@ impl AgentTools {
                 )));
             }
         };
-        check!(cap("source", &args.source, l.log_source_chars, "log_source_chars"));
+        check!(cap(
+            "source",
+            &args.source,
+            l.log_source_chars,
+            "log_source_chars"
+        ));
         let max = l.log_message_chars;
         let mut message = args.message;
         let cut = match message.char_indices().nth(max) {
@@ -419,7 +439,12 @@ impl AgentTools {
     fn ask(&self, args: AskArgs, parts: &Parts) -> Result<CallToolResult, ErrorData> {
         let caller = caller(parts)?;
         let l = &self.shared.limits;
-        check!(cap("question", &args.question, l.question_chars, "question_chars"));
+        check!(cap(
+            "question",
+            &args.question,
+            l.question_chars,
+            "question_chars"
+        ));
         if args.options.len() > l.max_options {
             return Ok(tool_error(format!(
                 "`options` has {} entries; at most {} are accepted (mcp.limits.max_options)",

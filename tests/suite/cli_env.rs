@@ -28,7 +28,11 @@ const SECRETS: &[(&str, &str)] = &[
 const GRANTED: &str = "GITHUB_TOKEN";
 
 fn value_of(name: &str) -> &'static str {
-    SECRETS.iter().find(|(k, _)| *k == name).map(|(_, v)| *v).unwrap()
+    SECRETS
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| *v)
+        .unwrap()
 }
 
 /// A config whose default provider `fake` runs the fake CLI through the real Claude
@@ -107,7 +111,11 @@ fn assert_records_clean(dir: &Path) {
             } else if let Ok(bytes) = std::fs::read(&p) {
                 let text = String::from_utf8_lossy(&bytes);
                 for (name, value) in SECRETS {
-                    assert!(!text.contains(value), "{name}'s value is in {}", p.display());
+                    assert!(
+                        !text.contains(value),
+                        "{name}'s value is in {}",
+                        p.display()
+                    );
                 }
             }
         }
@@ -119,54 +127,6 @@ fn secrets_in_aicli_s_environment_never_reach_the_cli_but_a_granted_credential_d
     let repo = git_repo();
     let dir = tempfile::tempdir().unwrap();
     let path = |n: &str| dir.path().join(n).display().to_string();
-
-    // `aicli run -v`, the task granted GITHUB_TOKEN.
-    let cfg = config(
-        dir.path(),
-        &[
-            "--dump-env".into(),
-            path("run-env"),
-            "--mcp-call".into(),
-            "getCredential".into(),
-            json!({"name": GRANTED}).to_string(),
-            path("run-credential"),
-        ],
-    );
-    let out = aicli(
-        &cfg,
-        &[
-            "-v",
-            "run",
-            "say hello",
-            "--credential",
-            GRANTED,
-            "--repo",
-            repo.path().to_str().unwrap(),
-        ],
-    );
-    let env = dumped(&dir.path().join("run-env"));
-    assert_no_secret(&env, "aicli run");
-    let cred: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("run-credential")).unwrap())
-            .unwrap();
-    assert_eq!(
-        cred["structuredContent"],
-        json!({"name": GRANTED, "value": value_of(GRANTED)}),
-        "{cred}"
-    );
-    // `-v` lists what was passed, by name only.
-    let log = String::from_utf8_lossy(&out.stderr);
-    let line = log
-        .lines()
-        .find(|l| l.contains("environment passed to the CLI"))
-        .unwrap_or_else(|| panic!("no environment line in:\n{log}"));
-    for name in ["PATH", "HOME", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] {
-        assert!(line.contains(name), "{line}");
-    }
-    for (name, value) in SECRETS {
-        assert!(!line.contains(name), "{line}");
-        assert!(!log.contains(value), "a secret's value is in the log");
-    }
 
     // `aicli batch`: one task granted the credential, one not (getCredential refuses it).
     let cfg = config(dir.path(), &[]);
@@ -215,6 +175,54 @@ fn secrets_in_aicli_s_environment_never_reach_the_cli_but_a_granted_credential_d
     .unwrap();
     assert_eq!(other["isError"], true, "{other}");
     assert_eq!(other["structuredContent"]["status"], 403, "{other}");
+    // `aicli run -v`, the task granted GITHUB_TOKEN.
+    let cfg = config(
+        dir.path(),
+        &[
+            "--dump-env".into(),
+            path("run-env"),
+            "--mcp-call".into(),
+            "getCredential".into(),
+            json!({"name": GRANTED}).to_string(),
+            path("run-credential"),
+        ],
+    );
+    let out = aicli(
+        &cfg,
+        &[
+            "-v",
+            "run",
+            "say hello",
+            "--credential",
+            GRANTED,
+            "--repo",
+            repo.path().to_str().unwrap(),
+        ],
+    );
+    let env = dumped(&dir.path().join("run-env"));
+    assert_no_secret(&env, "aicli run");
+    let cred: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("run-credential")).unwrap())
+            .unwrap();
+    assert_eq!(
+        cred["structuredContent"],
+        json!({"name": GRANTED, "value": value_of(GRANTED)}),
+        "{cred}"
+    );
+    // `-v` lists what was passed, by name only.
+    let log = String::from_utf8_lossy(&out.stderr);
+    let line = log
+        .lines()
+        .find(|l| l.contains("environment passed to the CLI"))
+        .unwrap_or_else(|| panic!("no environment line in:\n{log}"));
+    for name in ["PATH", "HOME", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] {
+        assert!(line.contains(name), "{line}");
+    }
+    for (name, value) in SECRETS {
+        assert!(!line.contains(name), "{line}");
+        assert!(!log.contains(value), "a secret's value is in the log");
+    }
+
     assert_records_clean(&repo.path().join(".aicli"));
 }
 

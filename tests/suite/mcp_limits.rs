@@ -146,7 +146,10 @@ async fn a_stalled_request_body_is_closed_after_the_idle_timeout() {
     assert!(closed, "a stalled body kept its connection");
     let deadline = tokio::time::Instant::now() + WAIT;
     while s.server.closed_connections().1 == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "no idle close was counted");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no idle close was counted"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -165,7 +168,10 @@ async fn connections_beyond_the_limit_are_closed_at_once() {
     }
     let deadline = tokio::time::Instant::now() + WAIT;
     while s.server.open_connections() < 8 {
-        assert!(tokio::time::Instant::now() < deadline, "8 connections never opened");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "8 connections never opened"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Number 9 to 20: closed as soon as they are accepted, answered by nothing.
@@ -191,7 +197,10 @@ async fn connections_beyond_the_limit_are_closed_at_once() {
         if said.starts_with("HTTP/1.1 200") {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "never served again: {said:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never served again: {said:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -237,7 +246,10 @@ async fn a_token_holds_a_limited_number_of_sessions_and_idle_ones_expire() {
     // answers 404, and the token may open new ones.
     let deadline = tokio::time::Instant::now() + WAIT;
     while s.server.live_sessions() > 0 {
-        assert!(tokio::time::Instant::now() < deadline, "idle sessions never expired");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "idle sessions never expired"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let gone = raw
@@ -269,7 +281,10 @@ async fn call(raw: &Raw, token: &str, tool: &str, args: Value) -> Value {
 }
 
 fn text_of(result: &Value) -> String {
-    result["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,31 +295,79 @@ async fn every_string_and_list_argument_is_capped_with_the_limit_named() {
     let l = McpLimits::default();
     let long = |n: usize| "x".repeat(n);
     let refusals = [
-        ("broadcastLog", json!({"message": "m", "source": long(1_000_000)}), "log_source_chars"),
-        ("ask_user", json!({"question": long(l.question_chars + 1)}), "question_chars"),
-        ("askUser", json!({"question": "q", "options": vec!["o"; l.max_options + 1]}), "max_options"),
-        ("ask_user", json!({"question": "q", "options": ["ok", long(l.option_chars + 1)]}), "option_chars"),
-        ("getWorkspaceFiles", json!({"path": long(l.path_chars + 1)}), "path_chars"),
-        ("getWorkspaceFiles", json!({"pattern": long(l.pattern_chars + 1)}), "pattern_chars"),
-        ("getSkill", json!({"name": long(l.name_chars + 1)}), "name_chars"),
-        ("getCredential", json!({"name": long(l.name_chars + 1)}), "name_chars"),
+        (
+            "broadcastLog",
+            json!({"message": "m", "source": long(1_000_000)}),
+            "log_source_chars",
+        ),
+        (
+            "ask_user",
+            json!({"question": long(l.question_chars + 1)}),
+            "question_chars",
+        ),
+        (
+            "askUser",
+            json!({"question": "q", "options": vec!["o"; l.max_options + 1]}),
+            "max_options",
+        ),
+        (
+            "ask_user",
+            json!({"question": "q", "options": ["ok", long(l.option_chars + 1)]}),
+            "option_chars",
+        ),
+        (
+            "getWorkspaceFiles",
+            json!({"path": long(l.path_chars + 1)}),
+            "path_chars",
+        ),
+        (
+            "getWorkspaceFiles",
+            json!({"pattern": long(l.pattern_chars + 1)}),
+            "pattern_chars",
+        ),
+        (
+            "getSkill",
+            json!({"name": long(l.name_chars + 1)}),
+            "name_chars",
+        ),
+        (
+            "getCredential",
+            json!({"name": long(l.name_chars + 1)}),
+            "name_chars",
+        ),
     ];
     for (tool, args, limit) in refusals {
         let r = call(&raw, &token, tool, args).await;
         assert_eq!(r["isError"], true, "{tool}: {r}");
         let t = text_of(&r);
         assert!(t.contains(&format!("mcp.limits.{limit}")), "{tool}: {t}");
-        assert!(t.len() < 300, "{tool}: the refusal echoes the argument: {} bytes", t.len());
+        assert!(
+            t.len() < 300,
+            "{tool}: the refusal echoes the argument: {} bytes",
+            t.len()
+        );
     }
     // Nothing refused reached the task's stream (no log line, no question).
     let refused_events: Vec<AgentEvent> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
     assert!(refused_events.is_empty(), "{refused_events:?}");
     // A bad level is refused without echoing it whole.
-    let r = call(&raw, &token, "broadcastLog", json!({"message": "m", "level": long(100_000)})).await;
+    let r = call(
+        &raw,
+        &token,
+        "broadcastLog",
+        json!({"message": "m", "level": long(100_000)}),
+    )
+    .await;
     assert_eq!(r["isError"], true);
     assert!(text_of(&r).len() < 200, "{}", text_of(&r).len());
     // A long message is cut to the limit, and the answer says so.
-    let r = call(&raw, &token, "broadcastLog", json!({"message": long(l.log_message_chars + 500)})).await;
+    let r = call(
+        &raw,
+        &token,
+        "broadcastLog",
+        json!({"message": long(l.log_message_chars + 500)}),
+    )
+    .await;
     assert_eq!(r["isError"], false, "{r}");
     assert!(text_of(&r).contains("mcp.limits.log_message_chars"), "{r}");
     match rx.recv().await.map(|e| e.kind) {
@@ -312,7 +375,13 @@ async fn every_string_and_list_argument_is_capped_with_the_limit_named() {
         other => panic!("{other:?}"),
     }
     // Within the limits, the same tools work.
-    let r = call(&raw, &token, "ask_user", json!({"question": "Go?", "options": ["yes", "no"]})).await;
+    let r = call(
+        &raw,
+        &token,
+        "ask_user",
+        json!({"question": "Go?", "options": ["yes", "no"]}),
+    )
+    .await;
     assert_eq!(r["isError"], false, "{r}");
 }
 

@@ -71,7 +71,9 @@ async fn twenty_quick_runs_that_leave_a_daemon_leave_no_process() {
         );
         // Half the CLIs start a setsid daemon and exit before printing anything; the
         // other half start one, print their transcript at once and exit.
-        let files: Vec<PathBuf> = (0..20).map(|i| dir.path().join(format!("pids-{i}"))).collect();
+        let files: Vec<PathBuf> = (0..20)
+            .map(|i| dir.path().join(format!("pids-{i}")))
+            .collect();
         let tasks: Vec<TaskSpec> = files
             .iter()
             .enumerate()
@@ -103,7 +105,12 @@ async fn twenty_quick_runs_that_leave_a_daemon_leave_no_process() {
         let mut all = Vec::new();
         for f in &files {
             let p = pids_in(f);
-            assert_eq!(p.len(), 2, "{mode:?}: {} lists the CLI and its daemon", f.display());
+            assert_eq!(
+                p.len(),
+                2,
+                "{mode:?}: {} lists the CLI and its daemon",
+                f.display()
+            );
             all.extend(p);
         }
         // The batch returned: every daemon is gone, killed and reaped by this process
@@ -149,7 +156,10 @@ fn kill_9_then_resume(mode: CgroupMode) {
     // The daemon exists (its parent already exited): kill aicli now.
     let deadline = Instant::now() + Duration::from_secs(30);
     while pids_in(&daemon_file).len() < 2 {
-        assert!(Instant::now() < deadline, "{mode:?}: the daemon never started");
+        assert!(
+            Instant::now() < deadline,
+            "{mode:?}: the daemon never started"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let daemon = pids_in(&daemon_file)[1];
@@ -161,12 +171,7 @@ fn kill_9_then_resume(mode: CgroupMode) {
         .path();
     let pid_file = batch.join("tasks/t/pid");
     let recorded = std::fs::read_to_string(&pid_file).unwrap();
-    let cli: u32 = recorded
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let cli: u32 = recorded.split_whitespace().next().unwrap().parse().unwrap();
     let cgroup = recorded
         .lines()
         .find_map(|l| l.strip_prefix("cgroup "))
@@ -190,12 +195,21 @@ fn kill_9_then_resume(mode: CgroupMode) {
         left_after(&[cli], Duration::from_secs(3), alive).is_empty(),
         "{mode:?}: the CLI outlived aicli"
     );
-    assert!(alive(daemon), "{mode:?}: the daemon should have outlived aicli");
+    assert!(
+        alive(daemon),
+        "{mode:?}: the daemon should have outlived aicli"
+    );
 
     let out = std::process::Command::new(aicli)
         .arg("--config")
         .arg(&cfg)
-        .args(["resume", batch.file_name().unwrap().to_str().unwrap(), "--no-mcp", "--json", "--repo"])
+        .args([
+            "resume",
+            batch.file_name().unwrap().to_str().unwrap(),
+            "--no-mcp",
+            "--json",
+            "--repo",
+        ])
         .arg(repo.path())
         .output()
         .unwrap();
@@ -208,7 +222,11 @@ fn kill_9_then_resume(mode: CgroupMode) {
     assert!(left.is_empty(), "{mode:?}: the daemon survived the resume");
     assert!(!pid_file.exists(), "{mode:?}: the pid file is left");
     if let Some(c) = cgroup {
-        assert!(!c.exists(), "{mode:?}: the run's cgroup {} is left", c.display());
+        assert!(
+            !c.exists(),
+            "{mode:?}: the run's cgroup {} is left",
+            c.display()
+        );
     }
     // Nothing else of this test's runs: no fake CLI running in this repository.
     let stray: Vec<u32> = aicli::process::all_processes()
@@ -220,7 +238,10 @@ fn kill_9_then_resume(mode: CgroupMode) {
             exe && cwd
         })
         .collect();
-    assert!(stray.is_empty(), "{mode:?}: fake CLI processes left: {stray:?}");
+    assert!(
+        stray.is_empty(),
+        "{mode:?}: fake CLI processes left: {stray:?}"
+    );
 }
 
 #[test]

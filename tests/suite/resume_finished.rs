@@ -87,7 +87,12 @@ fn a_run_that_printed_its_final_line_is_closed_from_its_record_not_run_again() {
     // task. aicli is killed in that window.
     let cfg = fake_cli_config(
         dir.path(),
-        &["--record-argv", argv_log.to_str().unwrap(), "--linger-ms", "30000"],
+        &[
+            "--record-argv",
+            argv_log.to_str().unwrap(),
+            "--linger-ms",
+            "30000",
+        ],
     );
     let batch = batch_killed_when(
         &cfg,
@@ -96,7 +101,10 @@ fn a_run_that_printed_its_final_line_is_closed_from_its_record_not_run_again() {
         |t| contains(&t.join("events.ndjson"), r#""type":"result""#),
     );
     let task_dir = batch.join("tasks/t");
-    assert!(!task_dir.join("result.json").exists(), "killed before the task was closed");
+    assert!(
+        !task_dir.join("result.json").exists(),
+        "killed before the task was closed"
+    );
     let before: aicli::store::TaskRecord =
         aicli::util::read_json(&task_dir.join("task.json")).unwrap();
     assert_eq!(before.state, TaskState::Running);
@@ -124,7 +132,10 @@ fn a_run_that_printed_its_final_line_is_closed_from_its_record_not_run_again() {
         a.result.as_ref().map(|r| r.status),
         Some(SessionStatus::Succeeded)
     );
-    assert!(r.cost_usd.is_some_and(|c| c > 0.0), "its cost counts: {r:?}");
+    assert!(
+        r.cost_usd.is_some_and(|c| c > 0.0),
+        "its cost counts: {r:?}"
+    );
     assert!((result.total_cost_usd - r.cost_usd.unwrap()).abs() < 1e-12);
     // Finished as on a normal end: result.json written, the worktree (no work in it)
     // removed with its branch.
@@ -135,7 +146,7 @@ fn a_run_that_printed_its_final_line_is_closed_from_its_record_not_run_again() {
     let branches = git(repo.path(), &["branch", "--list", "aicli/*"]);
     assert!(branches.is_empty(), "{branches}");
     // And the CLI that lingered is gone (it died with aicli).
-    let pid: u32 = std::fs::read_to_string(&task_dir.join("pid"))
+    let pid: u32 = std::fs::read_to_string(task_dir.join("pid"))
         .ok()
         .and_then(|t| t.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
