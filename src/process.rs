@@ -269,10 +269,13 @@ impl LocalProcess {
                 });
             }
         }
-        let mut child = c.spawn().map_err(|source| SpawnError::Start {
-            program: cmd.program.display().to_string(),
-            source,
-        })?;
+        let mut child =
+            crate::proctree::spawn_leader(|| c.spawn(), Child::id).map_err(|source| {
+                SpawnError::Start {
+                    program: cmd.program.display().to_string(),
+                    source,
+                }
+            })?;
         let pid = child.id().unwrap_or(0);
         let tree = RunTree::started(pid, marker, cgroup, out.pid_file.clone());
         let mut readers = Vec::new();

@@ -196,6 +196,21 @@ pub fn become_subreaper() {
     let _ = reaper();
 }
 
+/// Runs `spawn` (which starts a run's leader) with the reaper held off, and registers
+/// the leader (`pid_of` its handle) before letting go: a leader that exits at once is
+/// never taken for an adopted orphan and reaped under tokio's feet.
+pub fn spawn_leader<T, E>(
+    spawn: impl FnOnce() -> Result<T, E>,
+    pid_of: impl Fn(&T) -> Option<u32>,
+) -> Result<T, E> {
+    let mut guard = reaper().lock().ok();
+    let spawned = spawn()?;
+    if let (Some(r), Some(pid)) = (guard.as_mut(), pid_of(&spawned)) {
+        r.leaders.insert(pid);
+    }
+    Ok(spawned)
+}
+
 /// Waits for SIGCHLD (on its own small runtime: it outlives any caller's) and reaps the
 /// zombies that are ours.
 fn reap_on_sigchld() {
