@@ -110,35 +110,30 @@ pub fn group_is_empty(pgid: u32) -> bool {
         )
 }
 
-/// The children of this process (every thread's), zombies included.
+/// The orphans this process adopted (and any child its main thread started), zombies
+/// included. The kernel hands an orphan to the subreaper's first live thread, the main
+/// one: its `children` file is all there is to read, however many threads aicli has.
 fn my_children() -> Vec<u32> {
-    let mut out = BTreeSet::new();
-    let mut have_files = false;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for t in tasks.flatten() {
-            if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
-                have_files = true;
-                out.extend(
-                    text.split_whitespace()
-                        .filter_map(|p| p.parse::<u32>().ok()),
-                );
+    let me = std::process::id();
+    if let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{me}/children")) {
+        return text
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .collect();
+    }
+    // A kernel without CONFIG_PROC_CHILDREN (or a main thread that is gone): one scan of
+    // /proc for every child of the process.
+    let mut out = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
+                && proc_stat(pid).is_some_and(|s| s.ppid == me)
+            {
+                out.push(pid);
             }
         }
     }
-    if !have_files {
-        // A kernel without CONFIG_PROC_CHILDREN: one scan of /proc.
-        let me = std::process::id();
-        if let Ok(dir) = std::fs::read_dir("/proc") {
-            for e in dir.flatten() {
-                if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
-                    && proc_stat(pid).is_some_and(|s| s.ppid == me)
-                {
-                    out.insert(pid);
-                }
-            }
-        }
-    }
-    out.into_iter().collect()
+    out
 }
 
 /// Whether process `pid` carries `AICLI_RUN=<marker>` in its environment.
