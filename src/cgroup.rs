@@ -268,19 +268,36 @@ impl RunCgroup {
         }
     }
 
-    /// The cgroup recorded at `path` by a run of an earlier aicli, if it is one of the
-    /// run cgroups this machine's aicli makes (a record never names another cgroup to
-    /// kill) and it still exists.
+    /// The cgroup recorded at `path` by a run of an earlier aicli (possibly started from
+    /// another cgroup than this one), if it is a run cgroup as aicli makes them — a
+    /// `<pid>-<n>-<hex>` directory in an `aicli` directory of a cgroup v2 or a v1
+    /// freezer/pids hierarchy: a record never names another cgroup to kill — and it still
+    /// exists.
     pub fn open(path: &Path) -> Option<RunCgroup> {
-        let (v2, v1) = roots();
-        let root = [v2, v1]
+        let name = path.file_name()?.to_str()?;
+        let parts: Vec<&str> = name.split('-').collect();
+        let well_formed = parts.len() == 3
+            && parts[0].chars().all(|c| c.is_ascii_digit())
+            && parts[1].chars().all(|c| c.is_ascii_digit())
+            && parts[2].chars().all(|c| c.is_ascii_hexdigit())
+            && parts.iter().all(|p| !p.is_empty());
+        if !well_formed || path.parent()?.file_name()? != DIR_NAME || !path.is_dir() {
+            return None;
+        }
+        let (_, _, fstype, opts) = cgroup_mounts()
             .into_iter()
-            .flatten()
-            .find(|r| path.parent() == Some(r.dir.as_path()))?;
-        path.is_dir().then(|| RunCgroup {
-            version: root.version,
+            .filter(|m| path.starts_with(&m.0))
+            .max_by_key(|m| m.0.components().count())?;
+        let freezer = opts.split(',').any(|o| o == "freezer");
+        let version = match fstype.as_str() {
+            "cgroup2" => Version::V2,
+            "cgroup" if freezer || opts.split(',').any(|o| o == "pids") => Version::V1,
+            _ => return None,
+        };
+        Some(RunCgroup {
+            version,
             path: path.to_path_buf(),
-            freezer: root.freezer,
+            freezer,
         })
     }
 
@@ -406,6 +423,25 @@ fn wait_for(max: Duration, done: impl Fn() -> bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_can_only_name_a_run_cgroup() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("aicli/12-3-ab0f");
+        std::fs::create_dir_all(&fake).unwrap();
+        // Well formed, but not in a cgroup hierarchy.
+        assert!(RunCgroup::open(&fake).is_none());
+        // Not aicli's.
+        for p in [
+            "/sys/fs/cgroup",
+            "/sys/fs/cgroup/unified",
+            "/sys/fs/cgroup/unified/docker",
+            "/sys/fs/cgroup/system.slice",
+            "/sys/fs/cgroup/aicli/../docker",
+        ] {
+            assert!(RunCgroup::open(Path::new(p)).is_none(), "{p}");
+        }
+    }
 
     #[test]
     fn mountinfo_paths_are_unescaped_and_own_paths_map_under_the_mount() {
