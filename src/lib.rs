@@ -9,6 +9,8 @@
 pub mod cgroup;
 pub mod env;
 pub mod events;
+pub mod fake_api;
+pub mod install;
 pub mod mcp;
 pub mod pool;
 pub mod process;

@@ -174,13 +174,21 @@ async fn prepare_and_run(
             format!("invalid task: {msg}"),
         ));
     }
-    // The CLI is looked up on the PATH it will run with.
-    let search_path = spec
-        .search_path
-        .as_deref()
-        .or(spec.base_env.get("PATH").map(String::as_str));
+    // The CLI is looked up on the PATH it will run with, then in aicli's cache
+    // (`aicli install`); an engine's explicit search path is taken as it is.
+    let search_path = match &spec.search_path {
+        Some(p) => p.clone(),
+        None => crate::install::search_path_with_cache(
+            &spec
+                .base_env
+                .get("PATH")
+                .cloned()
+                .or_else(|| std::env::var("PATH").ok())
+                .unwrap_or_default(),
+        ),
+    };
     let binary = provider
-        .binary_path(search_path)
+        .binary_path(Some(&search_path))
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
 
     let is_root = nix::unistd::geteuid().is_root();
@@ -513,7 +521,7 @@ async fn supervise(
             format!(
                 "wall-clock timeout: the run took longer than {}s{}",
                 limits.timeout.as_secs(),
-                last_words(&result)
+                last_words(&result, exit_code)
             ),
         ),
         EndReason::IdleTimeout if !saw_final => result.fail(
@@ -521,7 +529,7 @@ async fn supervise(
             format!(
                 "idle watchdog: no output for {}s{}",
                 limits.idle_timeout.as_secs(),
-                last_words(&result)
+                last_words(&result, exit_code)
             ),
         ),
         EndReason::Cancelled
@@ -544,11 +552,20 @@ async fn supervise(
     }
 }
 
-/// " (last from the CLI: ...)" when the provider classified something before the end.
-fn last_words(r: &SessionResult) -> String {
+/// What followed the limit, in order: what the CLI had reported before it (when the
+/// provider classified something other than the exit aicli's own kill caused), then
+/// that aicli stopped it (with the exit code the kill produced).
+fn last_words(r: &SessionResult, exit_code: Option<i32>) -> String {
+    let stopped = match exit_code {
+        Some(c) => format!("; aicli then stopped the CLI (it exited with code {c})"),
+        None => "; aicli then stopped the CLI".to_owned(),
+    };
     match (&r.error_kind, &r.error) {
-        (Some(k), Some(m)) if !m.is_empty() => format!(" (before that: {k}: {m})"),
-        _ => String::new(),
+        (Some(ErrorKind::Crashed), _) | (None, _) => stopped,
+        (Some(k), Some(m)) if !m.is_empty() => {
+            format!(", after the CLI had reported {k}: {m}{stopped}")
+        }
+        (Some(_), _) => stopped,
     }
 }
 

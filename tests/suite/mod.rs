@@ -1,3 +1,4 @@
+mod cli;
 mod cli_env;
 mod e2e;
 mod engine;
