@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::BatchEvent;
 use crate::process::{OutputOptions, StdoutLine};
 use crate::runner::{RunHandle, Runner};
+use crate::util::create_private_dirs;
 
 /// Time and size limits of one run.
 #[derive(Debug, Clone)]
@@ -80,8 +81,10 @@ pub struct SessionSpec {
     pub limits: SessionLimits,
     /// PATH to find the CLI on (the process PATH when `None`).
     pub search_path: Option<String>,
-    /// The environment the CLI will inherit (for the auth pre-check and `HOME`).
-    pub inherited_env: BTreeMap<String, String>,
+    /// The environment the CLI starts from, built by [`crate::env::cli_env`] (the base
+    /// set, the provider's variables, the config's and the task's `env`); the
+    /// provider's command adds its own variables for the run.
+    pub base_env: BTreeMap<String, String>,
     /// Run the provider's quick credentials check before spawning.
     pub auth_precheck: bool,
 }
@@ -177,7 +180,7 @@ async fn prepare_and_run(
         Some(p) => p.clone(),
         None => crate::install::search_path_with_cache(
             &spec
-                .inherited_env
+                .base_env
                 .get("PATH")
                 .cloned()
                 .or_else(|| std::env::var("PATH").ok())
@@ -190,7 +193,7 @@ async fn prepare_and_run(
 
     let is_root = nix::unistd::geteuid().is_root();
     let ctx = LaunchContext {
-        env: &spec.inherited_env,
+        env: &spec.base_env,
         task: &spec.task,
         binary: &binary,
         workdir: &spec.workdir,
@@ -202,10 +205,10 @@ async fn prepare_and_run(
     let mut cmd = provider
         .command(&ctx)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
-    // A clean, explicit environment: the inherited one (`Engine::with_env`, aicli's own
-    // by default) minus what the provider removes, then the provider's and the task's
+    // A clean, explicit environment: the base one (picked from aicli's, see
+    // `crate::env`) minus what the provider removes, then the provider's and the task's
     // variables (which `command` put in `cmd.env`). Nothing else of aicli's process.
-    let mut full_env = spec.inherited_env.clone();
+    let mut full_env = spec.base_env.clone();
     for k in &cmd.env_remove {
         full_env.remove(k);
     }
@@ -235,7 +238,7 @@ async fn prepare_and_run(
     }
     // The private directory exists only when the run needs files or links there.
     if !cmd.files.is_empty() || !cmd.links.is_empty() {
-        std::fs::create_dir_all(&spec.private_dir).map_err(|e| {
+        create_private_dirs(&spec.private_dir).map_err(|e| {
             not_started(
                 spec,
                 ErrorKind::Unknown,
@@ -336,6 +339,8 @@ async fn prepare_and_run(
     }
 
     tracing::info!(task = %task_id, provider = provider.name(), program = %cmd.program.display(), "starting run");
+    // Names only: values can be credentials.
+    tracing::info!(task = %task_id, variables = %crate::env::names(&cmd.env), "environment passed to the CLI");
     let handle = match runner.start(&cmd, out).await {
         Ok(h) => h,
         Err(e) => {
@@ -676,7 +681,7 @@ mod lockfiles {
 pub fn write_private_file(path: &Path, contents: &str, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+        create_private_dirs(parent)?;
     }
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -692,15 +697,6 @@ pub fn write_private_file(path: &Path, contents: &str, mode: u32) -> std::io::Re
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
-}
-
-/// Creates `dir` and its missing parents, each new one 0700.
-fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
 }
 
 /// Creates the link `l` describes (see [`LinkSpec`]): its target directory first when

@@ -86,7 +86,7 @@ pub mod task;
 pub mod usage;
 pub mod wire;
 
-pub use config::{AiCliConfig, EngineConfig, LoadedConfig, ProviderConfig};
+pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
 pub use decode::{Decoder, ExitStatus, Line, Tally};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};

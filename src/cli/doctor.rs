@@ -40,7 +40,13 @@ pub(super) async fn doctor(
     });
     let mut rows = Vec::new();
     let mut problems = 0;
-    let probes = probe_all(reg.providers().cloned().collect(), true, true).await;
+    let probes = probe_all(
+        reg.providers().cloned().collect(),
+        &config.engine.env_passthrough,
+        true,
+        true,
+    )
+    .await;
     for pr in &probes {
         let p = &pr.provider;
         let bin = &pr.binary;

@@ -1,4 +1,5 @@
-//! Runs CLIs as local processes, each in its own session / process group.
+//! Runs CLIs as local processes, each in its own process group and, where one can be
+//! made, its own cgroup (see [`crate::proctree`]).
 
 use std::time::Duration;
 
@@ -7,11 +8,21 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::{RunHandle, Runner, RunnerError};
-use crate::process::{LocalProcess, OutputOptions, StderrTail, StdoutLine};
+use crate::process::{CgroupMode, LocalProcess, OutputOptions, StderrTail, StdoutLine};
 
 /// Runs CLIs as child processes of aicli.
 #[derive(Debug, Clone, Default)]
-pub struct LocalRunner;
+pub struct LocalRunner {
+    /// Whether runs get cgroups (`engine.cgroups`).
+    cgroups: CgroupMode,
+}
+
+impl LocalRunner {
+    /// A runner whose runs get cgroups as `cgroups` allows.
+    pub fn new(cgroups: CgroupMode) -> LocalRunner {
+        LocalRunner { cgroups }
+    }
+}
 
 #[async_trait]
 impl Runner for LocalRunner {
@@ -24,7 +35,11 @@ impl Runner for LocalRunner {
         cmd: &CommandSpec,
         out: OutputOptions,
     ) -> Result<Box<dyn RunHandle>, RunnerError> {
-        Ok(Box::new(LocalHandle(LocalProcess::spawn(cmd, out)?)))
+        Ok(Box::new(LocalHandle(LocalProcess::spawn_in(
+            cmd,
+            out,
+            self.cgroups,
+        )?)))
     }
 }
 
