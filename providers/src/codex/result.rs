@@ -72,9 +72,10 @@ fn classify_unfinished(d: &CodexDecoder, stderr: &str, exit: ExitStatus) -> (Err
         );
     }
     // The last failure decides auth for a run cut off while retrying a 401.
-    let auth = match &t.last_error {
-        Some((ErrorKind::Auth, message)) => Some(message.clone()),
-        _ => super::stderr_auth_error(stderr),
+    let auth = if let Some((ErrorKind::Auth, message)) = &t.last_error {
+        Some(message.clone())
+    } else {
+        super::stderr_auth_error(stderr)
     };
     // Only a failure the stream ended on says why it ended: retries the CLI recovered
     // from earlier do not.
