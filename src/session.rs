@@ -396,16 +396,21 @@ async fn supervise(
     let mut saw_final = false;
     let mut reset_at: Option<i64> = None;
 
+    // The events of the line at hand (one buffer for the run).
+    let mut evs = Vec::new();
     let mut on_line = |line: StdoutLine, decoder: &mut Box<dyn aicli_providers::Decoder>| {
-        let evs = match &line {
-            StdoutLine::Line(bytes) => decoder.line(Line::Bytes(bytes)),
-            StdoutLine::Overlong { len, prefix } => decoder.line(Line::Overlong {
-                len: *len,
-                prefix,
-                cap: line_cap,
-            }),
-        };
-        for ev in evs {
+        match &line {
+            StdoutLine::Line(bytes) => decoder.decode(Line::Bytes(bytes), &mut evs),
+            StdoutLine::Overlong { len, prefix } => decoder.decode(
+                Line::Overlong {
+                    len: *len,
+                    prefix,
+                    cap: line_cap,
+                },
+                &mut evs,
+            ),
+        }
+        for ev in evs.drain(..) {
             if let EventKind::Final { .. } = &ev.kind {
                 saw_final = true;
             }

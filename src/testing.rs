@@ -124,8 +124,8 @@ struct Renamed {
 }
 
 impl Decoder for Renamed {
-    fn line(&mut self, line: Line<'_>) -> Vec<AgentEvent> {
-        self.inner.line(line)
+    fn decode(&mut self, line: Line<'_>, out: &mut Vec<AgentEvent>) {
+        self.inner.decode(line, out)
     }
     fn usage(&self) -> CanonicalUsage {
         self.inner.usage()

@@ -127,8 +127,10 @@ pub fn decode_reader<R: BufRead>(
 ) -> io::Result<SessionResult> {
     let mut decoder = provider.decoder(ctx);
     let mut lines = LineReader::new(reader, line_cap);
+    let mut events = Vec::new();
     while let Some(line) = lines.next_line()? {
-        for ev in decoder.line(line) {
+        decoder.decode(line, &mut events);
+        for ev in events.drain(..) {
             on_event(ev);
         }
     }

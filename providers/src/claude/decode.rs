@@ -6,11 +6,11 @@ use super::ClaudeProvider;
 use super::classify::{ApiErrorFacts, Outcome};
 use super::lines::{hook, push_block, retry_event, snapshot, tool_call, user};
 use super::wire::{self, ApiEvent, Block, Delta, Line, MessageUsage, System};
-use crate::decode::{Decoder, ExitStatus, Line as InputLine, Tally, events_of, protocol_of};
+use crate::decode::{Decoder, Events, ExitStatus, Line as InputLine, Tally, text_of};
 use crate::event::{AgentEvent, EventKind, McpServerStatus};
 use crate::result::{ParseContext, SessionResult};
 use crate::usage::CanonicalUsage;
-use crate::wire::{RawJson, Str};
+use crate::wire::Str;
 
 /// The model name Claude gives the assistant messages it makes up itself (API errors).
 pub(super) const SYNTHETIC_MODEL: &str = "<synthetic>";
@@ -35,8 +35,9 @@ pub(super) struct Results {
     pub last: Option<Outcome>,
     /// Its session id.
     pub session_id: Option<String>,
-    /// Its verbatim fields, for `provider_data`.
-    pub data: Vec<(&'static str, RawJson)>,
+    /// The last one, verbatim (its verbatim fields go into `provider_data`; read when
+    /// the result is built, not per line).
+    pub line: String,
     /// Turns over all results.
     pub turns: Option<u32>,
     /// Durations over all results.
@@ -58,8 +59,9 @@ pub struct ClaudeDecoder {
     pub(super) provider: ClaudeProvider,
     pub(super) ctx: ParseContext,
     pub(super) tally: Tally,
-    /// `system/init` facts for `provider_data` (the first init's).
-    pub(super) init: Vec<(&'static str, RawJson)>,
+    /// The first `system/init` line with facts for `provider_data`, verbatim (read when
+    /// the result is built), and whether it listed MCP servers.
+    pub(super) init: Option<(String, bool)>,
     pub(super) results: Results,
     /// The last API-error assistant line.
     pub(super) api_error: Option<ApiErrorFacts>,
@@ -89,7 +91,7 @@ impl ClaudeDecoder {
             provider,
             ctx,
             tally: Tally::default(),
-            init: Vec::new(),
+            init: None,
             results: Results::default(),
             api_error: None,
             recent: VecDeque::new(),
@@ -164,72 +166,58 @@ impl ClaudeDecoder {
         self.tally.usage_event(model.as_deref(), delta)
     }
 
-    fn line_kinds(&mut self, line: Line<'_>) -> Vec<EventKind> {
+    fn line_kinds(&mut self, line: Line<'_>, text: &str, out: &mut Events<'_>) {
         self.after_result = false;
         match line {
-            Line::System(s) => self.system(s),
-            Line::Assistant(a) => self.assistant(a),
-            Line::User(u) => user(u),
-            Line::StreamEvent(e) => self.stream_event(e),
+            Line::System(s) => out.push(self.system(s, text)),
+            Line::Assistant(a) => self.assistant(a, out),
+            Line::User(u) => user(u, out),
+            Line::StreamEvent(e) => self.stream_event(e, out),
             Line::RateLimit(r) => {
                 let info = r.rate_limit_info.unwrap_or_default();
-                vec![EventKind::RateLimit {
+                out.push(EventKind::RateLimit {
                     status: info
                         .status
                         .map_or_else(|| "unknown".to_owned(), |s| s.into_string()),
                     resets_at: info.resets_at.filter(|f| f.is_finite()).map(|f| f as i64),
                     limit_type: info.rate_limit_type.map(|s| s.into_string()),
-                }]
+                });
             }
             Line::Result(r) => {
-                let kinds = self.result_line(*r);
+                self.result_line(*r, text, out);
                 self.after_result = true;
-                kinds
             }
             Line::SubagentTokenUsage(s) => {
                 let u = snapshot(s.usage.unwrap_or_default());
-                vec![EventKind::Subtask {
+                out.push(EventKind::Subtask {
                     task_id: s.agent_id.map(|s| s.into_string()).unwrap_or_default(),
                     status: "token_usage".to_owned(),
                     description: None,
                     tool_call_id: None,
                     total_tokens: Some(u.total_input() + u.output_tokens),
-                }]
+                });
             }
             Line::Other(t) => {
                 let t = (!t.is_empty()).then_some(t.as_ref());
                 self.tally.foreign_line(t);
-                vec![EventKind::Unknown {
+                out.push(EventKind::Unknown {
                     vendor_type: t.map(str::to_owned),
-                }]
+                });
             }
         }
     }
 
-    fn system(&mut self, s: System<'_>) -> Vec<EventKind> {
-        let kind = match s {
+    fn system(&mut self, s: System<'_>, text: &str) -> EventKind {
+        match s {
             System::Init(i) => {
                 let i = *i;
-                let first = self.tally.session_id.is_none() && self.init.is_empty();
-                if first {
-                    for (k, v) in [
-                        ("permissionMode", i.permission_mode),
-                        ("apiKeySource", i.api_key_source),
-                    ] {
-                        if let Some(v) = v {
-                            self.init.push((k, v.to_owned()));
-                        }
-                    }
+                let servers = i.mcp_servers.unwrap_or_default();
+                let facts = i.permission_mode.is_some()
+                    || i.api_key_source.is_some()
+                    || !servers.is_empty();
+                if facts && self.tally.session_id.is_none() && self.init.is_none() {
+                    self.init = Some((text.to_owned(), !servers.is_empty()));
                 }
-                let servers = match i.mcp_servers {
-                    Some(k) => {
-                        if first && !k.typed.is_empty() {
-                            self.init.push(("mcp_servers", k.raw.to_owned()));
-                        }
-                        k.typed
-                    }
-                    None => Vec::new(),
-                };
                 EventKind::SessionStarted {
                     session_id: i.session_id.map(|s| s.into_string()).unwrap_or_default(),
                     model: i.model.map(|s| s.into_string()),
@@ -278,8 +266,7 @@ impl ClaudeDecoder {
                     }),
                 }
             }
-        };
-        vec![kind]
+        }
     }
 
     /// A `task_*` line: the task's state, and whether it is still running.
@@ -309,9 +296,9 @@ impl ClaudeDecoder {
         }
     }
 
-    fn assistant(&mut self, l: wire::Assistant<'_>) -> Vec<EventKind> {
+    fn assistant(&mut self, l: wire::Assistant<'_>, out: &mut Events<'_>) {
         let is_error = l.is_api_error_message.unwrap_or(false) || l.error.is_some();
-        let mut out = Vec::with_capacity(l.message.content.len() + 2);
+        let first = out.len();
         let mut text: Vec<String> = Vec::new();
         if !is_error
             && let Some(id) = &l.message.id
@@ -370,24 +357,21 @@ impl ClaudeDecoder {
             });
             self.api_error = Some(facts);
         }
-        if out.is_empty() {
+        if out.len() == first {
             out.push(EventKind::Unknown {
                 vendor_type: Some("assistant".to_owned()),
             });
         }
-        out
     }
 
-    fn stream_event(&mut self, l: wire::StreamEvent<'_>) -> Vec<EventKind> {
+    fn stream_event(&mut self, l: wire::StreamEvent<'_>, out: &mut Events<'_>) {
         let api_id = l.api_message_id;
-        let status = |s: &str| {
-            vec![EventKind::Status {
-                status: s.to_owned(),
-            }]
+        let status = |s: &str| EventKind::Status {
+            status: s.to_owned(),
         };
         match l.event {
             Some(ApiEvent::MessageStart(m)) => {
-                let mut out = status("message_start");
+                out.push(status("message_start"));
                 if let Some(id) = &m.message.id
                     && let Some(u) = self.response(
                         id.as_str(),
@@ -397,80 +381,70 @@ impl ClaudeDecoder {
                 {
                     out.push(u);
                 }
-                out
             }
             Some(ApiEvent::MessageDelta(d)) => {
-                let mut out = status("message_delta");
+                out.push(status("message_delta"));
                 if let Some(u) = d.usage
                     && let Some(ev) = self.message_delta(api_id.as_ref().map(Str::as_str), u)
                 {
                     out.push(ev);
                 }
-                out
             }
-            Some(ApiEvent::ContentBlockDelta(d)) => match d.delta {
+            Some(ApiEvent::ContentBlockDelta(d)) => out.push(match d.delta {
                 Some(Delta::Text(t)) => {
                     let t = t.text.into_string();
                     self.deltas.push_str(&t);
-                    vec![EventKind::AssistantText {
+                    EventKind::AssistantText {
                         text: t,
                         delta: true,
-                    }]
+                    }
                 }
-                Some(Delta::Thinking(t)) => vec![EventKind::Thinking {
+                Some(Delta::Thinking(t)) => EventKind::Thinking {
                     text: t.thinking.into_string(),
-                }],
+                },
                 Some(Delta::InputJson(_)) => status("input_json_delta"),
-                Some(Delta::Other(t)) => vec![EventKind::Unknown {
+                Some(Delta::Other(t)) => EventKind::Unknown {
                     vendor_type: Some(format!("stream_event/content_block_delta/{t}")),
-                }],
+                },
                 None => status("content_block_delta"),
-            },
-            Some(ApiEvent::ContentBlockStart(_)) => status("content_block_start"),
-            Some(ApiEvent::ContentBlockStop(_)) => status("content_block_stop"),
-            Some(ApiEvent::MessageStop(_)) => status("message_stop"),
-            Some(ApiEvent::Ping(_)) => status("ping"),
+            }),
+            Some(ApiEvent::ContentBlockStart(_)) => out.push(status("content_block_start")),
+            Some(ApiEvent::ContentBlockStop(_)) => out.push(status("content_block_stop")),
+            Some(ApiEvent::MessageStop(_)) => out.push(status("message_stop")),
+            Some(ApiEvent::Ping(_)) => out.push(status("ping")),
             Some(ApiEvent::Other(t)) => {
                 self.tally.own_unknown += 1;
-                vec![EventKind::Unknown {
+                out.push(EventKind::Unknown {
                     vendor_type: Some(if t.is_empty() {
                         "stream_event".to_owned()
                     } else {
                         format!("stream_event/{t}")
                     }),
-                }]
+                });
             }
             None => {
                 self.tally.own_unknown += 1;
-                vec![EventKind::Unknown {
+                out.push(EventKind::Unknown {
                     vendor_type: Some("stream_event".to_owned()),
-                }]
+                });
             }
         }
     }
 }
 
 impl Decoder for ClaudeDecoder {
-    fn line(&mut self, line: InputLine<'_>) -> Vec<AgentEvent> {
-        let text = match line.text() {
-            Ok(Some(t)) => t,
-            Ok(None) => return Vec::new(),
-            Err(ev) => {
-                self.tally.see(&ev);
-                return vec![*ev];
-            }
+    fn decode(&mut self, line: InputLine<'_>, out: &mut Vec<AgentEvent>) {
+        let Some(text) = text_of(line, &mut self.tally, out) else {
+            return;
         };
-        match serde_json::from_str::<Line<'_>>(text) {
+        let mut events = Events::new(text, out);
+        match crate::wire::from_line::<Line<'_>>(text) {
             Ok(l) => {
-                let kinds = self.line_kinds(l);
-                events_of(&mut self.tally, text, kinds)
+                self.line_kinds(l, text, &mut events);
             }
-            Err(e) => protocol_of(
-                &mut self.tally,
-                text,
-                crate::decode::malformed("claude", text, &e),
-            ),
+            Err(e) => events.protocol(crate::decode::malformed("claude", text, &e)),
         }
+        events.fold(&mut self.tally);
     }
 
     fn usage(&self) -> CanonicalUsage {

@@ -3,6 +3,7 @@
 
 use super::classify::retry_kind;
 use super::wire::{self, MessageUsage, UserBlock, UserContent};
+use crate::decode::Events;
 use crate::event::EventKind;
 use crate::usage::CanonicalUsage;
 use crate::wire::Str;
@@ -102,8 +103,8 @@ pub(super) fn split_mcp_name(name: &str) -> Option<(&str, &str)> {
 }
 
 /// `user` lines: tool results and user text.
-pub(super) fn user(l: wire::User<'_>) -> Vec<EventKind> {
-    let mut out = Vec::new();
+pub(super) fn user(l: wire::User<'_>, out: &mut Events<'_>) {
+    let first = out.len();
     match l.message.content {
         UserContent::Text(s) => out.push(EventKind::UserMessage { text: s }),
         UserContent::Blocks(blocks) => {
@@ -127,10 +128,9 @@ pub(super) fn user(l: wire::User<'_>) -> Vec<EventKind> {
         }
         UserContent::None => {}
     }
-    if out.is_empty() {
+    if out.len() == first {
         out.push(EventKind::Unknown {
             vendor_type: Some("user".to_owned()),
         });
     }
-    out
 }

@@ -7,13 +7,14 @@ use serde_json::{Map, Value};
 
 use super::classify::{Outcome, ROOT_BYPASS, UNKNOWN_SESSION, verdict};
 use super::decode::{ClaudeDecoder, Priced};
-use super::wire::{ModelUsage, ResultLine, ResultUsage};
+use super::wire::{InitVerbatim, ModelUsage, ResultLine, ResultUsage, ResultVerbatim};
+use crate::decode::Events;
 use crate::decode::ExitStatus;
 use crate::error::ErrorKind;
 use crate::event::EventKind;
 use crate::result::{SessionResult, SessionTotals};
 use crate::usage::{CanonicalUsage, Cost};
-use crate::wire::{RawJson, Str, value_of};
+use crate::wire::{Str, value_of};
 
 fn model_usage(u: &ModelUsage) -> CanonicalUsage {
     CanonicalUsage {
@@ -85,34 +86,19 @@ pub(super) struct Accounting {
 }
 
 impl ClaudeDecoder {
-    /// Folds a `result` line; returns its events (the final event, and the Usage
-    /// increments that bring the live usage up to what the CLI billed so far).
-    pub(super) fn result_line(&mut self, r: ResultLine<'_>) -> Vec<EventKind> {
+    /// Folds a `result` line; pushes its events (the Usage increments that bring the
+    /// live usage up to what the CLI billed so far, and the final event).
+    pub(super) fn result_line(&mut self, r: ResultLine<'_>, text: &str, out: &mut Events<'_>) {
         let res = &mut self.results;
         res.count += 1;
-        let mut data: Vec<(&'static str, RawJson)> = Vec::new();
-        let mut put = |k: &'static str, v: Option<&RawValue>| {
-            if let Some(v) = v {
-                data.push((k, v.to_owned()));
-            }
-        };
-        put("stop_reason", r.stop_reason);
-        put("errors", r.errors.as_ref().map(|k| k.raw));
-        put("permission_denials", r.permission_denials);
-        put("total_cost_usd", r.total_cost_usd.as_ref().map(|k| k.raw));
-        put("duration_api_ms", r.duration_api_ms);
-        put("modelUsage", r.model_usage.as_ref().map(|k| k.raw));
-        put(
-            "model_usage_since_last_result",
-            r.model_usage_since_last_result.as_ref().map(|k| k.raw),
-        );
-        res.data = data;
+        res.line.clear();
+        res.line.push_str(text);
         let outcome = Outcome {
             subtype: r.subtype.map(Str::into_string),
             is_error: r.is_error,
             terminal_reason: r.terminal_reason.map(Str::into_string),
             result: r.result.clone(),
-            errors: errors_text(r.errors.as_ref().map(|k| &k.typed)),
+            errors: errors_text(r.errors.as_ref()),
             api_error_status: r.api_error_status,
             api_error_type: r.api_error_type.map(Str::into_string),
             api_error: r.api_error.map(Str::into_string),
@@ -127,7 +113,7 @@ impl ClaudeDecoder {
         if let Some(u) = line_usage {
             res.main_usage = Some(res.main_usage.unwrap_or_default() + u);
         }
-        let since = r.model_usage_since_last_result.map(|k| priced(&k.typed));
+        let since = r.model_usage_since_last_result.as_ref().map(priced);
         let line_cost = since.as_ref().and_then(cost_of);
         if let Some(s) = since {
             res.since_costed = (res.since.is_none() || res.since_costed) && line_cost.is_some();
@@ -141,10 +127,10 @@ impl ClaudeDecoder {
                 };
             }
         }
-        if let Some(m) = r.model_usage {
-            res.cumulative = Some(priced(&m.typed));
+        if let Some(m) = &r.model_usage {
+            res.cumulative = Some(priced(m));
         }
-        let total = r.total_cost_usd.map(|k| k.typed);
+        let total = r.total_cost_usd;
         if total.is_some() {
             res.total_cost = total;
         }
@@ -161,7 +147,7 @@ impl ClaudeDecoder {
             Err((k, m)) => (Some(k), Some(m)),
         };
         let acc = self.accounting();
-        let mut out = self.tally.catch_up(&acc.by_model, &acc.usage);
+        self.tally.catch_up(&acc.by_model, &acc.usage, out);
         out.push(EventKind::Final {
             success: error_kind.is_none(),
             text: r.result,
@@ -172,7 +158,6 @@ impl ClaudeDecoder {
             num_turns: r.num_turns,
             duration_ms: r.duration_ms,
         });
-        out
     }
 
     /// Per-run usage, cost and session totals (see the module docs for the rules).
@@ -406,6 +391,19 @@ pub(super) fn finish(d: ClaudeDecoder, stderr: &str, exit: ExitStatus) -> Sessio
     r
 }
 
+/// Inserts the fields that are there and not null.
+fn put_verbatim<const N: usize>(
+    m: &mut Map<String, Value>,
+    fields: [(&str, Option<&RawValue>); N],
+) {
+    for (k, v) in fields {
+        let v = v.map_or(Value::Null, value_of);
+        if !v.is_null() {
+            m.insert(k.to_owned(), v);
+        }
+    }
+}
+
 /// Vendor facts with no neutral field, under the vendor's own key names; absent and null
 /// facts are left out.
 fn provider_data(d: &ClaudeDecoder) -> Value {
@@ -425,20 +423,39 @@ fn provider_data(d: &ClaudeDecoder) -> Value {
             }
         }
     }
-    for (k, v) in &d.results.data {
-        let v = value_of(v);
-        if !v.is_null() {
-            m.insert((*k).to_owned(), v);
-        }
+    if d.results.count > 0
+        && let Ok(v) = serde_json::from_str::<ResultVerbatim<'_>>(&d.results.line)
+    {
+        put_verbatim(
+            &mut m,
+            [
+                ("stop_reason", v.stop_reason),
+                ("errors", v.errors),
+                ("permission_denials", v.permission_denials),
+                ("total_cost_usd", v.total_cost_usd),
+                ("duration_api_ms", v.duration_api_ms),
+                ("modelUsage", v.model_usage),
+                (
+                    "model_usage_since_last_result",
+                    v.model_usage_since_last_result,
+                ),
+            ],
+        );
     }
     if let Some(word) = d.api_error.as_ref().and_then(|a| a.error_word.clone()) {
         m.insert("assistant_error".to_owned(), Value::String(word));
     }
-    for (k, v) in &d.init {
-        let v = value_of(v);
-        if !v.is_null() {
-            m.insert((*k).to_owned(), v);
-        }
+    if let Some((line, servers)) = &d.init
+        && let Ok(v) = serde_json::from_str::<InitVerbatim<'_>>(line)
+    {
+        put_verbatim(
+            &mut m,
+            [
+                ("permissionMode", v.permission_mode),
+                ("apiKeySource", v.api_key_source),
+                ("mcp_servers", v.mcp_servers.filter(|_| *servers)),
+            ],
+        );
     }
     if d.tally.retries > 0 {
         m.insert("api_retries".to_owned(), Value::from(d.tally.retries));

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 pub use super::message::*;
 use crate::tagged_enum;
-use crate::wire::{Count, Kept, Str, null_default};
+use crate::wire::{Count, Str, null_default};
 use serde_json::value::RawValue;
 
 /// One line.
@@ -109,18 +109,34 @@ pub struct Init<'a> {
     /// Tools offered to the model.
     #[serde(deserialize_with = "null_default")]
     pub tools: Vec<String>,
-    /// MCP servers and their status (kept verbatim for `provider_data`).
-    #[serde(borrow)]
-    pub mcp_servers: Option<Kept<'a, Vec<McpServer>>>,
+    /// MCP servers and their status (verbatim for `provider_data` too: see
+    /// [`InitVerbatim`]).
+    pub mcp_servers: Option<Vec<McpServer>>,
     /// The CLI's version (2.0.x prints none).
     #[serde(borrow)]
     pub claude_code_version: Option<Str<'a>>,
-    /// `default`, `acceptEdits`, ... (verbatim for `provider_data`).
+    /// `default`, `acceptEdits`, ... (for `provider_data`: whether it is there).
     #[serde(borrow, rename = "permissionMode")]
     pub permission_mode: Option<&'a RawValue>,
-    /// Where the key came from (verbatim for `provider_data`).
+    /// Where the key came from (for `provider_data`: whether it is there).
     #[serde(borrow, rename = "apiKeySource")]
     pub api_key_source: Option<&'a RawValue>,
+}
+
+/// The fields of the first `system/init` line that go into `provider_data` verbatim,
+/// read from that line (kept whole) when the result is built.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct InitVerbatim<'a> {
+    /// `permissionMode`.
+    #[serde(borrow, rename = "permissionMode")]
+    pub permission_mode: Option<&'a RawValue>,
+    /// `apiKeySource`.
+    #[serde(borrow, rename = "apiKeySource")]
+    pub api_key_source: Option<&'a RawValue>,
+    /// `mcp_servers`.
+    #[serde(borrow)]
+    pub mcp_servers: Option<&'a RawValue>,
 }
 
 /// One of `system/init.mcp_servers`.
@@ -285,8 +301,7 @@ pub struct ResultLine<'a> {
     /// The final answer (or the API error's text).
     pub result: Option<String>,
     /// Error messages (`Reached maximum number of turns (1)`).
-    #[serde(borrow)]
-    pub errors: Option<Kept<'a, Value>>,
+    pub errors: Option<Value>,
     /// The failed request's HTTP status (2.1.110+).
     pub api_error_status: Option<u16>,
     /// The API's error type.
@@ -300,28 +315,45 @@ pub struct ResultLine<'a> {
     /// Its duration.
     pub duration_ms: Option<u64>,
     /// Session-cumulative cost (after `--resume` too).
-    #[serde(borrow)]
-    pub total_cost_usd: Option<Kept<'a, f64>>,
+    pub total_cost_usd: Option<f64>,
     /// This turn's main-model usage (not side models, not subagents).
     pub usage: Option<ResultUsage>,
     /// Session-cumulative usage and cost by model, side models and subagents included.
-    #[serde(borrow, rename = "modelUsage")]
-    pub model_usage: Option<Kept<'a, BTreeMap<String, ModelUsage>>>,
+    #[serde(rename = "modelUsage")]
+    pub model_usage: Option<BTreeMap<String, ModelUsage>>,
     /// The same since the previous `result` line of the process (2.1.3xx).
-    #[serde(borrow)]
-    pub model_usage_since_last_result: Option<Kept<'a, BTreeMap<String, ModelUsage>>>,
+    pub model_usage_since_last_result: Option<BTreeMap<String, ModelUsage>>,
     /// The session id.
     #[serde(borrow)]
     pub session_id: Option<Str<'a>>,
-    /// Verbatim for `provider_data`.
+}
+
+/// The fields of the last `result` line that go into `provider_data` verbatim, read
+/// from that line (kept whole) when the result is built.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ResultVerbatim<'a> {
+    /// `stop_reason`.
     #[serde(borrow)]
     pub stop_reason: Option<&'a RawValue>,
-    /// Verbatim for `provider_data`.
+    /// `errors`.
+    #[serde(borrow)]
+    pub errors: Option<&'a RawValue>,
+    /// `permission_denials`.
     #[serde(borrow)]
     pub permission_denials: Option<&'a RawValue>,
-    /// Verbatim for `provider_data`.
+    /// `total_cost_usd`.
+    #[serde(borrow)]
+    pub total_cost_usd: Option<&'a RawValue>,
+    /// `duration_api_ms`.
     #[serde(borrow)]
     pub duration_api_ms: Option<&'a RawValue>,
+    /// `modelUsage`.
+    #[serde(borrow, rename = "modelUsage")]
+    pub model_usage: Option<&'a RawValue>,
+    /// `model_usage_since_last_result`.
+    #[serde(borrow)]
+    pub model_usage_since_last_result: Option<&'a RawValue>,
 }
 
 /// `result.usage`.

@@ -3,12 +3,10 @@
 
 use std::sync::LazyLock;
 
-use aho_corasick::AhoCorasick;
-
 use crate::error::ErrorKind;
 use crate::event::EventKind;
 use crate::shared::errors::{
-    error_body_kind, http_status_in, is_model_not_found, is_network_text, words as shared_words,
+    MODEL_NOT_FOUND_WORDS, NETWORK_WORDS, WordGroups, error_body_kind, http_status_in,
 };
 
 /// The kind (and HTTP status, where the text has one) of a Codex error message.
@@ -20,56 +18,41 @@ pub fn classify_message(message: &str) -> (ErrorKind, Option<u16>) {
     if let Some(kind) = error_body_kind(message) {
         return (kind, None);
     }
-    // Codex's own fixed texts, the first group that matches deciding.
-    const GROUPS: [(ErrorKind, &[&str]); 6] = [
-        // Codex's text for HTTP 500 (`CodexErr::InternalServerError`); it replaces the
-        // server's own message.
-        (ErrorKind::ServerError, &["high demand"]),
-        (ErrorKind::InvalidResume, &["no rollout found"]),
-        (
-            ErrorKind::RateLimit,
-            &[
-                "quota exceeded",
-                "usage limit",
-                "rate limit",
-                "too many requests",
-            ],
-        ),
-        (
-            ErrorKind::Auth,
-            &[
-                "unauthorized",
-                "not logged in",
-                "invalid api key",
-                "incorrect api key",
-                "refresh token",
-                "missing environment variable",
-            ],
-        ),
-        (ErrorKind::Overloaded, &["overloaded", "at capacity"]),
-        (ErrorKind::BadRequest, &["context window"]),
-    ];
-    static AC: LazyLock<Option<(AhoCorasick, Vec<usize>)>> = LazyLock::new(|| {
-        let all: Vec<(usize, &str)> = GROUPS
-            .iter()
-            .enumerate()
-            .flat_map(|(g, (_, ws))| ws.iter().map(move |w| (g, *w)))
-            .collect();
-        let words: Vec<&str> = all.iter().map(|(_, w)| *w).collect();
-        Some((shared_words(&words)?, all.iter().map(|(g, _)| *g).collect()))
+    // Codex's own fixed texts, the first group that matches deciding; then a model that
+    // does not exist, then network words. All in one pass over the message.
+    static GROUPS: LazyLock<WordGroups<ErrorKind>> = LazyLock::new(|| {
+        WordGroups::new(&[
+            // Codex's text for HTTP 500 (`CodexErr::InternalServerError`); it replaces the
+            // server's own message.
+            (ErrorKind::ServerError, &["high demand"]),
+            (ErrorKind::InvalidResume, &["no rollout found"]),
+            (
+                ErrorKind::RateLimit,
+                &[
+                    "quota exceeded",
+                    "usage limit",
+                    "rate limit",
+                    "too many requests",
+                ],
+            ),
+            (
+                ErrorKind::Auth,
+                &[
+                    "unauthorized",
+                    "not logged in",
+                    "invalid api key",
+                    "incorrect api key",
+                    "refresh token",
+                    "missing environment variable",
+                ],
+            ),
+            (ErrorKind::Overloaded, &["overloaded", "at capacity"]),
+            (ErrorKind::BadRequest, &["context window"]),
+            (ErrorKind::BadRequest, &MODEL_NOT_FOUND_WORDS),
+            (ErrorKind::Network, &NETWORK_WORDS),
+        ])
     });
-    let group = AC.as_ref().and_then(|(ac, group_of)| {
-        ac.find_iter(message)
-            .map(|m| group_of[m.pattern().as_usize()])
-            .min()
-    });
-    let kind = match group {
-        Some(g) => GROUPS[g].0,
-        None if is_model_not_found(message) => ErrorKind::BadRequest,
-        None if is_network_text(message) => ErrorKind::Network,
-        None => ErrorKind::Unknown,
-    };
-    (kind, None)
+    (GROUPS.first(message).unwrap_or(ErrorKind::Unknown), None)
 }
 
 /// Remembers the last message classified: Codex repeats its retry reasons line after
@@ -88,7 +71,14 @@ impl Memo {
             return *c;
         }
         let c = classify_message(message);
-        self.last = Some((message.to_owned(), c));
+        match &mut self.last {
+            Some((m, k)) => {
+                m.clear();
+                m.push_str(message);
+                *k = c;
+            }
+            None => self.last = Some((message.to_owned(), c)),
+        }
         c
     }
 }

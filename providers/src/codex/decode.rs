@@ -7,7 +7,7 @@ use serde_json::json;
 use super::CodexProvider;
 use super::classify::{Memo, top_level_error};
 use super::wire::{Item, Line, Usage};
-use crate::decode::{Decoder, ExitStatus, Line as InputLine, Tally, events_of, protocol_of};
+use crate::decode::{Decoder, Events, ExitStatus, Line as InputLine, Tally, text_of};
 use crate::error::ErrorKind;
 use crate::event::{AgentEvent, EventKind, PlanItem};
 use crate::result::{ParseContext, SessionResult};
@@ -71,19 +71,19 @@ impl CodexDecoder {
         }
     }
 
-    fn kinds(&mut self, line: Line<'_>) -> Vec<EventKind> {
+    fn line_kinds(&mut self, line: Line<'_>, out: &mut Events<'_>) {
         match line {
-            Line::ThreadStarted(t) => vec![EventKind::SessionStarted {
+            Line::ThreadStarted(t) => out.push(EventKind::SessionStarted {
                 session_id: t.thread_id.map(|s| s.into_string()).unwrap_or_default(),
                 model: None,
                 cwd: None,
                 tools: Vec::new(),
                 mcp_servers: Vec::new(),
                 cli_version: None,
-            }],
-            Line::TurnStarted(_) => vec![EventKind::Status {
+            }),
+            Line::TurnStarted(_) => out.push(EventKind::Status {
                 status: "turn_started".to_owned(),
-            }],
+            }),
             Line::TurnCompleted(t) => {
                 let cumulative = canonical(&t.usage);
                 self.cumulative = Some(cumulative);
@@ -91,38 +91,38 @@ impl CodexDecoder {
                 let run = self.per_run(cumulative);
                 let by_model: BTreeMap<String, CanonicalUsage> =
                     self.model().map(|m| (m, run)).into_iter().collect();
-                let mut out = self.tally.catch_up(&by_model, &run);
+                self.tally.catch_up(&by_model, &run, out);
                 out.push(final_event(true, None));
-                out
             }
             Line::TurnFailed(t) => {
-                let (kind, _) = self.memo.classify(&t.error.message);
+                let message = t.error.message.into_string();
+                let (kind, _) = self.memo.classify(&message);
                 if self.failed.is_none() {
-                    self.failed = Some((kind, t.error.message.clone()));
+                    self.failed = Some((kind, message.clone()));
                 }
-                vec![final_event(false, Some((kind, t.error.message)))]
+                out.push(final_event(false, Some((kind, message))));
             }
-            Line::ItemStarted(e) => self.item("item.started", e.item),
-            Line::ItemUpdated(e) => self.item("item.updated", e.item),
-            Line::ItemCompleted(e) => self.item("item.completed", e.item),
-            Line::PlanDelta(_) => self.own_unknown("item.plan.delta"),
-            Line::RequestUserInput(_) => self.own_unknown("request_user_input"),
-            Line::Error(e) => vec![top_level_error(&e.message, &mut self.memo)],
+            Line::ItemStarted(e) => out.push(self.item("item.started", e.item)),
+            Line::ItemUpdated(e) => out.push(self.item("item.updated", e.item)),
+            Line::ItemCompleted(e) => out.push(self.item("item.completed", e.item)),
+            Line::PlanDelta(_) => out.push(self.own_unknown("item.plan.delta")),
+            Line::RequestUserInput(_) => out.push(self.own_unknown("request_user_input")),
+            Line::Error(e) => out.push(top_level_error(e.message.as_str(), &mut self.memo)),
             Line::Other(t) => {
                 let t = (!t.is_empty()).then_some(t.as_ref());
                 self.tally.foreign_line(t);
-                vec![EventKind::Unknown {
+                out.push(EventKind::Unknown {
                     vendor_type: t.map(str::to_owned),
-                }]
+                });
             }
         }
     }
 
-    fn own_unknown(&mut self, t: &str) -> Vec<EventKind> {
+    fn own_unknown(&mut self, t: &str) -> EventKind {
         self.tally.own_unknown += 1;
-        vec![EventKind::Unknown {
+        EventKind::Unknown {
             vendor_type: Some(t.to_owned()),
-        }]
+        }
     }
 
     fn tool_started(&mut self, id: &str) {
@@ -136,17 +136,17 @@ impl CodexDecoder {
         }
     }
 
-    /// The events of an `item.*` line.
-    fn item(&mut self, phase: &str, item: Option<Box<Item<'_>>>) -> Vec<EventKind> {
+    /// The event of an `item.*` line.
+    fn item(&mut self, phase: &str, item: Option<Box<Item<'_>>>) -> EventKind {
         let Some(item) = item else {
-            return self.malformed(phase);
+            return malformed(phase);
         };
         let item = *item;
         let started = phase == "item.started";
         let completed = phase == "item.completed";
         let id = match item_id(&item) {
             Some(id) => id,
-            None => return self.malformed(phase),
+            None => return malformed(phase),
         };
         if completed {
             let t = item_type(&item);
@@ -160,7 +160,7 @@ impl CodexDecoder {
         let unknown = |t: &str| EventKind::Unknown {
             vendor_type: Some(format!("{phase}/{t}")),
         };
-        let kind = match item {
+        match item {
             Item::AgentMessage(t) | Item::AssistantMessage(t) if completed => {
                 let text = t.text.unwrap_or_default();
                 self.response = Some(text.clone());
@@ -218,7 +218,7 @@ impl CodexDecoder {
                 let is_error =
                     is_error_status(c.status.as_ref().map(|s| s.as_str())) || c.error.is_some();
                 let output = match (c.error, c.result) {
-                    (Some(e), _) => e.message,
+                    (Some(e), _) => e.message.into_string(),
                     (None, Some(r)) => match r.content.map(|o| o.0).filter(|o| !o.is_empty()) {
                         Some(o) => o,
                         None => r
@@ -293,17 +293,18 @@ impl CodexDecoder {
                 self.tally.own_unknown += 1;
                 unknown(item_type(&other))
             }
-        };
-        vec![kind]
+        }
     }
+}
 
-    fn malformed(&mut self, phase: &str) -> Vec<EventKind> {
-        vec![EventKind::Protocol {
-            message: format!(
-                "malformed Codex `{phase}` event: the item needs a string `id` and `type`"
-            ),
-            line_bytes: 0,
-        }]
+/// The protocol event of an `item.*` line whose item has no id or type (its size is
+/// filled in with the line's).
+fn malformed(phase: &str) -> EventKind {
+    EventKind::Protocol {
+        message: format!(
+            "malformed Codex `{phase}` event: the item needs a string `id` and `type`"
+        ),
+        line_bytes: 0,
     }
 }
 
@@ -386,31 +387,23 @@ fn final_event(success: bool, error: Option<(ErrorKind, String)>) -> EventKind {
 }
 
 impl Decoder for CodexDecoder {
-    fn line(&mut self, line: InputLine<'_>) -> Vec<AgentEvent> {
-        let text = match line.text() {
-            Ok(Some(t)) => t,
-            Ok(None) => return Vec::new(),
-            Err(ev) => {
-                self.tally.see(&ev);
-                return vec![*ev];
-            }
+    fn decode(&mut self, line: InputLine<'_>, out: &mut Vec<AgentEvent>) {
+        let Some(text) = text_of(line, &mut self.tally, out) else {
+            return;
         };
-        match serde_json::from_str::<Line<'_>>(text) {
+        let mut events = Events::new(text, out);
+        match crate::wire::from_line::<Line<'_>>(text) {
             Ok(l) => {
-                let mut kinds = self.kinds(l);
-                for k in &mut kinds {
-                    if let EventKind::Protocol { line_bytes, .. } = k {
+                self.line_kinds(l, &mut events);
+                for ev in events.as_mut_slice() {
+                    if let EventKind::Protocol { line_bytes, .. } = &mut ev.kind {
                         *line_bytes = text.len() as u64;
                     }
                 }
-                events_of(&mut self.tally, text, kinds)
             }
-            Err(e) => protocol_of(
-                &mut self.tally,
-                text,
-                crate::decode::malformed("Codex", text, &e),
-            ),
+            Err(e) => events.protocol(crate::decode::malformed("Codex", text, &e)),
         }
+        events.fold(&mut self.tally);
     }
 
     fn usage(&self) -> CanonicalUsage {

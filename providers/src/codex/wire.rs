@@ -35,7 +35,7 @@ pub enum Line<'a> {
     TurnCompleted(TurnCompleted),
     /// The turn failed.
     #[serde(rename = "turn.failed")]
-    TurnFailed(TurnFailed),
+    TurnFailed(#[serde(borrow)] TurnFailed<'a>),
     /// An item starts.
     #[serde(rename = "item.started")]
     ItemStarted(#[serde(borrow)] ItemEvent<'a>),
@@ -53,7 +53,7 @@ pub enum Line<'a> {
     RequestUserInput(serde::de::IgnoredAny),
     /// A stream error: a retry notice ("Reconnecting... 2/5 (why)") or a fatal error.
     #[serde(rename = "error")]
-    Error(ErrorBody),
+    Error(#[serde(borrow)] ErrorBody<'a>),
     /// A type codex does not print: its `type`.
     #[serde(rename = "__other")]
     Other(#[serde(borrow)] Cow<'a, str>),
@@ -97,24 +97,27 @@ pub struct Usage {
 /// `turn.failed`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct TurnFailed {
+pub struct TurnFailed<'a> {
     /// Why.
-    pub error: ErrorBody,
+    #[serde(borrow)]
+    pub error: ErrorBody<'a>,
 }
 
 /// `{message}`: the top-level `error` line, `turn.failed.error`, an `error` item.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct ErrorBody {
+pub struct ErrorBody<'a> {
     /// The words.
-    pub message: String,
+    #[serde(borrow)]
+    pub message: Str<'a>,
 }
 
 /// `item.started` / `item.updated` / `item.completed`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct ItemEvent<'a> {
-    /// The item (boxed: a large value, moved through the layers of the read).
+    /// The item (boxed: the largest payload of a line by far, and every line's value is
+    /// as large as its largest variant).
     #[serde(borrow)]
     pub item: Option<Box<Item<'a>>>,
 }
@@ -252,7 +255,8 @@ pub struct McpToolCall<'a> {
     /// The result (0.5x+).
     pub result: Option<McpResult>,
     /// The failure (0.5x+).
-    pub error: Option<ErrorBody>,
+    #[serde(borrow)]
+    pub error: Option<ErrorBody<'a>>,
     /// `in_progress`, `completed`, `failed`.
     #[serde(borrow)]
     pub status: Option<Str<'a>>,

@@ -137,10 +137,18 @@ impl ExitStatus {
 /// accumulators, error facts), never the lines or the events: memory does not grow
 /// with the stream, apart from the response text.
 pub trait Decoder: Send {
-    /// The events of one line. Never fails: a malformed line is a
-    /// [`EventKind::Protocol`] event, a line of a type the vendor does not know
-    /// [`EventKind::Unknown`]. Every event keeps the line in `raw`.
-    fn line(&mut self, line: Line<'_>) -> Vec<AgentEvent>;
+    /// Appends the events of one line to `out` (a buffer the caller reuses from line to
+    /// line: a stream of many short lines then allocates no vector per line). Never
+    /// fails: a malformed line is a [`EventKind::Protocol`] event, a line of a type the
+    /// vendor does not know [`EventKind::Unknown`]. Every event keeps the line in `raw`.
+    fn decode(&mut self, line: Line<'_>, out: &mut Vec<AgentEvent>);
+
+    /// The events of one line, in a new vector ([`Decoder::decode`] without a buffer).
+    fn line(&mut self, line: Line<'_>) -> Vec<AgentEvent> {
+        let mut out = Vec::new();
+        self.decode(line, &mut out);
+        out
+    }
 
     /// The run's usage so far, per run, in the canonical meaning (the sum of the
     /// [`EventKind::Usage`] events given so far).
@@ -157,30 +165,85 @@ pub trait Decoder: Send {
     fn finish(self: Box<Self>, stderr: &str, exit: ExitStatus) -> SessionResult;
 }
 
-/// The events of one line, each with the line as its `raw`, folded into `tally`.
-pub fn events_of(tally: &mut Tally, raw: &str, kinds: Vec<EventKind>) -> Vec<AgentEvent> {
-    let raw: Arc<str> = Arc::from(raw);
-    let mut out = Vec::with_capacity(kinds.len());
-    for k in kinds {
-        let ev = AgentEvent::new(k, raw.clone());
-        tally.see(&ev);
-        out.push(ev);
+/// The text of a line to decode; `None` for a blank line (no events) and for a line
+/// over the cap or not UTF-8 (its protocol event folded into `tally` and pushed).
+pub fn text_of<'a>(
+    line: Line<'a>,
+    tally: &mut Tally,
+    out: &mut Vec<AgentEvent>,
+) -> Option<&'a str> {
+    match line.text() {
+        Ok(t) => t,
+        Err(ev) => {
+            tally.see(&ev);
+            out.push(*ev);
+            None
+        }
     }
-    out
 }
 
-/// The one event of a line, with the line as its `raw`, folded into `tally`.
-pub fn event_of(tally: &mut Tally, raw: &str, kind: EventKind) -> Vec<AgentEvent> {
-    let ev = AgentEvent::new(kind, Arc::from(raw));
-    tally.see(&ev);
-    vec![ev]
+/// The events of the line being decoded, as the decoder makes them: each kind pushed
+/// becomes an event in the caller's buffer, with the line as its `raw` (one copy of the
+/// line, shared by its events). [`Events::fold`] then folds them into the tally.
+#[derive(Debug)]
+pub struct Events<'o> {
+    raw: Arc<str>,
+    out: &'o mut Vec<AgentEvent>,
+    /// Where this line's events start in `out`.
+    first: usize,
 }
 
-/// A protocol event for a line that is not the vendor's shape, folded into `tally`.
-pub fn protocol_of(tally: &mut Tally, raw: &str, message: String) -> Vec<AgentEvent> {
-    let ev = AgentEvent::protocol(message, Arc::from(raw));
-    tally.see(&ev);
-    vec![ev]
+impl<'o> Events<'o> {
+    /// The events of the line `raw`, appended to `out`.
+    pub fn new(raw: &str, out: &'o mut Vec<AgentEvent>) -> Events<'o> {
+        let first = out.len();
+        Events {
+            raw: Arc::from(raw),
+            out,
+            first,
+        }
+    }
+
+    /// Adds an event of the line.
+    pub fn push(&mut self, kind: EventKind) {
+        self.out.push(AgentEvent::new(kind, self.raw.clone()));
+    }
+
+    /// Adds a protocol event: the line is not the vendor's shape.
+    pub fn protocol(&mut self, message: String) {
+        self.out
+            .push(AgentEvent::protocol(message, self.raw.clone()));
+    }
+
+    /// How many events the line has so far.
+    pub fn len(&self) -> usize {
+        self.out.len() - self.first
+    }
+
+    /// Whether the line has no event so far.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The line's events so far.
+    pub fn as_mut_slice(&mut self) -> &mut [AgentEvent] {
+        &mut self.out[self.first..]
+    }
+
+    /// Folds the line's events into `tally`.
+    pub fn fold(self, tally: &mut Tally) {
+        for ev in &self.out[self.first..] {
+            tally.see(ev);
+        }
+    }
+}
+
+impl Extend<EventKind> for Events<'_> {
+    fn extend<I: IntoIterator<Item = EventKind>>(&mut self, kinds: I) {
+        for k in kinds {
+            self.push(k);
+        }
+    }
 }
 
 /// What was wrong with a line that a vendor's wire enum could not read.

@@ -1,6 +1,6 @@
 //! A whole decoder for CLIs whose lines each map to events on their own.
 
-use super::{Decoder, ExitStatus, Line, Tally, events_of, protocol_of};
+use super::{Decoder, Events, ExitStatus, Line, Tally, text_of};
 use crate::error::ErrorKind;
 use crate::event::{AgentEvent, EventKind};
 use crate::result::SessionResult;
@@ -56,18 +56,17 @@ impl<F> Decoder for SimpleDecoder<F>
 where
     F: FnMut(&str) -> Result<Vec<EventKind>, String> + Send,
 {
-    fn line(&mut self, line: Line<'_>) -> Vec<AgentEvent> {
-        let text = match line.text() {
-            Ok(Some(t)) => t,
-            Ok(None) => return Vec::new(),
-            Err(ev) => {
-                self.tally.see(&ev);
-                return vec![*ev];
-            }
+    fn decode(&mut self, line: Line<'_>, events: &mut Vec<AgentEvent>) {
+        let Some(text) = text_of(line, &mut self.tally, events) else {
+            return;
         };
+        let mut events = Events::new(text, events);
         let kinds = match (self.parse)(text) {
             Ok(k) => k,
-            Err(message) => return protocol_of(&mut self.tally, text, message),
+            Err(message) => {
+                events.protocol(message);
+                return events.fold(&mut self.tally);
+            }
         };
         let mut out = Vec::with_capacity(kinds.len());
         for k in kinds {
@@ -116,7 +115,8 @@ where
             }
             out.push(k);
         }
-        events_of(&mut self.tally, text, out)
+        events.extend(out);
+        events.fold(&mut self.tally);
     }
 
     fn usage(&self) -> CanonicalUsage {

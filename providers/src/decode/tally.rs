@@ -147,32 +147,44 @@ impl Tally {
         if usage.is_zero() {
             return None;
         }
-        *self.reported.entry(model.map(str::to_owned)).or_default() += usage;
+        match self.reported_mut(model) {
+            Some(r) => *r += usage,
+            None => {
+                self.reported.insert(model.map(str::to_owned), usage);
+            }
+        }
         Some(EventKind::Usage {
             usage,
             model: model.map(str::to_owned),
         })
     }
 
-    /// The Usage events that bring what was reported up to the run's figures so far:
-    /// `by_model` per model, and `total` for what no model claims. Never negative.
+    /// Pushes to `out` the Usage events that bring what was reported up to the run's
+    /// figures so far: `by_model` per model, and `total` for what no model claims. Never
+    /// negative.
     pub fn catch_up(
         &mut self,
         by_model: &BTreeMap<String, CanonicalUsage>,
         total: &CanonicalUsage,
-    ) -> Vec<EventKind> {
-        let mut out = Vec::new();
+        out: &mut impl Extend<EventKind>,
+    ) {
         for (m, u) in by_model {
             let before = self
-                .reported
-                .get(&Some(m.clone()))
-                .copied()
-                .unwrap_or_default();
+                .reported_mut(Some(m))
+                .map_or_else(Default::default, |r| *r);
             out.extend(self.usage_event(Some(m), u.saturating_sub(&before)));
         }
         let reported = self.usage();
         out.extend(self.usage_event(None, total.saturating_sub(&reported)));
-        out
+    }
+
+    /// What was reported for `model` (a scan: a run names a handful of models, and a
+    /// lookup by key would copy the name).
+    fn reported_mut(&mut self, model: Option<&str>) -> Option<&mut CanonicalUsage> {
+        self.reported
+            .iter_mut()
+            .find(|(k, _)| k.as_deref() == model)
+            .map(|(_, v)| v)
     }
 
     /// The sum of the usage reported so far.

@@ -1,12 +1,14 @@
 //! Why a Gemini run failed: its error type, its own exit codes, the HTTP status (quoted
 //! in the message, else read back from the exit code), then the words.
 
+use std::sync::LazyLock;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::decode::ExitStatus;
 use crate::error::ErrorKind;
-use crate::shared::errors::{is_model_not_found, is_network_text};
+use crate::shared::errors::{MODEL_NOT_FOUND_WORDS, NETWORK_WORDS, WordGroups};
 use crate::shared::text::truncate_chars;
 
 /// What Gemini's exit code says.
@@ -290,18 +292,18 @@ pub(super) fn http_kind(status: u16, api: Option<&ApiError>, text: &str) -> Erro
 
 /// The kind the words of a message say, where they say one.
 pub(super) fn text_kind(text: &str) -> Option<ErrorKind> {
-    let lower = text.to_ascii_lowercase();
-    if lower.contains("resource has been exhausted") || lower.contains("quota") {
-        Some(ErrorKind::RateLimit)
-    } else if lower.contains("api key not valid") {
-        Some(ErrorKind::Auth)
-    } else if is_model_not_found(text) {
-        Some(ErrorKind::BadRequest)
-    } else if is_network_text(text) {
-        Some(ErrorKind::Network)
-    } else {
-        None
-    }
+    static GROUPS: LazyLock<WordGroups<ErrorKind>> = LazyLock::new(|| {
+        WordGroups::new(&[
+            (
+                ErrorKind::RateLimit,
+                &["resource has been exhausted", "quota"],
+            ),
+            (ErrorKind::Auth, &["api key not valid"]),
+            (ErrorKind::BadRequest, &MODEL_NOT_FOUND_WORDS),
+            (ErrorKind::Network, &NETWORK_WORDS),
+        ])
+    });
+    GROUPS.first(text)
 }
 
 /// stderr lines in which Gemini refuses to start for lack of auth (exit 41).

@@ -5,27 +5,22 @@ use std::collections::BTreeMap;
 use super::classify::{classify, text_kind};
 use super::wire::{self, Line, Stats, Tokens};
 use super::{AUTO_MODEL, GeminiProvider};
-use crate::decode::{
-    Decoder, ExitStatus, Line as InputLine, Tally, event_of, events_of, protocol_of,
-};
+use crate::decode::{Decoder, Events, ExitStatus, Line as InputLine, Tally, text_of};
 use crate::error::ErrorKind;
 use crate::event::{AgentEvent, EventKind};
 use crate::result::{ParseContext, SessionResult};
 use crate::usage::CanonicalUsage;
 use crate::wire::Str;
 
-/// The events of a line: one (every line but `result`), or several.
-enum Kinds {
-    One(EventKind),
-    Many(Vec<EventKind>),
-}
-
 /// The last `result` line.
 #[derive(Debug, Default)]
 pub(super) struct ResultFacts {
     pub success: bool,
     pub error: Option<wire::ErrorBody>,
-    pub stats: Option<(crate::wire::RawJson, Stats)>,
+    pub stats: Option<Stats>,
+    /// The line, verbatim (its `stats` go into `provider_data`, read when the result is
+    /// built).
+    pub line: String,
     /// The line's timestamp, Unix ms.
     pub at: Option<i64>,
 }
@@ -83,7 +78,7 @@ impl GeminiDecoder {
         }
     }
 
-    fn kinds(&mut self, line: Line<'_>) -> Kinds {
+    fn line_kinds(&mut self, line: Line<'_>, text: &str, out: &mut Events<'_>) {
         let kind = match line {
             Line::Init(i) => {
                 self.stamp(i.timestamp.as_ref());
@@ -167,7 +162,7 @@ impl GeminiDecoder {
                     http_status: None,
                 }
             }
-            Line::Result(r) => return Kinds::Many(self.result_line(r)),
+            Line::Result(r) => return self.result_line(*r, text, out),
             Line::Other(t) => {
                 let t = (!t.is_empty()).then_some(t.as_ref());
                 self.tally.foreign_line(t);
@@ -176,12 +171,12 @@ impl GeminiDecoder {
                 }
             }
         };
-        Kinds::One(kind)
+        out.push(kind);
     }
 
     /// A `result` line: the Usage increments, then the final event. Its error kind is
     /// decided from the line alone; the session result decides again with the exit code.
-    fn result_line(&mut self, r: wire::ResultEvent<'_>) -> Vec<EventKind> {
+    fn result_line(&mut self, r: wire::ResultEvent<'_>, text: &str, out: &mut Events<'_>) {
         self.stamp(r.timestamp.as_ref());
         let success = r.status.as_str() == "success";
         let (error_kind, error) = match (&r.error, success) {
@@ -192,14 +187,13 @@ impl GeminiDecoder {
             }
             (None, false) => (Some(ErrorKind::Unknown), None),
         };
-        let stats = r.stats.map(|k| (k.raw.to_owned(), k.typed));
-        let usage = stats.as_ref().map(|(_, s)| stats_usage(s));
+        let stats = r.stats;
+        let usage = stats.as_ref().map(stats_usage);
         let duration_ms = stats
             .as_ref()
-            .map(|(_, s)| s.duration_ms.0)
+            .map(|s| s.duration_ms.0)
             .filter(|ms| success || *ms > 0);
-        let mut out = Vec::new();
-        if let Some((_, s)) = &stats {
+        if let Some(s) = &stats {
             let by_model: BTreeMap<String, CanonicalUsage> = s
                 .models
                 .iter()
@@ -227,7 +221,7 @@ impl GeminiDecoder {
             } else {
                 by_model
             };
-            out = self.tally.catch_up(&by_model, &total);
+            self.tally.catch_up(&by_model, &total, out);
         }
         out.push(EventKind::Final {
             success,
@@ -239,13 +233,16 @@ impl GeminiDecoder {
             num_turns: None,
             duration_ms,
         });
+        let mut line = self.result.take().map(|r| r.line).unwrap_or_default();
+        line.clear();
+        line.push_str(text);
         self.result = Some(ResultFacts {
             success,
             error: r.error,
             stats,
+            line,
             at: r.timestamp.and_then(|t| unix_millis(t.as_str())),
         });
-        out
     }
 }
 
@@ -299,7 +296,7 @@ pub(super) fn tokens_usage(t: &Tokens) -> CanonicalUsage {
 /// a lower bound the stream's count refines.
 pub(super) fn stats_usage(s: &Stats) -> CanonicalUsage {
     if s.models.is_empty() {
-        return tokens_usage(&s.tokens);
+        return tokens_usage(&s.tokens());
     }
     let mut total = CanonicalUsage::default();
     for t in s.models.values() {
@@ -313,26 +310,18 @@ pub(super) fn stats_usage(s: &Stats) -> CanonicalUsage {
 }
 
 impl Decoder for GeminiDecoder {
-    fn line(&mut self, line: InputLine<'_>) -> Vec<AgentEvent> {
-        let text = match line.text() {
-            Ok(Some(t)) => t,
-            Ok(None) => return Vec::new(),
-            Err(ev) => {
-                self.tally.see(&ev);
-                return vec![*ev];
-            }
+    fn decode(&mut self, line: InputLine<'_>, out: &mut Vec<AgentEvent>) {
+        let Some(text) = text_of(line, &mut self.tally, out) else {
+            return;
         };
-        match serde_json::from_str::<Line<'_>>(text) {
-            Ok(l) => match self.kinds(l) {
-                Kinds::One(k) => event_of(&mut self.tally, text, k),
-                Kinds::Many(ks) => events_of(&mut self.tally, text, ks),
-            },
-            Err(e) => protocol_of(
-                &mut self.tally,
-                text,
-                crate::decode::malformed("Gemini", text, &e),
-            ),
+        let mut events = Events::new(text, out);
+        match crate::wire::from_line::<Line<'_>>(text) {
+            Ok(l) => {
+                self.line_kinds(l, text, &mut events);
+            }
+            Err(e) => events.protocol(crate::decode::malformed("Gemini", text, &e)),
         }
+        events.fold(&mut self.tally);
     }
 
     fn usage(&self) -> CanonicalUsage {

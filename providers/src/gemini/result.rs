@@ -9,6 +9,7 @@ use super::classify::{
     stderr_lines,
 };
 use super::decode::{GeminiDecoder, stats_usage, tokens_usage};
+use super::wire::ResultVerbatim;
 use crate::decode::ExitStatus;
 use crate::error::ErrorKind;
 use crate::result::SessionResult;
@@ -60,8 +61,10 @@ fn apply_result_line(
     exit: Exit,
 ) {
     let Some(res) = &d.result else { return };
-    if let Some((raw, stats)) = &res.stats {
-        data.insert("stats".into(), crate::wire::value_of(raw));
+    if let Some(stats) = &res.stats {
+        if let Ok(ResultVerbatim { stats: Some(raw) }) = serde_json::from_str(&res.line) {
+            data.insert("stats".into(), crate::wire::value_of(raw));
+        }
         let mut usage = stats_usage(stats);
         usage.request_count = usage.request_count.max(d.requests(&usage));
         r.canonical_usage = usage;
@@ -100,7 +103,7 @@ fn apply_result_line(
     let cli_ms = res
         .stats
         .as_ref()
-        .map(|(_, s)| s.duration_ms.0)
+        .map(|s| s.duration_ms.0)
         .filter(|ms| res.success || *ms > 0);
     let span = match (d.first_at, res.at) {
         (Some(a), Some(b)) => u64::try_from(b - a).ok(),

@@ -38,9 +38,9 @@ pub enum Line<'a> {
     /// A warning or error (loop detected, turn limit, an invalid model response).
     #[serde(rename = "error")]
     Error(#[serde(borrow)] ErrorEvent<'a>),
-    /// The run's end.
+    /// The run's end (boxed: the largest payload, and every line is as large as it).
     #[serde(rename = "result")]
-    Result(#[serde(borrow)] ResultEvent<'a>),
+    Result(#[serde(borrow)] Box<ResultEvent<'a>>),
     /// A type gemini does not print: its `type`.
     #[serde(rename = "__other")]
     Other(#[serde(borrow)] Cow<'a, str>),
@@ -137,18 +137,35 @@ pub struct ResultEvent<'a> {
     pub status: Str<'a>,
     /// The failure.
     pub error: Option<ErrorBody>,
-    /// Tokens, duration, tool calls (verbatim for `provider_data` too).
+    /// Tokens, duration, tool calls (verbatim for `provider_data` too: see
+    /// [`ResultVerbatim`]).
+    pub stats: Option<Stats>,
+}
+
+/// The field of the last `result` line that goes into `provider_data` verbatim, read
+/// from that line (kept whole) when the result is built.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ResultVerbatim<'a> {
+    /// `stats`.
     #[serde(borrow)]
-    pub stats: Option<crate::wire::Kept<'a, Stats>>,
+    pub stats: Option<&'a serde_json::value::RawValue>,
 }
 
 /// `result.stats`: the sums of `models`, plus duration and tool calls.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct Stats {
-    /// The run totals.
-    #[serde(flatten)]
-    pub tokens: Tokens,
+    /// The run total: prompt + candidates + thoughts (+ tool-use prompt tokens). The
+    /// four run totals are named here rather than as a flattened [`Tokens`]: serde's
+    /// `flatten` buffers the whole object before reading it.
+    pub total_tokens: Count,
+    /// The run's prompt, cached part included.
+    pub input_tokens: Count,
+    /// The run's candidates.
+    pub output_tokens: Count,
+    /// The cached part of `input_tokens`.
+    pub cached: Count,
     /// 0 on error results (the CLI measures nothing there).
     pub duration_ms: Count,
     /// Tool calls.
@@ -156,6 +173,18 @@ pub struct Stats {
     /// Per model (0.5x+).
     #[serde(deserialize_with = "null_default")]
     pub models: BTreeMap<String, Tokens>,
+}
+
+impl Stats {
+    /// The run totals.
+    pub fn tokens(&self) -> Tokens {
+        Tokens {
+            total_tokens: self.total_tokens,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cached: self.cached,
+        }
+    }
 }
 
 /// Token counts, run totals or one model's.

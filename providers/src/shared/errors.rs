@@ -20,6 +20,48 @@ pub fn words(words: &[&str]) -> Option<AhoCorasick> {
         .ok()
 }
 
+/// Words in ordered groups, each group naming a value (an [`ErrorKind`]), found in one
+/// pass over a text without regard to ASCII case: the value of the first group (in the
+/// table's order) any of whose words the text contains.
+#[derive(Debug)]
+pub struct WordGroups<K> {
+    ac: Option<AhoCorasick>,
+    /// The group of each word, by pattern index.
+    group_of: Vec<usize>,
+    values: Vec<K>,
+}
+
+impl<K: Copy> WordGroups<K> {
+    /// The table: groups in the order they decide.
+    pub fn new(groups: &[(K, &[&str])]) -> WordGroups<K> {
+        let mut all = Vec::new();
+        let mut group_of = Vec::new();
+        for (g, (_, ws)) in groups.iter().enumerate() {
+            all.extend_from_slice(ws);
+            group_of.extend(std::iter::repeat_n(g, ws.len()));
+        }
+        WordGroups {
+            ac: words(&all),
+            group_of,
+            values: groups.iter().map(|(k, _)| *k).collect(),
+        }
+    }
+
+    /// The value of the first group with a word in `text`.
+    pub fn first(&self, text: &str) -> Option<K> {
+        let ac = self.ac.as_ref()?;
+        let mut best: Option<usize> = None;
+        for m in ac.find_overlapping_iter(text) {
+            let g = self.group_of[m.pattern().as_usize()];
+            if g == 0 {
+                return Some(self.values[0]);
+            }
+            best = Some(best.map_or(g, |b| b.min(g)));
+        }
+        best.map(|g| self.values[g])
+    }
+}
+
 /// The kind of a model API's error `type` or `code` (Anthropic and OpenAI error JSON).
 pub fn kind_of_api_error(type_or_code: &str) -> Option<ErrorKind> {
     Some(match type_or_code {

@@ -88,3 +88,57 @@ fn counts_read_odd_numbers_as_zero() {
         }
     }
 }
+
+/// Lines as [`from_line`] reads them, next to the generic read of the same text.
+fn both(s: &str) -> (Result<Line<'_>, String>, Result<Line<'_>, String>) {
+    (
+        from_line::<Line<'_>>(s).map_err(|e| e.to_string()),
+        read(s).map_err(|e| e.to_string()),
+    )
+}
+
+#[test]
+fn a_line_reads_the_same_whether_its_tag_comes_first_later_or_is_guessed_wrong() {
+    for s in [
+        // The tag first: the variant from the line's bytes.
+        r#"{"type":"a","name":"n1","n":3,"inner":{"sub":"x","v":7}}"#,
+        r#"{"type":"b","x":[1,{"y":2}]}"#,
+        r#"{"type":"zz","a":1}"#,
+        r#"{"type":"__other"}"#,
+        // Later: guessed from the bytes, checked against the real field.
+        r#"{"name":"n1","n":3,"type":"a"}"#,
+        r#"{"n":3,"type":"b"}"#,
+        // A nested `type` that names a variant comes first: the guess is wrong.
+        r#"{"inner":{"type":"b","sub":"x","v":1},"type":"a","n":2}"#,
+        r#"{"inner":{"type":"a","sub":"x","v":1},"n":2}"#,
+        r#"{"inner":{"type":"a","sub":"x","v":1},"type":5}"#,
+        // A tag inside a string is no tag (its quotes are escaped).
+        r#"{"name":"say \"type\":\"b\"","type":"a"}"#,
+        // Escapes in the tag, whitespace, the old tag name, no tag at all.
+        r#"{"type":"\u0061","n":1}"#,
+        r#"{ "type" : "a", "n": 1 }"#,
+        r#"{"kind":"a","n":1}"#,
+        r#"{"n":1,"kind":"b","type":"a"}"#,
+        r#"{"a":1}"#,
+        r#"{"type":"a","type":"b"}"#,
+        // Bad lines fail alike.
+        r#"{"type":"a","n":1"#,
+        r#"{"n":"x","type":"a"}"#,
+        r#"{"type":"a","n":{}}"#,
+        r#"{"type":"a"} x"#,
+        "[1]",
+        "",
+    ] {
+        let (fast, generic) = both(s);
+        assert_eq!(fast, generic, "{s}");
+    }
+}
+
+#[test]
+fn a_guessed_line_keeps_borrowing_and_drops_the_tag_field() {
+    let Ok(Line::A(a)) = from_line::<Line<'_>>(r#"{"name":"n1","type":"a","n":4}"#) else {
+        panic!()
+    };
+    assert!(matches!(a.name, Some(Str(Cow::Borrowed("n1")))));
+    assert_eq!(a.n, Count(4));
+}
