@@ -68,9 +68,9 @@ fn corpus(vendor: &str, mb: usize, dir: &Path) -> (PathBuf, usize, usize) {
 
 /// Seconds and peak RSS (KiB) of a command, measured by a fresh copy of this bench
 /// (`--rss-of`): a child started with `vfork` or `fork` counts its parent's memory in its
-/// peak RSS, so the parent must be small.
+/// peak RSS, so the parent must be small. The copy times the command itself (from its
+/// spawn to its exit, as the Python loop is timed), not its own start.
 fn measured(prog: &str, args: &[&str]) -> (f64, u64) {
-    let start = Instant::now();
     let out = Command::new(std::env::current_exe().unwrap())
         .arg("--rss-of")
         .arg(prog)
@@ -78,10 +78,10 @@ fn measured(prog: &str, args: &[&str]) -> (f64, u64) {
         .stderr(Stdio::inherit())
         .output()
         .unwrap();
-    let secs = start.elapsed().as_secs_f64();
     assert!(out.status.success(), "{prog} {args:?} failed");
-    let kib = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    (secs, kib)
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (secs, kib) = text.trim().split_once(' ').unwrap();
+    (secs.parse().unwrap(), kib.parse().unwrap())
 }
 
 /// Seconds and peak RSS (KiB) of a child process.
@@ -114,8 +114,11 @@ fn decoder_secs(vendor: &str, data: &[u8]) -> f64 {
     let start = Instant::now();
     let mut d = p.decoder(&ParseContext::default());
     let mut events = 0usize;
+    let mut buf = Vec::new();
     for line in data.split(|b| *b == b'\n') {
-        events += d.line(Line::Bytes(line)).len();
+        d.decode(Line::Bytes(line), &mut buf);
+        events += buf.len();
+        buf.clear();
     }
     let r = d.finish("", ExitStatus::Code(0));
     let secs = start.elapsed().as_secs_f64();
@@ -153,8 +156,8 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     if args.first().map(String::as_str) == Some("--rss-of") {
-        let (_, kib) = run_child(Command::new(&args[1]).args(&args[2..]));
-        println!("{kib}");
+        let (secs, kib) = run_child(Command::new(&args[1]).args(&args[2..]));
+        println!("{secs} {kib}");
         return;
     }
     let mb: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(50);
@@ -187,7 +190,8 @@ fn main() {
             ign = ign.min(ignored_any_secs(&data));
             drop(data);
             py = py.min(run_child(Command::new("python3").arg(&script).arg(&path)).0);
-            // The aicli figure includes starting a second process (~1 ms); so does Python's.
+            // Both figures include starting the process: aicli's (~1 ms), and Python's
+            // interpreter with the `python3` found on PATH (a pyenv shim here).
         }
         let mbs = |s: f64| size / s;
         println!(

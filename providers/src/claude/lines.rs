@@ -45,32 +45,41 @@ pub(super) fn hook(h: wire::Hook<'_>, phase: &str) -> EventKind {
 
 /// `system/api_retry` -> a retry event.
 pub(super) fn retry_event(l: &wire::ApiRetry<'_>) -> EventKind {
+    use std::fmt::Write;
     let word = l.error.as_ref().map(Str::as_str);
     let error_kind = retry_kind(l.error_status, word);
-    let cause = match l.error_status {
-        Some(s) => format!("HTTP {s}"),
-        None => "no HTTP response".to_owned(),
-    };
-    let attempt = match (l.attempt, l.max_retries) {
-        (Some(a), Some(m)) => format!("retry {a} of {m}"),
-        (Some(a), None) => format!("retry {a}"),
-        (None, _) => "retrying".to_owned(),
-    };
     let delay_ms = l
         .retry_delay_ms
         .filter(|d| d.is_finite() && *d >= 0.0)
         .map(|d| d.round() as u64);
-    let delay = delay_ms.map(|d| format!(" in {d} ms")).unwrap_or_default();
+    // "API request failed (HTTP 529, error overloaded); retry 2 of 10 in 1200 ms", in
+    // one buffer (a run may print hundreds of these).
+    let mut message = String::with_capacity(96);
+    message.push_str("API request failed (");
+    match l.error_status {
+        Some(s) => {
+            let _ = write!(message, "HTTP {s}");
+        }
+        None => message.push_str("no HTTP response"),
+    }
+    message.push_str(", error ");
+    message.push_str(word.unwrap_or("unknown"));
+    message.push_str("); ");
+    let _ = match (l.attempt, l.max_retries) {
+        (Some(a), Some(m)) => write!(message, "retry {a} of {m}"),
+        (Some(a), None) => write!(message, "retry {a}"),
+        (None, _) => message.write_str("retrying"),
+    };
+    if let Some(d) = delay_ms {
+        let _ = write!(message, " in {d} ms");
+    }
     EventKind::Retry {
         attempt: l.attempt,
         max_retries: l.max_retries,
         delay_ms,
         http_status: l.error_status,
         error_kind,
-        message: format!(
-            "API request failed ({cause}, error {}); {attempt}{delay}",
-            word.unwrap_or("unknown")
-        ),
+        message,
     }
 }
 
