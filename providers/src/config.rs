@@ -18,6 +18,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::docker_config::{DockerConfig, RunnerKind};
 use crate::error::ConfigError;
 use crate::provider::Feature;
 use crate::task::PermissionMode;
@@ -123,6 +124,15 @@ pub struct ProviderConfig {
     /// reports none.
     #[serde(default)]
     pub prices: PriceTable,
+    /// Where this provider's tasks run when the task and the batch name no runner
+    /// (`engine.runner` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<RunnerKind>,
+    /// Files under the user's home (relative paths) that hold this CLI's login: a
+    /// container run gets a private copy of each that exists, in the task's own home
+    /// (never in an image).
+    #[serde(default)]
+    pub container_home_files: Vec<String>,
 }
 
 fn default_version_argv() -> Vec<String> {
@@ -165,6 +175,8 @@ impl ProviderConfig {
             ide_lock_env_var: None,
             ide_lockfile_dir: None,
             prices: PriceTable::default(),
+            runner: None,
+            container_home_files: Vec::new(),
         }
     }
 }
@@ -210,6 +222,10 @@ pub struct EngineConfig {
     /// config names), and fail the run as `auth` at once when there are none. Turn off
     /// for credentials aicli cannot see (an OS keychain).
     pub auth_precheck: bool,
+    /// Where tasks run when neither the task, the batch nor the provider names a runner.
+    pub runner: RunnerKind,
+    /// The Docker runner: engines, images, limits.
+    pub docker: DockerConfig,
 }
 
 impl Default for EngineConfig {
@@ -230,6 +246,8 @@ impl Default for EngineConfig {
             mcp: McpServerConfig::default(),
             notify_hook: Vec::new(),
             auth_precheck: true,
+            runner: RunnerKind::Local,
+            docker: DockerConfig::default(),
         }
     }
 }
@@ -376,7 +394,21 @@ impl AiCliConfig {
                 "must be at least 1024".into(),
             ));
         }
+        if let Err((path, message)) = self.engine.docker.check() {
+            return Err(invalid(format!("engine.docker.{path}"), message));
+        }
         for (name, p) in &self.providers {
+            if let Some(f) = p.container_home_files.iter().find(|f| {
+                let p = Path::new(f);
+                p.is_absolute()
+                    || p.components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir))
+            }) {
+                return Err(invalid(
+                    format!("providers.{name}.container_home_files"),
+                    format!("'{f}' must be a relative path inside the home directory"),
+                ));
+            }
             if p.binary_name.trim().is_empty() {
                 return Err(invalid(
                     format!("providers.{name}.binary_name"),

@@ -10,6 +10,7 @@
 //! | [`provider`] | the trait, [`Feature`], [`LaunchContext`] -> [`CommandSpec`], MCP wiring types |
 //! | [`registry`] | [`ProviderRegistry`]: names -> providers, adapters -> factories |
 //! | [`config`] | `ai_cli_providers.json`: types, loading, merging, validation |
+//! | [`docker_config`] | [`RunnerKind`] and the `engine.docker` section (engines, images, limits) |
 //! | [`event`] | the normalized [`AgentEvent`] model (every event keeps its raw line) |
 //! | [`usage`] | [`CanonicalUsage`], prices, cost estimation |
 //! | [`task`] | [`TaskSpec`], the vendor-neutral task |
@@ -42,6 +43,7 @@ pub mod claude;
 pub mod codex;
 pub mod common;
 pub mod config;
+pub mod docker_config;
 pub mod error;
 pub mod event;
 pub mod gemini;
@@ -53,6 +55,7 @@ pub mod task;
 pub mod usage;
 
 pub use config::{AiCliConfig, EngineConfig, LoadedConfig, ProviderConfig};
+pub use docker_config::{DockerConfig, DockerHostConfig, DockerTls, RunnerKind};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel};
 pub use provider::{

@@ -11,17 +11,21 @@
 //!    only part of a token that is ever logged).
 //! 3. An `Mcp-Session-Id` must have been created by the same token; another token's (or
 //!    an unknown) session id gets 404, as for a session that does not exist.
-//! 4. The caller ([`Caller`]: the token's id and its task context) goes into the request
+//! 4. A token restricted to an address (a container's on the bridge, see
+//!    [`Tokens::restrict`]) works only in requests from that address; from anywhere else
+//!    403.
+//! 5. The caller ([`Caller`]: the token's id and its task context) goes into the request
 //!    extensions, where rmcp hands it on to the tools inside `http::request::Parts`.
 //!
 //! A new session id in a response is bound to the caller's token; a successful `DELETE`
 //! unbinds it. Revoking a token drops it, unbinds its sessions and closes them in rmcp.
 
 use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -57,6 +61,8 @@ pub(crate) struct Caller {
     pub prefix: Arc<str>,
     /// The task the token was minted for.
     pub ctx: Arc<TaskContext>,
+    /// The only address requests with this token may come from, when restricted.
+    pub peer: Option<IpAddr>,
 }
 
 struct Entry {
@@ -134,6 +140,7 @@ impl Tokens {
             token_id: id,
             prefix: Arc::from(token_prefix(&token)),
             ctx: Arc::new(ctx),
+            peer: None,
         };
         tracing::debug!(token = %caller.prefix, task_id = %caller.ctx.task_id, batch_id = %caller.ctx.batch_id, "minted MCP token");
         inner
@@ -177,6 +184,27 @@ impl Tokens {
         }
         tracing::debug!(token = %entry.caller.prefix, task_id = %entry.caller.ctx.task_id, sessions = sessions.len(), "revoked MCP token");
         sessions
+    }
+
+    /// Restricts `token` to requests from `peer`; false when it is not live.
+    pub(crate) fn restrict(&self, token: &str, peer: IpAddr) -> bool {
+        let Ok(secret) = parse_token(token) else {
+            return false;
+        };
+        let mut prefix = [0u8; PREFIX_BYTES];
+        prefix.copy_from_slice(&secret[..PREFIX_BYTES]);
+        let mut inner = self.write();
+        let Some(bucket) = inner.by_prefix.get_mut(&prefix) else {
+            return false;
+        };
+        for e in bucket.iter_mut() {
+            if bool::from(e.secret.ct_eq(&secret)) {
+                e.caller.peer = Some(peer);
+                tracing::debug!(token = %e.caller.prefix, task_id = %e.caller.ctx.task_id, %peer, "MCP token restricted to one address");
+                return true;
+            }
+        }
+        false
     }
 
     /// The caller named by the request's `Authorization` header.
@@ -421,6 +449,19 @@ pub(crate) async fn gate(
             return unauthorized(failure);
         }
     };
+    if let Some(only) = caller.peer {
+        let from = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        if from != Some(only) {
+            tracing::warn!(token = %caller.prefix, task_id = %caller.ctx.task_id, from = ?from, "refused MCP request: the token is not valid from this address");
+            return json_response(
+                StatusCode::FORBIDDEN,
+                serde_json::json!({"error": "forbidden", "error_description": "this token is not valid from this address"}),
+            );
+        }
+    }
     let session = req
         .headers()
         .get(SESSION_HEADER)

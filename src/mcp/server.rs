@@ -1,8 +1,9 @@
 //! [`McpServer`]: binding, the axum router around rmcp, the token API and shutdown.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aicli_providers::{EngineConfig, McpEndpoint};
@@ -119,6 +120,12 @@ pub struct McpServer {
     url_host: String,
     cancel: CancellationToken,
     serve: Option<JoinHandle<()>>,
+    /// The router, to serve on more addresses ([`McpServer::listen_on`]).
+    app: Router,
+    /// Addresses served besides the bound one, and their ports.
+    extra: tokio::sync::Mutex<HashMap<IpAddr, u16>>,
+    /// Their serving tasks.
+    extra_serves: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -204,22 +211,7 @@ impl McpServer {
             .nest_service("/mcp", service)
             .layer(from_fn_with_state(shared.clone(), gate))
             .route("/healthz", get(healthz));
-        // rmcp writes small SSE frames; without TCP_NODELAY each call waits ~40 ms on
-        // Nagle + delayed ACK.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY on an MCP connection");
-            }
-        });
-        let stop = cancel.clone();
-        let serve = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-            {
-                tracing::error!(error = %e, "MCP server stopped");
-            }
-        });
+        let serve = serve(listener, app.clone(), cancel.clone());
         tokio::spawn(sweep(shared.clone(), cancel.clone()));
         tracing::info!(%addr, "MCP server listening");
         Ok(McpServer {
@@ -228,7 +220,48 @@ impl McpServer {
             url_host,
             cancel,
             serve: Some(serve),
+            app,
+            extra: tokio::sync::Mutex::new(HashMap::new()),
+            extra_serves: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Serves on `ip` too (an ephemeral port) and returns the port; the bound address's
+    /// port when `ip` is the bound one (or the server listens on all addresses). For
+    /// containers on a bridge: the server listens on the bridge gateway, never on all
+    /// interfaces. The `Host` a request names must still be allowed.
+    pub async fn listen_on(&self, ip: IpAddr) -> Result<u16, McpError> {
+        if ip == self.addr.ip() || self.addr.ip().is_unspecified() {
+            return Ok(self.addr.port());
+        }
+        let mut extra = self.extra.lock().await;
+        if let Some(port) = extra.get(&ip) {
+            return Ok(*port);
+        }
+        let bind = SocketAddr::new(ip, 0).to_string();
+        let listener = TcpListener::bind(&bind)
+            .await
+            .map_err(|source| McpError::Bind {
+                bind: bind.clone(),
+                source,
+            })?;
+        let port = listener
+            .local_addr()
+            .map_err(|source| McpError::Bind { bind, source })?
+            .port();
+        let handle = serve(listener, self.app.clone(), self.cancel.clone());
+        if let Ok(mut v) = self.extra_serves.lock() {
+            v.push(handle);
+        }
+        extra.insert(ip, port);
+        tracing::info!(addr = %SocketAddr::new(ip, port), "MCP server listening");
+        Ok(port)
+    }
+
+    /// Restricts `token` to requests from `peer` (see the auth module); false when the
+    /// token is not live.
+    pub fn restrict(&self, token: &str, peer: IpAddr) -> bool {
+        self.shared.tokens.restrict(token, peer)
     }
 
     /// The streamable HTTP endpoint: `http://HOST:PORT/mcp`.
@@ -239,7 +272,7 @@ impl McpServer {
     /// The endpoint as reached through another host name, e.g. `host.docker.internal`
     /// from a container (that name must be in [`McpServerOptions::allowed_hosts`]).
     pub fn url_for_host(&self, host: &str) -> String {
-        format!("http://{host}:{}/mcp", self.addr.port())
+        url_for(host, self.addr.port())
     }
 
     /// The bound address.
@@ -301,6 +334,16 @@ impl McpServer {
     /// seconds, then cuts what is left.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
+        let extra: Vec<JoinHandle<()>> = self
+            .extra_serves
+            .lock()
+            .map(|mut v| v.drain(..).collect())
+            .unwrap_or_default();
+        for mut h in extra {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut h).await.is_err() {
+                h.abort();
+            }
+        }
         if let Some(mut serve) = self.serve.take()
             && tokio::time::timeout(SHUTDOWN_GRACE, &mut serve)
                 .await
@@ -319,6 +362,38 @@ impl Drop for McpServer {
         // A safety net: a server dropped without shutdown() still stops serving.
         self.cancel.cancel();
     }
+}
+
+/// `http://HOST:PORT/mcp` (an IPv6 host in brackets).
+pub(crate) fn url_for(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("http://[{host}]:{port}/mcp")
+    } else {
+        format!("http://{host}:{port}/mcp")
+    }
+}
+
+/// Serves `app` on `listener` (TCP_NODELAY on every connection, the peer address in each
+/// request) until `cancel`.
+fn serve(listener: TcpListener, app: Router, cancel: CancellationToken) -> JoinHandle<()> {
+    // rmcp writes small SSE frames; without TCP_NODELAY each call waits ~40 ms on
+    // Nagle + delayed ACK.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY on an MCP connection");
+        }
+    });
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(cancel.cancelled_owned())
+        .await
+        {
+            tracing::error!(error = %e, "MCP server stopped");
+        }
+    })
 }
 
 async fn healthz() -> axum::Json<serde_json::Value> {
