@@ -1,3 +1,4 @@
+mod docker;
 mod e2e;
 mod engine;
 mod human;

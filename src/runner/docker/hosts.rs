@@ -208,13 +208,48 @@ async fn bridge_gateway(docker: &Docker, network_mode: &str) -> Result<IpAddr, S
         .inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>)
         .await
         .map_err(|e| format!("cannot inspect network {name}: {e}"))?;
-    net.ipam
-        .and_then(|i| i.config)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|c| c.gateway)
+    let configs = net.ipam.and_then(|i| i.config).unwrap_or_default();
+    if let Some(g) = configs
+        .iter()
+        .filter_map(|c| c.gateway.as_deref())
         .find_map(|g| g.parse::<IpAddr>().ok())
+    {
+        return Ok(g);
+    }
+    // The default bridge of older engines names no gateway: the bridge interface's
+    // address, else the subnet's first address (the engine's default).
+    let iface = net
+        .options
+        .as_ref()
+        .and_then(|o| o.get("com.docker.network.bridge.name").cloned());
+    if let Some(ip) = iface.as_deref().and_then(interface_v4) {
+        return Ok(IpAddr::V4(ip));
+    }
+    configs
+        .iter()
+        .filter_map(|c| c.subnet.as_deref())
+        .find_map(first_host)
         .ok_or_else(|| format!("network {name} has no gateway address"))
+}
+
+/// The IPv4 address of a local network interface.
+fn interface_v4(name: &str) -> Option<std::net::Ipv4Addr> {
+    nix::ifaddrs::getifaddrs().ok()?.find_map(|a| {
+        if a.interface_name != name {
+            return None;
+        }
+        a.address
+            .as_ref()
+            .and_then(|s| s.as_sockaddr_in())
+            .map(|sin| sin.ip())
+    })
+}
+
+/// The first host address of an IPv4 subnet (`172.17.0.0/16` -> `172.17.0.1`).
+fn first_host(subnet: &str) -> Option<IpAddr> {
+    let (net, _) = subnet.split_once('/')?;
+    let net: std::net::Ipv4Addr = net.parse().ok()?;
+    Some(IpAddr::V4(std::net::Ipv4Addr::from(u32::from(net) + 1)))
 }
 
 /// Takes a place on the host with the most free places (waiting when every host is
@@ -294,5 +329,7 @@ mod tests {
         );
         assert!(client("https://127.0.0.1:1", None).is_err());
         assert!(client("tcp://127.0.0.1:1", None).is_ok());
+        assert_eq!(first_host("172.17.0.0/16"), Some(IpAddr::from([172, 17, 0, 1])));
+        assert_eq!(interface_v4("lo"), Some(std::net::Ipv4Addr::LOCALHOST));
     }
 }

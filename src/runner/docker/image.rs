@@ -72,6 +72,27 @@ pub struct BuildSpec {
     pub deb_cache: PathBuf,
 }
 
+/// The shared runtime layer's inputs.
+#[derive(Debug, Clone)]
+pub struct RuntimeSpec {
+    /// The image to start from.
+    pub base: String,
+    /// This machine's `PATH` (to find `node` and `apt-get`).
+    pub search_path: String,
+    /// Where downloaded Debian packages are kept.
+    pub deb_cache: PathBuf,
+}
+
+impl BuildSpec {
+    fn runtime(&self) -> RuntimeSpec {
+        RuntimeSpec {
+            base: self.base.clone(),
+            search_path: self.search_path.clone(),
+            deb_cache: self.deb_cache.clone(),
+        }
+    }
+}
+
 /// What was built.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Built {
@@ -109,8 +130,7 @@ pub async fn build(
             spec.package, spec.binary_name
         ))
     })?;
-    ensure_base(docker, &spec.base, progress).await?;
-    let runtime = runtime_layer(docker, spec, progress).await?;
+    let runtime = runtime_image(docker, &spec.runtime(), progress).await?;
     let packages = closure(&spec.npm_dir.join("node_modules"), &spec.package)?;
     progress(&format!(
         "copying {} ({}) into {}",
@@ -200,12 +220,14 @@ async fn ensure_base(
     Ok(())
 }
 
-/// The runtime layer on `spec.base`: node, git and the user `aicli` (reused when built).
-async fn runtime_layer(
+/// The runtime layer on `spec.base` (pulled when absent and a registry answers): node,
+/// git and the user `aicli`; reused when already built. Returns its tag.
+pub async fn runtime_image(
     docker: &Docker,
-    spec: &BuildSpec,
+    spec: &RuntimeSpec,
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<String, DockerError> {
+    ensure_base(docker, &spec.base, progress).await?;
     let base_id = docker
         .inspect_image(&spec.base)
         .await
@@ -314,6 +336,52 @@ git --version
     Ok(tag)
 }
 
+/// An image `tag` made of `from` plus files of this machine (`(source, path in the
+/// image)`), checked by running `check` (a shell line) in it as root.
+pub async fn files_image(
+    docker: &Docker,
+    from: &str,
+    tag: &str,
+    files: Vec<(PathBuf, String)>,
+    check: &str,
+) -> Result<String, DockerError> {
+    let path = docker
+        .inspect_image(from)
+        .await
+        .ok()
+        .and_then(|i| i.config)
+        .and_then(|c| c.env)
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|kv| kv.strip_prefix("PATH=").map(str::to_owned))
+        .unwrap_or_else(|| DEFAULT_PATH.to_owned());
+    let add = move |w: &mut TarWriter| -> std::io::Result<()> {
+        for (src, dst) in &files {
+            let dst = dst.trim_start_matches('/');
+            if std::fs::metadata(src)?.is_dir() {
+                w.dir(dst, 0o755)?;
+                w.tree(src, dst, &|_| false)?;
+            } else {
+                w.copy_file(src, dst, 0o755)?;
+            }
+        }
+        Ok(())
+    };
+    let (id, _) = layer(
+        docker,
+        &Layer {
+            from: from.to_owned(),
+            tag: tag.to_owned(),
+            path,
+            script: format!("set -e\n{check}\n"),
+            labels: HashMap::new(),
+        },
+        add,
+    )
+    .await?;
+    Ok(id)
+}
+
 /// One layer: from an image, some files, a root script, committed as `tag`.
 struct Layer {
     from: String,
@@ -385,7 +453,7 @@ where
             .await
             .map_err(api(format!("starting the build of {}", l.tag)))?;
         let code = wait_exit(docker, &c.id).await;
-        let out = logs(docker, &c.id).await;
+        let out = logs(docker, &c.id, Some(200)).await;
         if code != 0 {
             return Err(DockerError::Work(format!(
                 "building {} failed (exit {code}):\n{}",
@@ -465,7 +533,7 @@ pub async fn probe(docker: &Docker, image: &str, script: &str) -> Result<String,
                 message: e.to_string(),
             })?;
         let code = wait_exit(docker, &c.id).await;
-        let out = logs(docker, &c.id).await;
+        let out = logs(docker, &c.id, None).await;
         if code != 0 {
             return Err(DockerError::Work(format!(
                 "`{script}` in {image} exited {code}: {}",
@@ -493,13 +561,14 @@ async fn wait_exit(docker: &Docker, id: &str) -> i64 {
     }
 }
 
-async fn logs(docker: &Docker, id: &str) -> String {
+/// The container's output: all of it, or the last `tail` lines.
+async fn logs(docker: &Docker, id: &str, tail: Option<u32>) -> String {
     let mut s = docker.logs(
         id,
         Some(LogsOptions {
             stdout: true,
             stderr: true,
-            tail: "200".into(),
+            tail: tail.map_or_else(|| "all".to_owned(), |n| n.to_string()),
             ..Default::default()
         }),
     );
@@ -549,7 +618,7 @@ fn node_major(v: &str) -> u32 {
 /// downloaded on this machine with apt-get into the cache (reused when present).
 async fn download_debs(
     docker: &Docker,
-    spec: &BuildSpec,
+    spec: &RuntimeSpec,
     base_id: &str,
     wanted: &[&str],
 ) -> Result<Vec<PathBuf>, DockerError> {

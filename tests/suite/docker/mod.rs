@@ -1,0 +1,11 @@
+//! The Docker runner against a real engine (`../shared/tools/setup-docker-engine.sh`
+//! starts one; without it these tests say why and skip, unless `AICLI_REQUIRE_DOCKER`
+//! is set, as in CI).
+//!
+//! `local.rs`: the fake CLI in containers on the local engine (workspace, scaffolding,
+//! cancel, timeout, leftovers); `remote.rs`: a second, strictly remote engine;
+//! `clis.rs`: the three real CLIs in containers against the fake model APIs;
+//! `mcp.rs`: tokens and addresses from inside containers.
+
+mod local;
+pub mod support;
