@@ -9,7 +9,8 @@ use std::time::Duration;
 use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::replay;
 use aicli::providers::{
-    AuthStatus, CommandSpec, Feature, ParseContext, SessionResult, SessionStatus, TaskSpec,
+    AuthStatus, CommandSpec, Feature, ParseContext, RunnerKind, SessionResult, SessionStatus,
+    TaskSpec,
 };
 use aicli::store::{RunStore, read_range};
 use aicli::tasks_file::TasksFile;
@@ -56,8 +57,17 @@ pub struct RunArgs {
     /// Do not start aicli's MCP server for the run.
     #[arg(long)]
     pub no_mcp: bool,
+    /// Where the CLI runs: `local` (a child process) or `docker` (a container; see
+    /// engine.docker in the config). Default: the provider's, else engine.runner.
+    #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
+    pub runner: Option<RunnerKind>,
     #[command(flatten)]
     pub repo: RepoArgs,
+}
+
+/// `--runner`'s values.
+fn parse_runner(s: &str) -> Result<RunnerKind, String> {
+    RunnerKind::parse(s).ok_or_else(|| format!("'{s}' is not a runner: use local or docker"))
 }
 
 /// `aicli batch`.
@@ -90,6 +100,10 @@ pub struct BatchArgs {
     /// Do not start aicli's MCP server for the batch.
     #[arg(long)]
     pub no_mcp: bool,
+    /// Where tasks that name no runner run: `local` or `docker` (over the tasks file's
+    /// `runner`, the provider's and engine.runner).
+    #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
+    pub runner: Option<RunnerKind>,
     #[command(flatten)]
     pub repo: RepoArgs,
 }
@@ -223,6 +237,12 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             repo,
         } => resume(config_path.as_deref(), &batch_id, json, no_mcp, repo).await,
         Command::Schema { out } => schema(&out),
+        Command::Image { action } => {
+            super::image::run(&load_config(config_path.as_deref())?, action).await
+        }
+        Command::Containers { json, action } => {
+            super::containers::run(&load_config(config_path.as_deref())?, json, action).await
+        }
     }
 }
 
@@ -268,16 +288,41 @@ async fn engine_with_mcp(
     config_path: Option<&Path>,
     repo: &Path,
     no_mcp: bool,
+    containers: bool,
     cancel: &CancellationToken,
 ) -> anyhow::Result<(Engine, Option<Arc<McpServer>>)> {
     let engine = engine(config_path)?;
     if no_mcp || !engine.config().engine.mcp.enabled {
         return Ok((engine, None));
     }
-    let opts = McpServerOptions::from_config(&engine.config().engine, repo);
+    let mut opts = McpServerOptions::from_config(&engine.config().engine, repo);
+    if containers || aicli::runner::docker::config_uses_docker(engine.config()) {
+        // Containers name aicli's machine host.docker.internal (or a configured address).
+        opts.allowed_hosts
+            .extend(aicli::runner::docker::container_hosts(&engine.config().engine.docker));
+    }
     let server = Arc::new(McpServer::start(opts, cancel.child_token()).await?);
     tracing::info!(url = %server.url(), "agent MCP server listening");
     Ok((engine.with_agent_server(server.clone()), Some(server)))
+}
+
+/// Whether a recorded batch has tasks that run in containers (its MCP server must then
+/// accept the name containers reach it under).
+fn batch_uses_docker(config_path: Option<&Path>, repo: &Path, r: &RepoArgs, batch_id: &str) -> bool {
+    let Ok(engine) = engine(config_path) else {
+        return false;
+    };
+    let store = engine.store(repo, r.runs_dir.as_deref());
+    let Ok(spec) = store.open_batch(batch_id).and_then(|b| b.spec()) else {
+        return false;
+    };
+    spec.tasks.iter().any(|t| {
+        let provider = t.provider.as_deref().unwrap_or(&spec.provider);
+        match engine.registry().get(provider) {
+            Ok(p) => engine.runner_kind(t, &p) == RunnerKind::Docker,
+            Err(_) => t.runner == Some(RunnerKind::Docker),
+        }
+    })
 }
 
 fn stop_mcp(server: Option<Arc<McpServer>>) {
@@ -299,7 +344,8 @@ fn finish(result: &SessionResult) -> ExitCode {
 async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Result<ExitCode> {
     let repo = repo_dir(&a.repo)?;
     let cancel = CancellationToken::new();
-    let (engine, mcp) = engine_with_mcp(config_path, &repo, a.no_mcp, &cancel).await?;
+    let docker = a.runner == Some(RunnerKind::Docker);
+    let (engine, mcp) = engine_with_mcp(config_path, &repo, a.no_mcp, docker, &cancel).await?;
     let task = TaskSpec {
         id: "run".to_owned(),
         prompt: a.prompt.clone(),
@@ -314,6 +360,7 @@ async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Result<ExitCode>
     opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
     opts.runs_dir = a.repo.runs_dir.clone();
     opts.worktrees = !a.no_worktree;
+    opts.runner = a.runner;
     let (tx, mut rx) = broadcast::channel::<BatchEvent>(16384);
     ctrl_c_cancels(cancel.clone());
     let json = a.json;
@@ -397,8 +444,12 @@ async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::Result<ExitC
         (None, None) => repo_dir(&a.repo)?,
     };
     let cancel = CancellationToken::new();
-    let (engine, mcp) = engine_with_mcp(config_path, &repo, a.no_mcp, &cancel).await?;
+    let runner = a.runner.or(file.runner);
+    let docker = runner == Some(RunnerKind::Docker)
+        || file.tasks.iter().any(|t| t.runner == Some(RunnerKind::Docker));
+    let (engine, mcp) = engine_with_mcp(config_path, &repo, a.no_mcp, docker, &cancel).await?;
     let mut opts = BatchOptions::new(repo);
+    opts.runner = runner;
     opts.provider = a.provider.clone().or(file.provider.clone());
     opts.max_parallel = a.max_parallel.or(file.max_parallel);
     opts.budget_usd = a.budget.or(file.budget_usd);
@@ -439,7 +490,8 @@ async fn resume(
 ) -> anyhow::Result<ExitCode> {
     let repo = repo_dir(&r)?;
     let cancel = CancellationToken::new();
-    let (engine, mcp) = engine_with_mcp(config_path, &repo, no_mcp, &cancel).await?;
+    let docker = batch_uses_docker(config_path, &repo, &r, batch_id);
+    let (engine, mcp) = engine_with_mcp(config_path, &repo, no_mcp, docker, &cancel).await?;
     let store = engine.store(&repo, r.runs_dir.as_deref());
     let spec = store
         .open_batch(batch_id)
@@ -467,7 +519,9 @@ async fn answer(
 ) -> anyhow::Result<ExitCode> {
     let repo = repo_dir(&r)?;
     let cancel = CancellationToken::new();
-    let (engine, mcp) = engine_with_mcp(config_path, &repo, no_mcp, &cancel).await?;
+    let batch_id = task.split_once('/').map(|(b, _)| b).unwrap_or_default();
+    let docker = batch_id.is_empty() || batch_uses_docker(config_path, &repo, &r, batch_id);
+    let (engine, mcp) = engine_with_mcp(config_path, &repo, no_mcp, docker, &cancel).await?;
     let store = engine.store(&repo, r.runs_dir.as_deref());
     let (tx, mut rx) = broadcast::channel::<BatchEvent>(16384);
     ctrl_c_cancels(cancel.clone());
@@ -1030,6 +1084,7 @@ async fn doctor(
     });
     let mut rows = Vec::new();
     let mut problems = 0;
+    let (images, docker_note) = super::image::doctor_reports(&config, &reg).await;
     for p in reg.providers() {
         let bin = p.binary_path(None);
         let installed = installed_version(p).await;
@@ -1059,6 +1114,15 @@ async fn doctor(
                 recorded.join(", ")
             ));
         }
+        let mine: Vec<_> = images
+            .iter()
+            .filter(|(n, _)| n == p.name())
+            .map(|(_, r)| r)
+            .collect();
+        warnings.extend(
+            mine.iter()
+                .filter_map(|r| super::image::version_warning(r, pinned.as_deref())),
+        );
         problems += warnings.len();
         rows.push(json!({
             "provider": p.name(),
@@ -1066,12 +1130,16 @@ async fn doctor(
             "installed_version": installed,
             "pinned_version": pinned,
             "fixtures_version": recorded,
+            "images": mine,
             "warnings": warnings,
         }));
     }
     if json_out {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
+        if let Some(note) = &docker_note {
+            println!("({note}; images not checked)");
+        }
         for r in &rows {
             println!(
                 "{}: installed {} · pinned {} · fixtures {}",
@@ -1090,6 +1158,14 @@ async fn doctor(
             );
             if let Some(b) = r["binary"].as_str() {
                 println!("  binary: {b}");
+            }
+            for i in r["images"].as_array().into_iter().flatten() {
+                println!(
+                    "  image: {} on {}: {}",
+                    i["image"].as_str().unwrap_or_default(),
+                    i["host"].as_str().unwrap_or_default(),
+                    i["version_inside"].as_str().unwrap_or("-")
+                );
             }
             for w in r["warnings"].as_array().into_iter().flatten() {
                 println!("  warning: {}", w.as_str().unwrap_or_default());

@@ -9,7 +9,9 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 mod commands;
+mod containers;
 mod exit;
+mod image;
 mod output;
 mod progress;
 
@@ -143,6 +145,20 @@ pub enum Command {
     Record(commands::RecordArgs),
     /// Run the agent MCP server alone (for a long-lived host or another orchestrator).
     Serve(commands::ServeArgs),
+    /// Build the Docker images the `docker` runner runs each provider's CLI in.
+    Image {
+        #[command(subcommand)]
+        action: image::ImageAction,
+    },
+    /// List aicli's containers on the Docker engines, or prune those left by a killed
+    /// aicli.
+    Containers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<containers::ContainersAction>,
+    },
     /// Write the JSON Schemas of aicli's files into a directory.
     Schema {
         /// The directory (e.g. `schemas`).

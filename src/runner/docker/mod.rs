@@ -176,6 +176,28 @@ impl DockerRunner {
     }
 }
 
+/// Whether a config sends any task to containers by default (engine or provider runner,
+/// or engines configured).
+pub fn config_uses_docker(config: &aicli_providers::AiCliConfig) -> bool {
+    use aicli_providers::RunnerKind;
+    config.engine.runner == RunnerKind::Docker
+        || config
+            .providers
+            .values()
+            .any(|p| p.runner == Some(RunnerKind::Docker))
+        || !config.engine.docker.hosts.is_empty()
+}
+
+/// The `Host` names containers reach aicli's MCP server under: `host.docker.internal`
+/// and each engine's `mcp_address`.
+pub fn container_hosts(config: &DockerConfig) -> Vec<String> {
+    let mut v = vec![hosts::HOST_ALIAS.to_owned()];
+    v.extend(config.hosts.iter().filter_map(|h| h.mcp_address.clone()));
+    v.sort();
+    v.dedup();
+    v
+}
+
 /// `engine.docker.images.<name>`, else `aicli/<name>:<version>` (`latest` unpinned).
 pub fn image_name(config: &DockerConfig, provider: &str, version: Option<&str>) -> String {
     config

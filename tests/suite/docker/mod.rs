@@ -7,5 +7,6 @@
 //! `clis.rs`: the three real CLIs in containers against the fake model APIs;
 //! `mcp.rs`: tokens and addresses from inside containers.
 
+mod clis;
 mod local;
 pub mod support;

@@ -174,3 +174,76 @@ pub async fn assert_no_container(docker: &Docker, batch: &str) {
     let left = containers_of(docker, batch).await;
     assert!(left.is_empty(), "containers of batch {batch} left: {left:?}");
 }
+
+/// The local engine's bridge gateway (172.17.0.1 on a stock engine): where servers the
+/// containers reach as `host.docker.internal` listen.
+pub async fn bridge_gateway() -> std::net::IpAddr {
+    let mut cfg = aicli::providers::DockerConfig::default();
+    cfg.hosts = vec![local_host()];
+    let runner = aicli::runner::DockerRunner::connect(&cfg, &BTreeMap::new())
+        .await
+        .expect("the local engine");
+    runner.hosts()[0].reach.bind
+}
+
+/// The image `provider` runs in under `config`, built from aicli's npm cache when the
+/// engine lacks it (once per test process and image).
+pub async fn provider_image(docker: &Docker, config: &AiCliConfig, provider: &str) -> String {
+    static BUILT: OnceCell<tokio::sync::Mutex<BTreeMap<String, String>>> = OnceCell::const_new();
+    let built = BUILT
+        .get_or_init(|| async { tokio::sync::Mutex::new(BTreeMap::new()) })
+        .await;
+    let mut built = built.lock().await;
+    let p = &config.providers[provider];
+    let tag = aicli::runner::docker::image_name(
+        &config.engine.docker,
+        provider,
+        p.version.as_deref(),
+    );
+    if built.contains_key(&tag) || docker.inspect_image(&tag).await.is_ok() {
+        built.insert(tag.clone(), tag.clone());
+        return tag;
+    }
+    let spec = image::BuildSpec {
+        provider: provider.to_owned(),
+        package: p.package.clone(),
+        version: p.version.clone(),
+        binary_name: p.binary_name.clone(),
+        base: "local/base".into(),
+        tag: tag.clone(),
+        npm_dir: aicli_testkit::cli_cache_dir(),
+        search_path: std::env::var("PATH").unwrap_or_default(),
+        deb_cache: deb_cache(),
+    };
+    image::build(docker, &spec, &|l| eprintln!("[image] {l}"))
+        .await
+        .unwrap_or_else(|e| panic!("the {provider} image does not build: {e}"));
+    built.insert(tag.clone(), tag.clone());
+    tag
+}
+
+/// Fails when a container of a task of `repo` is left (any batch).
+pub async fn assert_no_container_for_repo(docker: &Docker, repo: &Path) {
+    let filters = std::collections::HashMap::from([(
+        "label".to_owned(),
+        vec![labels::MANAGED.to_owned()],
+    )]);
+    let left: Vec<String> = docker
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+        .expect("list containers")
+        .into_iter()
+        .filter(|c| {
+            c.labels
+                .as_ref()
+                .and_then(|l| l.get(labels::WORKSPACE))
+                .is_some_and(|w| Path::new(w).starts_with(repo))
+        })
+        .map(|c| c.names.unwrap_or_default().join(","))
+        .collect();
+    assert!(left.is_empty(), "containers of {} left: {left:?}", repo.display());
+}
