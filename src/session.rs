@@ -216,6 +216,7 @@ async fn prepare_and_run(
         mcp: spec.mcp.as_ref().map(|(e, _)| e),
         budget_remaining_usd: spec.budget_remaining_usd,
         is_root,
+        in_container: placement.agent_reach().is_some(),
     };
     let mut cmd = provider
         .headless_argv(&ctx)

@@ -3812,6 +3812,7 @@ mod tests {
             mcp: Some(&ep),
             budget_remaining_usd: Some(0.5),
             is_root: true,
+            in_container: false,
         };
         let c = p.headless_argv(&ctx).unwrap();
         assert_eq!(
@@ -3885,6 +3886,7 @@ mod tests {
             mcp: None,
             budget_remaining_usd: remaining,
             is_root,
+            in_container: false,
         };
         provider().headless_argv(&ctx).unwrap()
     }
@@ -3979,6 +3981,7 @@ mod tests {
                 mcp: None,
                 budget_remaining_usd: remaining,
                 is_root: false,
+                in_container: false,
             };
             let err = provider().headless_argv(&ctx).err().map(|e| e.to_string());
             assert_eq!(
@@ -4004,6 +4007,7 @@ mod tests {
             mcp: None,
             budget_remaining_usd: Some(1.0),
             is_root: false,
+            in_container: false,
         };
         let c = p.headless_argv(&ctx).unwrap();
         assert_eq!(
@@ -4051,6 +4055,7 @@ mod tests {
             mcp: None,
             budget_remaining_usd: None,
             is_root: false,
+            in_container: false,
         };
         let err = provider().headless_argv(&ctx).err().map(|e| e.to_string());
         assert_eq!(

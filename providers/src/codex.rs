@@ -23,7 +23,8 @@
 //!   container mount) `codex exec` refuses to start without it.
 //! - Sandbox, from the neutral [`PermissionMode`]: `plan` -> `--sandbox read-only`,
 //!   `default` -> nothing (exec's own default: read-only, approval `never`),
-//!   `accept_edits` -> `--sandbox workspace-write`, `bypass` ->
+//!   `accept_edits` -> `--sandbox workspace-write` (`danger-full-access` in a container,
+//!   which is the sandbox there: bubblewrap cannot start in one), `bypass` ->
 //!   `--dangerously-bypass-approvals-and-sandbox`. `-a/--ask-for-approval` is never
 //!   emitted: it exists only before the `exec` subcommand, and exec already runs with
 //!   approval `never`.
@@ -183,7 +184,7 @@ impl AiCliProvider for CodexProvider {
         let mode = self.permission_mode(task);
         let mut c = CommandSpec::new(ctx.binary, ctx.workdir);
         c.args(["exec", "-C", workdir]);
-        if let Some(sandbox) = sandbox_of(mode) {
+        if let Some(sandbox) = sandbox_of(mode, ctx.in_container) {
             c.args(["--sandbox", sandbox]);
         }
         if task.resume_session_id.is_some() {
@@ -452,11 +453,16 @@ impl CodexProvider {
     }
 }
 
-/// The `--sandbox` value for a permission mode (bypass uses its own flag).
-fn sandbox_of(mode: PermissionMode) -> Option<&'static str> {
+/// The `--sandbox` value for a permission mode (bypass uses its own flag). In a
+/// container Codex's sandbox cannot start (bubblewrap needs user namespaces, which the
+/// container's seccomp profile refuses: every command fails), and the container is the
+/// sandbox: `accept_edits` is `danger-full-access` there. `plan` stays `read-only`, so
+/// commands fail closed.
+fn sandbox_of(mode: PermissionMode, in_container: bool) -> Option<&'static str> {
     match mode {
         PermissionMode::Plan => Some("read-only"),
         PermissionMode::Default | PermissionMode::Bypass => None,
+        PermissionMode::AcceptEdits if in_container => Some("danger-full-access"),
         PermissionMode::AcceptEdits => Some("workspace-write"),
     }
 }
@@ -2301,6 +2307,7 @@ mod tests {
             mcp,
             budget_remaining_usd: None,
             is_root: false,
+            in_container: false,
         };
         p.headless_argv(&ctx)
     }
@@ -2347,6 +2354,14 @@ mod tests {
             )
         );
         assert!(c.env.is_empty());
+    }
+
+    #[test]
+    fn in_a_container_accept_edits_needs_no_sandbox_of_codex() {
+        assert_eq!(sandbox_of(PermissionMode::AcceptEdits, true), Some("danger-full-access"));
+        assert_eq!(sandbox_of(PermissionMode::AcceptEdits, false), Some("workspace-write"));
+        assert_eq!(sandbox_of(PermissionMode::Plan, true), Some("read-only"));
+        assert_eq!(sandbox_of(PermissionMode::Bypass, true), None);
     }
 
     #[test]

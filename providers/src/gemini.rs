@@ -2671,6 +2671,7 @@ mod tests {
             mcp,
             budget_remaining_usd: None,
             is_root,
+            in_container: false,
         };
         provider().headless_argv(&ctx)
     }
@@ -2768,6 +2769,7 @@ mod tests {
             mcp: None,
             budget_remaining_usd: None,
             is_root: true,
+            in_container: false,
         };
         let c = p.headless_argv(&ctx).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
@@ -2962,6 +2964,7 @@ mod tests {
             mcp: None,
             budget_remaining_usd: None,
             is_root: false,
+            in_container: false,
         };
         let c = provider()
             .headless_argv(&ctx)
@@ -3134,6 +3137,7 @@ mod tests {
             mcp: Some(&ep),
             budget_remaining_usd: None,
             is_root: false,
+            in_container: false,
         };
         let c = p.headless_argv(&ctx).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(w.files, c.files);
@@ -3169,6 +3173,7 @@ mod tests {
             mcp: Some(&ep),
             budget_remaining_usd: None,
             is_root: false,
+            in_container: false,
         };
         let c = provider()
             .headless_argv(&ctx)
