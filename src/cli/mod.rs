@@ -8,12 +8,26 @@ use aicli::providers::{AiCliConfig, ProviderRegistry};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-mod commands;
+mod answer;
+mod batch;
+mod blocked;
+mod common;
 mod containers;
+mod doctor;
 mod exit;
 mod image;
+mod login;
 mod output;
+mod parse;
 mod progress;
+mod providers;
+mod record;
+mod resume;
+mod run;
+mod runs;
+mod schema;
+mod serve;
+mod worktrees;
 
 pub use exit::Failure;
 
@@ -49,9 +63,9 @@ pub struct RepoArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one task and show its progress.
-    Run(commands::RunArgs),
+    Run(run::RunArgs),
     /// Run a JSON file of tasks in parallel, with a live progress display.
-    Batch(commands::BatchArgs),
+    Batch(batch::BatchArgs),
     /// List the providers: binary, version, login state, features.
     Providers {
         /// Print JSON.
@@ -70,7 +84,7 @@ pub enum Command {
         provider: String,
     },
     /// Parse a recorded NDJSON transcript into a session result (or events).
-    Parse(commands::ParseArgs),
+    Parse(parse::ParseArgs),
     /// List run records, or show one batch.
     Runs {
         #[command(flatten)]
@@ -79,7 +93,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
         #[command(subcommand)]
-        action: Option<commands::RunsAction>,
+        action: Option<runs::RunsAction>,
     },
     /// List aicli's worktrees, or prune those that hold no work.
     Worktrees {
@@ -89,7 +103,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
         #[command(subcommand)]
-        action: Option<commands::WorktreesAction>,
+        action: Option<worktrees::WorktreesAction>,
     },
     /// Answer a blocked task's question and continue its CLI session.
     Answer {
@@ -142,9 +156,9 @@ pub enum Command {
     },
     /// Run a task against a real CLI (real API, or a fake one on loopback) and write the
     /// transcript as a fixture: <scenario>.ndjson/.stderr/.exit/.meta.json/.result.json.
-    Record(commands::RecordArgs),
+    Record(record::RecordArgs),
     /// Run the agent MCP server alone (for a long-lived host or another orchestrator).
-    Serve(commands::ServeArgs),
+    Serve(serve::ServeArgs),
     /// Build the Docker images the `docker` runner runs each provider's CLI in.
     Image {
         #[command(subcommand)]
@@ -233,6 +247,48 @@ fn usage_or_failure(e: &anyhow::Error) -> u8 {
     }
 }
 
+/// Runs the subcommand.
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config_path = cli.config.clone();
+    let config = config_path.as_deref();
+    match cli.command {
+        Command::Run(a) => run::run(config, a).await,
+        Command::Batch(a) => batch::batch(config, a).await,
+        Command::Providers { json } => providers::providers(config, json, true).await,
+        Command::Status { json } => providers::providers(config, json, false).await,
+        Command::Login { provider } => login::login(config, &provider).await,
+        Command::Parse(a) => parse::parse(config, a),
+        Command::Runs { repo, json, action } => runs::runs(config, repo, json, action),
+        Command::Worktrees { repo, json, action } => worktrees::worktrees(repo, json, action).await,
+        Command::Serve(a) => serve::serve(config, a).await,
+        Command::Doctor {
+            fixtures,
+            strict,
+            json,
+        } => doctor::doctor(config, fixtures, strict, json).await,
+        Command::Record(a) => record::record(config, a).await,
+        Command::Answer {
+            task,
+            answer: text,
+            json,
+            no_mcp,
+            repo,
+        } => answer::answer(config, &task, &text, json, no_mcp, repo).await,
+        Command::Blocked { repo, json } => blocked::blocked(config, repo, json),
+        Command::Resume {
+            batch_id,
+            json,
+            no_mcp,
+            repo,
+        } => resume::resume(config, &batch_id, json, no_mcp, repo).await,
+        Command::Schema { out } => schema::schema(&out),
+        Command::Image { action } => image::run(&load_config(config)?, action).await,
+        Command::Containers { json, action } => {
+            containers::run(&load_config(config)?, json, action).await
+        }
+    }
+}
+
 /// Runs the command line; the exit code says how it went.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -248,7 +304,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(commands::dispatch(cli)) {
+    match rt.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
             if let Some(f) = e.downcast_ref::<Failure>() {

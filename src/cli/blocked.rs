@@ -1,0 +1,47 @@
+//! `aicli blocked`: every task waiting on a human.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::RepoArgs;
+use super::common::{engine, repo_dir};
+
+pub(super) fn blocked(
+    config_path: Option<&Path>,
+    r: RepoArgs,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let engine = engine(config_path)?;
+    let repo = repo_dir(&r)?;
+    let store = engine.store(&repo, r.runs_dir.as_deref());
+    let list = engine.blocked(&store);
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        println!("no blocked tasks in {}", store.root().display());
+    }
+    let now = std::time::SystemTime::now();
+    for b in list {
+        let age = humantime::parse_rfc3339(&b.question.asked_at)
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
+            .unwrap_or_else(|| "?".into());
+        println!(
+            "{}/{} ({}) asked {age} ago:",
+            b.batch_id, b.task_id, b.provider
+        );
+        println!("  {}", b.question.question);
+        if !b.question.options.is_empty() {
+            println!("  options: {}", b.question.options.join(" / "));
+        }
+        println!(
+            "  answer with: aicli answer {}/{} \"...\"",
+            b.batch_id, b.task_id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,138 @@
+//! `aicli parse`: a recorded transcript (or a run record's task) to its result.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use aicli::providers::ParseContext;
+use aicli::providers::replay;
+use aicli::store::read_range;
+use anyhow::{Context, bail};
+use clap::Args;
+
+use super::{load_config, registry};
+
+/// `aicli parse`.
+#[derive(Debug, Args)]
+pub struct ParseArgs {
+    /// The transcript (NDJSON as the CLI printed it), or a run record's task directory.
+    pub file: PathBuf,
+    /// The provider whose format it is (read from the record when FILE is one).
+    #[arg(long, short)]
+    pub provider: Option<String>,
+    /// The CLI's stderr.
+    #[arg(long, value_name = "FILE")]
+    pub stderr: Option<PathBuf>,
+    /// The CLI's exit code.
+    #[arg(long)]
+    pub exit_code: Option<i32>,
+    /// The model the run asked for (for cost estimates).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Print the normalized events as NDJSON instead of the result.
+    #[arg(long)]
+    pub events: bool,
+    /// With a run record: which attempt (default: the last).
+    #[arg(long)]
+    pub attempt: Option<u32>,
+}
+
+pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let reg = registry(&config)?;
+    // A run record's task directory (or its events.ndjson) carries its own context.
+    let task_dir = if a.file.is_dir() {
+        Some(a.file.clone())
+    } else if a.file.file_name().is_some_and(|n| n == "events.ndjson")
+        && a.file.with_file_name("task.json").is_file()
+    {
+        a.file.parent().map(Path::to_path_buf)
+    } else {
+        None
+    };
+    let (provider_name, stdout, stderr, exit_code, ctx) = if let Some(dir) = task_dir {
+        let rec: aicli::store::TaskRecord =
+            aicli::util::read_json(&dir.join("task.json")).map_err(anyhow::Error::msg)?;
+        let attempt = match a.attempt {
+            Some(n) => rec
+                .attempts
+                .iter()
+                .find(|x| x.attempt == n)
+                .with_context(|| format!("{} has no attempt {n}", dir.display()))?,
+            None => rec
+                .attempts
+                .last()
+                .with_context(|| format!("{} has no attempts", dir.display()))?,
+        };
+        let stdout = read_range(
+            &dir.join("events.ndjson"),
+            attempt.events_start,
+            attempt.events_end,
+        )?;
+        let stderr = read_range(
+            &dir.join("stderr.log"),
+            attempt.stderr_start,
+            attempt.stderr_end,
+        )
+        .unwrap_or_default();
+        let exit = a
+            .exit_code
+            .or(attempt.result.as_ref().and_then(|r| r.exit_code));
+        let ctx = ParseContext {
+            model: a.model.clone().or(attempt.model.clone()),
+            prior: attempt.prior,
+        };
+        (
+            a.provider.clone().unwrap_or(rec.provider.clone()),
+            stdout,
+            String::from_utf8_lossy(&stderr).into_owned(),
+            exit,
+            ctx,
+        )
+    } else {
+        let Some(p) = a.provider.clone() else {
+            bail!(
+                "--provider is required to parse {} (known: {})",
+                a.file.display(),
+                reg.names().join(", ")
+            );
+        };
+        let stdout =
+            std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+        let stderr = match &a.stderr {
+            Some(f) => std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read {}", f.display()))?,
+            None => String::new(),
+        };
+        (
+            p,
+            stdout,
+            stderr,
+            a.exit_code,
+            ParseContext {
+                model: a.model.clone(),
+                prior: None,
+            },
+        )
+    };
+    let provider = reg.get(&provider_name)?;
+    let ctx = ParseContext {
+        model: ctx
+            .model
+            .or_else(|| provider.config().default_model.clone()),
+        ..ctx
+    };
+    let (events, result) = replay::replay(provider.as_ref(), &stdout, &stderr, exit_code, &ctx);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if a.events {
+        for e in &events {
+            serde_json::to_writer(&mut out, e)?;
+            out.write_all(b"\n")?;
+        }
+    } else {
+        serde_json::to_writer_pretty(&mut out, &result)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

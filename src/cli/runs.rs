@@ -1,0 +1,142 @@
+//! `aicli runs`: list run records, show one batch.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use aicli::providers::SessionStatus;
+use aicli::store::RunStore;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::common::repo_dir;
+use super::{RepoArgs, load_config, output};
+
+/// `aicli runs ...`.
+#[derive(Debug, Subcommand)]
+pub enum RunsAction {
+    /// Show one batch: its tasks, results, questions and answers.
+    Show {
+        /// The batch id.
+        id: String,
+    },
+}
+
+pub(super) fn runs(
+    config_path: Option<&Path>,
+    r: RepoArgs,
+    json_out: bool,
+    action: Option<RunsAction>,
+) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let repo = repo_dir(&r)?;
+    let root = r
+        .runs_dir
+        .clone()
+        .or(config.engine.runs_dir.clone())
+        .unwrap_or_else(|| repo.join(".aicli/runs"));
+    let store = RunStore::new(&root);
+    match action {
+        None => {
+            let rows: Vec<_> = store
+                .list()
+                .iter()
+                .filter_map(|b| b.summary().ok())
+                .collect();
+            if json_out {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else if rows.is_empty() {
+                println!("no runs in {}", root.display());
+            } else {
+                println!(
+                    "{:<24} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
+                    "batch", "started", "provider", "tasks", "ok", "fail", "blkd", "cost"
+                );
+                for s in rows {
+                    println!(
+                        "{:<24} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
+                        s.batch_id,
+                        s.created_at,
+                        s.provider,
+                        s.n_tasks,
+                        s.n_succeeded,
+                        s.n_failed,
+                        s.n_blocked,
+                        format!("${:.4}", s.cost_usd)
+                    );
+                }
+            }
+        }
+        Some(RunsAction::Show { id }) => {
+            let b = store.open_batch(&id).map_err(anyhow::Error::msg)?;
+            let spec = b.spec().map_err(anyhow::Error::msg)?;
+            let tasks = b.tasks().map_err(anyhow::Error::msg)?;
+            if json_out {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &json!({"spec": spec, "tasks": tasks, "result": b.result()})
+                    )?
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "batch {} · {} · provider {} · repo {}",
+                spec.batch_id,
+                spec.created_at,
+                spec.provider,
+                spec.repo.display()
+            );
+            for t in tasks {
+                println!(
+                    "\n{} [{}] ({})",
+                    t.task.id,
+                    serde_json::to_value(t.state)?.as_str().unwrap_or_default(),
+                    t.provider
+                );
+                println!(
+                    "  prompt: {}",
+                    aicli::providers::common::truncate_chars(&t.task.prompt, 120)
+                );
+                for at in &t.attempts {
+                    let r = at.result.as_ref();
+                    println!(
+                        "  attempt {} ({}) {}: {}",
+                        at.attempt,
+                        serde_json::to_value(at.kind)?.as_str().unwrap_or_default(),
+                        at.started_at,
+                        match r {
+                            Some(r) => format!(
+                                "{} · {} · {}",
+                                match r.status {
+                                    SessionStatus::Succeeded => "ok".to_owned(),
+                                    SessionStatus::Blocked => "blocked".to_owned(),
+                                    SessionStatus::Failed | SessionStatus::Interrupted => format!(
+                                        "{}: {}",
+                                        r.error_kind.map(|k| k.as_str()).unwrap_or("failed"),
+                                        r.error.clone().unwrap_or_default()
+                                    ),
+                                },
+                                output::cost(r),
+                                output::tokens(r)
+                            ),
+                            None => "did not finish".to_owned(),
+                        }
+                    );
+                    if let Some(q) = r.and_then(|r| r.question.as_ref()) {
+                        println!("    asked: {}", q.question);
+                    }
+                }
+                for ans in &t.answers {
+                    println!(
+                        "  answered {}: {} -> {}",
+                        ans.answered_at, ans.question, ans.answer
+                    );
+                }
+                if let (Some(b), Some(w)) = (&t.branch, &t.worktree) {
+                    println!("  branch {b} at {}", w.display());
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

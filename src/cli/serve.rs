@@ -1,0 +1,76 @@
+//! `aicli serve`: the agent MCP server alone.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use aicli::mcp::{McpServer, McpServerOptions};
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use super::common::repo_dir;
+use super::{RepoArgs, load_config, output};
+
+/// `aicli serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to bind (default: the config's, 127.0.0.1:0).
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Skills the token may read (repeatable).
+    #[arg(long = "skill", value_name = "NAME")]
+    pub skills: Vec<String>,
+    /// Credential names the token may read (repeatable).
+    #[arg(long = "credential", value_name = "NAME")]
+    pub credentials: Vec<String>,
+    /// The workspace `getWorkspaceFiles` serves (default: the repository).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub repo: RepoArgs,
+}
+
+pub(super) async fn serve(config_path: Option<&Path>, a: ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let repo = repo_dir(&a.repo)?;
+    let mut opts = McpServerOptions::from_config(&config.engine, &repo);
+    if let Some(b) = &a.bind {
+        opts.bind = b.clone();
+    }
+    let cancel = CancellationToken::new();
+    let server = McpServer::start(opts, cancel.child_token()).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut skills = config.engine.skills.clone();
+    skills.extend(a.skills.iter().cloned());
+    let token = server.mint(aicli::mcp::TaskContext {
+        batch_id: "serve".into(),
+        task_id: "serve".into(),
+        workspace: a.workspace.clone().unwrap_or(repo),
+        skills,
+        credentials: a.credentials.clone(),
+        events: tx,
+    });
+    println!("aicli MCP server: {}", server.url());
+    println!("bearer token:     {token}");
+    println!(
+        "health:           {}",
+        server.url().replace("/mcp", "/healthz")
+    );
+    println!("tools:            {}", McpServer::tool_names().join(", "));
+    println!("(Ctrl-C stops it)");
+    loop {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(ev) => {
+                    if let Some(line) = output::event_line(&ev) {
+                        println!("{line}");
+                    }
+                }
+                None => break,
+            },
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    server.revoke(&token);
+    server.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
