@@ -354,8 +354,10 @@ async fn prepare_and_run(
     tracing::info!(task = %task_id, provider = provider.name(), program = %cmd.program.display(), place = %placement.describe(), "starting run");
     let handle = match placement.start(&cmd, out).await {
         Ok(h) => {
-            if let (Some(ip), Some(restrict)) = (h.peer(), &spec.restrict_token) {
-                (restrict.0)(ip);
+            match (h.peer(), &spec.restrict_token) {
+                (Some(ip), Some(restrict)) => (restrict.0)(ip),
+                (None, Some(_)) => tracing::warn!(task = %task_id, "the run's address is unknown: its MCP token stays unusable"),
+                (_, None) => {}
             }
             h
         }

@@ -130,14 +130,20 @@ impl crate::service::AgentServer for McpServer {
             }
         };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let token = self.mint(TaskContext {
+        let ctx = TaskContext {
             batch_id: scope.batch_id,
             task_id: scope.task_id,
             workspace: scope.workspace,
             skills: scope.skills,
             credentials: scope.credentials,
             events: tx,
-        });
+        };
+        // A container's token works only from its address, known once it has started:
+        // until then its requests wait.
+        let token = match reach {
+            Some(r) if r.restrict_to_peer => self.mint_pending(ctx),
+            Some(_) | None => self.mint(ctx),
+        };
         let mut endpoint = self.endpoint(&token);
         endpoint.url = url;
         Ok(crate::service::AgentGrant {

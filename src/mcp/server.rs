@@ -290,6 +290,14 @@ impl McpServer {
         self.shared.tokens.mint(ctx)
     }
 
+    /// A new token for `ctx` whose requests wait until [`McpServer::restrict`] names the
+    /// one address they may come from (a container that is starting).
+    pub fn mint_pending(&self, ctx: TaskContext) -> String {
+        self.shared
+            .tokens
+            .mint_with(ctx, super::auth::PeerRule::Pending)
+    }
+
     /// Revokes `token`: its next request gets 401 and its sessions are closed.
     pub fn revoke(&self, token: &str) {
         let sessions = self.shared.tokens.revoke(token);

@@ -111,7 +111,8 @@ impl Host {
                 AgentReach {
                     url_host: cfg.mcp_address.clone().unwrap_or_else(|| HOST_ALIAS.to_owned()),
                     bind,
-                    restrict_to_peer: true,
+                    // On the host's network a container has no address of its own.
+                    restrict_to_peer: limits.network_mode != "host",
                 },
                 "host-gateway".to_owned(),
             )

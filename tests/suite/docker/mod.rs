@@ -9,4 +9,5 @@
 
 mod clis;
 mod local;
+mod mcp;
 pub mod support;
