@@ -250,6 +250,7 @@ mod tests {
             result: r,
             events: Vec::new(),
             argv: Vec::new(),
+            place: None,
         }
     }
 

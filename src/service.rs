@@ -1064,6 +1064,7 @@ impl Shared {
             result: SessionResult::not_started(provider, kind, message),
             events: Vec::new(),
             argv: Vec::new(),
+            place: None,
         }
     }
 
@@ -1122,6 +1123,7 @@ impl Shared {
             prior,
             resumed_session: task.resume_session_id.clone(),
             argv: Vec::new(),
+            place: None,
             result: None,
         });
         planned.rec.state = TaskState::Running;
@@ -1202,6 +1204,7 @@ impl Shared {
                 a.stderr_end = Some(stderr_end);
                 a.result = Some(result.clone());
                 a.argv = outcome.argv.clone();
+                a.place = outcome.place.clone();
             }
             p.rec.state = provisional;
             // Later attempts of this invocation are plain retries of the same run.
@@ -1212,6 +1215,7 @@ impl Shared {
             result,
             events: outcome.events,
             argv: outcome.argv,
+            place: outcome.place,
         }
     }
 
@@ -1357,6 +1361,7 @@ impl Shared {
             cancel,
         };
         let mut outcome = run_session(spec, io, placement.as_mut()).await;
+        outcome.place = Some(placement.describe());
         // However the run ended: its work comes back (a remote engine), its place is
         // released, its container removed.
         if let Err(e) = placement.finish().await {
@@ -1651,6 +1656,7 @@ impl PoolOwner for Owner {
                 prior: None,
                 resumed_session: None,
                 argv: Vec::new(),
+                place: None,
                 result: Some(result),
             });
         });

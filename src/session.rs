@@ -122,6 +122,8 @@ pub struct SessionOutcome {
     /// The command that ran (program and arguments; secrets live in files and env,
     /// never here), empty when nothing was started.
     pub argv: Vec<String>,
+    /// Where it ran (the placement's description), when it was placed.
+    pub place: Option<String>,
 }
 
 /// How long the last lines may take after the CLI exited while its stdout stays open.
@@ -154,6 +156,7 @@ pub async fn run_session(
             result: *result,
             events: Vec::new(),
             argv: Vec::new(),
+            place: None,
         },
     };
     let r = &mut outcome.result;
@@ -579,6 +582,7 @@ async fn supervise(
         result,
         events: all_events,
         argv: Vec::new(),
+        place: None,
     }
 }
 

@@ -110,6 +110,9 @@ pub struct AttemptRecord {
     /// files and env).
     #[serde(default)]
     pub argv: Vec<String>,
+    /// Where it ran (`local`, `docker <engine> (<image>)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<String>,
     /// Its result, if it ended.
     #[serde(default)]
     pub result: Option<SessionResult>,

@@ -361,8 +361,11 @@ impl Placement for DockerPlacement {
             )
             .await
             {
-                Ok(true) => {}
+                Ok(true) => {
+                    let _ = std::fs::remove_dir_all(&self.spec.scratch);
+                }
                 Ok(false) => {
+                    let _ = std::fs::remove_dir_all(&self.spec.scratch);
                     tracing::warn!(host = %c.host, container = %c.id, "the remote run left no bundle: its work since the start is not brought back");
                 }
                 Err(e) => result = Err(self.err(e)),

@@ -8,11 +8,11 @@
 //! commit). Every entry belongs to the container's user.
 //!
 //! Back: when the CLI exits (or is stopped with SIGTERM) the wrapper commits the
-//! worktree as the run left it to `refs/aicli/worktree` (a commit on top of HEAD, never
-//! on a branch) and writes `git bundle create work.bundle ^START HEAD refs/aicli/worktree`.
+//! worktree as the run left it to `refs/aicli/worktree` (a commit whose parent is HEAD,
+//! never on a branch) and writes `git bundle create work.bundle ^START refs/aicli/worktree`.
 //! aicli downloads the bundle and the task's home, fetches the bundle into the task's
-//! repository, moves the task's branch to the bundle's HEAD and restores the working
-//! tree from the snapshot: the worktree ends exactly as a local run would leave it (the
+//! repository, moves the task's branch to the snapshot's parent (the agent's HEAD) and
+//! restores the working tree from the snapshot: the worktree ends exactly as a local run would leave it (the
 //! agent's commits on the branch, its other changes uncommitted; files git ignores stay
 //! behind).
 
@@ -67,7 +67,7 @@ GIT_INDEX_FILE=/aicli-runner/index g add -A .
 tree=$(GIT_INDEX_FILE=/aicli-runner/index g write-tree)
 snap=$(g commit-tree "$tree" -p HEAD -m "aicli: the worktree as the run left it")
 g update-ref refs/aicli/worktree "$snap"
-g bundle create /aicli-runner/work.bundle "^$base" HEAD refs/aicli/worktree
+g bundle create /aicli-runner/work.bundle "^$base" refs/aicli/worktree
 "#;
 
 /// What goes up.
@@ -94,6 +94,14 @@ pub async fn upload(c: &Container, up: &Upload, scratch: &Path) -> Result<String
     // bundle against (the worktree's own .git is a pointer into this machine's repo).
     let clone = scratch.join("clone");
     let _ = std::fs::remove_dir_all(&clone);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(scratch)
+            .map_err(|e| DockerError::Work(format!("cannot create {}: {e}", scratch.display())))?;
+    }
     let url = format!("file://{}", up.workspace.display());
     let clone_s = clone.display().to_string();
     let parent = scratch.to_path_buf();
@@ -277,12 +285,12 @@ pub async fn bring_back(
     Ok(true)
 }
 
-/// Fetches `bundle` into `ws`'s repository, moves the checked-out branch to its HEAD and
-/// restores the working tree from its `refs/aicli/worktree` snapshot.
+/// Fetches `bundle` into `ws`'s repository, moves the checked-out branch to the agent's
+/// HEAD (the parent of its `refs/aicli/worktree` snapshot) and restores the working tree
+/// from the snapshot.
 pub async fn apply_bundle(ws: &Path, bundle: &Path, tag: &str) -> Result<(), DockerError> {
     let b = bundle.display().to_string();
-    let head_ref = format!("refs/aicli/incoming/{tag}/head");
-    let snap_ref = format!("refs/aicli/incoming/{tag}/worktree");
+    let snap_ref = format!("refs/aicli/incoming/{tag}");
     let fail = |what: &str, e: crate::worktree::WorktreeError| {
         DockerError::Work(format!(
             "{what} (the bundle is kept at {b}): {e}"
@@ -301,21 +309,18 @@ pub async fn apply_bundle(ws: &Path, bundle: &Path, tag: &str) -> Result<(), Doc
                 "--quiet",
                 "--no-tags",
                 &b,
-                &format!("+HEAD:{head_ref}"),
                 &format!("+refs/aicli/worktree:{snap_ref}"),
             ],
         )
         .await
         .map_err(|e| fail("cannot fetch the work back", e))?;
     }
-    git(ws, &["reset", "--quiet", "--hard", &head_ref])
+    git(ws, &["reset", "--quiet", "--hard", &format!("{snap_ref}^")])
         .await
         .map_err(|e| fail("cannot move the branch to the work", e))?;
     git(ws, &["restore", &format!("--source={snap_ref}"), "--worktree", "--", "."])
         .await
         .map_err(|e| fail("cannot restore the uncommitted work", e))?;
-    for r in [&head_ref, &snap_ref] {
-        let _ = git(ws, &["update-ref", "-d", r]).await;
-    }
+    let _ = git(ws, &["update-ref", "-d", &snap_ref]).await;
     Ok(())
 }

@@ -11,7 +11,8 @@ use crate::suite::e2e::{
 use super::support;
 
 async fn setup(test: &str) -> Option<Setup> {
-    support::local_engine(test).await.map(Setup::in_docker)
+    let docker = support::local_engine(test).await?;
+    Some(Setup::in_docker(support::DockerSetup::local(docker).await))
 }
 
 macro_rules! contract {

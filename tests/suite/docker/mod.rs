@@ -10,4 +10,6 @@
 mod clis;
 mod local;
 mod mcp;
+mod remote;
+pub mod remote_engine;
 pub mod support;

@@ -247,3 +247,55 @@ pub async fn assert_no_container_for_repo(docker: &Docker, repo: &Path) {
         .collect();
     assert!(left.is_empty(), "containers of {} left: {left:?}", repo.display());
 }
+
+/// Where an e2e contract test runs its CLI in containers: the engines and the address
+/// their containers reach this machine under (the fake model API listens there).
+#[derive(Clone, Debug)]
+pub struct DockerSetup {
+    /// The local engine (images are built there).
+    pub local: Docker,
+    /// The engines of the config.
+    pub hosts: Vec<DockerHostConfig>,
+    /// What `host.docker.internal` names inside the containers.
+    pub gateway: std::net::IpAddr,
+    /// The second engine, when the containers run there.
+    pub remote: Option<Arc<super::remote_engine::RemoteEngine>>,
+}
+
+impl DockerSetup {
+    /// Containers on the local engine.
+    pub async fn local(local: Docker) -> DockerSetup {
+        DockerSetup {
+            local,
+            hosts: vec![local_host()],
+            gateway: bridge_gateway().await,
+            remote: None,
+        }
+    }
+
+    /// Containers on `remote` only (no filesystem shared).
+    pub fn on_remote(local: Docker, remote: Arc<super::remote_engine::RemoteEngine>) -> DockerSetup {
+        DockerSetup {
+            local,
+            hosts: vec![remote.host("remote")],
+            gateway: remote.gateway,
+            remote: Some(remote),
+        }
+    }
+
+    /// The provider's image where the containers run.
+    pub async fn prepare(&self, config: &AiCliConfig, provider: &str) {
+        let tag = provider_image(&self.local, config, provider).await;
+        if let Some(r) = &self.remote {
+            r.load_from(&self.local, &tag).await;
+        }
+    }
+
+    /// No container of a task of `repo` is left on any engine.
+    pub async fn assert_clean(&self, repo: &Path) {
+        assert_no_container_for_repo(&self.local, repo).await;
+        if let Some(r) = &self.remote {
+            assert_no_container_for_repo(&r.docker, repo).await;
+        }
+    }
+}

@@ -256,10 +256,10 @@ pub struct Setup {
     pub idle_timeout: Duration,
     /// The engine's wall-clock limit.
     pub timeout: Duration,
-    /// Run the CLI in a container on the local Docker engine (its image built when
-    /// missing), the fake model API on the bridge gateway, reached as
-    /// `host.docker.internal` (see `suite::docker`).
-    pub docker: Option<bollard::Docker>,
+    /// Run the CLI in containers (its image built when missing), the fake model API on
+    /// the address they reach this machine under, as `host.docker.internal` (see
+    /// `suite::docker`).
+    pub docker: Option<super::docker::support::DockerSetup>,
 }
 
 impl Default for Setup {
@@ -276,8 +276,8 @@ impl Default for Setup {
 }
 
 impl Setup {
-    /// The defaults, in containers on `docker`.
-    pub fn in_docker(docker: bollard::Docker) -> Setup {
+    /// The defaults, in containers as `docker` says.
+    pub fn in_docker(docker: super::docker::support::DockerSetup) -> Setup {
         Setup {
             docker: Some(docker),
             ..Setup::default()
@@ -355,10 +355,7 @@ impl E2e {
         let binary = cli.binary();
         // In containers the fake listens on the bridge gateway (what host.docker.internal
         // names there), on loopback otherwise.
-        let gateway = match &setup.docker {
-            Some(_) => Some(super::docker::support::bridge_gateway().await),
-            None => None,
-        };
+        let gateway = setup.docker.as_ref().map(|d| d.gateway);
         let fake = match gateway {
             Some(ip) => FakeApi::start_at(
                 cli.vendor(),
@@ -435,9 +432,9 @@ impl E2e {
             p.env.extend(provider_env);
         }
         if let Some(docker) = &setup.docker {
-            super::docker::support::provider_image(docker, &config, cli.provider()).await;
+            docker.prepare(&config, cli.provider()).await;
             config.engine.runner = aicli::providers::RunnerKind::Docker;
-            config.engine.docker.hosts = vec![super::docker::support::local_host()];
+            config.engine.docker.hosts = docker.hosts.clone();
         }
         tweak(&mut config);
 
@@ -687,7 +684,7 @@ impl E2e {
     pub async fn finish(self) {
         assert_no_process_with_home(&self.dirs.home).await;
         if let Some(docker) = &self.setup.docker {
-            super::docker::support::assert_no_container_for_repo(docker, self.repo.path()).await;
+            docker.assert_clean(self.repo.path()).await;
         }
         assert_eq!(
             self.server.live_tokens(),
