@@ -157,6 +157,9 @@ pub async fn upload(c: &Container, up: &Upload, scratch: &Path) -> Result<String
 fn write_tar(mut w: TarWriter, up: &Upload, clone: &Path, base: &str) -> std::io::Result<()> {
     w.dir("workspace", 0o755)?;
     w.tree(&up.workspace, "workspace", &|rel| rel == Path::new(".git"))?;
+    // Every directory is an entry of its own (an implied parent would be root's, and
+    // git refuses a repository its user does not own).
+    w.dir("workspace/.git", 0o755)?;
     w.tree(&clone.join(".git"), "workspace/.git", &|_| false)?;
     w.dir("aicli", 0o700)?;
     if up.private_dir.is_dir() {

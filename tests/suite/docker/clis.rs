@@ -40,3 +40,38 @@ contract! {
     gemini_in_a_container_mcp_get_workspace_files: mcp_workspace_files_with(Cli::Gemini);
     gemini_in_a_container_question_answer_resumes_in_a_new_container: question_then_answer_with(Cli::Gemini);
 }
+
+/// The agent commits in the container and leaves another change uncommitted: the commit
+/// is on the task's branch (through the mounted git directory on a local engine, the
+/// bundle on a remote one), the other change is in the worktree, uncommitted.
+pub async fn agent_commit_lands_on_the_branch(setup: Setup) {
+    use crate::suite::e2e::{E2e, describe};
+    use crate::suite::support::git;
+    let script = aicli_testkit::Script::shell(
+        "echo one > committed.txt && git add committed.txt && git -c user.name=agent -c user.email=agent@example.invalid commit -qm 'agent commit' && echo two > uncommitted.txt",
+    )
+    .then_quote_tool_result();
+    let t = E2e::start_in(setup, Cli::Claude, script).await;
+    let ran = t.run_one(t.shell_task("commit", "Commit a file")).await;
+    let r = ran.only();
+    assert_eq!(r.status, aicli::providers::SessionStatus::Succeeded, "{}", describe(r));
+    let wt = r.worktree.clone().expect("the worktree holds work");
+    let branch = r.branch.clone().expect("branch");
+    assert_eq!(
+        git(t.repo.path(), &["log", "--format=%s", &format!("main..{branch}")]),
+        "agent commit",
+        "{}",
+        describe(r)
+    );
+    assert_eq!(git(&wt, &["show", &format!("{branch}:committed.txt")]), "one");
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "?? uncommitted.txt");
+    assert!(git(t.repo.path(), &["for-each-ref", "refs/aicli"]).is_empty());
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_in_a_container_commits_on_the_task_branch() {
+    if let Some(s) = setup("claude_in_a_container_commits_on_the_task_branch").await {
+        agent_commit_lands_on_the_branch(s).await;
+    }
+}

@@ -166,7 +166,7 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
                 "--exit-file", format!("{fx}.exit")
             ]
         }},
-        "engine": {"runner": "docker", "kill_grace_ms": 300, "docker": {
+        "engine": {"kill_grace_ms": 300, "docker": {
             "hosts": [{"name": "local", "url": "unix:///var/run/docker.sock"}],
             "images": {"fake": image}
         }}
@@ -185,7 +185,15 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
         c.args(["--config", cfg.to_str().unwrap()]).args(args);
         c
     };
-    let mut child = cmd(&["batch", tasks_file.to_str().unwrap(), "--repo", repo.path().to_str().unwrap()])
+    // The runner comes from the command line only: the resume finds it in the records.
+    let mut child = cmd(&[
+        "batch",
+        tasks_file.to_str().unwrap(),
+        "--runner",
+        "docker",
+        "--repo",
+        repo.path().to_str().unwrap(),
+    ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -7,7 +7,7 @@
 //! `clis.rs`: the three real CLIs in containers against the fake model APIs;
 //! `mcp.rs`: tokens and addresses from inside containers.
 
-mod clis;
+pub mod clis;
 mod local;
 mod mcp;
 mod remote;

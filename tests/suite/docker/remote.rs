@@ -115,16 +115,17 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
             "binary_name": "aicli-fake-cli",
             "extra_args": ["--replay", format!("{fx}.ndjson"), "--exit-file", format!("{fx}.exit")]
         }},
-        "engine": {"runner": "docker", "kill_grace_ms": 300, "docker": {
+        "engine": {"kill_grace_ms": 300, "docker": {
             "hosts": [remote.host("remote")],
             "images": {"fake": image}
         }}
     });
     let cfg = dir.path().join("aicli.json");
     std::fs::write(&cfg, config.to_string()).unwrap();
-    let tasks = serde_json::json!([
+    // The runner comes from the tasks file.
+    let tasks = serde_json::json!({"runner": "docker", "tasks": [
         {"id": "slow", "prompt": "s", "extra_args": ["--touch", "slow.txt", "--line-delay-ms", "5000"]}
-    ]);
+    ]});
     let tasks_file = dir.path().join("tasks.json");
     std::fs::write(&tasks_file, tasks.to_string()).unwrap();
     let aicli = env!("CARGO_BIN_EXE_aicli");
@@ -194,7 +195,7 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
 }
 
 /// The real Claude Code on the remote engine: its Bash tool's file comes back into the
-/// worktree; a question blocks the task and the answer resumes the same session in a new
+/// worktree, its commit onto the task's branch; a question blocks the task and the answer resumes the same session in a new
 /// container there (the CLI's session store goes up and comes back with the task's home).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_on_a_remote_engine_writes_the_worktree_and_resumes_after_an_answer() {
@@ -204,5 +205,6 @@ async fn claude_on_a_remote_engine_writes_the_worktree_and_resumes_after_an_answ
     let remote = Arc::new(remote);
     let setup = || Setup::in_docker(DockerSetup::on_remote(local.clone(), remote.clone()));
     builtin_tool_with(Cli::Claude, setup()).await;
+    super::clis::agent_commit_lands_on_the_branch(setup()).await;
     question_then_answer_with(Cli::Claude, setup()).await;
 }
