@@ -33,6 +33,9 @@ pub struct BuildArgs {
     /// ~/.cache/aicli/npm).
     #[arg(long, value_name = "DIR")]
     pub npm_cache: Option<PathBuf>,
+    /// Build even when the image already holds the pinned CLI on the same base.
+    #[arg(long)]
+    pub force: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -96,6 +99,7 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
                 npm_dir: npm_dir.clone(),
                 search_path: std::env::var("PATH").unwrap_or_default(),
                 deb_cache: deb_cache.clone(),
+                force: a.force,
             };
             let host = h.name.clone();
             let quiet = a.json;

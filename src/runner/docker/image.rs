@@ -70,6 +70,8 @@ pub struct BuildSpec {
     pub search_path: String,
     /// Where downloaded Debian packages are kept.
     pub deb_cache: PathBuf,
+    /// Build even when an image of this tag holds the same CLI on the same base.
+    pub force: bool,
 }
 
 /// The shared runtime layer's inputs.
@@ -130,6 +132,21 @@ pub async fn build(
             spec.package, spec.binary_name
         ))
     })?;
+    let cli = format!("{}@{have}", spec.package);
+    if !spec.force
+        && let Ok(i) = docker.inspect_image(&spec.tag).await
+    {
+        let labels = i.config.and_then(|c| c.labels).unwrap_or_default();
+        if labels.get(LABEL_CLI) == Some(&cli) && labels.get(LABEL_BASE) == Some(&spec.base) {
+            progress(&format!("{} already holds {cli} on {}", spec.tag, spec.base));
+            return Ok(Built {
+                tag: spec.tag.clone(),
+                id: i.id.as_deref().map(short).unwrap_or_default(),
+                runtime: String::new(),
+                cli_version: have.to_owned(),
+            });
+        }
+    }
     let runtime = runtime_image(docker, &spec.runtime(), progress).await?;
     let packages = closure(&spec.npm_dir.join("node_modules"), &spec.package)?;
     progress(&format!(
@@ -167,7 +184,7 @@ pub async fn build(
     );
     let labels = HashMap::from([
         (LABEL_PROVIDER.to_owned(), spec.provider.clone()),
-        (LABEL_CLI.to_owned(), format!("{}@{have}", spec.package)),
+        (LABEL_CLI.to_owned(), cli.clone()),
         (LABEL_BASE.to_owned(), spec.base.clone()),
     ]);
     let (id, out) = layer(

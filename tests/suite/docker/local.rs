@@ -52,6 +52,12 @@ async fn a_run_in_a_container_works_in_the_worktree_and_leaves_nothing() {
     let status = git(&wt, &["status", "--porcelain", "--untracked-files=all"]);
     assert_eq!(status, "?? made-in-container.txt");
     assert_no_container(&docker, &batch.batch_id).await;
+    // The run's private directory and the task's home (login copies) are gone.
+    let private = batch.runs_dir.join("private");
+    let left: Vec<_> = std::fs::read_dir(&private)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in {}: {left:?}", private.display());
 }
 
 async fn run(

@@ -100,6 +100,24 @@ pub async fn fake_cli_image(docker: &Docker) -> String {
         if docker.inspect_image(&tag).await.is_ok() {
             return tag;
         }
+        // Images of earlier builds of the fake CLI go.
+        let old = docker
+            .list_images(Some(bollard::query_parameters::ListImagesOptions {
+                filters: Some(std::collections::HashMap::from([(
+                    "reference".to_owned(),
+                    vec!["aicli-test/fake-cli".to_owned()],
+                )])),
+                ..Default::default()
+            }))
+            .await
+            .unwrap_or_default();
+        for i in old {
+            for t in i.repo_tags {
+                let _ = docker
+                    .remove_image(&t, None::<bollard::query_parameters::RemoveImageOptions>, None)
+                    .await;
+            }
+        }
         image::files_image(
             docker,
             &runtime,
@@ -214,6 +232,7 @@ pub async fn provider_image(docker: &Docker, config: &AiCliConfig, provider: &st
         npm_dir: aicli_testkit::cli_cache_dir(),
         search_path: std::env::var("PATH").unwrap_or_default(),
         deb_cache: deb_cache(),
+        force: false,
     };
     image::build(docker, &spec, &|l| eprintln!("[image] {l}"))
         .await
