@@ -7,6 +7,8 @@
 #![deny(missing_docs)]
 
 pub mod events;
+pub mod fake_api;
+pub mod install;
 pub mod mcp;
 pub mod pool;
 pub mod process;

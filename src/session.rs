@@ -194,17 +194,25 @@ async fn prepare_and_run(
         ));
     }
     // Where the run happens decides the environment it starts from and where its
-    // binary is (a container image's, or the one on the PATH it will run with).
+    // binary is (a container image's; else the one on the PATH it will run with, then
+    // in aicli's cache (`aicli install`); an engine's explicit search path is taken as
+    // it is).
     let base_env = placement.env(&spec.inherited_env);
     let binary = match placement.binary() {
         Some(b) => b,
         None => {
-            let search_path = spec
-                .search_path
-                .as_deref()
-                .or(base_env.get("PATH").map(String::as_str));
+            let search_path = match &spec.search_path {
+                Some(p) => p.clone(),
+                None => crate::install::search_path_with_cache(
+                    &base_env
+                        .get("PATH")
+                        .cloned()
+                        .or_else(|| std::env::var("PATH").ok())
+                        .unwrap_or_default(),
+                ),
+            };
             provider
-                .binary_path(search_path)
+                .binary_path(Some(&search_path))
                 .map_err(|e| not_started(spec, e.kind(), e.to_string()))?
         }
     };
@@ -554,7 +562,7 @@ async fn supervise(
             format!(
                 "wall-clock timeout: the run took longer than {}s{}",
                 limits.timeout.as_secs(),
-                last_words(&result)
+                last_words(&result, exit_code)
             ),
         ),
         EndReason::IdleTimeout if !saw_final => result.fail(
@@ -562,7 +570,7 @@ async fn supervise(
             format!(
                 "idle watchdog: no output for {}s{}",
                 limits.idle_timeout.as_secs(),
-                last_words(&result)
+                last_words(&result, exit_code)
             ),
         ),
         EndReason::Cancelled
@@ -586,11 +594,20 @@ async fn supervise(
     }
 }
 
-/// " (last from the CLI: ...)" when the provider classified something before the end.
-fn last_words(r: &SessionResult) -> String {
+/// What followed the limit, in order: what the CLI had reported before it (when the
+/// provider classified something other than the exit aicli's own kill caused), then
+/// that aicli stopped it (with the exit code the kill produced).
+fn last_words(r: &SessionResult, exit_code: Option<i32>) -> String {
+    let stopped = match exit_code {
+        Some(c) => format!("; aicli then stopped the CLI (it exited with code {c})"),
+        None => "; aicli then stopped the CLI".to_owned(),
+    };
     match (&r.error_kind, &r.error) {
-        (Some(k), Some(m)) if !m.is_empty() => format!(" (before that: {k}: {m})"),
-        _ => String::new(),
+        (Some(ErrorKind::Crashed), _) | (None, _) => stopped,
+        (Some(k), Some(m)) if !m.is_empty() => {
+            format!(", after the CLI had reported {k}: {m}{stopped}")
+        }
+        (Some(_), _) => stopped,
     }
 }
 

@@ -176,13 +176,31 @@ impl TaskRecord {
     }
 
     /// USD spent over all attempts (known costs), and whether any cost is unknown.
+    ///
+    /// An attempt without a cost of its own (one interrupted before the CLI's last
+    /// line) is covered when a later attempt resumed its session from the start
+    /// (no prior totals to subtract) with a session-cumulative cost: that attempt's cost
+    /// already counts the interrupted one's.
     pub fn spent(&self) -> (f64, bool) {
         let mut total = 0.0;
         let mut unknown = false;
-        for r in self.attempts.iter().filter_map(|a| a.result.as_ref()) {
+        for (i, a) in self.attempts.iter().enumerate() {
+            let Some(r) = &a.result else { continue };
             match r.cost_usd {
                 Some(c) => total += c,
-                None => unknown |= r.exit_code.is_some() || r.session_id.is_some(),
+                None => {
+                    let covered = r.session_id.as_deref().is_some_and(|sid| {
+                        self.attempts[i + 1..].iter().any(|later| {
+                            later.resumed_session.as_deref() == Some(sid)
+                                && later.prior.is_none()
+                                && later.result.as_ref().is_some_and(|lr| {
+                                    lr.cost_usd.is_some()
+                                        && lr.session_totals.is_some_and(|t| t.cost_usd.is_some())
+                                })
+                        })
+                    });
+                    unknown |= !covered && (r.exit_code.is_some() || r.session_id.is_some());
+                }
             }
         }
         (total, unknown)
@@ -288,7 +306,7 @@ pub struct BatchSummary {
     pub batch_id: String,
     /// When it started.
     pub created_at: String,
-    /// Its provider.
+    /// Who ran its tasks: one provider, or several joined by commas.
     pub provider: String,
     /// Tasks.
     pub n_tasks: usize,
@@ -569,10 +587,22 @@ impl BatchRecord {
         let spec = self.spec()?;
         let tasks = self.tasks().unwrap_or_default();
         let count = |s: TaskState| tasks.iter().filter(|t| t.state == s).count();
+        // Who ran the tasks (a mixed batch names each), not only the default.
+        let mut providers: Vec<&str> = Vec::new();
+        for t in &tasks {
+            if !providers.contains(&t.provider.as_str()) {
+                providers.push(&t.provider);
+            }
+        }
+        let provider = if providers.is_empty() {
+            spec.provider.clone()
+        } else {
+            providers.join(",")
+        };
         Ok(BatchSummary {
             batch_id: spec.batch_id,
             created_at: spec.created_at,
-            provider: spec.provider,
+            provider,
             n_tasks: spec.tasks.len(),
             n_succeeded: count(TaskState::Succeeded),
             n_failed: count(TaskState::Failed),
@@ -583,5 +613,62 @@ impl BatchRecord {
                 - count(TaskState::Blocked),
             cost_usd: tasks.iter().map(|t| t.spent().0).sum(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aicli_providers::{CostSource, SessionTotals};
+
+    fn attempt(n: u32, resumed: Option<&str>, result: SessionResult) -> AttemptRecord {
+        AttemptRecord {
+            attempt: n,
+            kind: AttemptKind::Run,
+            started_at: String::new(),
+            finished_at: None,
+            events_start: 0,
+            events_end: None,
+            stderr_start: 0,
+            stderr_end: None,
+            model: None,
+            prior: None,
+            resumed_session: resumed.map(str::to_owned),
+            argv: Vec::new(),
+            place: None,
+            result: Some(result),
+        }
+    }
+
+    fn result(sid: &str, cost: Option<f64>, cumulative_cost: Option<f64>) -> SessionResult {
+        let mut r =
+            SessionResult::not_started("p", aicli_providers::ErrorKind::Cancelled, "interrupted");
+        r.session_id = Some(sid.to_owned());
+        r.cost_usd = cost;
+        r.cost_source = if cost.is_some() {
+            CostSource::Reported
+        } else {
+            CostSource::Unknown
+        };
+        r.session_totals = cumulative_cost.map(|c| SessionTotals {
+            usage: Default::default(),
+            cost_usd: Some(c),
+        });
+        r
+    }
+
+    #[test]
+    fn an_interrupted_attempt_is_covered_by_a_resume_with_a_cumulative_cost() {
+        let mut rec = TaskRecord::queued(TaskSpec::default(), "p");
+        rec.attempts.push(attempt(1, None, result("s", None, None)));
+        rec.attempts
+            .push(attempt(2, Some("s"), result("s", Some(0.5), Some(0.5))));
+        assert_eq!(rec.spent(), (0.5, false));
+        // A resume whose figures are per run (no session totals) does not cover it.
+        let mut rec = TaskRecord::queued(TaskSpec::default(), "p");
+        rec.attempts.push(attempt(1, None, result("s", None, None)));
+        rec.attempts
+            .push(attempt(2, Some("s"), result("s", Some(0.5), None)));
+        assert_eq!(rec.spent(), (0.5, true));
     }
 }

@@ -411,8 +411,31 @@ impl Repo {
 
     /// Removes every aicli worktree that holds no work; returns what it did with each.
     pub async fn prune(&self) -> Result<Vec<(WorktreeInfo, Cleanup)>, WorktreeError> {
+        self.prune_keeping(&std::collections::BTreeMap::new()).await
+    }
+
+    /// [`Repo::prune`], keeping the worktrees in `keep` (path -> why), e.g. those of
+    /// tasks that are blocked on a question or were interrupted: their sessions resume
+    /// there.
+    pub async fn prune_keeping(
+        &self,
+        keep: &std::collections::BTreeMap<PathBuf, String>,
+    ) -> Result<Vec<(WorktreeInfo, Cleanup)>, WorktreeError> {
         let mut out = Vec::new();
         for info in self.list().await? {
+            let canonical = info
+                .path
+                .canonicalize()
+                .unwrap_or_else(|_| info.path.clone());
+            if let Some(reason) = keep.get(&canonical).or_else(|| keep.get(&info.path)) {
+                out.push((
+                    info,
+                    Cleanup::Kept {
+                        reason: reason.clone(),
+                    },
+                ));
+                continue;
+            }
             // A worktree a running task holds is not touched.
             let Some(_hold) = lock_worktree(&info.path).await else {
                 out.push((

@@ -162,7 +162,7 @@ impl std::fmt::Display for ErrorKind {
 pub enum ProviderError {
     /// The CLI's binary is not on PATH, not at the configured path, and npx is missing.
     #[error(
-        "{binary} is not installed (looked in {looked_in}); install it with: npm install -g {package}"
+        "{binary} is not installed (looked in {looked_in} and aicli's cache); install it with `aicli install`, or: npm install -g {package}"
     )]
     NotInstalled {
         /// The binary name that was searched for.
@@ -174,7 +174,7 @@ pub enum ProviderError {
     },
     /// The configured `binary_path` does not exist or is not executable.
     #[error(
-        "binary_path {path} for provider {provider} does not exist or is not executable; install the CLI with: npm install -g {package} (or fix binary_path)"
+        "binary_path {path} for provider {provider} does not exist or is not executable; fix binary_path, or remove it and install the CLI with `aicli install {provider}` (or: npm install -g {package})"
     )]
     BadBinaryPath {
         /// The provider whose config named the path.

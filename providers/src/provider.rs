@@ -590,7 +590,7 @@ mod tests {
             err,
             Some((
                 crate::ErrorKind::NotInstalled,
-                "acme is not installed (looked in PATH); install it with: npm install -g @acme/cli@1.2.3".to_owned()
+                "acme is not installed (looked in PATH and aicli's cache); install it with `aicli install`, or: npm install -g @acme/cli@1.2.3".to_owned()
             ))
         );
         // A configured binary_path that is not there.
@@ -603,7 +603,7 @@ mod tests {
             Some((
                 crate::ErrorKind::NotInstalled,
                 format!(
-                    "binary_path {}/acme for provider acme does not exist or is not executable; install the CLI with: npm install -g @acme/cli@1.2.3 (or fix binary_path)",
+                    "binary_path {}/acme for provider acme does not exist or is not executable; fix binary_path, or remove it and install the CLI with `aicli install acme` (or: npm install -g @acme/cli@1.2.3)",
                     empty.path().display()
                 )
             ))

@@ -7,16 +7,15 @@ use std::time::Duration;
 use aicli::providers::RunnerKind;
 use aicli::tasks_file::TasksFile;
 use aicli::{BatchEvent, BatchOptions};
-use anyhow::bail;
 use clap::Args;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
 use super::common::{
-    ctrl_c_cancels, engine_with_mcp, parse_runner, print_batch, repo_dir, stop_mcp,
+    ctrl_c_cancels, parse_runner, print_batch, start_engine, task_repo, usage, worktree_base,
 };
-use super::exit::Failure;
+use super::fake::FakeApiArgs;
 
 /// `aicli batch`.
 #[derive(Debug, Args)]
@@ -27,8 +26,8 @@ pub struct BatchArgs {
     /// Finish an interrupted batch instead of starting one.
     #[arg(long, value_name = "BATCH_ID", conflicts_with = "tasks")]
     pub resume: Option<String>,
-    /// Sessions at once.
-    #[arg(long)]
+    /// Sessions at once (at least 1).
+    #[arg(long, value_parser = super::common::positive_count)]
     pub max_parallel: Option<usize>,
     /// Batch budget, USD.
     #[arg(long, value_name = "USD")]
@@ -36,11 +35,11 @@ pub struct BatchArgs {
     /// The provider for tasks that name none.
     #[arg(long, short)]
     pub provider: Option<String>,
-    /// Wall-clock limit per task, seconds.
-    #[arg(long, value_name = "SECS")]
+    /// Wall-clock limit per task, seconds (at least 1).
+    #[arg(long, value_name = "SECS", value_parser = super::common::positive_secs)]
     pub timeout: Option<u64>,
-    /// Idle limit per task, seconds.
-    #[arg(long, value_name = "SECS")]
+    /// Idle limit per task, seconds (at least 1).
+    #[arg(long, value_name = "SECS", value_parser = super::common::positive_secs)]
     pub idle_timeout: Option<u64>,
     /// Print the batch result as JSON instead of a table.
     #[arg(long)]
@@ -48,34 +47,52 @@ pub struct BatchArgs {
     /// Do not start aicli's MCP server for the batch.
     #[arg(long)]
     pub no_mcp: bool,
+    /// Carry the repository's uncommitted changes and untracked files into each task's
+    /// worktree (as a commit on the task's branch); without it tasks start from HEAD.
+    #[arg(long)]
+    pub include_uncommitted: bool,
     /// Where tasks that name no runner run: `local` or `docker` (over the tasks file's
     /// `runner`, the provider's and engine.runner).
     #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
     pub runner: Option<RunnerKind>,
     #[command(flatten)]
-    pub repo: RepoArgs,
+    pub fake: FakeApiArgs,
 }
 
-pub(super) async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn batch(
+    config_path: Option<&Path>,
+    r: RepoArgs,
+    a: BatchArgs,
+) -> anyhow::Result<ExitCode> {
     let tasks_path = match (&a.tasks, &a.resume) {
         (_, Some(id)) => {
-            return super::resume::resume(config_path, id, a.json, a.no_mcp, a.repo.clone()).await;
+            return super::resume::resume(config_path, id, a.json, a.no_mcp, a.fake.clone(), r)
+                .await;
         }
         (Some(t), None) => t.clone(),
-        (None, None) => bail!("give a tasks file, or --resume BATCH_ID"),
+        (None, None) => return Err(usage("give a tasks file, or --resume BATCH_ID")),
     };
-    let file = TasksFile::load(&tasks_path).map_err(|m| Failure {
-        kind: None,
-        message: m,
-    })?;
-    let repo = match (&a.repo.repo, &file.repo) {
-        (Some(r), _) => r.clone(),
-        (None, Some(r)) => tasks_path
-            .parent()
-            .map(|p| p.join(r))
-            .unwrap_or_else(|| r.clone()),
-        (None, None) => repo_dir(&a.repo)?,
+    let file = TasksFile::load(&tasks_path).map_err(usage)?;
+    if file.max_parallel == Some(0) && a.max_parallel.is_none() {
+        return Err(usage(format!(
+            "{}: max_parallel must be at least 1 (0 would run nothing)",
+            tasks_path.display()
+        )));
+    }
+    let r = match (&r.repo, &file.repo) {
+        (None, Some(dir)) => RepoArgs {
+            repo: Some(
+                tasks_path
+                    .parent()
+                    .map(|p| p.join(dir))
+                    .unwrap_or_else(|| dir.clone()),
+            ),
+            runs_dir: r.runs_dir.clone(),
+        },
+        _ => r,
     };
+    let repo = task_repo(&r, true).await?;
+    let base = worktree_base(&repo, a.include_uncommitted).await?;
     let cancel = CancellationToken::new();
     let runner = a.runner.or(file.runner);
     let docker = runner == Some(RunnerKind::Docker)
@@ -83,7 +100,25 @@ pub(super) async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::R
             .tasks
             .iter()
             .any(|t| t.runner == Some(RunnerKind::Docker));
-    let (engine, mcp) = engine_with_mcp(config_path, &repo, a.no_mcp, docker, &cancel).await?;
+    let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
+    // Checked before anything runs, naming the file: an unknown provider.
+    let default = a
+        .provider
+        .clone()
+        .or(file.provider.clone())
+        .unwrap_or_else(|| running.engine.config().default_provider.clone());
+    for (i, t) in file.tasks.iter().enumerate() {
+        let p = t.provider.as_deref().unwrap_or(&default);
+        if let Err(e) = running.engine.registry().get(p) {
+            running.stop();
+            return Err(usage(format!(
+                "{}: task {} ({}): {e}",
+                tasks_path.display(),
+                i + 1,
+                if t.id.is_empty() { "no id" } else { &t.id }
+            )));
+        }
+    }
     let mut opts = BatchOptions::new(repo);
     opts.runner = runner;
     opts.provider = a.provider.clone().or(file.provider.clone());
@@ -91,13 +126,26 @@ pub(super) async fn batch(config_path: Option<&Path>, a: BatchArgs) -> anyhow::R
     opts.budget_usd = a.budget.or(file.budget_usd);
     opts.timeout = a.timeout.map(Duration::from_secs);
     opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
-    opts.runs_dir = a.repo.runs_dir.clone();
-    let n = file.tasks.len();
+    opts.runs_dir = r.runs_dir.clone();
+    opts.base_ref = base;
     let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
-    ctrl_c_cancels(cancel.clone());
-    let display = tokio::spawn(super::progress::run(rx, n));
-    let result = engine.run_batch(file.tasks, opts, tx, cancel).await;
-    stop_mcp(mcp);
+    ctrl_c_cancels(cancel.clone(), false);
+    let providers: Vec<String> = file
+        .tasks
+        .iter()
+        .map(|t| t.provider.clone().unwrap_or_else(|| default.clone()))
+        .collect();
+    let display_opts =
+        super::progress::DisplayOptions::new(running.engine.config(), &providers, cancel.clone());
+    let display = tokio::spawn(super::progress::run(rx, display_opts));
+    let result = running.engine.run_batch(file.tasks, opts, tx, cancel).await;
+    running.stop();
     let _ = display.await;
-    print_batch(&result?, a.json)
+    let result = result.map_err(|e| match e {
+        aicli::EngineError::InvalidTask { .. } | aicli::EngineError::NoTasks => {
+            usage(format!("{}: {e}", tasks_path.display()))
+        }
+        other => other.into(),
+    })?;
+    print_batch(&result, a.json)
 }

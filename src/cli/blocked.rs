@@ -17,11 +17,11 @@ pub(super) fn blocked(
     let store = engine.store(&repo, r.runs_dir.as_deref());
     let list = engine.blocked(&store);
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        outln!("{}", serde_json::to_string(&list)?);
         return Ok(ExitCode::SUCCESS);
     }
     if list.is_empty() {
-        println!("no blocked tasks in {}", store.root().display());
+        outln!("no blocked tasks in {}", store.root().display());
     }
     let now = std::time::SystemTime::now();
     for b in list {
@@ -30,17 +30,20 @@ pub(super) fn blocked(
             .and_then(|t| now.duration_since(t).ok())
             .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
             .unwrap_or_else(|| "?".into());
-        println!(
+        outln!(
             "{}/{} ({}) asked {age} ago:",
-            b.batch_id, b.task_id, b.provider
+            b.batch_id,
+            b.task_id,
+            b.provider
         );
-        println!("  {}", b.question.question);
+        outln!("  {}", b.question.question);
         if !b.question.options.is_empty() {
-            println!("  options: {}", b.question.options.join(" / "));
+            outln!("  options: {}", b.question.options.join(" / "));
         }
-        println!(
+        outln!(
             "  answer with: aicli answer {}/{} \"...\"",
-            b.batch_id, b.task_id
+            b.batch_id,
+            b.task_id
         );
     }
     Ok(ExitCode::SUCCESS)

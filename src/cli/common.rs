@@ -12,7 +12,8 @@ use aicli::providers::{CommandSpec, RunnerKind, SessionResult, SessionStatus};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use super::exit::{BLOCKED, kind_code};
+use super::exit::{BLOCKED, Failure, INTERRUPTED, SOME_FAILED, kind_code};
+use super::fake::{FakeApiArgs, FakeSetup};
 use super::{RepoArgs, load_config, output, registry};
 
 /// The repository a command is about: `--repo`, else the current directory, raised to
@@ -36,10 +37,160 @@ pub(super) fn repo_dir(r: &RepoArgs) -> anyhow::Result<PathBuf> {
     Ok(top.unwrap_or(dir))
 }
 
-pub(super) fn ctrl_c_cancels(cancel: CancellationToken) {
+/// The repository of a command that runs tasks: `--repo` (which must exist), else the
+/// current directory, raised to the top of its git repository. With `worktrees`, it must
+/// be a git repository with a first commit (the worktrees start from one); the errors
+/// say what to do.
+pub(super) async fn task_repo(r: &RepoArgs, worktrees: bool) -> anyhow::Result<PathBuf> {
+    if let Some(p) = &r.repo {
+        if !p.exists() {
+            return Err(usage(format!(
+                "--repo {}: the directory does not exist",
+                p.display()
+            )));
+        }
+        if !p.is_dir() {
+            return Err(usage(format!("--repo {}: not a directory", p.display())));
+        }
+    }
+    let dir = repo_dir(r)?;
+    if !worktrees {
+        return Ok(dir);
+    }
+    if git_out(&dir, &["rev-parse", "--show-toplevel"])
+        .await
+        .is_none()
+    {
+        return Err(usage(format!(
+            "{} is not in a git repository: aicli runs each task in a git worktree. Run `git init` and make a first commit there, or pass --no-worktree (run) to work in the directory itself",
+            dir.display()
+        )));
+    }
+    if git_out(&dir, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+        .await
+        .is_none()
+    {
+        return Err(usage(format!(
+            "{} has no commits yet: make a first commit (e.g. `git commit --allow-empty -m 'first commit'`); each task's worktree starts from one",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
+/// `git -C dir ARGS` -> its trimmed stdout, `None` when it fails.
+async fn git_out(dir: &Path, args: &[&str]) -> Option<String> {
+    git_env(dir, args, &[]).await
+}
+
+async fn git_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Option<String> {
+    let out = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .await
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// What the tasks' worktrees start from: `HEAD`, or with `include_uncommitted` a commit
+/// on top of HEAD that holds the working tree as it is (staged, unstaged and untracked
+/// files; ignored ones stay out), kept under `refs/aicli/uncommitted/`. Without it a
+/// dirty repository gets a warning: the tasks would not see those changes.
+pub(super) async fn worktree_base(
+    repo: &Path,
+    include_uncommitted: bool,
+) -> anyhow::Result<String> {
+    let status = git_out(repo, &["status", "--porcelain", "--untracked-files=all"])
+        .await
+        .unwrap_or_default();
+    let changed = status.lines().filter(|l| !l.trim().is_empty()).count();
+    if changed == 0 {
+        return Ok("HEAD".to_owned());
+    }
+    if !include_uncommitted {
+        let head = git_out(repo, &["rev-parse", "--short", "HEAD"])
+            .await
+            .unwrap_or_default();
+        eprintln!(
+            "aicli: warning: {} has uncommitted changes ({changed} files); the tasks start from HEAD ({head}) and will not see them. Commit them, or pass --include-uncommitted to carry them into each task's worktree.",
+            repo.display()
+        );
+        return Ok("HEAD".to_owned());
+    }
+    let index = tempfile::NamedTempFile::new().context("cannot make a temporary git index")?;
+    let index_path = index.path().display().to_string();
+    let env = [
+        ("GIT_INDEX_FILE", index_path.as_str()),
+        ("GIT_AUTHOR_NAME", "aicli"),
+        ("GIT_AUTHOR_EMAIL", "aicli@localhost"),
+        ("GIT_COMMITTER_NAME", "aicli"),
+        ("GIT_COMMITTER_EMAIL", "aicli@localhost"),
+    ];
+    let step = |what: &str| {
+        format!("cannot carry the uncommitted changes into the worktrees ({what} failed)")
+    };
+    git_env(repo, &["read-tree", "HEAD"], &env)
+        .await
+        .with_context(|| step("git read-tree"))?;
+    git_env(repo, &["add", "-A"], &env)
+        .await
+        .with_context(|| step("git add -A"))?;
+    let tree = git_env(repo, &["write-tree"], &env)
+        .await
+        .with_context(|| step("git write-tree"))?;
+    let message = format!("aicli: the uncommitted changes of {}", repo.display());
+    let commit = git_env(
+        repo,
+        &["commit-tree", &tree, "-p", "HEAD", "-m", &message],
+        &env,
+    )
+    .await
+    .with_context(|| step("git commit-tree"))?;
+    let name = format!("refs/aicli/uncommitted/{commit}");
+    git_out(repo, &["update-ref", &name, &commit])
+        .await
+        .with_context(|| step("git update-ref"))?;
+    eprintln!(
+        "aicli: the tasks start from the working tree as it is ({changed} changed files, commit {} on top of HEAD)",
+        &commit[..commit.len().min(10)]
+    );
+    Ok(commit)
+}
+
+/// A clap value parser for seconds: at least 1 (0 would stop a task at once).
+pub(super) fn positive_secs(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be at least 1 second (0 would stop the task at once)".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a number of seconds: {e}")),
+    }
+}
+
+/// A clap value parser for a parallelism: at least 1.
+pub(super) fn positive_count(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (0 would run nothing)".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a whole number: {e}")),
+    }
+}
+
+/// Ctrl-C cancels `cancel`: the running tasks stop and are left `interrupted` (their
+/// records kept) for `aicli resume`. With `announce` it says so on stderr; a command
+/// with the live display leaves that to the display, which prints above its bars.
+pub(super) fn ctrl_c_cancels(cancel: CancellationToken, announce: bool) {
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\naicli: cancelling (records are kept)…");
+            if announce {
+                eprintln!("\naicli: interrupted; stopping the run (its record is kept)…");
+            }
             cancel.cancel();
         }
     });
@@ -51,30 +202,136 @@ pub(super) fn engine(config_path: Option<&Path>) -> anyhow::Result<Engine> {
     Ok(Engine::new(config, reg))
 }
 
-/// The engine with aicli's MCP server attached (unless disabled in the config or with
-/// `--no-mcp`). The server lives until `cancel` or until the returned handle is shut down.
-/// `containers`: tasks may run in containers (the server then accepts the names they
-/// reach it under).
-pub(super) async fn engine_with_mcp(
+/// An engine for one command, with what it started: aicli's MCP server (unless
+/// disabled in the config or with `--no-mcp`) and, with `--fake-api`, the fake model
+/// APIs the CLIs are wired to. Both live until [`Running::stop`] (or `cancel`).
+pub(super) struct Running {
+    pub engine: Engine,
+    mcp: Option<Arc<McpServer>>,
+    fake: Option<FakeSetup>,
+}
+
+impl Running {
+    /// Stops the MCP server and the fakes.
+    pub fn stop(self) {
+        if let Some(s) = self.mcp {
+            s.cancellation_token().cancel();
+        }
+        drop(self.fake);
+    }
+}
+
+/// Starts the engine of a command that runs tasks (see [`Running`]).
+/// `containers`: tasks may run in containers (the MCP server then accepts the names
+/// they reach it under, and `--fake-api` serves them on the bridge).
+pub(super) async fn start_engine(
     config_path: Option<&Path>,
     repo: &Path,
     no_mcp: bool,
+    fake: &FakeApiArgs,
     containers: bool,
     cancel: &CancellationToken,
-) -> anyhow::Result<(Engine, Option<Arc<McpServer>>)> {
-    let engine = engine(config_path)?;
+) -> anyhow::Result<Running> {
+    let mut config = load_config(config_path)?;
+    let containers = containers || aicli::runner::docker::config_uses_docker(&config);
+    let fake = match &fake.script {
+        Some(spec) => {
+            let script =
+                super::fake::script(spec).map_err(|e| usage(format!("--fake-api: {e}")))?;
+            let home = super::fake::home_of(repo);
+            Some(if containers {
+                let bind = super::containers::bridge_address(&config).await?;
+                FakeSetup::start_in_containers(&mut config, script, &home, bind).await?
+            } else {
+                FakeSetup::start(&mut config, script, &home).await?
+            })
+        }
+        None => None,
+    };
+    let reg = registry(&config)?;
+    let mut engine = Engine::new(config, reg);
+    if let Some(f) = &fake {
+        engine = engine.with_env(f.env());
+    }
     if no_mcp || !engine.config().engine.mcp.enabled {
-        return Ok((engine, None));
+        return Ok(Running {
+            engine,
+            mcp: None,
+            fake,
+        });
     }
     let mut opts = McpServerOptions::from_config(&engine.config().engine, repo);
-    if containers || aicli::runner::docker::config_uses_docker(engine.config()) {
+    if containers {
         // Containers name aicli's machine host.docker.internal (or a configured address).
         opts.allowed_hosts
             .extend(aicli::runner::docker::container_hosts(&engine.config().engine.docker));
     }
     let server = Arc::new(McpServer::start(opts, cancel.child_token()).await?);
     tracing::info!(url = %server.url(), "agent MCP server listening");
-    Ok((engine.with_agent_server(server.clone()), Some(server)))
+    Ok(Running {
+        engine: engine.with_agent_server(server.clone()),
+        mcp: Some(server),
+        fake,
+    })
+}
+
+/// An error in what the user gave (exit code 2).
+pub(super) fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Failure {
+        kind: None,
+        message: message.into(),
+    })
+}
+
+/// The exit code of one task's result (`run`, `answer`): 0, 3 blocked, 5 interrupted,
+/// else its error kind's (10-25).
+pub(super) fn finish(result: &SessionResult) -> ExitCode {
+    match result.status {
+        SessionStatus::Succeeded => ExitCode::SUCCESS,
+        SessionStatus::Blocked => ExitCode::from(BLOCKED),
+        SessionStatus::Interrupted => ExitCode::from(INTERRUPTED),
+        SessionStatus::Failed => ExitCode::from(result.error_kind.map(kind_code).unwrap_or(1)),
+    }
+}
+
+/// Prints a batch's result (the table, or its JSON on one line) and returns its exit
+/// code (see [`batch_code`]).
+pub(super) fn print_batch(b: &aicli::BatchResult, json_out: bool) -> anyhow::Result<ExitCode> {
+    if json_out {
+        outln!("{}", serde_json::to_string(b)?);
+    } else {
+        outln!("{}", output::batch_table(b));
+    }
+    Ok(ExitCode::from(batch_code(b)))
+}
+
+/// A batch's exit code: 5 when tasks were interrupted (Ctrl-C), else 4 when some
+/// failed, else 3 when some are blocked, else 0.
+pub(super) fn batch_code(b: &aicli::BatchResult) -> u8 {
+    let interrupted = b
+        .tasks
+        .iter()
+        .any(|t| t.status == SessionStatus::Interrupted);
+    if interrupted {
+        INTERRUPTED
+    } else if b.n_failed > 0 {
+        SOME_FAILED
+    } else if b.n_blocked > 0 {
+        BLOCKED
+    } else {
+        0
+    }
+}
+
+/// The installed version of a provider's CLI (`None` when not installed or unreadable).
+pub(super) async fn installed_version(p: &aicli::providers::SharedProvider) -> Option<String> {
+    let bin = p.binary_path(Some(&super::probe::search_path())).ok()?;
+    let mut c = CommandSpec::new(&bin, &std::env::temp_dir());
+    c.args(p.config().version_argv.iter().cloned());
+    let out = aicli::process::run_capture(&c, Duration::from_secs(30))
+        .await
+        .ok()?;
+    p.parse_version(&out.stdout)
 }
 
 /// `--runner`'s values.
@@ -82,17 +339,20 @@ pub(super) fn parse_runner(s: &str) -> Result<RunnerKind, String> {
     RunnerKind::parse(s).ok_or_else(|| format!("'{s}' is not a runner: use local or docker"))
 }
 
-/// Whether a recorded batch has tasks that run in containers (its MCP server must then
-/// accept the name containers reach it under).
+/// Whether a recorded batch has tasks that run in containers.
 pub(super) fn batch_uses_docker(
     config_path: Option<&Path>,
     repo: &Path,
     r: &RepoArgs,
     batch_id: &str,
 ) -> bool {
-    let Ok(engine) = engine(config_path) else {
+    let Ok(config) = load_config(config_path) else {
         return false;
     };
+    let Ok(reg) = registry(&config) else {
+        return false;
+    };
+    let engine = Engine::new(config, reg);
     let store = engine.store(repo, r.runs_dir.as_deref());
     let Ok(spec) = store.open_batch(batch_id).and_then(|b| b.spec()) else {
         return false;
@@ -104,46 +364,4 @@ pub(super) fn batch_uses_docker(
             Err(_) => t.runner == Some(RunnerKind::Docker),
         }
     })
-}
-
-pub(super) fn stop_mcp(server: Option<Arc<McpServer>>) {
-    if let Some(s) = server {
-        s.cancellation_token().cancel();
-    }
-}
-
-pub(super) fn finish(result: &SessionResult) -> ExitCode {
-    match result.status {
-        SessionStatus::Succeeded => ExitCode::SUCCESS,
-        SessionStatus::Blocked => ExitCode::from(BLOCKED),
-        SessionStatus::Failed | SessionStatus::Interrupted => {
-            ExitCode::from(result.error_kind.map(kind_code).unwrap_or(1))
-        }
-    }
-}
-
-pub(super) fn print_batch(b: &aicli::BatchResult, json_out: bool) -> anyhow::Result<ExitCode> {
-    if json_out {
-        println!("{}", serde_json::to_string_pretty(b)?);
-    } else {
-        println!("{}", output::batch_table(b));
-    }
-    Ok(if b.n_failed > 0 {
-        ExitCode::from(1)
-    } else if b.n_blocked > 0 {
-        ExitCode::from(BLOCKED)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-/// The installed version of a provider's CLI (`None` when not installed or unreadable).
-pub(super) async fn installed_version(p: &aicli::providers::SharedProvider) -> Option<String> {
-    let bin = p.binary_path(None).ok()?;
-    let mut c = CommandSpec::new(&bin, &std::env::temp_dir());
-    c.args(p.config().version_argv.iter().cloned());
-    let out = aicli::process::run_capture(&c, Duration::from_secs(30))
-        .await
-        .ok()?;
-    p.parse_version(&out.stdout)
 }

@@ -77,3 +77,19 @@ pub async fn run(
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Where the fake model APIs listen for containers: the first local engine's bridge
+/// gateway (what `host.docker.internal` names in its containers).
+pub async fn bridge_address(config: &AiCliConfig) -> anyhow::Result<std::net::IpAddr> {
+    let env = std::env::vars().collect();
+    let runner = DockerRunner::connect(&config.engine.docker, &env)
+        .await
+        .context("cannot reach a Docker engine")?;
+    runner
+        .hosts()
+        .iter()
+        .find(|h| !h.remote)
+        .or_else(|| runner.hosts().first())
+        .map(|h| h.reach.bind)
+        .context("no Docker engine is connected")
+}

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use super::common::installed_version;
+use super::probe::{auth_words, probe_all};
 use super::{load_config, registry};
 
 /// The CLI versions named in `fixtures/<provider>/*.meta.json`.
@@ -40,25 +40,35 @@ pub(super) async fn doctor(
     });
     let mut rows = Vec::new();
     let mut problems = 0;
+    let probes = probe_all(reg.providers().cloned().collect(), true, true).await;
+    // The images of the Docker runner, on every engine that answers; missing or stale
+    // ones are problems only when the config runs tasks in containers.
     let (images, docker_note) = super::image::doctor_reports(&config, &reg).await;
-    for p in reg.providers() {
-        let bin = p.binary_path(None);
-        let installed = installed_version(p).await;
+    let uses_docker = aicli::runner::docker::config_uses_docker(&config);
+    for pr in &probes {
+        let p = &pr.provider;
+        let bin = &pr.binary;
+        let installed = pr.version.clone();
         let pinned = p.config().version.clone();
         let recorded: Vec<String> = fixtures
             .as_deref()
             .map(|d| fixture_versions(d, p.name()).into_iter().collect())
             .unwrap_or_default();
         let mut warnings = Vec::new();
-        if let Err(e) = &bin {
-            warnings.push(e.to_string());
+        if let Err(e) = bin {
+            warnings.push(e.clone());
+        }
+        let login = pr.auth.as_ref().map(auth_words);
+        for s in &pr.slow {
+            warnings.push(format!("slow probe: {s}"));
         }
         if let (Some(i), Some(pin)) = (&installed, &pinned)
             && i != pin
         {
             warnings.push(format!(
-                "installed {} {i} differs from the pinned {pin} (adapters and fixtures were checked against {pin}); run .ci/install-clis.sh or re-record the fixtures",
-                p.binary_name()
+                "installed {} {i} differs from the pinned {pin} (adapters and fixtures were checked against {pin}); run `aicli install {}` or re-record the fixtures",
+                p.binary_name(),
+                p.name()
             ));
         }
         if let Some(i) = &installed
@@ -75,15 +85,23 @@ pub(super) async fn doctor(
             .filter(|(n, _)| n == p.name())
             .map(|(_, r)| r)
             .collect();
-        warnings.extend(
-            mine.iter()
-                .filter_map(|r| super::image::version_warning(r, pinned.as_deref())),
-        );
+        let image_warnings: Vec<String> = mine
+            .iter()
+            .filter_map(|r| super::image::version_warning(r, pinned.as_deref()))
+            .collect();
         problems += warnings.len();
+        if uses_docker {
+            problems += image_warnings.len();
+            warnings.extend(image_warnings.iter().cloned());
+        }
         rows.push(json!({
             "images": mine,
+            "image_notes": if uses_docker { Vec::new() } else { image_warnings },
             "provider": p.name(),
             "binary": bin.as_ref().map(|b| b.describe()).ok(),
+            "found_in": pr.source.map(|s| s.as_str()),
+            "login": login,
+            "auth": pr.auth,
             "installed_version": installed,
             "pinned_version": pinned,
             "fixtures_version": recorded,
@@ -91,13 +109,13 @@ pub(super) async fn doctor(
         }));
     }
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?);
     } else {
         if let Some(note) = &docker_note {
-            println!("({note}; images not checked)");
+            outln!("({note}; images not checked)");
         }
         for r in &rows {
-            println!(
+            outln!(
                 "{}: installed {} · pinned {} · fixtures {}",
                 r["provider"].as_str().unwrap_or_default(),
                 r["installed_version"].as_str().unwrap_or("-"),
@@ -113,18 +131,27 @@ pub(super) async fn doctor(
                     .unwrap_or_else(|| "-".to_owned())
             );
             if let Some(b) = r["binary"].as_str() {
-                println!("  binary: {b}");
+                outln!(
+                    "  binary: {b} (found in {})",
+                    r["found_in"].as_str().unwrap_or("?")
+                );
+            }
+            if let Some(l) = r["login"].as_str() {
+                outln!("  login: {l}");
             }
             for i in r["images"].as_array().into_iter().flatten() {
-                println!(
+                outln!(
                     "  image: {} on {}: {}",
                     i["image"].as_str().unwrap_or_default(),
                     i["host"].as_str().unwrap_or_default(),
                     i["version_inside"].as_str().unwrap_or("-")
                 );
             }
+            for n in r["image_notes"].as_array().into_iter().flatten() {
+                outln!("  note: {}", n.as_str().unwrap_or_default());
+            }
             for w in r["warnings"].as_array().into_iter().flatten() {
-                println!("  warning: {}", w.as_str().unwrap_or_default());
+                outln!("  warning: {}", w.as_str().unwrap_or_default());
             }
         }
     }

@@ -1,12 +1,16 @@
 //! Exit codes.
 //!
+//! One rule for every command:
+//!
 //! | code | meaning |
 //! |---|---|
-//! | 0 | success |
-//! | 1 | aicli itself failed (I/O, a bug) |
-//! | 2 | bad usage or config |
-//! | 3 | the task is blocked on a question (`aicli answer`) |
-//! | 10-25 | the run failed; the code says the error kind (see [`kind_code`]) |
+//! | 0 | success (every task succeeded) |
+//! | 1 | aicli itself failed (I/O, a bug, a missing prerequisite such as npm) |
+//! | 2 | bad usage or input (arguments, config, tasks file, repository, unknown provider, task or batch, a refused answer) |
+//! | 3 | blocked: a task waits on a question (`aicli answer`), and none failed |
+//! | 4 | a batch (`batch`, `resume`, `demo`) finished with failed tasks |
+//! | 5 | interrupted (Ctrl-C): `aicli resume BATCH` finishes it |
+//! | 10-25 | the one task of `run` / `answer` failed; the code says its error kind (see [`kind_code`]) |
 
 use std::process::ExitCode;
 
@@ -66,3 +70,9 @@ pub fn kind_code(kind: ErrorKind) -> u8 {
 
 /// Exit code of a blocked task.
 pub const BLOCKED: u8 = 3;
+
+/// Exit code of a batch with failed tasks.
+pub const SOME_FAILED: u8 = 4;
+
+/// Exit code of interrupted work (Ctrl-C).
+pub const INTERRUPTED: u8 = 5;

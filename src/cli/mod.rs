@@ -8,17 +8,34 @@ use aicli::providers::{AiCliConfig, ProviderRegistry};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+/// `println!` that never panics: a closed stdout (`aicli runs | head -3`) marks it
+/// closed ([`out::closed`]) and the rest of the output is dropped quietly.
+macro_rules! outln {
+    () => {
+        $crate::cli::out::write_str("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::out::write_str(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod answer;
 mod batch;
 mod blocked;
 mod common;
 mod containers;
+mod demo;
 mod doctor;
 mod exit;
+mod fake;
 mod image;
+mod install;
 mod login;
+mod out;
 mod output;
 mod parse;
+mod printer;
+mod probe;
 mod progress;
 mod providers;
 mod record;
@@ -43,6 +60,9 @@ pub struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Where runs happen and are recorded.
+    #[command(flatten)]
+    pub repo: RepoArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -52,16 +72,21 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 pub struct RepoArgs {
     /// The git repository tasks run against (default: the current directory).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, global = true, value_name = "DIR")]
     pub repo: Option<PathBuf>,
     /// Where run records go (default: <repo>/.aicli/runs).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, global = true, value_name = "DIR")]
     pub runs_dir: Option<PathBuf>,
 }
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Install the pinned CLIs (claude, codex, gemini) into aicli's cache with npm.
+    Install(install::InstallArgs),
+    /// See aicli work, offline: the installed CLIs against built-in fake model APIs, in
+    /// parallel, with a question answered.
+    Demo(demo::DemoArgs),
     /// Run one task and show its progress.
     Run(run::RunArgs),
     /// Run a JSON file of tasks in parallel, with a live progress display.
@@ -87,20 +112,16 @@ pub enum Command {
     Parse(parse::ParseArgs),
     /// List run records, or show one batch.
     Runs {
-        #[command(flatten)]
-        repo: RepoArgs,
         /// Print JSON.
-        #[arg(long)]
+        #[arg(long, global = true)]
         json: bool,
         #[command(subcommand)]
         action: Option<runs::RunsAction>,
     },
     /// List aicli's worktrees, or prune those that hold no work.
     Worktrees {
-        #[command(flatten)]
-        repo: RepoArgs,
         /// Print JSON.
-        #[arg(long)]
+        #[arg(long, global = true)]
         json: bool,
         #[command(subcommand)]
         action: Option<worktrees::WorktreesAction>,
@@ -118,12 +139,10 @@ pub enum Command {
         #[arg(long)]
         no_mcp: bool,
         #[command(flatten)]
-        repo: RepoArgs,
+        fake: fake::FakeApiArgs,
     },
     /// List every blocked task across runs, with its question.
     Blocked {
-        #[command(flatten)]
-        repo: RepoArgs,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -139,7 +158,7 @@ pub enum Command {
         #[arg(long)]
         no_mcp: bool,
         #[command(flatten)]
-        repo: RepoArgs,
+        fake: fake::FakeApiArgs,
     },
     /// Check each provider: binary, installed vs pinned vs fixture version, login.
     Doctor {
@@ -204,8 +223,12 @@ fn init_tracing(verbose: u8) {
     };
     // rmcp logs whole JSON-RPC responses (credential values included) at debug: cap it.
     // At most info (LOG_FILTER_DIRECTIVES), and no louder than aicli's own level.
+    // By default only rmcp's errors: its warnings are about the MCP clients' own
+    // habits (Gemini CLI re-opens its SSE stream after a run's session closed, and rmcp
+    // warns "Resume failed (Session error: Channel closed…)" for every slow stream),
+    // which are benign and would tear the live display. `-v` shows them.
     let rmcp_cap = if verbose == 0 {
-        "rmcp=warn"
+        "rmcp=error"
     } else {
         aicli::mcp::LOG_FILTER_DIRECTIVES
     };
@@ -217,7 +240,7 @@ fn init_tracing(verbose: u8) {
             }));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(progress::LogWriter)
         .with_target(false)
         .try_init();
 }
@@ -226,9 +249,24 @@ fn init_tracing(verbose: u8) {
 /// unknown provider, task or batch, a refused answer), 1 for aicli's own failures.
 fn usage_or_failure(e: &anyhow::Error) -> u8 {
     use aicli::EngineError;
+    use aicli::install::InstallError;
     use aicli::worktree::WorktreeError;
     if e.downcast_ref::<aicli::providers::ConfigError>().is_some() {
         return 2;
+    }
+    match e.downcast_ref::<WorktreeError>() {
+        Some(WorktreeError::NotARepo { .. }) => return 2,
+        Some(WorktreeError::Git { .. } | WorktreeError::NoGit(_)) | None => {}
+    }
+    match e.downcast_ref::<InstallError>() {
+        Some(InstallError::UnknownProvider { .. } | InstallError::NoVersion { .. }) => return 2,
+        Some(
+            InstallError::NoNpm
+            | InstallError::Npm { .. }
+            | InstallError::Mismatch { .. }
+            | InstallError::Io { .. },
+        )
+        | None => {}
     }
     match e.downcast_ref::<EngineError>() {
         Some(
@@ -251,16 +289,21 @@ fn usage_or_failure(e: &anyhow::Error) -> u8 {
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let config_path = cli.config.clone();
     let config = config_path.as_deref();
+    let repo = cli.repo.clone();
     match cli.command {
-        Command::Run(a) => run::run(config, a).await,
-        Command::Batch(a) => batch::batch(config, a).await,
+        Command::Install(a) => install::install(config, a).await,
+        Command::Demo(a) => demo::demo(config, a).await,
+        Command::Run(a) => run::run(config, repo, a).await,
+        Command::Batch(a) => batch::batch(config, repo, a).await,
         Command::Providers { json } => providers::providers(config, json, true).await,
         Command::Status { json } => providers::providers(config, json, false).await,
         Command::Login { provider } => login::login(config, &provider).await,
         Command::Parse(a) => parse::parse(config, a),
-        Command::Runs { repo, json, action } => runs::runs(config, repo, json, action),
-        Command::Worktrees { repo, json, action } => worktrees::worktrees(repo, json, action).await,
-        Command::Serve(a) => serve::serve(config, a).await,
+        Command::Runs { json, action } => runs::runs(config, repo, json, action),
+        Command::Worktrees { json, action } => {
+            worktrees::worktrees(config, repo, json, action).await
+        }
+        Command::Serve(a) => serve::serve(config, repo, a).await,
         Command::Doctor {
             fixtures,
             strict,
@@ -272,15 +315,15 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             answer: text,
             json,
             no_mcp,
-            repo,
-        } => answer::answer(config, &task, &text, json, no_mcp, repo).await,
-        Command::Blocked { repo, json } => blocked::blocked(config, repo, json),
+            fake,
+        } => answer::answer(config, &task, &text, json, no_mcp, fake, repo).await,
+        Command::Blocked { json } => blocked::blocked(config, repo, json),
         Command::Resume {
             batch_id,
             json,
             no_mcp,
-            repo,
-        } => resume::resume(config, &batch_id, json, no_mcp, repo).await,
+            fake,
+        } => resume::resume(config, &batch_id, json, no_mcp, fake, repo).await,
         Command::Schema { out } => schema::schema(&out),
         Command::Image { action } => image::run(&load_config(config)?, action).await,
         Command::Containers { json, action } => {
@@ -304,15 +347,37 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(dispatch(cli)) {
+    let code = match rt.block_on(dispatch(cli)) {
         Ok(code) => code,
+        // The reader of stdout went away (`aicli runs | head -3`): end quietly.
+        Err(e) if out::is_broken_pipe(&e) || out::closed() => ExitCode::SUCCESS,
         Err(e) => {
             if let Some(f) = e.downcast_ref::<Failure>() {
                 eprintln!("aicli: {f}");
                 return f.exit_code();
             }
-            eprintln!("aicli: {e:#}");
+            eprintln!("aicli: {}", describe(&e));
             ExitCode::from(usage_or_failure(&e))
         }
+    };
+    // Background tasks (a printer blocked on a closed pipe) do not hold the exit up.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
+}
+
+/// An error and its causes, each said once: a cause whose text the message already
+/// holds (a config error that quotes its parse error) is not repeated.
+fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
     }
+    out
 }

@@ -111,7 +111,7 @@ fn first_line(s: &str, max: usize) -> String {
     aicli::providers::common::truncate_chars(line, max)
 }
 
-/// `$0.0004 (reported)`, `unknown`.
+/// `$0.0004`, `~$0.0004` (estimated), `unknown`.
 pub fn cost(r: &SessionResult) -> String {
     match (r.cost_usd, r.cost_source) {
         (Some(c), CostSource::Reported) => format!("${c:.4}"),
@@ -121,7 +121,18 @@ pub fn cost(r: &SessionResult) -> String {
     }
 }
 
-/// `in 12 · out 7 · cache r56/w34`.
+/// `reported`, `estimated`, `unknown`.
+pub fn cost_source(r: &SessionResult) -> &'static str {
+    match (r.cost_usd, r.cost_source) {
+        (None, _) | (Some(_), CostSource::Unknown) => "unknown",
+        (Some(_), CostSource::Reported) => "reported",
+        (Some(_), CostSource::Estimated) => "estimated",
+    }
+}
+
+/// `in 12 · out 7 · cache r56/w34`: input not read from cache, output, and cache
+/// reads/writes apart (the one convention of `run`, `answer`, the batch table and the
+/// live display).
 pub fn tokens(r: &SessionResult) -> String {
     let u = &r.canonical_usage;
     format!(
@@ -130,22 +141,50 @@ pub fn tokens(r: &SessionResult) -> String {
     )
 }
 
-/// The summary printed after `aicli run`.
-pub fn summary(r: &SessionResult) -> String {
-    let head = match r.status {
+/// The same convention, short, for the live display: `in 12 · out 7 · cache 90`.
+pub fn usage_short(u: &aicli::providers::CanonicalUsage) -> String {
+    format!(
+        "in {} · out {} · cache {}",
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_read + u.cache_write
+    )
+}
+
+/// `BATCH/TASK`, what `aicli answer` takes to name one task alone.
+pub fn task_ref(batch_id: Option<&str>, task_id: &str) -> String {
+    let task = if task_id.is_empty() { "TASK" } else { task_id };
+    match batch_id {
+        Some(b) => format!("{b}/{task}"),
+        None => task.to_owned(),
+    }
+}
+
+/// The headline of a result: `✔ succeeded`, `⏸ blocked on a question`, `⏹ interrupted`,
+/// `✘ failed (kind): message`.
+fn headline(r: &SessionResult) -> String {
+    match r.status {
         SessionStatus::Succeeded => "✔ succeeded".to_owned(),
         SessionStatus::Blocked => "⏸ blocked on a question".to_owned(),
-        SessionStatus::Failed | SessionStatus::Interrupted => format!(
+        SessionStatus::Interrupted => "⏹ interrupted".to_owned(),
+        SessionStatus::Failed => format!(
             "✘ failed ({}): {}",
             r.error_kind.map(|k| k.as_str()).unwrap_or("unknown"),
             r.error.clone().unwrap_or_default()
         ),
-    };
+    }
+}
+
+/// The summary printed after `aicli run` / `aicli answer` (`batch_id` names the batch
+/// in the hints).
+pub fn summary(r: &SessionResult, batch_id: Option<&str>) -> String {
     let mut s = format!(
-        "{head}\n  {} · {:.1}s · cost {} · {}",
+        "{}\n  {} · {:.1}s · cost {} ({}) · {}",
+        headline(r),
         r.provider,
         r.duration_ms as f64 / 1000.0,
         cost(r),
+        cost_source(r),
         tokens(r)
     );
     if let Some(sid) = &r.session_id {
@@ -156,57 +195,76 @@ pub fn summary(r: &SessionResult) -> String {
     }
     if let Some(q) = &r.question {
         s.push_str(&format!("\n  question: {}", q.question));
+        if !q.options.is_empty() {
+            s.push_str(&format!("\n  options: {}", q.options.join(" / ")));
+        }
         s.push_str(&format!(
             "\n  answer with: aicli answer {} \"...\"",
-            if r.task_id.is_empty() {
-                "TASK"
-            } else {
-                &r.task_id
-            }
+            task_ref(batch_id, &r.task_id)
         ));
+    }
+    if r.status == SessionStatus::Interrupted
+        && let Some(b) = batch_id
+    {
+        s.push_str(&format!("\n  finish it with: aicli resume {b}"));
     }
     s
 }
 
-/// The table printed after a batch.
+/// The status word of a task in the table.
+fn status_word(r: &SessionResult) -> String {
+    match r.status {
+        SessionStatus::Succeeded => "ok".to_owned(),
+        SessionStatus::Blocked => "blocked".to_owned(),
+        SessionStatus::Interrupted => "interrupted".to_owned(),
+        SessionStatus::Failed => r
+            .error_kind
+            .map(|k| k.as_str().to_owned())
+            .unwrap_or_else(|| "failed".to_owned()),
+    }
+}
+
+/// The table printed after a batch: per task its provider, status, tokens (input not
+/// from cache, output, cache reads + writes), cost and where the cost comes from.
 pub fn batch_table(b: &BatchResult) -> String {
-    let mut rows = vec![[
-        "task".to_owned(),
-        "status".to_owned(),
-        "cost".to_owned(),
-        "tokens in/out".to_owned(),
-        "time".to_owned(),
-        "detail".to_owned(),
-    ]];
+    const COLS: usize = 10;
+    let mut rows: Vec<[String; COLS]> = vec![
+        [
+            "task",
+            "provider",
+            "status",
+            "in",
+            "out",
+            "cache",
+            "cost (last run)",
+            "source",
+            "time",
+            "detail",
+        ]
+        .map(str::to_owned),
+    ];
     for r in &b.tasks {
-        let status = match r.status {
-            SessionStatus::Succeeded => "ok".to_owned(),
-            SessionStatus::Blocked => "blocked".to_owned(),
-            SessionStatus::Failed | SessionStatus::Interrupted => r
-                .error_kind
-                .map(|k| k.as_str().to_owned())
-                .unwrap_or_else(|| "failed".to_owned()),
-        };
         let detail = match (&r.question, &r.branch, &r.error) {
             (Some(q), _, _) => format!("? {}", first_line(&q.question, 60)),
             (None, Some(b), _) => format!("branch {b}"),
             (None, None, Some(e)) => first_line(e, 60),
             (None, None, None) => String::new(),
         };
+        let u = &r.canonical_usage;
         rows.push([
             r.task_id.clone(),
-            status,
+            r.provider.clone(),
+            status_word(r),
+            u.input_tokens.to_string(),
+            u.output_tokens.to_string(),
+            (u.cache_read + u.cache_write).to_string(),
             cost(r),
-            format!(
-                "{}/{}",
-                r.canonical_usage.total_input(),
-                r.canonical_usage.output_tokens
-            ),
+            cost_source(r).to_owned(),
             format!("{:.1}s", r.duration_ms as f64 / 1000.0),
             detail,
         ]);
     }
-    let widths: Vec<usize> = (0..6)
+    let widths: Vec<usize> = (0..COLS)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -219,12 +277,22 @@ pub fn batch_table(b: &BatchResult) -> String {
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
+    let interrupted = b
+        .tasks
+        .iter()
+        .filter(|t| t.status == SessionStatus::Interrupted)
+        .count();
+    let failed = b.n_failed.saturating_sub(interrupted);
     out.push_str(&format!(
-        "\n{} tasks: {} succeeded, {} failed, {} blocked · cost ${:.4}{} · {:.1}s",
+        "\n{} tasks: {} succeeded, {failed} failed, {} blocked{} · cost ${:.4}{} · {:.1}s",
         b.n_tasks,
         b.n_succeeded,
-        b.n_failed,
         b.n_blocked,
+        if interrupted > 0 {
+            format!(", {interrupted} interrupted")
+        } else {
+            String::new()
+        },
         b.total_cost_usd,
         if b.n_cost_unknown > 0 {
             format!(" + unknown ({} tasks)", b.n_cost_unknown)
@@ -233,9 +301,34 @@ pub fn batch_table(b: &BatchResult) -> String {
         },
         b.wall_clock_ms as f64 / 1000.0
     ));
-    if let (Some(budget), Some(left)) = (b.budget_usd, b.budget_remaining_usd) {
-        out.push_str(&format!(" · budget ${budget:.4}, ${left:.4} left"));
+    if let Some(budget) = b.budget_usd {
+        let left = budget - b.total_cost_usd;
+        if left >= 0.0 {
+            out.push_str(&format!(" · budget ${budget:.4}, ${left:.4} left"));
+        } else {
+            out.push_str(&format!(
+                " · budget ${budget:.4}, over budget by ${:.4}",
+                -left
+            ));
+        }
     }
     out.push_str(&format!("\nrecords: {}", b.runs_dir.display()));
+    for r in b
+        .tasks
+        .iter()
+        .filter(|t| t.status == SessionStatus::Blocked)
+    {
+        out.push_str(&format!(
+            "\nanswer {} with: aicli answer {} \"...\"",
+            r.task_id,
+            task_ref(Some(&b.batch_id), &r.task_id)
+        ));
+    }
+    if interrupted > 0 {
+        out.push_str(&format!(
+            "\ninterrupted: finish the batch with `aicli resume {}`",
+            b.batch_id
+        ));
+    }
     out
 }

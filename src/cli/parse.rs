@@ -4,12 +4,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use aicli::providers::ParseContext;
 use aicli::providers::replay;
+use aicli::providers::{ParseContext, SessionResult};
 use aicli::store::read_range;
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 
+use super::common::usage;
 use super::{load_config, registry};
 
 /// `aicli parse`.
@@ -50,6 +51,7 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
     } else {
         None
     };
+    let mut verdict: Option<SessionResult> = None;
     let (provider_name, stdout, stderr, exit_code, ctx) = if let Some(dir) = task_dir {
         let rec: aicli::store::TaskRecord =
             aicli::util::read_json(&dir.join("task.json")).map_err(anyhow::Error::msg)?;
@@ -82,6 +84,7 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
             model: a.model.clone().or(attempt.model.clone()),
             prior: attempt.prior,
         };
+        verdict = attempt.result.clone();
         (
             a.provider.clone().unwrap_or(rec.provider.clone()),
             stdout,
@@ -91,11 +94,11 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
         )
     } else {
         let Some(p) = a.provider.clone() else {
-            bail!(
-                "--provider is required to parse {} (known: {})",
+            return Err(usage(format!(
+                "--provider is required to parse {} (known: {}); a run record's task directory needs none",
                 a.file.display(),
                 reg.names().join(", ")
-            );
+            )));
         };
         let stdout =
             std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
@@ -122,7 +125,10 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
             .or_else(|| provider.config().default_model.clone()),
         ..ctx
     };
-    let (events, result) = replay::replay(provider.as_ref(), &stdout, &stderr, exit_code, &ctx);
+    let (events, mut result) = replay::replay(provider.as_ref(), &stdout, &stderr, exit_code, &ctx);
+    if let Some(v) = &verdict {
+        with_engine_verdict(&mut result, v);
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if a.events {
         for e in &events {
@@ -130,9 +136,26 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
             out.write_all(b"\n")?;
         }
     } else {
-        serde_json::to_writer_pretty(&mut out, &result)?;
+        serde_json::to_writer(&mut out, &result)?;
         out.write_all(b"\n")?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The engine's own verdict on a recorded attempt, over what the CLI's stream alone
+/// says: the stream of a task that blocked on a question (or was interrupted, or ended
+/// by a watchdog) reads as a plain success or crash, but the engine knew better and
+/// recorded it in `task.json`. The stream's figures (usage, cost, response) stay as
+/// parsed.
+pub(super) fn with_engine_verdict(parsed: &mut SessionResult, recorded: &SessionResult) {
+    parsed.status = recorded.status;
+    parsed.success = recorded.success;
+    parsed.error_kind = recorded.error_kind;
+    parsed.error = recorded.error.clone();
+    parsed.question = recorded.question.clone();
+    parsed.continuation = recorded.continuation.clone();
+    parsed.task_id = recorded.task_id.clone();
+    parsed.branch = recorded.branch.clone();
+    parsed.worktree = recorded.worktree.clone();
 }

@@ -1,32 +1,104 @@
-//! The live progress display of `aicli batch`: one line per running task (provider,
-//! elapsed time, tokens, cost, last tool) and a bar for the batch.
+//! The live progress display of `aicli batch` (and `resume`, `demo`): a bar for the
+//! batch, drawn at once, and one line per running task (provider, elapsed time, tokens
+//! and cost as the stream reports them, last tool). Hidden when stderr is not a
+//! terminal. While it draws, aicli's own log lines go through it
+//! ([`LogWriter`]), so they never tear the bars.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aicli::BatchEvent;
-use aicli::providers::EventKind;
+use aicli::providers::{CanonicalUsage, EventKind, PriceTable};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::output;
+
+/// The display being drawn, for [`LogWriter`].
+static ACTIVE: Mutex<Option<MultiProgress>> = Mutex::new(None);
+
+/// What the display needs besides the events.
+#[derive(Debug, Clone, Default)]
+pub struct DisplayOptions {
+    /// Tasks in the batch (the bar's length).
+    pub n_tasks: usize,
+    /// Who runs them, e.g. `claude ×2, gemini ×1`.
+    pub providers: String,
+    /// Each provider's price table, to estimate a cost from the stream's usage.
+    pub prices: HashMap<String, PriceTable>,
+    /// Cancelled on Ctrl-C: the display says so (a plain `eprintln!` would tear it).
+    pub cancel: CancellationToken,
+}
+
+impl DisplayOptions {
+    /// Options for `n_tasks` tasks with these providers (one entry per task), prices from
+    /// `config`.
+    pub fn new(
+        config: &aicli::providers::AiCliConfig,
+        task_providers: &[String],
+        cancel: CancellationToken,
+    ) -> DisplayOptions {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for p in task_providers {
+            match counts.iter_mut().find(|(n, _)| n == p) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((p.clone(), 1)),
+            }
+        }
+        DisplayOptions {
+            n_tasks: task_providers.len(),
+            providers: counts
+                .iter()
+                .map(|(p, c)| format!("{p} ×{c}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            prices: config
+                .providers
+                .iter()
+                .map(|(n, p)| (n.clone(), p.prices.clone()))
+                .collect(),
+            cancel,
+        }
+    }
+}
 
 struct Line {
     bar: ProgressBar,
     provider: Arc<str>,
-    tokens: u64,
-    cost: Option<f64>,
+    model: Option<String>,
+    usage: CanonicalUsage,
+    reported_cost: Option<f64>,
     last_tool: String,
 }
 
 impl Line {
-    fn render(&self) {
+    /// The cost so far: the CLI's figure, else an estimate from the usage seen.
+    fn cost(&self, prices: &HashMap<String, PriceTable>) -> String {
+        if let Some(c) = self.reported_cost {
+            return format!("${c:.4}");
+        }
+        let estimate = self.model.as_deref().and_then(|m| {
+            prices
+                .get(&*self.provider)
+                .and_then(|t| t.get(m))
+                .map(|p| p.cost(&self.usage))
+        });
+        match estimate {
+            Some(c) if !self.usage.is_zero() => format!("~${c:.4} estimated"),
+            Some(_) | None if self.usage.is_zero() => "$0".to_owned(),
+            Some(_) | None => "$? (no price)".to_owned(),
+        }
+    }
+
+    fn render(&self, prices: &HashMap<String, PriceTable>) {
         self.bar.set_message(format!(
-            "{} · {} tok · {} · {}",
+            "{} · {} · {} · {}",
             self.provider,
-            self.tokens,
-            self.cost
-                .map(|c| format!("${c:.4}"))
-                .unwrap_or_else(|| "$?".to_owned()),
+            output::usage_short(&self.usage),
+            self.cost(prices),
             if self.last_tool.is_empty() {
                 "-"
             } else {
@@ -36,20 +108,75 @@ impl Line {
     }
 }
 
-/// Draws the display until the channel closes. Hidden when stderr is not a terminal.
-pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, n_tasks: usize) {
+/// While the display draws on a terminal, the terminal does not echo control characters
+/// (`^C`): the echo lands inside the drawn region, which the display does not know, and
+/// left a stale task line on screen after Ctrl-C. Restored on drop.
+struct NoControlEcho(Option<nix::sys::termios::Termios>);
+
+impl NoControlEcho {
+    fn new() -> NoControlEcho {
+        use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+        use std::io::IsTerminal;
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() || !std::io::stderr().is_terminal() {
+            return NoControlEcho(None);
+        }
+        let Ok(saved) = tcgetattr(&stdin) else {
+            return NoControlEcho(None);
+        };
+        let mut quiet = saved.clone();
+        quiet.local_flags.remove(LocalFlags::ECHOCTL);
+        match tcsetattr(&stdin, SetArg::TCSANOW, &quiet) {
+            Ok(()) => NoControlEcho(Some(saved)),
+            Err(_) => NoControlEcho(None),
+        }
+    }
+}
+
+impl Drop for NoControlEcho {
+    fn drop(&mut self) {
+        if let Some(saved) = self.0.take() {
+            let _ = nix::sys::termios::tcsetattr(
+                std::io::stdin(),
+                nix::sys::termios::SetArg::TCSANOW,
+                &saved,
+            );
+        }
+    }
+}
+
+/// Draws the display until the channel closes.
+pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) {
+    let _echo = NoControlEcho::new();
     let mp = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(8));
-    let main = mp.add(ProgressBar::new(n_tasks as u64));
+    if let Ok(mut a) = ACTIVE.lock() {
+        *a = Some(mp.clone());
+    }
+    let main = mp.add(ProgressBar::new(opts.n_tasks as u64));
     main.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} tasks · {elapsed} · {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    let summary = |spent: f64| format!("{} · ${spent:.4} spent", opts.providers);
+    main.set_message(summary(0.0));
+    // Drawn now, not when the first task ends.
+    main.enable_steady_tick(Duration::from_millis(250));
+    main.tick();
     let task_style = ProgressStyle::with_template("  {spinner} {prefix:<20} {elapsed:>5} {msg}")
         .unwrap_or_else(|_| ProgressStyle::default_spinner());
     let mut lines: HashMap<Arc<str>, Line> = HashMap::new();
     let mut spent = 0.0;
+    let mut said_interrupted = false;
     loop {
-        let ev = match rx.recv().await {
+        let ev = tokio::select! {
+            ev = rx.recv() => ev,
+            _ = opts.cancel.cancelled(), if !said_interrupted => {
+                said_interrupted = true;
+                let _ = mp.println("aicli: interrupted; stopping the running tasks (their records are kept)…");
+                continue;
+            }
+        };
+        let ev = match ev {
             Ok(e) => e,
             Err(broadcast::error::RecvError::Lagged(_)) => continue,
             Err(broadcast::error::RecvError::Closed) => break,
@@ -60,6 +187,10 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, n_tasks: usize) {
                 provider,
                 attempt,
             } => {
+                if let Some(old) = lines.remove(&task_id) {
+                    old.bar.finish_and_clear();
+                    mp.remove(&old.bar);
+                }
                 let bar = mp.insert_before(&main, ProgressBar::new_spinner());
                 bar.set_style(task_style.clone());
                 bar.set_prefix(if attempt > 1 {
@@ -71,11 +202,12 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, n_tasks: usize) {
                 let line = Line {
                     bar,
                     provider,
-                    tokens: 0,
-                    cost: None,
+                    model: None,
+                    usage: CanonicalUsage::default(),
+                    reported_cost: None,
                     last_tool: String::new(),
                 };
-                line.render();
+                line.render(&opts.prices);
                 lines.insert(task_id, line);
             }
             BatchEvent::Agent { task_id, event } => {
@@ -83,26 +215,45 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, n_tasks: usize) {
                     continue;
                 };
                 match &event.kind {
+                    EventKind::SessionStarted { model, .. } => {
+                        if model.is_some() {
+                            line.model = model.clone();
+                        }
+                    }
                     EventKind::ToolCall { name, .. } => line.last_tool = name.clone(),
-                    EventKind::Usage { usage, .. } => {
-                        line.tokens = usage.total_input() + usage.output_tokens
+                    EventKind::Usage { usage, cumulative } => {
+                        if *cumulative {
+                            line.usage = *usage;
+                        } else {
+                            line.usage += *usage;
+                        }
                     }
                     EventKind::Final {
                         usage, cost_usd, ..
                     } => {
                         if let Some(u) = usage {
-                            line.tokens = u.total_input() + u.output_tokens;
+                            line.usage = *u;
                         }
                         if cost_usd.is_some() {
-                            line.cost = *cost_usd;
+                            line.reported_cost = *cost_usd;
                         }
                     }
                     EventKind::Question { question, .. } => {
                         line.last_tool = format!("? {question}");
                     }
-                    _other => {}
+                    EventKind::UserMessage { .. }
+                    | EventKind::AssistantText { .. }
+                    | EventKind::Thinking { .. }
+                    | EventKind::ToolResult { .. }
+                    | EventKind::Retry { .. }
+                    | EventKind::RateLimit { .. }
+                    | EventKind::PermissionDenied { .. }
+                    | EventKind::Error { .. }
+                    | EventKind::Log { .. }
+                    | EventKind::Protocol { .. }
+                    | EventKind::Unknown { .. } => continue,
                 }
-                line.render();
+                line.render(&opts.prices);
             }
             BatchEvent::Backoff {
                 task_id,
@@ -113,9 +264,10 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, n_tasks: usize) {
             } => {
                 if let Some(l) = lines.remove(&task_id) {
                     l.bar.finish_and_clear();
+                    mp.remove(&l.bar);
                 }
-                main.set_message(format!(
-                    "backing off {:.1}s (parallelism {parallelism}): {reason}",
+                let _ = mp.println(format!(
+                    "aicli: {task_id}: backing off {:.1}s (parallelism {parallelism}): {reason}",
                     delay_ms as f64 / 1000.0
                 ));
             }
@@ -125,23 +277,73 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, n_tasks: usize) {
             BatchEvent::TaskFinished { task_id, result } => {
                 if let Some(l) = lines.remove(&task_id) {
                     l.bar.finish_and_clear();
+                    mp.remove(&l.bar);
                 }
                 spent += result.cost_usd.unwrap_or(0.0);
                 main.inc(1);
-                main.set_message(format!("${spent:.4}"));
+                main.set_message(summary(spent));
             }
             BatchEvent::BudgetSpent {
                 spent_usd,
                 budget_usd,
             } => {
                 let _ = mp.println(format!(
-                    "budget spent: ${spent_usd:.4} of ${budget_usd:.4}; stopping"
+                    "aicli: budget spent: ${spent_usd:.4} of ${budget_usd:.4}; stopping"
                 ));
             }
         }
     }
     for (_, l) in lines {
         l.bar.finish_and_clear();
+        mp.remove(&l.bar);
     }
     main.finish_and_clear();
+    let _ = mp.clear();
+    if let Ok(mut a) = ACTIVE.lock() {
+        *a = None;
+    }
+}
+
+/// The writer of aicli's log lines (tracing): through the live display while one is
+/// drawn (each line printed above the bars), else straight to stderr.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogWriter;
+
+/// One log line being written (see [`LogWriter`]).
+#[derive(Debug, Default)]
+pub struct LogLine(Vec<u8>);
+
+impl Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let active = ACTIVE.lock().ok().and_then(|a| a.clone());
+        let write = || {
+            let _ = std::io::stderr().write_all(&self.0);
+        };
+        match active {
+            Some(mp) => mp.suspend(write),
+            None => write(),
+        }
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogLine;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LogLine::default()
+    }
 }

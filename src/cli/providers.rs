@@ -1,12 +1,12 @@
 //! `aicli providers` and `aicli status`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use aicli::providers::{AuthStatus, CommandSpec, Feature};
+use aicli::providers::Feature;
 use serde_json::json;
 
+use super::probe::{auth_words, probe_all};
 use super::{load_config, registry};
 
 pub(super) async fn providers(
@@ -16,57 +16,23 @@ pub(super) async fn providers(
 ) -> anyhow::Result<ExitCode> {
     let config = load_config(config_path)?;
     let reg = registry(&config)?;
+    let probes = probe_all(reg.providers().cloned().collect(), details, true).await;
     let mut rows = Vec::new();
-    for p in reg.providers() {
-        let bin = p.binary_path(None);
+    for pr in &probes {
+        let p = &pr.provider;
         let mut row = json!({
             "name": p.name(),
             "package": p.package_name(),
-            "binary": bin.as_ref().map(|b| b.describe()).ok(),
-            "installed": bin.is_ok(),
+            "binary": pr.binary.as_ref().map(|b| b.describe()).ok(),
+            "found_in": pr.source.map(|s| s.as_str()),
+            "installed": pr.binary.is_ok(),
         });
-        if let Err(e) = &bin {
-            row["problem"] = json!(e.to_string());
-        }
-        if let Ok(b) = &bin {
-            let cwd = std::env::temp_dir();
-            if details {
-                let mut c = CommandSpec::new(b, &cwd);
-                c.args(p.config().version_argv.iter().cloned());
-                let out = aicli::process::run_capture(&c, Duration::from_secs(20)).await;
-                row["version"] = json!(out.ok().and_then(|o| p.parse_version(&o.stdout)));
-                row["pinned_version"] = json!(p.config().version);
-            }
-            let status = match p.auth_status_argv() {
-                Some(argv) => {
-                    let mut c = CommandSpec::new(b, &cwd);
-                    c.args(argv);
-                    match aicli::process::run_capture(&c, Duration::from_secs(20)).await {
-                        Ok(o) if o.timed_out => AuthStatus::Unknown {
-                            detail: "the status probe timed out".into(),
-                        },
-                        Ok(o) => p.parse_auth_status(&o.stdout, &o.stderr, o.exit_code),
-                        Err(e) => AuthStatus::Unknown {
-                            detail: e.to_string(),
-                        },
-                    }
-                }
-                None => {
-                    let env: std::collections::BTreeMap<String, String> =
-                        std::env::vars().collect();
-                    let home = PathBuf::from(env.get("HOME").cloned().unwrap_or_default());
-                    match p.auth_precheck(&env, &home, &p.config().extra_args).await {
-                        Some(msg) => AuthStatus::LoggedOut { hint: msg },
-                        None => AuthStatus::Unknown {
-                            detail: "the CLI has no status command; credentials seem present"
-                                .into(),
-                        },
-                    }
-                }
-            };
-            row["auth"] = serde_json::to_value(&status)?;
+        if let Err(e) = &pr.binary {
+            row["problem"] = json!(e);
         }
         if details {
+            row["version"] = json!(pr.version);
+            row["pinned_version"] = json!(p.config().version);
             let features: Vec<&str> = Feature::ALL
                 .into_iter()
                 .filter(|f| p.supports(*f))
@@ -75,48 +41,52 @@ pub(super) async fn providers(
             row["features"] = json!(features);
             row["default"] = json!(reg.default_provider() == Some(p.name()));
         }
+        if let Some(a) = &pr.auth {
+            row["auth"] = serde_json::to_value(a)?;
+        }
+        if !pr.slow.is_empty() {
+            row["slow"] = json!(pr.slow);
+        }
         rows.push(row);
     }
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
-    for r in &rows {
-        let name = r["name"].as_str().unwrap_or_default();
-        let auth = match r["auth"]["state"].as_str() {
-            Some("logged_in") => "logged in".to_owned(),
-            Some("logged_out") => format!(
-                "NOT logged in ({})",
-                r["auth"]["hint"].as_str().unwrap_or_default()
-            ),
-            Some(_) => format!(
-                "auth unknown ({})",
-                r["auth"]["detail"].as_str().unwrap_or_default()
-            ),
-            None => "-".to_owned(),
-        };
-        if r["installed"].as_bool() == Some(true) {
-            println!("{name}: {}", r["binary"].as_str().unwrap_or_default());
-            if details {
-                println!(
-                    "  version {} (pinned {})",
-                    r["version"].as_str().unwrap_or("?"),
-                    r["pinned_version"].as_str().unwrap_or("-")
+    for pr in &probes {
+        let name = pr.provider.name();
+        match &pr.binary {
+            Ok(b) => {
+                outln!(
+                    "{name}: {} (found in {})",
+                    b.describe(),
+                    pr.source.map(|s| s.as_str()).unwrap_or("?")
                 );
+                if details {
+                    outln!(
+                        "  version {} (pinned {})",
+                        pr.version.as_deref().unwrap_or("?"),
+                        pr.provider.config().version.as_deref().unwrap_or("-")
+                    );
+                }
+                if let Some(a) = &pr.auth {
+                    outln!("  {}", auth_words(a));
+                }
             }
-            println!("  {auth}");
-        } else {
-            println!(
-                "{name}: {}",
-                r["problem"].as_str().unwrap_or("not installed")
-            );
+            Err(e) => {
+                outln!("{name}: {e}");
+            }
+        }
+        for s in &pr.slow {
+            outln!("  slow: {s}");
         }
         if details {
-            let f: Vec<&str> = r["features"]
-                .as_array()
-                .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
-                .unwrap_or_default();
-            println!("  features: {}", f.join(", "));
+            let f: Vec<&str> = Feature::ALL
+                .into_iter()
+                .filter(|f| pr.provider.supports(*f))
+                .map(Feature::as_str)
+                .collect();
+            outln!("  features: {}", f.join(", "));
         }
     }
     Ok(ExitCode::SUCCESS)

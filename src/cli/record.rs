@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::replay;
 use aicli::providers::{ParseContext, TaskSpec};
 use aicli::store::{RunStore, read_range};
@@ -28,7 +30,8 @@ pub struct RecordArgs {
     #[arg(long)]
     pub scenario: String,
     /// Run against a fake model API on loopback instead of the real one: `text`,
-    /// `text:TEXT`, `shell:COMMAND`, `mcp:SERVER/TOOL`, `error:STATUS`, `drop`.
+    /// `text:TEXT`, `shell:COMMAND`, `mcp:SERVER/TOOL` (`aicli` is aicli's own server),
+    /// `ask:QUESTION|OPTION|OPTION`, `error:STATUS`, `drop` (`;delay=MS` paces it).
     #[arg(long, value_name = "SCRIPT")]
     pub fake: Option<String>,
     /// The model.
@@ -51,36 +54,15 @@ pub struct RecordArgs {
     pub extra: Vec<String>,
 }
 
-pub(super) fn fake_script(spec: &str) -> anyhow::Result<aicli_testkit::Script> {
-    use aicli_testkit::Script;
-    let (kind, arg) = match spec.split_once(':') {
-        Some((k, a)) => (k, Some(a)),
-        None => (spec, None),
-    };
-    Ok(match (kind, arg) {
-        ("text", None) => Script::default_text(),
-        ("text", Some(t)) => Script::text(t),
-        ("shell", Some(c)) => Script::shell(c).then_quote_tool_result(),
-        ("mcp", Some(st)) => {
-            let (server, tool) = st.split_once('/').context("--fake mcp:SERVER/TOOL")?;
-            Script::mcp_tool_call(server, tool, json!({})).then_quote_tool_result()
-        }
-        ("error", Some(s)) => Script::error(s.parse().context("--fake error:STATUS")?),
-        ("drop", None) => Script::drop_mid_stream(),
-        _ => bail!(
-            "--fake '{spec}': expected text, text:TEXT, shell:COMMAND, mcp:SERVER/TOOL, error:STATUS or drop"
-        ),
-    })
-}
-
 pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(config_path)?;
     let reg = registry(&config)?;
     let provider = reg.get(&a.provider)?;
     let version = installed_version(&provider).await.with_context(|| {
         format!(
-            "{} is not installed or does not print a version",
-            provider.binary_name()
+            "{} is not installed or does not print a version (`aicli install {}` installs the pinned one)",
+            provider.binary_name(),
+            provider.name()
         )
     })?;
     let scratch = tempfile::tempdir()?;
@@ -99,7 +81,17 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
             serde_json::from_value(json!(m)).with_context(|| format!("--permission-mode {m}"))?,
         );
     }
-    let mut engine = Engine::new(config.clone(), reg.clone());
+    // aicli's MCP server, as in every run: a script that calls `mcp:aicli/TOOL` reaches
+    // it (the fixture then shows what the CLI does with aicli's tools).
+    let cancel = CancellationToken::new();
+    let server = Arc::new(
+        McpServer::start(
+            McpServerOptions::from_config(&config.engine, &work),
+            cancel.child_token(),
+        )
+        .await?,
+    );
+    let mut engine = Engine::new(config.clone(), reg.clone()).with_agent_server(server.clone());
     let mut fake = None;
     let mut source = format!(
         "aicli record: real {} {version} against its real API",
@@ -108,7 +100,7 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
     if let Some(spec) = &a.fake {
         let vendor = aicli_testkit::Vendor::parse(provider.config().adapter_name(provider.name()))
             .with_context(|| format!("no fake API for provider {}", provider.name()))?;
-        let api = aicli_testkit::FakeApi::start(vendor, fake_script(spec)?).await?;
+        let api = aicli_testkit::FakeApi::start(vendor, super::fake::script(spec)?).await?;
         let mut options = aicli_testkit::WiringOptions::default();
         if let Some(m) = &a.model {
             options = options.with_model(m.clone());
@@ -139,8 +131,7 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
     opts.worktrees = false;
     opts.runs_dir = Some(scratch.path().join("runs"));
     let (tx, _rx) = broadcast::channel::<BatchEvent>(1024);
-    let cancel = CancellationToken::new();
-    ctrl_c_cancels(cancel.clone());
+    ctrl_c_cancels(cancel.clone(), true);
     let batch = engine.run_batch(vec![task], opts, tx, cancel).await?;
     drop(fake);
     let store = RunStore::new(scratch.path().join("runs"));
@@ -175,13 +166,18 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
         model: attempt.model.clone(),
         prior: attempt.prior,
     };
-    let (_, result) = replay::replay(
+    let (events, mut result) = replay::replay(
         provider.as_ref(),
         &stdout,
         &String::from_utf8_lossy(&stderr),
         exit,
         &ctx,
     );
+    server.cancellation_token().cancel();
+    // The engine's verdict (a question makes the run blocked), over the stream's.
+    if let Some(v) = &attempt.result {
+        super::parse::with_engine_verdict(&mut result, v);
+    }
     let out_dir = a.out.join(provider.name());
     std::fs::create_dir_all(&out_dir)?;
     let path = |ext: &str| out_dir.join(format!("{}.{ext}", a.scenario));
@@ -208,14 +204,45 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
         path("result.json"),
         serde_json::to_string_pretty(&result)? + "\n",
     )?;
-    println!(
-        "recorded {} ({} bytes of stdout, exit {}) with {} {version}: {}",
+    // A tool call that failed is said, not hidden behind the run's success.
+    let mut calls = std::collections::HashMap::new();
+    let mut failed_tools: Vec<String> = Vec::new();
+    for e in &events {
+        if let aicli::providers::EventKind::ToolCall { id, name, .. } = &e.kind {
+            calls.insert(id.clone(), name.clone());
+        } else if let aicli::providers::EventKind::ToolResult {
+            is_error: true,
+            id,
+            name,
+            output,
+            ..
+        } = &e.kind
+        {
+            failed_tools.push(format!(
+                "{}: {}",
+                name.clone()
+                    .or_else(|| calls.get(id).cloned())
+                    .unwrap_or_else(|| "a tool".to_owned()),
+                output.lines().next().unwrap_or_default()
+            ));
+        }
+    }
+    let headline = if failed_tools.is_empty() {
+        output::summary(&result, None)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    } else {
+        format!("✘ a tool call failed ({})", failed_tools.join("; "))
+    };
+    outln!(
+        "recorded {} ({} bytes of stdout, exit {}) with {} {version}: {headline}",
         path("ndjson").display(),
         stdout.len(),
         exit.map(|c| c.to_string())
             .unwrap_or_else(|| "signal".into()),
         provider.binary_name(),
-        output::summary(&result).lines().next().unwrap_or_default()
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -9,34 +9,45 @@ use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
 use super::common::{
-    batch_uses_docker, ctrl_c_cancels, engine_with_mcp, print_batch, repo_dir, stop_mcp,
+    batch_uses_docker, ctrl_c_cancels, print_batch, repo_dir, start_engine, usage,
 };
-use super::exit::Failure;
+use super::fake::FakeApiArgs;
 
 pub(super) async fn resume(
     config_path: Option<&Path>,
     batch_id: &str,
     json_out: bool,
     no_mcp: bool,
+    fake: FakeApiArgs,
     r: RepoArgs,
 ) -> anyhow::Result<ExitCode> {
     let repo = repo_dir(&r)?;
     let cancel = CancellationToken::new();
     let docker = batch_uses_docker(config_path, &repo, &r, batch_id);
-    let (engine, mcp) = engine_with_mcp(config_path, &repo, no_mcp, docker, &cancel).await?;
-    let store = engine.store(&repo, r.runs_dir.as_deref());
-    let spec = store
-        .open_batch(batch_id)
-        .and_then(|b| b.spec())
-        .map_err(|m| Failure {
-            kind: None,
-            message: m,
-        })?;
+    let running = start_engine(config_path, &repo, no_mcp, &fake, docker, &cancel).await?;
+    let store = running.engine.store(&repo, r.runs_dir.as_deref());
+    let spec = match store.open_batch(batch_id).and_then(|b| b.spec()) {
+        Ok(s) => s,
+        Err(m) => {
+            running.stop();
+            return Err(usage(m));
+        }
+    };
     let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
-    ctrl_c_cancels(cancel.clone());
-    let display = tokio::spawn(super::progress::run(rx, spec.tasks.len()));
-    let result = engine.resume_batch(&store, batch_id, tx, cancel).await;
-    stop_mcp(mcp);
+    ctrl_c_cancels(cancel.clone(), false);
+    let providers: Vec<String> = spec
+        .tasks
+        .iter()
+        .map(|t| t.provider.clone().unwrap_or_else(|| spec.provider.clone()))
+        .collect();
+    let display_opts =
+        super::progress::DisplayOptions::new(running.engine.config(), &providers, cancel.clone());
+    let display = tokio::spawn(super::progress::run(rx, display_opts));
+    let result = running
+        .engine
+        .resume_batch(&store, batch_id, tx, cancel)
+        .await;
+    running.stop();
     let _ = display.await;
     print_batch(&result?, json_out)
 }

@@ -1,6 +1,5 @@
 //! `aicli run`: one task, its progress, a summary.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -9,12 +8,14 @@ use aicli::providers::{RunnerKind, TaskSpec};
 use aicli::{BatchEvent, BatchOptions};
 use anyhow::bail;
 use clap::Args;
-use serde_json::json;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use super::common::{ctrl_c_cancels, engine_with_mcp, finish, parse_runner, repo_dir, stop_mcp};
-use super::{RepoArgs, output};
+use super::RepoArgs;
+use super::common::{
+    ctrl_c_cancels, finish, parse_runner, start_engine, task_repo, worktree_base,
+};
+use super::fake::FakeApiArgs;
 
 /// `aicli run`.
 #[derive(Debug, Args)]
@@ -27,11 +28,11 @@ pub struct RunArgs {
     /// The model.
     #[arg(long, short)]
     pub model: Option<String>,
-    /// Wall-clock limit, seconds.
-    #[arg(long, value_name = "SECS")]
+    /// Wall-clock limit, seconds (at least 1).
+    #[arg(long, value_name = "SECS", value_parser = super::common::positive_secs)]
     pub timeout: Option<u64>,
-    /// Idle limit (no output), seconds.
-    #[arg(long, value_name = "SECS")]
+    /// Idle limit (no output), seconds (at least 1).
+    #[arg(long, value_name = "SECS", value_parser = super::common::positive_secs)]
     pub idle_timeout: Option<u64>,
     /// Turn limit.
     #[arg(long)]
@@ -48,21 +49,37 @@ pub struct RunArgs {
     /// Do not start aicli's MCP server for the run.
     #[arg(long)]
     pub no_mcp: bool,
+    /// Carry the repository's uncommitted changes and untracked files into the task's
+    /// worktree (as a commit on the task's branch); without it the task starts from HEAD.
+    #[arg(long)]
+    pub include_uncommitted: bool,
     /// Where the CLI runs: `local` (a child process) or `docker` (a container; see
     /// engine.docker in the config). Default: the provider's, else engine.runner.
     #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
     pub runner: Option<RunnerKind>,
     #[command(flatten)]
-    pub repo: RepoArgs,
+    pub fake: FakeApiArgs,
 }
 
-pub(super) async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Result<ExitCode> {
-    let repo = repo_dir(&a.repo)?;
+pub(super) async fn run(
+    config_path: Option<&Path>,
+    r: RepoArgs,
+    a: RunArgs,
+) -> anyhow::Result<ExitCode> {
+    let repo = task_repo(&r, !a.no_worktree).await?;
+    let base = if a.no_worktree {
+        None
+    } else {
+        Some(worktree_base(&repo, a.include_uncommitted).await?)
+    };
     let cancel = CancellationToken::new();
     let docker = a.runner == Some(RunnerKind::Docker);
-    let (engine, mcp) = engine_with_mcp(config_path, &repo, a.no_mcp, docker, &cancel).await?;
+    let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
+    // Each run is a batch of its own; its task gets an id of its own too, so answers and
+    // hints can name it alone.
+    let batch_id = aicli::util::new_batch_id();
     let task = TaskSpec {
-        id: "run".to_owned(),
+        id: format!("run-{}", batch_id.rsplit('-').next().unwrap_or("0")),
         prompt: a.prompt.clone(),
         model: a.model.clone(),
         max_turns: a.max_turns,
@@ -70,72 +87,26 @@ pub(super) async fn run(config_path: Option<&Path>, a: RunArgs) -> anyhow::Resul
         ..TaskSpec::default()
     };
     let mut opts = BatchOptions::new(repo);
+    opts.batch_id = Some(batch_id);
     opts.provider = a.provider.clone();
     opts.timeout = a.timeout.map(Duration::from_secs);
     opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
-    opts.runs_dir = a.repo.runs_dir.clone();
+    opts.runs_dir = r.runs_dir.clone();
     opts.worktrees = !a.no_worktree;
     opts.runner = a.runner;
-    let (tx, mut rx) = broadcast::channel::<BatchEvent>(16384);
-    ctrl_c_cancels(cancel.clone());
-    let json = a.json;
-    let printer = tokio::spawn(async move {
-        let mut stdout = std::io::stdout();
-        let mut last_delta = false;
-        loop {
-            let ev = match rx.recv().await {
-                Ok(e) => e,
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    eprintln!("aicli: {n} events were not shown (display too slow)");
-                    continue;
-                }
-                Err(broadcast::error::RecvError::Closed) => break,
-            };
-            let BatchEvent::Agent { event, .. } = ev else {
-                continue;
-            };
-            if json {
-                if let Ok(line) = serde_json::to_string(&event) {
-                    let _ = writeln!(stdout, "{line}");
-                }
-                continue;
-            }
-            let is_delta = matches!(
-                &event.kind,
-                aicli::providers::EventKind::AssistantText { delta: true, .. }
-            );
-            if let Some(line) = output::event_line(&event) {
-                if is_delta {
-                    let _ = write!(stdout, "{line}");
-                } else {
-                    if last_delta {
-                        let _ = writeln!(stdout);
-                    }
-                    let _ = writeln!(stdout, "{line}");
-                }
-                last_delta = is_delta;
-                let _ = stdout.flush();
-            }
-        }
-        if last_delta {
-            let _ = writeln!(stdout);
-        }
-    });
-    let result = engine.run_batch(vec![task], opts, tx, cancel).await;
-    stop_mcp(mcp);
-    let _ = printer.await;
+    if let Some(b) = base {
+        opts.base_ref = b;
+    }
+    let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
+    ctrl_c_cancels(cancel.clone(), true);
+    let printer = super::printer::spawn(rx, a.json, cancel.clone());
+    let result = running.engine.run_batch(vec![task], opts, tx, cancel).await;
+    running.stop();
+    let mut printer = printer.await?;
     let batch = result?;
     let Some(r) = batch.tasks.first() else {
         bail!("the run produced no result");
     };
-    if a.json {
-        let mut v = serde_json::to_value(r)?;
-        if let Some(m) = v.as_object_mut() {
-            m.insert("type".into(), json!("session_result"));
-        }
-        println!("{v}");
-    } else {
-        println!("{}", output::summary(r));
-    }
+    printer.result(r, Some(&batch.batch_id))?;
     Ok(finish(r))
 }

@@ -43,16 +43,23 @@ pub(super) fn runs(
                 .filter_map(|b| b.summary().ok())
                 .collect();
             if json_out {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                outln!("{}", serde_json::to_string(&rows)?);
             } else if rows.is_empty() {
-                println!("no runs in {}", root.display());
+                outln!("no runs in {}", root.display());
             } else {
-                println!(
+                outln!(
                     "{:<24} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
-                    "batch", "started", "provider", "tasks", "ok", "fail", "blkd", "cost"
+                    "batch",
+                    "started",
+                    "provider",
+                    "tasks",
+                    "ok",
+                    "fail",
+                    "blkd",
+                    "cost"
                 );
                 for s in rows {
-                    println!(
+                    outln!(
                         "{:<24} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
                         s.batch_id,
                         s.created_at,
@@ -67,39 +74,39 @@ pub(super) fn runs(
             }
         }
         Some(RunsAction::Show { id }) => {
-            let b = store.open_batch(&id).map_err(anyhow::Error::msg)?;
+            let b = store.open_batch(&id).map_err(super::common::usage)?;
             let spec = b.spec().map_err(anyhow::Error::msg)?;
             let tasks = b.tasks().map_err(anyhow::Error::msg)?;
             if json_out {
-                println!(
+                outln!(
                     "{}",
-                    serde_json::to_string_pretty(
+                    serde_json::to_string(
                         &json!({"spec": spec, "tasks": tasks, "result": b.result()})
                     )?
                 );
                 return Ok(ExitCode::SUCCESS);
             }
-            println!(
-                "batch {} · {} · provider {} · repo {}",
+            outln!(
+                "batch {} · {} · {} · repo {}",
                 spec.batch_id,
                 spec.created_at,
-                spec.provider,
+                providers_of(&tasks, &spec.provider),
                 spec.repo.display()
             );
             for t in tasks {
-                println!(
+                outln!(
                     "\n{} [{}] ({})",
                     t.task.id,
                     serde_json::to_value(t.state)?.as_str().unwrap_or_default(),
                     t.provider
                 );
-                println!(
+                outln!(
                     "  prompt: {}",
                     aicli::providers::common::truncate_chars(&t.task.prompt, 120)
                 );
                 for at in &t.attempts {
                     let r = at.result.as_ref();
-                    println!(
+                    outln!(
                         "  attempt {} ({}) {}: {}",
                         at.attempt,
                         serde_json::to_value(at.kind)?.as_str().unwrap_or_default(),
@@ -123,20 +130,37 @@ pub(super) fn runs(
                         }
                     );
                     if let Some(q) = r.and_then(|r| r.question.as_ref()) {
-                        println!("    asked: {}", q.question);
+                        outln!("    asked: {}", q.question);
                     }
                 }
                 for ans in &t.answers {
-                    println!(
+                    outln!(
                         "  answered {}: {} -> {}",
-                        ans.answered_at, ans.question, ans.answer
+                        ans.answered_at,
+                        ans.question,
+                        ans.answer
                     );
                 }
                 if let (Some(b), Some(w)) = (&t.branch, &t.worktree) {
-                    println!("  branch {b} at {}", w.display());
+                    outln!("  branch {b} at {}", w.display());
                 }
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `provider claude`, or `providers claude, codex` for a mixed batch: who ran its tasks.
+fn providers_of(tasks: &[aicli::store::TaskRecord], default: &str) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for t in tasks {
+        if !names.contains(&t.provider.as_str()) {
+            names.push(&t.provider);
+        }
+    }
+    match names.as_slice() {
+        [] => format!("provider {default}"),
+        [one] => format!("provider {one}"),
+        many => format!("providers {}", many.join(", ")),
+    }
 }

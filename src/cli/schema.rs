@@ -7,7 +7,7 @@ pub(super) fn schema(out: &Path) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(out)?;
     for (name, s) in aicli::schema::all() {
         std::fs::write(out.join(name), aicli::schema::render(&s))?;
-        println!("wrote {}", out.join(name).display());
+        outln!("wrote {}", out.join(name).display());
     }
     Ok(ExitCode::SUCCESS)
 }

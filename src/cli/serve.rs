@@ -25,13 +25,15 @@ pub struct ServeArgs {
     /// The workspace `getWorkspaceFiles` serves (default: the repository).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
-    #[command(flatten)]
-    pub repo: RepoArgs,
 }
 
-pub(super) async fn serve(config_path: Option<&Path>, a: ServeArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn serve(
+    config_path: Option<&Path>,
+    r: RepoArgs,
+    a: ServeArgs,
+) -> anyhow::Result<ExitCode> {
     let config = load_config(config_path)?;
-    let repo = repo_dir(&a.repo)?;
+    let repo = repo_dir(&r)?;
     let mut opts = McpServerOptions::from_config(&config.engine, &repo);
     if let Some(b) = &a.bind {
         opts.bind = b.clone();
@@ -49,20 +51,20 @@ pub(super) async fn serve(config_path: Option<&Path>, a: ServeArgs) -> anyhow::R
         credentials: a.credentials.clone(),
         events: tx,
     });
-    println!("aicli MCP server: {}", server.url());
-    println!("bearer token:     {token}");
-    println!(
+    outln!("aicli MCP server: {}", server.url());
+    outln!("bearer token:     {token}");
+    outln!(
         "health:           {}",
         server.url().replace("/mcp", "/healthz")
     );
-    println!("tools:            {}", McpServer::tool_names().join(", "));
-    println!("(Ctrl-C stops it)");
+    outln!("tools:            {}", McpServer::tool_names().join(", "));
+    outln!("(Ctrl-C stops it)");
     loop {
         tokio::select! {
             ev = rx.recv() => match ev {
                 Some(ev) => {
                     if let Some(line) = output::event_line(&ev) {
-                        println!("{line}");
+                        outln!("{line}");
                     }
                 }
                 None => break,

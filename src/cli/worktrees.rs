@@ -1,64 +1,117 @@
 //! `aicli worktrees`: list and prune aicli's worktrees.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use aicli::store::TaskState;
 use aicli::worktree::{Cleanup, Repo};
 use clap::Subcommand;
 use serde_json::json;
 
 use super::RepoArgs;
-use super::common::repo_dir;
+use super::common::{engine, repo_dir, usage};
 
 /// `aicli worktrees ...`.
 #[derive(Debug, Subcommand)]
 pub enum WorktreesAction {
-    /// Remove every aicli worktree (and branch) that holds no work.
+    /// Remove every aicli worktree (and branch) that holds no work. The worktrees of
+    /// blocked, interrupted or unfinished tasks are kept: their sessions resume there.
     Prune,
 }
 
+/// The worktrees the run records say must stay, with why: a task that is blocked on a
+/// question, interrupted, running or queued continues in its worktree.
+fn kept_by_records(
+    config_path: Option<&Path>,
+    repo: &Path,
+    r: &RepoArgs,
+) -> BTreeMap<PathBuf, String> {
+    let mut keep = BTreeMap::new();
+    let Ok(engine) = engine(config_path) else {
+        return keep;
+    };
+    let store = engine.store(repo, r.runs_dir.as_deref());
+    for b in store.list() {
+        let Ok(tasks) = b.tasks() else { continue };
+        for t in tasks {
+            let why = match t.state {
+                TaskState::Blocked => "blocked on a question (answer it with aicli answer",
+                TaskState::Interrupted => "interrupted (finish it with aicli resume",
+                TaskState::Running | TaskState::Queued => "not finished (aicli resume",
+                TaskState::Succeeded | TaskState::Failed => continue,
+            };
+            let Some(w) = &t.worktree else { continue };
+            let reason = match t.state {
+                TaskState::Blocked => format!("{why} {}/{} \"...\")", b.batch_id(), t.task.id),
+                TaskState::Interrupted
+                | TaskState::Running
+                | TaskState::Queued
+                | TaskState::Succeeded
+                | TaskState::Failed => format!("{why} {})", b.batch_id()),
+            };
+            keep.insert(w.canonicalize().unwrap_or_else(|_| w.clone()), reason);
+        }
+    }
+    keep
+}
+
 pub(super) async fn worktrees(
+    config_path: Option<&Path>,
     r: RepoArgs,
     json_out: bool,
     action: Option<WorktreesAction>,
 ) -> anyhow::Result<ExitCode> {
-    let repo = Repo::open(&repo_dir(&r)?).await?;
+    let dir = repo_dir(&r)?;
+    let repo = Repo::open(&dir).await.map_err(|e| {
+        usage(format!(
+            "{e}: `aicli worktrees` lists the worktrees of a git repository (use --repo DIR)"
+        ))
+    })?;
+    let keep = kept_by_records(config_path, repo.root(), &r);
     match action {
         None => {
             let list = repo.list().await?;
             if json_out {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+                let v: Vec<_> = list
+                    .iter()
+                    .map(|w| {
+                        let kept = keep.get(&w.path.canonicalize().unwrap_or_else(|_| w.path.clone()));
+                        json!({"worktree": w, "prunable": w.holds_work.is_none() && kept.is_none(), "kept_for": kept})
+                    })
+                    .collect();
+                outln!("{}", serde_json::to_string(&v)?);
             } else if list.is_empty() {
-                println!("no aicli worktrees");
+                outln!("no aicli worktrees");
             } else {
                 for w in list {
-                    println!(
-                        "{}  {}  {}",
-                        w.branch,
-                        w.path.display(),
-                        w.holds_work
-                            .map(|h| format!("holds work: {h}"))
-                            .unwrap_or_else(|| "no work (prunable)".into())
-                    );
+                    let kept = keep.get(&w.path.canonicalize().unwrap_or_else(|_| w.path.clone()));
+                    let state = match (&w.holds_work, kept) {
+                        (_, Some(why)) => format!("kept: {why}"),
+                        (Some(h), None) => format!("holds work: {h}"),
+                        (None, None) => "no work (prunable)".to_owned(),
+                    };
+                    outln!("{}  {}  {state}", w.branch, w.path.display());
                 }
             }
         }
         Some(WorktreesAction::Prune) => {
-            let done = repo.prune().await?;
+            let done = repo.prune_keeping(&keep).await?;
             if json_out {
                 let v: Vec<_> = done
                     .iter()
                     .map(|(i, c)| json!({"worktree": i, "cleanup": c}))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                outln!("{}", serde_json::to_string(&v)?);
             } else {
                 for (i, c) in &done {
                     match c {
-                        Cleanup::Removed => println!("removed {} ({})", i.branch, i.path.display()),
-                        Cleanup::Kept { reason } => println!("kept {}: {reason}", i.branch),
-                    }
+                        Cleanup::Removed => outln!("removed {} ({})", i.branch, i.path.display()),
+                        Cleanup::Kept { reason } => outln!("kept {}: {reason}", i.branch),
+                    };
                 }
                 if done.is_empty() {
-                    println!("no aicli worktrees");
+                    outln!("no aicli worktrees");
                 }
             }
         }

@@ -39,7 +39,7 @@ pub enum FakeApiError {
     },
     /// The pinned CLI is not in the cache directory.
     #[error(
-        "{cli} is not installed at {}: run .ci/install-clis.sh (it installs the versions pinned in ai_cli_providers.json into $AICLI_CLI_CACHE, default ~/.cache/aicli/npm)",
+        "{cli} is not installed at {}: run `aicli install` or .ci/install-clis.sh (they install the versions pinned in ai_cli_providers.json into aicli's cache, default ~/.cache/aicli/npm)",
         path.display()
     )]
     CliNotInstalled {

@@ -300,16 +300,20 @@ impl RunDirs {
     }
 }
 
-/// Where `.ci/install-clis.sh` installs the CLIs: `$AICLI_CLI_CACHE`, else
-/// `$HOME/.cache/aicli/npm`.
+/// Where `aicli install` (and so `.ci/install-clis.sh`) installs the CLIs:
+/// `$AICLI_CLI_CACHE`, else `$AICLI_CACHE_DIR/npm`, else `$XDG_CACHE_HOME/aicli/npm`, else
+/// `$HOME/.cache/aicli/npm` (the rule of `aicli::install::cli_cache_dir`, which this
+/// crate cannot call).
 pub fn cli_cache_dir() -> PathBuf {
-    match std::env::var_os("AICLI_CLI_CACHE") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => {
-            let home = std::env::var_os("HOME").unwrap_or_default();
-            PathBuf::from(home).join(".cache/aicli/npm")
-        }
-    }
+    let set = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    set("AICLI_CLI_CACHE")
+        .or_else(|| set("AICLI_CACHE_DIR").map(|d| d.join("npm")))
+        .or_else(|| set("XDG_CACHE_HOME").map(|d| d.join("aicli/npm")))
+        .unwrap_or_else(|| set("HOME").unwrap_or_default().join(".cache/aicli/npm"))
 }
 
 /// The installed binary of `vendor`'s CLI (`<cache>/node_modules/.bin/<name>`), or an

@@ -241,7 +241,7 @@ async fn a_missing_binary_fails_fast_with_not_installed_and_the_npm_command() {
     assert_eq!(
         t.error.as_deref(),
         Some(
-            "definitely-not-installed-cli is not installed (looked in PATH); install it with: npm install -g @openai/codex@0.171.0"
+            "definitely-not-installed-cli is not installed (looked in PATH and aicli's cache); install it with `aicli install`, or: npm install -g @openai/codex@0.171.0"
         )
     );
 }
@@ -309,6 +309,13 @@ async fn wall_clock_timeout_and_idle_watchdog_end_hung_runs_and_leave_nothing() 
         "{:?}",
         i.error
     );
+    // In order: the limit, then aicli's own stop (never "before that: crashed" for the
+    // exit aicli's kill caused).
+    for r in [w, i] {
+        let e = r.error.as_deref().unwrap();
+        assert!(e.contains("; aicli then stopped the CLI"), "{e}");
+        assert!(!e.contains("before that") && !e.contains("crashed"), "{e}");
+    }
     // The session id printed before the hang is kept.
     assert_eq!(
         w.session_id.as_deref(),

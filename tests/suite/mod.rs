@@ -1,3 +1,4 @@
+pub mod cli;
 mod docker;
 mod e2e;
 mod engine;

@@ -8,6 +8,7 @@
 //! `mcp.rs`: tokens and addresses from inside containers.
 
 pub mod clis;
+mod fake_api;
 mod local;
 mod mcp;
 mod remote;

@@ -1,0 +1,109 @@
+//! `aicli install`: the pinned CLIs into aicli's own npm cache.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use aicli::install::{self, Pin};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use super::load_config;
+
+/// `aicli install`.
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// The providers whose CLIs to install (default: every provider with a pinned
+    /// version: claude, codex, gemini).
+    pub providers: Vec<String>,
+    /// Print what is installed where as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(super) async fn install(
+    config_path: Option<&Path>,
+    a: InstallArgs,
+) -> anyhow::Result<ExitCode> {
+    let config = load_config(config_path)?;
+    let pins = install::pins(&config, &a.providers)?;
+    let prefix = install::cli_cache_dir();
+    let missing: Vec<Pin> = pins
+        .iter()
+        .filter(|p| !install::is_installed(&prefix, p))
+        .cloned()
+        .collect();
+    for p in &pins {
+        let state = match install::installed_version(&prefix, &p.package) {
+            Some(v) if v == p.version && !missing.contains(p) => "already installed".to_owned(),
+            Some(v) => format!("{v} installed, replacing it"),
+            None => "not installed".to_owned(),
+        };
+        eprintln!(
+            "aicli install: {} {} ({}): {state}",
+            p.provider, p.version, p.package
+        );
+    }
+    if missing.is_empty() {
+        eprintln!(
+            "aicli install: nothing to do, the pinned versions are in {}",
+            prefix.display()
+        );
+    } else {
+        let path = std::env::var("PATH").unwrap_or_default();
+        let npm = install::find_npm(&path)?;
+        let specs: Vec<String> = missing.iter().map(Pin::spec).collect();
+        eprintln!(
+            "aicli install: npm install --prefix {} {} (about 1 GB and under a minute on a first install)",
+            prefix.display(),
+            specs.join(" ")
+        );
+        let started = Instant::now();
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = ProgressBar::new_spinner();
+            b.set_style(
+                ProgressStyle::with_template("  {spinner} npm {elapsed:>4} {wide_msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            b.enable_steady_tick(Duration::from_millis(120));
+            b
+        });
+        let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+        let result = install::npm_install(&npm, &prefix, &missing, &env, |line| match &bar {
+            Some(b) => b.set_message(line.trim().to_owned()),
+            None => eprintln!("  npm: {line}"),
+        })
+        .await;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        result?;
+        eprintln!(
+            "aicli install: installed {} in {:.1}s",
+            specs.join(", "),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let rows: Vec<_> = pins
+        .iter()
+        .map(|p| {
+            json!({
+                "provider": p.provider,
+                "package": p.package,
+                "version": p.version,
+                "binary": p.binary(&prefix),
+                "installed_now": missing.contains(p),
+            })
+        })
+        .collect();
+    if a.json {
+        outln!("{}", serde_json::to_string(&rows)?);
+    } else {
+        for p in &pins {
+            outln!("{}={}", p.provider, p.binary(&prefix).display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

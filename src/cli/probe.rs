@@ -1,0 +1,172 @@
+//! What `aicli providers`, `status` and `doctor` find out about each CLI: where its
+//! binary is (config, PATH or aicli's cache), its version, its login state. Every
+//! provider is probed at once, each probe with a short timeout, and a slow one is named.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use aicli::install::{BinarySource, search_path_with_cache};
+use aicli::providers::{AuthStatus, BinaryLocation, CommandSpec, SharedProvider};
+
+/// How long one probe (`--version`, `auth status`) may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// A probe slower than this is named in the output.
+pub const SLOW: Duration = Duration::from_secs(2);
+
+/// What was found about one provider.
+#[derive(Debug)]
+pub struct Probe {
+    /// The provider.
+    pub provider: SharedProvider,
+    /// Its binary, or why there is none.
+    pub binary: Result<BinaryLocation, String>,
+    /// Where the binary was found.
+    pub source: Option<BinarySource>,
+    /// The version it prints.
+    pub version: Option<String>,
+    /// Its login state.
+    pub auth: Option<AuthStatus>,
+    /// Probes that were slow or timed out, in words.
+    pub slow: Vec<String>,
+}
+
+/// Where binaries are looked for: PATH, then aicli's cache.
+pub fn search_path() -> String {
+    search_path_with_cache(&std::env::var("PATH").unwrap_or_default())
+}
+
+/// Runs `argv` of `bin`, timing it; notes a slow or timed-out probe in `slow`.
+async fn timed(
+    what: &str,
+    bin: &BinaryLocation,
+    argv: Vec<String>,
+    slow: &mut Vec<String>,
+) -> Option<aicli::process::Captured> {
+    let mut c = CommandSpec::new(bin, &std::env::temp_dir());
+    c.args(argv);
+    let started = Instant::now();
+    let out = aicli::process::run_capture(&c, PROBE_TIMEOUT).await.ok();
+    let took = started.elapsed();
+    match &out {
+        Some(o) if o.timed_out => slow.push(format!(
+            "{what} timed out after {:.0}s",
+            PROBE_TIMEOUT.as_secs_f64()
+        )),
+        Some(_) | None if took >= SLOW => {
+            slow.push(format!("{what} took {:.1}s", took.as_secs_f64()))
+        }
+        Some(_) | None => {}
+    }
+    out.filter(|o| !o.timed_out)
+}
+
+/// The login state: the CLI's status command, or for a CLI without one, the engine's
+/// credentials pre-check over aicli's own environment.
+async fn auth_status(
+    p: &SharedProvider,
+    bin: &BinaryLocation,
+    slow: &mut Vec<String>,
+) -> AuthStatus {
+    match p.auth_status_argv() {
+        Some(argv) => {
+            let what = format!("`{} {}`", p.binary_name(), argv.join(" "));
+            match timed(&what, bin, argv, slow).await {
+                Some(o) => p.parse_auth_status(&o.stdout, &o.stderr, o.exit_code),
+                None => AuthStatus::Unknown {
+                    detail: format!("{what} did not answer in time"),
+                },
+            }
+        }
+        None => {
+            let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+            let home = PathBuf::from(env.get("HOME").cloned().unwrap_or_default());
+            match p.auth_precheck(&env, &home, &p.config().extra_args).await {
+                Some(msg) => AuthStatus::LoggedOut { hint: msg },
+                None => AuthStatus::Unknown {
+                    detail: "the CLI has no status command; credentials seem present".into(),
+                },
+            }
+        }
+    }
+}
+
+/// Probes one provider: binary, then (as asked) version and login state at once.
+pub async fn probe(p: SharedProvider, version: bool, auth: bool) -> Probe {
+    let binary = p
+        .binary_path(Some(&search_path()))
+        .map_err(|e| e.to_string());
+    let source = binary
+        .as_ref()
+        .ok()
+        .map(|b| BinarySource::of(p.config(), b));
+    let mut out = Probe {
+        provider: p.clone(),
+        binary,
+        source,
+        version: None,
+        auth: None,
+        slow: Vec::new(),
+    };
+    let Ok(bin) = out.binary.clone() else {
+        return out;
+    };
+    let mut slow_v = Vec::new();
+    let mut slow_a = Vec::new();
+    let version_fut = async {
+        if !version {
+            return None;
+        }
+        let what = format!(
+            "`{} {}`",
+            p.binary_name(),
+            p.config().version_argv.join(" ")
+        );
+        let o = timed(&what, &bin, p.config().version_argv.clone(), &mut slow_v).await?;
+        p.parse_version(&o.stdout)
+    };
+    let auth_fut = async {
+        if !auth {
+            return None;
+        }
+        Some(auth_status(&p, &bin, &mut slow_a).await)
+    };
+    let (v, a) = tokio::join!(version_fut, auth_fut);
+    out.version = v;
+    out.auth = a;
+    out.slow.extend(slow_v);
+    out.slow.extend(slow_a);
+    out
+}
+
+/// Probes every provider at once, in registry order.
+pub async fn probe_all(providers: Vec<SharedProvider>, version: bool, auth: bool) -> Vec<Probe> {
+    let handles: Vec<_> = providers
+        .into_iter()
+        .map(|p| tokio::spawn(probe(p, version, auth)))
+        .collect();
+    let mut out = Vec::new();
+    for h in handles {
+        if let Ok(p) = h.await {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `logged in`, `NOT logged in (hint)`, `auth unknown (detail)`.
+pub fn auth_words(a: &AuthStatus) -> String {
+    match serde_json::to_value(a) {
+        Ok(v) => match v["state"].as_str() {
+            Some("logged_in") => "logged in".to_owned(),
+            Some("logged_out") => {
+                format!("NOT logged in ({})", v["hint"].as_str().unwrap_or_default())
+            }
+            Some(_) | None => format!(
+                "auth unknown ({})",
+                v["detail"].as_str().unwrap_or_default()
+            ),
+        },
+        Err(_) => "auth unknown".to_owned(),
+    }
+}

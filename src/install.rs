@@ -1,0 +1,382 @@
+//! aicli's own cache of the pinned CLIs: where it is, what is in it, and installing the
+//! versions `ai_cli_providers.json` pins into it with npm (`aicli install`).
+//!
+//! The cache is an npm prefix, `<cache>/npm` (`$AICLI_CLI_CACHE` names it directly), so
+//! the binaries are `<cache>/npm/node_modules/.bin/<binary_name>`. Binary discovery looks
+//! there after a provider's `binary_path` and `PATH` ([`search_path_with_cache`]).
+//! `<cache>` is `$AICLI_CACHE_DIR`, else `$XDG_CACHE_HOME/aicli`, else
+//! `~/.cache/aicli`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use aicli_providers::{AiCliConfig, BinaryLocation, ProviderConfig};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// Why an install did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// npm is not on PATH.
+    #[error(
+        "npm is not on PATH: `aicli install` runs npm, which comes with Node.js 20 or later \
+         (Debian/Ubuntu: `apt-get install nodejs npm`; or https://nodejs.org)"
+    )]
+    NoNpm,
+    /// A name given is not a provider of the config.
+    #[error("unknown provider {name} (known: {known})")]
+    UnknownProvider {
+        /// The name given.
+        name: String,
+        /// The config's providers.
+        known: String,
+    },
+    /// The provider's config pins no version (so there is nothing to install).
+    #[error(
+        "provider {provider} pins no version in its config (providers.{provider}.version), so aicli does not know what to install"
+    )]
+    NoVersion {
+        /// The provider.
+        provider: String,
+    },
+    /// npm ran and failed.
+    #[error("npm install failed (exit {code}) in {prefix}:\n{tail}")]
+    Npm {
+        /// npm's exit code (-1 for a signal).
+        code: i32,
+        /// The prefix it installed into.
+        prefix: PathBuf,
+        /// The last lines npm printed.
+        tail: String,
+    },
+    /// npm said it installed, but the package is not at its pinned version.
+    #[error("after npm install, {package} is {found} in {prefix}, not the pinned {pinned}")]
+    Mismatch {
+        /// The package.
+        package: String,
+        /// What is there.
+        found: String,
+        /// The pin.
+        pinned: String,
+        /// The prefix.
+        prefix: PathBuf,
+    },
+    /// File system trouble.
+    #[error("{path}: {source}")]
+    Io {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// aicli's cache directory: `$AICLI_CACHE_DIR`, else `$XDG_CACHE_HOME/aicli`, else
+/// `$HOME/.cache/aicli`.
+pub fn cache_dir() -> PathBuf {
+    cache_dir_from(|k| std::env::var_os(k))
+}
+
+fn cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+    let set = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    set("AICLI_CACHE_DIR")
+        .or_else(|| set("XDG_CACHE_HOME").map(|d| d.join("aicli")))
+        .unwrap_or_else(|| set("HOME").unwrap_or_default().join(".cache/aicli"))
+}
+
+/// The npm prefix the CLIs are installed into: `$AICLI_CLI_CACHE`, else
+/// `<cache_dir>/npm`.
+pub fn cli_cache_dir() -> PathBuf {
+    match std::env::var_os("AICLI_CLI_CACHE") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => cache_dir().join("npm"),
+    }
+}
+
+/// Where the installed CLIs' executables are: `<cli_cache_dir>/node_modules/.bin`.
+pub fn cli_bin_dir() -> PathBuf {
+    cli_cache_dir().join("node_modules/.bin")
+}
+
+/// `path` with aicli's cache of CLIs appended: the search path of binary discovery
+/// (after a provider's `binary_path`, before its npx fallback).
+pub fn search_path_with_cache(path: &str) -> String {
+    let bin = cli_bin_dir();
+    if path.is_empty() {
+        bin.display().to_string()
+    } else {
+        format!("{path}:{}", bin.display())
+    }
+}
+
+/// Where a provider's binary was found, for `aicli providers` and `aicli doctor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinarySource {
+    /// The config's `binary_path`.
+    Config,
+    /// On `PATH`.
+    Path,
+    /// In aicli's cache (`aicli install`).
+    Cache,
+    /// Run through npx (the config's `npx_fallback`).
+    Npx,
+}
+
+impl BinarySource {
+    /// Where `location` came from, for a provider with config `config`.
+    pub fn of(config: &ProviderConfig, location: &BinaryLocation) -> BinarySource {
+        match location {
+            BinaryLocation::Npx { .. } => BinarySource::Npx,
+            BinaryLocation::Path(_) if config.binary_path.is_some() => BinarySource::Config,
+            BinaryLocation::Path(p) if p.starts_with(cli_bin_dir()) => BinarySource::Cache,
+            BinaryLocation::Path(_) => BinarySource::Path,
+        }
+    }
+
+    /// `config`, `PATH`, `cache`, `npx`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BinarySource::Config => "config",
+            BinarySource::Path => "PATH",
+            BinarySource::Cache => "cache",
+            BinarySource::Npx => "npx",
+        }
+    }
+}
+
+/// One CLI to install: a provider's npm package at its pinned version.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Pin {
+    /// The provider.
+    pub provider: String,
+    /// The npm package.
+    pub package: String,
+    /// The pinned version.
+    pub version: String,
+    /// The executable the package provides.
+    pub binary_name: String,
+}
+
+impl Pin {
+    /// `package@version`.
+    pub fn spec(&self) -> String {
+        format!("{}@{}", self.package, self.version)
+    }
+
+    /// The executable in the cache at `prefix`.
+    pub fn binary(&self, prefix: &Path) -> PathBuf {
+        prefix.join("node_modules/.bin").join(&self.binary_name)
+    }
+}
+
+/// The pins of `names` (every provider with a package and a pinned version when empty),
+/// each package once.
+pub fn pins(config: &AiCliConfig, names: &[String]) -> Result<Vec<Pin>, InstallError> {
+    let pin = |name: &str, p: &ProviderConfig| -> Result<Pin, InstallError> {
+        let version = p.version.clone().ok_or_else(|| InstallError::NoVersion {
+            provider: name.to_owned(),
+        })?;
+        Ok(Pin {
+            provider: name.to_owned(),
+            package: p.package.clone(),
+            version,
+            binary_name: p.binary_name.clone(),
+        })
+    };
+    let mut out: Vec<Pin> = Vec::new();
+    if names.is_empty() {
+        for (name, p) in &config.providers {
+            if p.version.is_some() && !p.package.is_empty() {
+                out.push(pin(name, p)?);
+            }
+        }
+    } else {
+        for name in names {
+            let p = config
+                .providers
+                .get(name)
+                .ok_or_else(|| InstallError::UnknownProvider {
+                    name: name.clone(),
+                    known: config
+                        .providers
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+            out.push(pin(name, p)?);
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    out.retain(|p| seen.insert(p.spec()));
+    Ok(out)
+}
+
+/// The version of `package` installed under the npm prefix `prefix`, if any.
+pub fn installed_version(prefix: &Path, package: &str) -> Option<String> {
+    let manifest = prefix
+        .join("node_modules")
+        .join(package)
+        .join("package.json");
+    let v: serde_json::Value = crate::util::read_json(&manifest).ok()?;
+    v.get("version")?.as_str().map(str::to_owned)
+}
+
+/// Whether `pin` is installed in `prefix` at its version, with its executable.
+pub fn is_installed(prefix: &Path, pin: &Pin) -> bool {
+    installed_version(prefix, &pin.package).as_deref() == Some(pin.version.as_str())
+        && crate::process::is_executable(&pin.binary(prefix))
+}
+
+/// npm on `path` (a `PATH` value), or [`InstallError::NoNpm`].
+pub fn find_npm(path: &str) -> Result<PathBuf, InstallError> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    which::which_in("npm", Some(path), cwd).map_err(|_| InstallError::NoNpm)
+}
+
+/// Installs `pins` into the npm prefix `prefix` with `npm` (one `npm install` for all),
+/// then checks each package's version. `progress` gets each line npm prints. Install
+/// scripts run (Claude's postinstall links its native binary; node-pty builds for
+/// Gemini).
+pub async fn npm_install(
+    npm: &Path,
+    prefix: &Path,
+    pins: &[Pin],
+    env: &BTreeMap<String, String>,
+    mut progress: impl FnMut(&str),
+) -> Result<(), InstallError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| InstallError::Io { path, source }
+    };
+    std::fs::create_dir_all(prefix).map_err(io(prefix))?;
+    // A package.json of our own keeps npm from walking up to some other project.
+    let manifest = prefix.join("package.json");
+    if !manifest.is_file() {
+        std::fs::write(
+            &manifest,
+            "{\"name\":\"aicli-cli-cache\",\"private\":true}\n",
+        )
+        .map_err(io(&manifest))?;
+    }
+    let mut cmd = tokio::process::Command::new(npm);
+    cmd.arg("install")
+        .arg("--prefix")
+        .arg(prefix)
+        .args([
+            "--save-exact",
+            "--no-audit",
+            "--no-fund",
+            "--progress=false",
+        ])
+        .args(pins.iter().map(Pin::spec))
+        .env_clear()
+        .envs(env)
+        .current_dir(prefix)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(io(npm))?;
+    let mut tail: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    let mut out = child.stdout.take().map(|s| BufReader::new(s).lines());
+    let mut err = child.stderr.take().map(|s| BufReader::new(s).lines());
+    loop {
+        let line = tokio::select! {
+            l = async { out.as_mut()?.next_line().await.ok().flatten() }, if out.is_some() => {
+                if l.is_none() { out = None; }
+                l
+            }
+            l = async { err.as_mut()?.next_line().await.ok().flatten() }, if err.is_some() => {
+                if l.is_none() { err = None; }
+                l
+            }
+            else => break,
+        };
+        if let Some(l) = line {
+            progress(&l);
+            tail.push_back(l);
+            if tail.len() > 20 {
+                tail.pop_front();
+            }
+        }
+    }
+    let status = child.wait().await.map_err(io(npm))?;
+    if !status.success() {
+        return Err(InstallError::Npm {
+            code: status.code().unwrap_or(-1),
+            prefix: prefix.to_owned(),
+            tail: Vec::from(tail).join("\n"),
+        });
+    }
+    for pin in pins {
+        let found = installed_version(prefix, &pin.package);
+        if found.as_deref() != Some(pin.version.as_str()) || !is_installed(prefix, pin) {
+            return Err(InstallError::Mismatch {
+                package: pin.package.clone(),
+                found: found.unwrap_or_else(|| "missing".to_owned()),
+                pinned: pin.version.clone(),
+                prefix: prefix.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    #[test]
+    fn the_cache_dir_follows_aicli_then_xdg_then_home() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| OsString::from(v))
+            }
+        };
+        assert_eq!(
+            cache_dir_from(vars(&[("AICLI_CACHE_DIR", "/a"), ("HOME", "/h")])),
+            PathBuf::from("/a")
+        );
+        assert_eq!(
+            cache_dir_from(vars(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")])),
+            PathBuf::from("/x/aicli")
+        );
+        assert_eq!(
+            cache_dir_from(vars(&[("AICLI_CACHE_DIR", ""), ("HOME", "/h")])),
+            PathBuf::from("/h/.cache/aicli")
+        );
+    }
+
+    #[test]
+    fn pins_come_from_the_config_once_per_package() {
+        let mut c = AiCliConfig::builtin().expect("config");
+        let mut alias = c.providers["claude"].clone();
+        alias.default_model = Some("sonnet".into());
+        c.providers.insert("claude-sonnet".into(), alias);
+        let all = pins(&c, &[]).expect("pins");
+        let specs: Vec<String> = all.iter().map(Pin::spec).collect();
+        let mut want: Vec<String> = ["claude", "codex", "gemini"]
+            .iter()
+            .map(|n| {
+                let p = &c.providers[*n];
+                format!("{}@{}", p.package, p.version.clone().unwrap_or_default())
+            })
+            .collect();
+        want.sort();
+        let mut sorted = specs.clone();
+        sorted.sort();
+        assert_eq!(sorted, want, "the alias shares claude's package");
+        let one = pins(&c, &["gemini".into()]).expect("pins");
+        assert_eq!(one[0].package, "@google/gemini-cli");
+        let e = pins(&c, &["nope".into()]).expect_err("unknown");
+        assert!(e.to_string().contains("unknown provider nope"), "{e}");
+    }
+}

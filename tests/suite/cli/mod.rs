@@ -1,0 +1,146 @@
+//! The `aicli` command as a user runs it: the real binary as a subprocess, against real
+//! git repositories, with `aicli-fake-cli` replaying recorded transcripts as the CLI
+//! (`frictions.rs`), or the real CLIs against the embedded fake model APIs
+//! (`newcomer.rs`: install, demo, `--fake-api`).
+
+mod frictions;
+mod newcomer;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use super::support::{fake_cli, fixture, git, git_repo};
+
+/// The `aicli` binary built with this crate.
+pub fn aicli_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_aicli"))
+}
+
+/// A repository and a config whose providers run `aicli-fake-cli`.
+pub struct Cli {
+    /// The repository (the current directory of every command).
+    pub repo: tempfile::TempDir,
+    /// Holds the config and tasks files.
+    pub dir: tempfile::TempDir,
+    /// The config file.
+    pub config: PathBuf,
+}
+
+impl Cli {
+    /// Providers `fake` (Claude's adapter, replaying Claude's `text` transcript; the
+    /// default) and `fakegem` (Gemini's adapter, replaying Gemini's `shell`).
+    pub fn new() -> Cli {
+        Cli::with_providers(serde_json::json!({}))
+    }
+
+    /// As [`Cli::new`], plus these config providers.
+    pub fn with_providers(extra: serde_json::Value) -> Cli {
+        let repo = git_repo();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let replay = |provider: &str, scenario: &str| {
+            let fx = fixture(provider, scenario);
+            serde_json::json!([
+                "--replay",
+                fx.with_extension("ndjson"),
+                "--stderr-file",
+                fx.with_extension("stderr"),
+                "--exit-file",
+                fx.with_extension("exit")
+            ])
+        };
+        let mut providers = serde_json::json!({
+            "fake": {"adapter": "claude", "binary_path": fake_cli(), "extra_args": replay("claude", "text")},
+            "fakegem": {"adapter": "gemini", "binary_path": fake_cli(), "extra_args": replay("gemini", "shell"),
+                        "env": {"GEMINI_API_KEY": "not-used"}},
+        });
+        if let (Some(p), Some(e)) = (providers.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                p.insert(k.clone(), v.clone());
+            }
+        }
+        let config = dir.path().join("aicli.json");
+        std::fs::write(
+            &config,
+            serde_json::json!({"default_provider": "fake", "providers": providers}).to_string(),
+        )
+        .expect("write config");
+        Cli { repo, dir, config }
+    }
+
+    /// `aicli --config CONFIG ARGS` in the repository.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(aicli_bin());
+        c.arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .current_dir(self.repo.path())
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `aicli ARGS` to the end.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("aicli runs")
+    }
+
+    /// A file in the config's directory with `text`.
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).expect("write file");
+        p
+    }
+
+    /// The repository's path as a string.
+    pub fn repo_arg(&self) -> String {
+        self.repo.path().display().to_string()
+    }
+}
+
+/// stdout of `out` as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// stderr of `out` as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The exit code, with both streams in the message when it is not `want`.
+pub fn assert_code(out: &Output, want: i32, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(want),
+        "{what}: exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        stdout(out),
+        stderr(out)
+    );
+}
+
+/// Each stdout line parsed as JSON (panics, naming the line, on one that is not).
+pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    stdout(out)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not one JSON line ({e}): {l}")))
+        .collect()
+}
+
+/// The repository's only batch id (panics when there is not exactly one).
+pub fn only_batch(repo: &Path) -> String {
+    let runs: Vec<_> = std::fs::read_dir(repo.join(".aicli/runs"))
+        .expect("runs dir")
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .collect();
+    assert_eq!(runs.len(), 1, "batches: {runs:?}");
+    runs[0].file_name().to_string_lossy().into_owned()
+}
+
+/// Makes `repo` dirty: an edit to a tracked file and an untracked file.
+pub fn make_dirty(repo: &Path) {
+    std::fs::write(repo.join("README.md"), "# edited, not committed\n").expect("edit");
+    std::fs::write(repo.join("new-file.txt"), "untracked\n").expect("untracked");
+    assert!(!git(repo, &["status", "--porcelain"]).is_empty());
+}
