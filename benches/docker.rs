@@ -67,7 +67,15 @@ fn repo() -> tempfile::TempDir {
     git(d.path(), &["add", "."]);
     git(
         d.path(),
-        &["-c", "user.name=b", "-c", "user.email=b@example.invalid", "commit", "-qm", "init"],
+        &[
+            "-c",
+            "user.name=b",
+            "-c",
+            "user.email=b@example.invalid",
+            "commit",
+            "-qm",
+            "init",
+        ],
     );
     d
 }
@@ -144,12 +152,17 @@ async fn first_event(
         options = options.with_model(m);
     }
     let port = fake.addr().port();
-    let wiring_for = |host: &str| CliWiring::for_fake(vendor, &format!("http://{host}:{port}"), &options);
-    let dirs = RunDirs::new_in(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-docker")).unwrap();
+    let wiring_for =
+        |host: &str| CliWiring::for_fake(vendor, &format!("http://{host}:{port}"), &options);
+    let dirs =
+        RunDirs::new_in(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-docker")).unwrap();
     wiring_for("x").write_files(&dirs.home).unwrap();
     let mut rows = Vec::new();
     let mut means = Vec::new();
-    for (runner, host) in [(RunnerKind::Local, gateway.to_string()), (RunnerKind::Docker, "host.docker.internal".to_owned())] {
+    for (runner, host) in [
+        (RunnerKind::Local, gateway.to_string()),
+        (RunnerKind::Docker, "host.docker.internal".to_owned()),
+    ] {
         let wiring = wiring_for(&host);
         let mut config = AiCliConfig::builtin().unwrap();
         config.engine.runner = runner;
@@ -180,7 +193,9 @@ async fn first_event(
         let _stop = cancel.clone().drop_guard();
         let mut mo = McpServerOptions::from_config(&config.engine, repo.path());
         mo.allowed_hosts
-            .extend(aicli::runner::docker::container_hosts(&config.engine.docker));
+            .extend(aicli::runner::docker::container_hosts(
+                &config.engine.docker,
+            ));
         let server = Arc::new(McpServer::start(mo, cancel).await.unwrap());
         let reg = ProviderRegistry::from_config(&config).unwrap();
         let engine = Engine::new(config, reg)
@@ -224,7 +239,8 @@ async fn first_event(
 
 async fn ensure_image(docker: &bollard::Docker, config: &AiCliConfig, provider: &str) {
     let p = &config.providers[provider];
-    let tag = aicli::runner::docker::image_name(&config.engine.docker, provider, p.version.as_deref());
+    let tag =
+        aicli::runner::docker::image_name(&config.engine.docker, provider, p.version.as_deref());
     if docker.inspect_image(&tag).await.is_ok() {
         return;
     }
@@ -240,7 +256,9 @@ async fn ensure_image(docker: &bollard::Docker, config: &AiCliConfig, provider: 
         deb_cache: deb_cache(),
         force: false,
     };
-    image::build(docker, &spec, &|l| eprintln!("[image] {l}")).await.unwrap();
+    image::build(docker, &spec, &|l| eprintln!("[image] {l}"))
+        .await
+        .unwrap();
 }
 
 /// The fake CLI image (on the runtime layer).
@@ -289,7 +307,11 @@ async fn throughput(n: usize, parallel: usize, docker: &bollard::Docker) -> Vec<
         config.engine.max_parallel = parallel;
         config.engine.runner = runner;
         config.engine.docker.hosts = vec![local_host()];
-        config.engine.docker.images.insert("fake".into(), image.clone());
+        config
+            .engine
+            .docker
+            .images
+            .insert("fake".into(), image.clone());
         let mut reg = ProviderRegistry::from_config(&config).unwrap();
         let inner = reg.get("claude").unwrap();
         let fake: SharedProvider = match runner {
@@ -357,8 +379,10 @@ fn main() {
             .negotiate_version()
             .await
             .expect("a Docker engine (../shared/tools/setup-docker-engine.sh)");
-        let mut cfg = aicli::providers::DockerConfig::default();
-        cfg.hosts = vec![local_host()];
+        let cfg = aicli::providers::DockerConfig {
+            hosts: vec![local_host()],
+            ..Default::default()
+        };
         let gateway = DockerRunner::connect(&cfg, &BTreeMap::new())
             .await
             .unwrap()

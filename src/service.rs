@@ -666,7 +666,9 @@ impl Engine {
                     tracing::warn!(task = %task.id, "{line}");
                 }
             }
-            Err(e) => tracing::warn!(task = %task.id, error = %e, "cannot look for the containers of the interrupted run"),
+            Err(e) => {
+                tracing::warn!(task = %task.id, error = %e, "cannot look for the containers of the interrupted run")
+            }
         }
     }
 
@@ -1309,7 +1311,10 @@ impl Shared {
                         return Self::never_ran(
                             provider.name(),
                             ErrorKind::Crashed,
-                            format!("aicli's MCP server cannot be reached from {}: {e}", placement.describe()),
+                            format!(
+                                "aicli's MCP server cannot be reached from {}: {e}",
+                                placement.describe()
+                            ),
                         );
                     }
                 }

@@ -303,9 +303,8 @@ async fn prepare_and_run(
         &spec.mcp,
         provider.ide_lockfile_dir(),
         placement.agent_reach(),
-    )
-        && let Some((name, contents)) =
-            provider.ide_lockfile(endpoint, *port, &spec.workdir, std::process::id())
+    ) && let Some((name, contents)) =
+        provider.ide_lockfile(endpoint, *port, &spec.workdir, std::process::id())
     {
         let path = home.join(dir).join(name);
         if lockfiles::acquire(&path, &contents).is_ok() {
@@ -367,7 +366,9 @@ async fn prepare_and_run(
         Ok(h) => {
             match (h.peer(), &spec.restrict_token) {
                 (Some(ip), Some(restrict)) => (restrict.0)(ip),
-                (None, Some(_)) => tracing::warn!(task = %task_id, "the run's address is unknown: its MCP token stays unusable"),
+                (None, Some(_)) => {
+                    tracing::warn!(task = %task_id, "the run's address is unknown: its MCP token stays unusable")
+                }
                 (_, None) => {}
             }
             h

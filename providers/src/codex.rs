@@ -2358,8 +2358,14 @@ mod tests {
 
     #[test]
     fn in_a_container_accept_edits_needs_no_sandbox_of_codex() {
-        assert_eq!(sandbox_of(PermissionMode::AcceptEdits, true), Some("danger-full-access"));
-        assert_eq!(sandbox_of(PermissionMode::AcceptEdits, false), Some("workspace-write"));
+        assert_eq!(
+            sandbox_of(PermissionMode::AcceptEdits, true),
+            Some("danger-full-access")
+        );
+        assert_eq!(
+            sandbox_of(PermissionMode::AcceptEdits, false),
+            Some("workspace-write")
+        );
         assert_eq!(sandbox_of(PermissionMode::Plan, true), Some("read-only"));
         assert_eq!(sandbox_of(PermissionMode::Bypass, true), None);
     }

@@ -14,8 +14,20 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Which runner starts a CLI.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[derive(Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum RunnerKind {
     /// A child process of aicli, in the task's worktree.
@@ -172,7 +184,10 @@ impl DockerConfig {
     /// Checks what types cannot; errors name the JSON path (under `engine.docker`).
     pub fn check(&self) -> Result<(), (String, String)> {
         if !(self.cpus.is_finite() && self.cpus >= 0.0) {
-            return Err(("cpus".into(), format!("{} is not a non-negative number", self.cpus)));
+            return Err((
+                "cpus".into(),
+                format!("{} is not a non-negative number", self.cpus),
+            ));
         }
         if self.pids_limit < 0 {
             return Err(("pids_limit".into(), "must not be negative".into()));
@@ -286,7 +301,10 @@ mod tests {
         c.hosts[1].name = "local".into();
         assert_eq!(
             c.check(),
-            Err(("hosts[1].name".to_owned(), "'local' names two hosts".to_owned()))
+            Err((
+                "hosts[1].name".to_owned(),
+                "'local' names two hosts".to_owned()
+            ))
         );
         c.hosts.pop();
         c.user = Some("1000:x".into());

@@ -8,9 +8,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
-use super::common::{
-    batch_uses_docker, ctrl_c_cancels, finish, repo_dir, start_engine, usage,
-};
+use super::common::{batch_uses_docker, ctrl_c_cancels, finish, repo_dir, start_engine, usage};
 use super::fake::FakeApiArgs;
 
 pub(super) async fn answer(

@@ -264,7 +264,9 @@ pub(super) async fn start_engine(
     if containers {
         // Containers name aicli's machine host.docker.internal (or a configured address).
         opts.allowed_hosts
-            .extend(aicli::runner::docker::container_hosts(&engine.config().engine.docker));
+            .extend(aicli::runner::docker::container_hosts(
+                &engine.config().engine.docker,
+            ));
     }
     let server = Arc::new(McpServer::start(opts, cancel.child_token()).await?);
     tracing::info!(url = %server.url(), "agent MCP server listening");

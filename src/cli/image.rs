@@ -49,7 +49,9 @@ pub async fn run(config: &AiCliConfig, action: ImageAction) -> anyhow::Result<Ex
 }
 
 fn home() -> PathBuf {
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default()
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default()
 }
 
 async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
@@ -75,7 +77,10 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
             a.host.unwrap_or_default()
         );
     }
-    let npm_dir = a.npm_cache.clone().unwrap_or_else(aicli_testkit::cli_cache_dir);
+    let npm_dir = a
+        .npm_cache
+        .clone()
+        .unwrap_or_else(aicli_testkit::cli_cache_dir);
     let deb_cache = config
         .engine
         .docker

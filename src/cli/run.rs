@@ -12,9 +12,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
-use super::common::{
-    ctrl_c_cancels, finish, parse_runner, start_engine, task_repo, worktree_base,
-};
+use super::common::{ctrl_c_cancels, finish, parse_runner, start_engine, task_repo, worktree_base};
 use super::fake::FakeApiArgs;
 
 /// `aicli run`.

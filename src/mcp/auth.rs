@@ -632,12 +632,21 @@ mod tests {
     fn a_pending_token_gets_one_address() {
         let tokens = Tokens::default();
         let t = tokens.mint_with(ctx(), PeerRule::Pending);
-        assert_eq!(tokens.authenticate(&bearer(&t)).unwrap().peer, PeerRule::Pending);
+        assert_eq!(
+            tokens.authenticate(&bearer(&t)).unwrap().peer,
+            PeerRule::Pending
+        );
         let ip: IpAddr = "172.17.0.9".parse().unwrap();
         assert!(tokens.restrict(&t, ip));
-        assert_eq!(tokens.authenticate(&bearer(&t)).unwrap().peer, PeerRule::Only(ip));
+        assert_eq!(
+            tokens.authenticate(&bearer(&t)).unwrap().peer,
+            PeerRule::Only(ip)
+        );
         let plain = tokens.mint(ctx());
-        assert_eq!(tokens.authenticate(&bearer(&plain)).unwrap().peer, PeerRule::Any);
+        assert_eq!(
+            tokens.authenticate(&bearer(&plain)).unwrap().peer,
+            PeerRule::Any
+        );
         tokens.revoke(&t);
         assert!(!tokens.restrict(&t, ip));
     }

@@ -79,7 +79,10 @@ impl ContainerHandle {
             .await
             .map_err(|e| format!("cannot attach to container {id}: {e}"))?;
         docker
-            .start_container(&id, None::<bollard::query_parameters::StartContainerOptions>)
+            .start_container(
+                &id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
             .await
             .map_err(|e| format!("cannot start container {id}: {e}"))?;
         // The exit code, from one wait request (a `wait` per call would cost a request
@@ -107,7 +110,10 @@ impl ContainerHandle {
             let _ = exit_tx.send(Some(code));
         });
         let peer = docker
-            .inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>)
+            .inspect_container(
+                &id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
             .await
             .ok()
             .and_then(|i| i.network_settings)

@@ -46,7 +46,10 @@ pub struct Host {
 
 impl Host {
     /// Connects to `cfg`'s engine and reads what the runner needs from it.
-    pub async fn connect(cfg: &DockerHostConfig, limits: &DockerConfig) -> Result<Host, DockerError> {
+    pub async fn connect(
+        cfg: &DockerHostConfig,
+        limits: &DockerConfig,
+    ) -> Result<Host, DockerError> {
         let at = |message: String| DockerError::Connect {
             host: cfg.name.clone(),
             url: cfg.url.clone(),
@@ -100,7 +103,9 @@ impl Host {
                 alias,
             )
         } else {
-            let gateway = bridge_gateway(&docker, &limits.network_mode).await.map_err(&at)?;
+            let gateway = bridge_gateway(&docker, &limits.network_mode)
+                .await
+                .map_err(&at)?;
             let bind = match &cfg.mcp_bind {
                 Some(b) => b
                     .parse::<IpAddr>()
@@ -109,7 +114,10 @@ impl Host {
             };
             (
                 AgentReach {
-                    url_host: cfg.mcp_address.clone().unwrap_or_else(|| HOST_ALIAS.to_owned()),
+                    url_host: cfg
+                        .mcp_address
+                        .clone()
+                        .unwrap_or_else(|| HOST_ALIAS.to_owned()),
                     bind,
                     // On the host's network a container has no address of its own.
                     restrict_to_peer: limits.network_mode != "host",
@@ -133,7 +141,10 @@ impl Host {
 
 /// The engines of a config: its `hosts`, or one from `DOCKER_HOST` (read from `env`, the
 /// engine's environment) and the local socket otherwise.
-pub fn configured_hosts(cfg: &DockerConfig, env: &BTreeMap<String, String>) -> Vec<DockerHostConfig> {
+pub fn configured_hosts(
+    cfg: &DockerConfig,
+    env: &BTreeMap<String, String>,
+) -> Vec<DockerHostConfig> {
     if !cfg.hosts.is_empty() {
         return cfg.hosts.clone();
     }
@@ -176,7 +187,9 @@ fn client(url: &str, tls: Option<&DockerTls>) -> Result<Docker, String> {
         Docker::connect_with_unix(path, t, v)
     } else if url.starts_with("ssh://") {
         Docker::connect_with_ssh(url, t, v, None)
-    } else if let Some(tls) = tls.filter(|_| url.starts_with("tcp://") || url.starts_with("https://")) {
+    } else if let Some(tls) =
+        tls.filter(|_| url.starts_with("tcp://") || url.starts_with("https://"))
+    {
         for (what, p) in [("ca", &tls.ca), ("cert", &tls.cert), ("key", &tls.key)] {
             if !p.is_file() {
                 return Err(format!("TLS {what} file {} does not exist", p.display()));
@@ -206,7 +219,10 @@ async fn bridge_gateway(docker: &Docker, network_mode: &str) -> Result<IpAddr, S
         other => other,
     };
     let net = docker
-        .inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>)
+        .inspect_network(
+            name,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
         .await
         .map_err(|e| format!("cannot inspect network {name}: {e}"))?;
     let configs = net.ipam.and_then(|i| i.config).unwrap_or_default();
@@ -330,7 +346,10 @@ mod tests {
         );
         assert!(client("https://127.0.0.1:1", None).is_err());
         assert!(client("tcp://127.0.0.1:1", None).is_ok());
-        assert_eq!(first_host("172.17.0.0/16"), Some(IpAddr::from([172, 17, 0, 1])));
+        assert_eq!(
+            first_host("172.17.0.0/16"),
+            Some(IpAddr::from([172, 17, 0, 1]))
+        );
         assert_eq!(interface_v4("lo"), Some(std::net::Ipv4Addr::LOCALHOST));
     }
 }

@@ -138,7 +138,10 @@ pub async fn build(
     {
         let labels = i.config.and_then(|c| c.labels).unwrap_or_default();
         if labels.get(LABEL_CLI) == Some(&cli) && labels.get(LABEL_BASE) == Some(&spec.base) {
-            progress(&format!("{} already holds {cli} on {}", spec.tag, spec.base));
+            progress(&format!(
+                "{} already holds {cli} on {}",
+                spec.tag, spec.base
+            ));
             return Ok(Built {
                 tag: spec.tag.clone(),
                 id: i.id.as_deref().map(short).unwrap_or_default(),
@@ -167,7 +170,11 @@ pub async fn build(
                 w.dir(&format!("opt/aicli/node_modules/{scope}"), 0o755)?;
             }
             w.dir(&format!("opt/aicli/node_modules/{p}"), 0o755)?;
-            w.tree(&modules.join(p), &format!("opt/aicli/node_modules/{p}"), &|_| false)?;
+            w.tree(
+                &modules.join(p),
+                &format!("opt/aicli/node_modules/{p}"),
+                &|_| false,
+            )?;
         }
         w.symlink(
             &format!("opt/aicli/bin/{binary}"),
@@ -261,7 +268,9 @@ pub async fn runtime_image(
         .lines()
         .find_map(|l| l.strip_prefix("node="))
         .map(str::to_owned);
-    let need_node = base_node.as_deref().is_none_or(|v| node_major(v) < MIN_NODE_MAJOR);
+    let need_node = base_node
+        .as_deref()
+        .is_none_or(|v| node_major(v) < MIN_NODE_MAJOR);
     let need_git = !probe.lines().any(|l| l == "git=yes");
     let host_node = if need_node {
         Some(find_node(&spec.search_path).await?)
@@ -316,7 +325,10 @@ pub async fn runtime_image(
         }
         w.dir("tmp/aicli-debs", 0o755)?;
         for d in &debs2 {
-            let name = d.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = d
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             w.copy_file(d, &format!("tmp/aicli-debs/{name}"), 0o644)?;
         }
         Ok(())
@@ -413,9 +425,11 @@ async fn layer<F>(docker: &Docker, l: &Layer, add: F) -> Result<(String, String)
 where
     F: FnOnce(&mut TarWriter) -> std::io::Result<()> + Send + 'static,
 {
-    let api = |what: String| move |e: bollard::errors::Error| DockerError::Api {
-        what,
-        message: e.to_string(),
+    let api = |what: String| {
+        move |e: bollard::errors::Error| DockerError::Api {
+            what,
+            message: e.to_string(),
+        }
     };
     let created = docker
         .create_container(
@@ -466,7 +480,10 @@ where
             .map_err(|e| DockerError::Work(format!("cannot pack the files of {}: {e}", l.tag)))?;
         sent.map_err(api(format!("uploading the files of {}", l.tag)))?;
         docker
-            .start_container(&c.id, None::<bollard::query_parameters::StartContainerOptions>)
+            .start_container(
+                &c.id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
             .await
             .map_err(api(format!("starting the build of {}", l.tag)))?;
         let code = wait_exit(docker, &c.id).await;
@@ -543,7 +560,10 @@ pub async fn probe(docker: &Docker, image: &str, script: &str) -> Result<String,
     };
     let r = async {
         docker
-            .start_container(&c.id, None::<bollard::query_parameters::StartContainerOptions>)
+            .start_container(
+                &c.id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
             .await
             .map_err(|e| DockerError::Api {
                 what: format!("starting a container of {image}"),

@@ -161,7 +161,11 @@ mod tests {
         assert_eq!(Labelled::read(&l.to_map()), Some(l.clone()));
         assert!(owner_alive(&l.owner));
         // The same machine, a pid that is not alive (or not with that start time).
-        assert!(!owner_alive(&format!("{}:{}:1", hostname(), std::process::id())));
+        assert!(!owner_alive(&format!(
+            "{}:{}:1",
+            hostname(),
+            std::process::id()
+        )));
         assert!(!owner_alive("garbage"));
         // Another machine cannot be checked: it counts as alive.
         assert!(owner_alive("some-other-machine:1:1"));

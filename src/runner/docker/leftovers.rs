@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bollard::query_parameters::{KillContainerOptions, ListContainersOptions, WaitContainerOptions};
+use bollard::query_parameters::{
+    KillContainerOptions, ListContainersOptions, WaitContainerOptions,
+};
 use futures_util::StreamExt;
 
 use super::handle::Container;
@@ -37,7 +39,10 @@ pub struct ContainerInfo {
 }
 
 /// aicli's containers on `hosts`, optionally only those of one batch's task.
-pub async fn list(hosts: &[Arc<Host>], only: Option<(&str, &str)>) -> Vec<(Arc<Host>, ContainerInfo)> {
+pub async fn list(
+    hosts: &[Arc<Host>],
+    only: Option<(&str, &str)>,
+) -> Vec<(Arc<Host>, ContainerInfo)> {
     let mut out = Vec::new();
     for h in hosts {
         let mut label = vec![labels::MANAGED.to_owned()];
@@ -114,7 +119,10 @@ pub async fn remove(hosts: &[Arc<Host>], only: Option<(&str, &str)>, all: bool) 
                 "removed {} on {} (task {}/{}, was {}){note}",
                 info.name, info.host, info.labels.batch_id, info.labels.task_id, info.state
             )),
-            Err(e) => lines.push(format!("could not remove {} on {}: {e}", info.name, info.host)),
+            Err(e) => lines.push(format!(
+                "could not remove {} on {}: {e}",
+                info.name, info.host
+            )),
         }
     }
     lines
@@ -153,11 +161,18 @@ async fn recover_remote(c: &Container, info: &ContainerInfo) -> Result<bool, sup
                 .await;
         }
     }
-    let scratch = std::env::temp_dir().join(format!("aicli-recover-{}", &info.id[..12.min(info.id.len())]));
+    let scratch = std::env::temp_dir().join(format!(
+        "aicli-recover-{}",
+        &info.id[..12.min(info.id.len())]
+    ));
     let tag = format!(
         "{}-{}-{}",
         info.labels.batch_id, info.labels.task_id, info.labels.attempt
     );
-    let home = info.labels.home.as_deref().filter(|h| h.parent().is_some_and(|p| p.is_dir()));
+    let home = info
+        .labels
+        .home
+        .as_deref()
+        .filter(|h| h.parent().is_some_and(|p| p.is_dir()));
     remote::bring_back(c, info.labels.workspace.as_deref(), home, &scratch, &tag).await
 }

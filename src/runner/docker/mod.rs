@@ -139,11 +139,20 @@ impl DockerRunner {
     /// The image `provider` runs in: `engine.docker.images.<name>`, else
     /// `aicli/<name>:<pinned version>`.
     pub fn image_for(config: &DockerConfig, provider: &SharedProvider) -> String {
-        image_name(config, provider.name(), provider.config().version.as_deref())
+        image_name(
+            config,
+            provider.name(),
+            provider.config().version.as_deref(),
+        )
     }
 
     /// `PATH` of `image` on host `idx`, checking that it is there.
-    async fn image_path(&self, idx: usize, image: &str, provider: &str) -> Result<String, DockerError> {
+    async fn image_path(
+        &self,
+        idx: usize,
+        image: &str,
+        provider: &str,
+    ) -> Result<String, DockerError> {
         let key = (idx, image.to_owned());
         if let Some(p) = self.images.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(p);
@@ -287,7 +296,8 @@ impl Runner for DockerRunner {
         create_private_dir(req.private_dir)
             .map_err(|e| work(e, "the run's private directory", req.private_dir))?;
         if let Some(user_home) = req.inherited_env.get("HOME").map(PathBuf::from) {
-            let mut files: Vec<String> = COMMON_HOME_FILES.iter().map(|s| (*s).to_owned()).collect();
+            let mut files: Vec<String> =
+                COMMON_HOME_FILES.iter().map(|s| (*s).to_owned()).collect();
             files.extend(req.provider.config().container_home_files.iter().cloned());
             copy_home_files(&user_home, req.task_home, &files)
                 .map_err(|e| work(e, "the login copies in", req.task_home))?;

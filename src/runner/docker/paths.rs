@@ -133,7 +133,10 @@ mod tests {
             m.rewrite("x/r/.aicli/worktrees/b/t1 \"/r/.aicli/worktrees/b/t1\""),
             "x/r/.aicli/worktrees/b/t1 \"/workspace\""
         );
-        assert_eq!(m.rewrite("héllo /r/.aicli/worktrees/b/t1é"), "héllo /r/.aicli/worktrees/b/t1é");
+        assert_eq!(
+            m.rewrite("héllo /r/.aicli/worktrees/b/t1é"),
+            "héllo /r/.aicli/worktrees/b/t1é"
+        );
         assert_eq!(m.rewrite(""), "");
     }
 }

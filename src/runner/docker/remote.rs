@@ -254,7 +254,10 @@ pub async fn bring_back(
                 })?;
             }
             std::fs::rename(&fresh, home).map_err(|e| {
-                DockerError::Work(format!("cannot put the task's home at {}: {e}", home.display()))
+                DockerError::Work(format!(
+                    "cannot put the task's home at {}: {e}",
+                    home.display()
+                ))
             })?;
             let _ = std::fs::remove_dir_all(&old);
         }
@@ -264,8 +267,7 @@ pub async fn bring_back(
     };
     let got = scratch.join("runner");
     let bundle_path = format!("{RUNNER_DIR}/work.bundle");
-    if c
-        .docker
+    if c.docker
         .get_container_archive_info(
             &c.id,
             Some(bollard::query_parameters::ContainerArchiveInfoOptions {
@@ -295,13 +297,14 @@ pub async fn apply_bundle(ws: &Path, bundle: &Path, tag: &str) -> Result<(), Doc
     let b = bundle.display().to_string();
     let snap_ref = format!("refs/aicli/incoming/{tag}");
     let fail = |what: &str, e: crate::worktree::WorktreeError| {
-        DockerError::Work(format!(
-            "{what} (the bundle is kept at {b}): {e}"
-        ))
+        DockerError::Work(format!("{what} (the bundle is kept at {b}): {e}"))
     };
-    let root = git(ws, &["rev-parse", "--path-format=absolute", "--git-common-dir"])
-        .await
-        .map_err(|e| fail("cannot find the repository", e))?;
+    let root = git(
+        ws,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    )
+    .await
+    .map_err(|e| fail("cannot find the repository", e))?;
     {
         let lock = crate::worktree::repo_lock(Path::new(&root));
         let _guard = lock.lock().await;
@@ -321,9 +324,18 @@ pub async fn apply_bundle(ws: &Path, bundle: &Path, tag: &str) -> Result<(), Doc
     git(ws, &["reset", "--quiet", "--hard", &format!("{snap_ref}^")])
         .await
         .map_err(|e| fail("cannot move the branch to the work", e))?;
-    git(ws, &["restore", &format!("--source={snap_ref}"), "--worktree", "--", "."])
-        .await
-        .map_err(|e| fail("cannot restore the uncommitted work", e))?;
+    git(
+        ws,
+        &[
+            "restore",
+            &format!("--source={snap_ref}"),
+            "--worktree",
+            "--",
+            ".",
+        ],
+    )
+    .await
+    .map_err(|e| fail("cannot restore the uncommitted work", e))?;
     let _ = git(ws, &["update-ref", "-d", &snap_ref]).await;
     Ok(())
 }

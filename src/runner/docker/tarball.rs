@@ -128,7 +128,8 @@ impl TarWriter {
                     }
                     let mut h = self.header(tar::EntryType::Regular, mode, meta.len());
                     let f = std::fs::File::open(&path)?;
-                    self.builder.append_data(&mut h, &name, f.take(meta.len()))?;
+                    self.builder
+                        .append_data(&mut h, &name, f.take(meta.len()))?;
                 }
             }
         }
@@ -198,7 +199,8 @@ mod tests {
             }
             all
         });
-        w.tree(&root, "ws", &|p| p == Path::new("sub/.git")).unwrap();
+        w.tree(&root, "ws", &|p| p == Path::new("sub/.git"))
+            .unwrap();
         w.file("ws/extra", b"hi", 0o644).unwrap();
         w.finish().unwrap();
         let bytes = collect.join().unwrap();

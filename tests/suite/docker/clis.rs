@@ -54,16 +54,27 @@ pub async fn agent_commit_lands_on_the_branch(setup: Setup) {
     let t = E2e::start_in(setup, Cli::Claude, script).await;
     let ran = t.run_one(t.shell_task("commit", "Commit a file")).await;
     let r = ran.only();
-    assert_eq!(r.status, aicli::providers::SessionStatus::Succeeded, "{}", describe(r));
+    assert_eq!(
+        r.status,
+        aicli::providers::SessionStatus::Succeeded,
+        "{}",
+        describe(r)
+    );
     let wt = r.worktree.clone().expect("the worktree holds work");
     let branch = r.branch.clone().expect("branch");
     assert_eq!(
-        git(t.repo.path(), &["log", "--format=%s", &format!("main..{branch}")]),
+        git(
+            t.repo.path(),
+            &["log", "--format=%s", &format!("main..{branch}")]
+        ),
         "agent commit",
         "{}",
         describe(r)
     );
-    assert_eq!(git(&wt, &["show", &format!("{branch}:committed.txt")]), "one");
+    assert_eq!(
+        git(&wt, &["show", &format!("{branch}:committed.txt")]),
+        "one"
+    );
     assert_eq!(git(&wt, &["status", "--porcelain"]), "?? uncommitted.txt");
     assert!(git(t.repo.path(), &["for-each-ref", "refs/aicli"]).is_empty());
     t.finish().await;

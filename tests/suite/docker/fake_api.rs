@@ -16,10 +16,14 @@ fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
 
 fn places(repo: &std::path::Path) -> Vec<String> {
     let mut out = Vec::new();
-    for b in std::fs::read_dir(repo.join(".aicli/runs")).unwrap().flatten() {
+    for b in std::fs::read_dir(repo.join(".aicli/runs"))
+        .unwrap()
+        .flatten()
+    {
         for t in std::fs::read_dir(b.path().join("tasks")).unwrap().flatten() {
             let v: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(t.path().join("task.json")).unwrap()).unwrap();
+                serde_json::from_slice(&std::fs::read(t.path().join("task.json")).unwrap())
+                    .unwrap();
             for a in v["attempts"].as_array().unwrap() {
                 out.push(a["place"].as_str().unwrap_or("-").to_owned());
             }
@@ -57,7 +61,16 @@ async fn run_runner_docker_fake_api_works_offline_for_all_three_clis() {
         ("codex", "Hello from the fake OpenAI Responses API."),
         ("gemini", "Hello from the fake Gemini API."),
     ] {
-        let out = aicli(&["run", "--runner", "docker", "--fake-api", "--provider", p, "--json", "Say hello"]);
+        let out = aicli(&[
+            "run",
+            "--runner",
+            "docker",
+            "--fake-api",
+            "--provider",
+            p,
+            "--json",
+            "Say hello",
+        ]);
         assert_code(&out, 0, p);
         let last = json_lines(&out).pop().unwrap();
         assert_eq!(last["status"], "succeeded", "{p}: {last}");
@@ -88,6 +101,9 @@ async fn run_runner_docker_fake_api_works_offline_for_all_three_clis() {
     assert_eq!(r["continuation"]["mode"], "resume", "{r}");
     let places = places(repo.path());
     assert_eq!(places.len(), 5, "{places:?}");
-    assert!(places.iter().all(|p| p.starts_with("docker ")), "{places:?}");
+    assert!(
+        places.iter().all(|p| p.starts_with("docker ")),
+        "{places:?}"
+    );
     support::assert_no_container_for_repo(&docker, repo.path()).await;
 }

@@ -35,7 +35,15 @@ async fn a_run_in_a_container_works_in_the_worktree_and_leaves_nothing() {
     let (tx, events) = collect_events();
     let batch = engine
         .run_batch(
-            vec![task("t1", &["--touch", "made-in-container.txt", "--require-file", "/workspace/README.md"])],
+            vec![task(
+                "t1",
+                &[
+                    "--touch",
+                    "made-in-container.txt",
+                    "--require-file",
+                    "/workspace/README.md",
+                ],
+            )],
             opts,
             tx,
             CancellationToken::new(),
@@ -105,8 +113,16 @@ async fn every_end_of_a_run_removes_its_container() {
         CancellationToken::new(),
     )
     .await;
-    assert_eq!(b.tasks[0].status, SessionStatus::Failed, "{:#?}", b.tasks[0]);
-    assert_eq!(b.tasks[0].error_kind, Some(aicli::providers::ErrorKind::Network));
+    assert_eq!(
+        b.tasks[0].status,
+        SessionStatus::Failed,
+        "{:#?}",
+        b.tasks[0]
+    );
+    assert_eq!(
+        b.tasks[0].error_kind,
+        Some(aicli::providers::ErrorKind::Network)
+    );
     assert_eq!(b.tasks[0].exit_code, Some(1));
     assert_no_container(&docker, &b.batch_id).await;
 
@@ -114,9 +130,20 @@ async fn every_end_of_a_run_removes_its_container() {
     let mut t = task("hangs", &["--hang-after", "1"]);
     t.timeout_secs = Some(2);
     let started = std::time::Instant::now();
-    let b = run(&engine, repo.path(), vec![t], |_| {}, CancellationToken::new()).await;
+    let b = run(
+        &engine,
+        repo.path(),
+        vec![t],
+        |_| {},
+        CancellationToken::new(),
+    )
+    .await;
     let r = &b.tasks[0];
-    assert_eq!(r.error_kind, Some(aicli::providers::ErrorKind::Timeout), "{r:#?}");
+    assert_eq!(
+        r.error_kind,
+        Some(aicli::providers::ErrorKind::Timeout),
+        "{r:#?}"
+    );
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
     assert_no_container(&docker, &b.batch_id).await;
 
@@ -127,7 +154,14 @@ async fn every_end_of_a_run_removes_its_container() {
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         c2.cancel();
     });
-    let b = run(&engine, repo.path(), vec![task("cancelled", &["--hang-after", "1"])], |_| {}, cancel).await;
+    let b = run(
+        &engine,
+        repo.path(),
+        vec![task("cancelled", &["--hang-after", "1"])],
+        |_| {},
+        cancel,
+    )
+    .await;
     let r = &b.tasks[0];
     assert_eq!(r.status, SessionStatus::Interrupted, "{r:#?}");
     assert_no_container(&docker, &b.batch_id).await;
@@ -136,7 +170,10 @@ async fn every_end_of_a_run_removes_its_container() {
     let b = run(
         &engine,
         repo.path(),
-        vec![task("quick", &[]), task("slow", &["--line-delay-ms", "5000"])],
+        vec![
+            task("quick", &[]),
+            task("slow", &["--line-delay-ms", "5000"]),
+        ],
         |o| {
             o.budget_usd = Some(0.0001);
             o.max_parallel = Some(2);
@@ -145,7 +182,11 @@ async fn every_end_of_a_run_removes_its_container() {
     )
     .await;
     let slow = b.tasks.iter().find(|t| t.task_id == "slow").expect("slow");
-    assert_eq!(slow.error_kind, Some(aicli::providers::ErrorKind::Budget), "{slow:#?}");
+    assert_eq!(
+        slow.error_kind,
+        Some(aicli::providers::ErrorKind::Budget),
+        "{slow:#?}"
+    );
     assert_no_container(&docker, &b.batch_id).await;
 }
 
@@ -200,16 +241,22 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
         "--repo",
         repo.path().to_str().unwrap(),
     ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
     let runs = repo.path().join(".aicli/runs");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let batch_dir = loop {
-        assert!(std::time::Instant::now() < deadline, "the batch never got going");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never got going"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let Some(b) = std::fs::read_dir(&runs).ok().and_then(|d| d.flatten().next()) else {
+        let Some(b) = std::fs::read_dir(&runs)
+            .ok()
+            .and_then(|d| d.flatten().next())
+        else {
             continue;
         };
         let t = b.path().join("tasks");
@@ -223,7 +270,11 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
             break b.path();
         }
     };
-    let batch_id = batch_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let batch_id = batch_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -245,20 +296,35 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
     assert_eq!(mine[0]["labels"]["task_id"], "slow");
     assert_eq!(mine[0]["owner_alive"], false);
 
-    let out = cmd(&["resume", &batch_id, "--json", "--repo", repo.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cmd(&[
+        "resume",
+        &batch_id,
+        "--json",
+        "--repo",
+        repo.path().to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((result.n_tasks, result.n_succeeded), (2, 2), "{result:#?}");
     assert_no_container(&docker, &batch_id).await;
     // Nothing lost: both tasks' work is in their worktrees.
     for (id, file) in [("quick", "quick.txt"), ("slow", "slow.txt")] {
         let r = result.tasks.iter().find(|t| t.task_id == id).unwrap();
-        let wt = r.worktree.clone().unwrap_or_else(|| panic!("{id} keeps its worktree"));
+        let wt = r
+            .worktree
+            .clone()
+            .unwrap_or_else(|| panic!("{id} keeps its worktree"));
         assert!(wt.join(file).is_file(), "{id}: {file} missing");
     }
-    let rec = aicli::store::RunStore::new(&runs).open_batch(&batch_id).unwrap();
+    let rec = aicli::store::RunStore::new(&runs)
+        .open_batch(&batch_id)
+        .unwrap();
     let slow = rec.task("slow").unwrap();
     assert_eq!(slow.attempts.len(), 2);
     assert_eq!(

@@ -25,7 +25,11 @@ struct Recording {
 
 #[async_trait::async_trait]
 impl AgentServer for Recording {
-    async fn grant(&self, scope: TaskScope, reach: Option<&AgentReach>) -> Result<AgentGrant, String> {
+    async fn grant(
+        &self,
+        scope: TaskScope,
+        reach: Option<&AgentReach>,
+    ) -> Result<AgentGrant, String> {
         let (task, ws) = (scope.task_id.clone(), scope.workspace.clone());
         let g = self.server.grant(scope, reach).await?;
         self.grants
@@ -87,7 +91,9 @@ async fn a_container_cannot_use_another_tasks_token_nor_another_address() {
     let config = docker_config(vec![local_host()], &image);
     let mut opts = McpServerOptions::from_config(&config.engine, repo.path());
     opts.allowed_hosts
-        .extend(aicli::runner::docker::container_hosts(&config.engine.docker));
+        .extend(aicli::runner::docker::container_hosts(
+            &config.engine.docker,
+        ));
     let cancel = CancellationToken::new();
     let _stop = cancel.clone().drop_guard();
     let server = Arc::new(McpServer::start(opts, cancel).await.expect("server"));
@@ -96,7 +102,8 @@ async fn a_container_cannot_use_another_tasks_token_nor_another_address() {
         grants: Mutex::default(),
     });
     // The "CLI" is bash running the probe.
-    let probe = replay_provider("fake", "claude", None).with_config(|c| c.binary_name = "bash".into());
+    let probe =
+        replay_provider("fake", "claude", None).with_config(|c| c.binary_name = "bash".into());
     let engine = support::engine(config, Arc::new(probe)).with_agent_server(recording.clone());
     let task = |id: &str, others: bool| TaskSpec {
         id: id.into(),
@@ -132,7 +139,12 @@ async fn a_container_cannot_use_another_tasks_token_nor_another_address() {
     bo.max_parallel = Some(2);
     let (tx, events) = collect_events();
     let batch = engine
-        .run_batch(vec![task("b", false), task("a", true)], bo, tx, CancellationToken::new())
+        .run_batch(
+            vec![task("b", false), task("a", true)],
+            bo,
+            tx,
+            CancellationToken::new(),
+        )
         .await
         .expect("batch");
     let _ = events.await;
@@ -141,12 +153,20 @@ async fn a_container_cannot_use_another_tasks_token_nor_another_address() {
     let dir = store.open_batch(&batch.batch_id).unwrap().task_dir("a");
     let out = std::fs::read_to_string(dir.join("events.ndjson")).unwrap();
     let lines: Vec<&str> = out.lines().map(str::trim).collect();
-    assert!(lines.iter().any(|l| l.starts_with("own HTTP/1.1 200")), "{out}");
     assert!(
-        lines.iter().any(|l| l.starts_with("other-task HTTP/1.1 403")),
+        lines.iter().any(|l| l.starts_with("own HTTP/1.1 200")),
+        "{out}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("other-task HTTP/1.1 403")),
         "another task's live token must be refused: {out}"
     );
-    assert!(lines.contains(&format!("own-on-{other} refused").as_str()), "{out}");
+    assert!(
+        lines.contains(&format!("own-on-{other} refused").as_str()),
+        "{out}"
+    );
     assert!(lines.contains(&"own-on-loopback refused"), "{out}");
     support::assert_no_container(&docker, &batch.batch_id).await;
     assert_eq!(server.live_tokens(), 0);

@@ -8,7 +8,9 @@ use aicli::providers::TaskSpec;
 use tokio_util::sync::CancellationToken;
 
 use super::remote_engine::RemoteEngine;
-use super::support::{self, DockerSetup, assert_no_container, docker_config, fake_provider, local_host};
+use super::support::{
+    self, DockerSetup, assert_no_container, docker_config, fake_provider, local_host,
+};
 use crate::suite::e2e::{Cli, Setup, builtin_tool_with, question_then_answer_with};
 use crate::suite::support::{collect_events, git, git_repo};
 
@@ -39,7 +41,10 @@ async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
     l.max_containers = Some(5);
     let mut r = remote.host("remote");
     r.max_containers = Some(5);
-    let engine = support::engine(docker_config(vec![l, r], &image), fake_provider("claude", "text"));
+    let engine = support::engine(
+        docker_config(vec![l, r], &image),
+        fake_provider("claude", "text"),
+    );
     let tasks: Vec<TaskSpec> = (0..10)
         .map(|i| TaskSpec {
             id: format!("t{i}"),
@@ -74,15 +79,24 @@ async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
     for r in &batch.tasks {
         let i = r.task_id.trim_start_matches('t');
         assert!(!r.response.is_empty(), "{r:#?}");
-        let wt = r.worktree.clone().unwrap_or_else(|| panic!("{} keeps its work", r.task_id));
+        let wt = r
+            .worktree
+            .clone()
+            .unwrap_or_else(|| panic!("{} keeps its work", r.task_id));
         // Exactly the task's file is new: nothing of the transfer, the wrapper or the
         // snapshot commit, and the branch has no commit of aicli's.
         let status = git(&wt, &["status", "--porcelain", "--untracked-files=all"]);
         assert_eq!(status, format!("?? out-{i}.txt"), "{}", r.task_id);
         let branch = r.branch.clone().unwrap();
-        assert_eq!(git(&wt, &["rev-list", "--count", &format!("main..{branch}")]), "0");
+        assert_eq!(
+            git(&wt, &["rev-list", "--count", &format!("main..{branch}")]),
+            "0"
+        );
         assert!(git(repo.path(), &["for-each-ref", "refs/aicli"]).is_empty());
-        let place = rec.task(&r.task_id).unwrap().attempts[0].place.clone().unwrap();
+        let place = rec.task(&r.task_id).unwrap().attempts[0]
+            .place
+            .clone()
+            .unwrap();
         if place.starts_with("docker remote") {
             on_remote += 1;
         } else if place.starts_with("docker local") {
@@ -90,7 +104,10 @@ async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
         }
     }
     assert_eq!(on_local + on_remote, 10);
-    assert!(on_local >= 2 && on_remote >= 2, "local {on_local}, remote {on_remote}");
+    assert!(
+        on_local >= 2 && on_remote >= 2,
+        "local {on_local}, remote {on_remote}"
+    );
     assert_no_container(&local, &batch.batch_id).await;
     assert_no_container(&remote.docker, &batch.batch_id).await;
 }
@@ -134,24 +151,39 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
         c.args(["--config", cfg.to_str().unwrap()]).args(args);
         c
     };
-    let mut child = cmd(&["batch", tasks_file.to_str().unwrap(), "--repo", repo.path().to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = cmd(&[
+        "batch",
+        tasks_file.to_str().unwrap(),
+        "--repo",
+        repo.path().to_str().unwrap(),
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
     let runs = repo.path().join(".aicli/runs");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let batch_dir = loop {
-        assert!(std::time::Instant::now() < deadline, "the run never printed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never printed"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let Some(b) = std::fs::read_dir(&runs).ok().and_then(|d| d.flatten().next()) else {
+        let Some(b) = std::fs::read_dir(&runs)
+            .ok()
+            .and_then(|d| d.flatten().next())
+        else {
             continue;
         };
         if std::fs::metadata(b.path().join("tasks/slow/events.ndjson")).is_ok_and(|m| m.len() > 0) {
             break b.path();
         }
     };
-    let batch_id = batch_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let batch_id = batch_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -172,22 +204,50 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
         .await
         .unwrap();
     assert_eq!(left.len(), 1);
-    assert!(left[0].mounts.as_ref().is_none_or(|m| m.is_empty()), "{:?}", left[0].mounts);
-    let wt = repo.path().join(".aicli/worktrees").join(&batch_id).join("slow");
-    assert!(!wt.join("slow.txt").exists(), "the work is only remote so far");
+    assert!(
+        left[0].mounts.as_ref().is_none_or(|m| m.is_empty()),
+        "{:?}",
+        left[0].mounts
+    );
+    let wt = repo
+        .path()
+        .join(".aicli/worktrees")
+        .join(&batch_id)
+        .join("slow");
+    assert!(
+        !wt.join("slow.txt").exists(),
+        "the work is only remote so far"
+    );
 
     let out = cmd(&["containers", "prune"]).output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(said.contains("its work brought back"), "{said}");
-    assert!(wt.join("slow.txt").is_file(), "prune did not bring the work back: {said}");
+    assert!(
+        wt.join("slow.txt").is_file(),
+        "prune did not bring the work back: {said}"
+    );
     assert_eq!(git(&wt, &["status", "--porcelain"]), "?? slow.txt");
     assert_no_container(&remote.docker, &batch_id).await;
 
-    let out = cmd(&["resume", &batch_id, "--json", "--repo", repo.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cmd(&[
+        "resume",
+        &batch_id,
+        "--json",
+        "--repo",
+        repo.path().to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result.n_succeeded, 1, "{result:#?}");
     assert!(wt.join("slow.txt").is_file());

@@ -65,7 +65,10 @@ impl RemoteEngine {
         let gateway = Ipv4Addr::new(172, 31, 200 + slot as u8, 1);
         let _ = run("ip", &["link", "del", &bridge]);
         run("ip", &["link", "add", &bridge, "type", "bridge"])?;
-        run("ip", &["addr", "add", &format!("{gateway}/24"), "dev", &bridge])?;
+        run(
+            "ip",
+            &["addr", "add", &format!("{gateway}/24"), "dev", &bridge],
+        )?;
         run("ip", &["link", "set", &bridge, "up"])?;
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
@@ -89,7 +92,9 @@ impl RemoteEngine {
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let child = cmd.spawn().map_err(|e| format!("cannot start dockerd: {e}"))?;
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start dockerd: {e}"))?;
         let mut engine = RemoteEngine {
             docker: Docker::connect_with_http(&url, 600, bollard::API_DEFAULT_VERSION)
                 .map_err(|e| e.to_string())?,

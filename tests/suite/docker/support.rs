@@ -25,8 +25,11 @@ pub const FIXTURES_IN_IMAGE: &str = "/opt/aicli-test/fixtures";
 
 /// The local engine, or `None` after printing why the calling test is skipped.
 pub async fn local_engine(test: &str) -> Option<Docker> {
-    let why = match Docker::connect_with_unix("/var/run/docker.sock", 120, bollard::API_DEFAULT_VERSION)
-    {
+    let why = match Docker::connect_with_unix(
+        "/var/run/docker.sock",
+        120,
+        bollard::API_DEFAULT_VERSION,
+    ) {
         Ok(d) => match d.negotiate_version().await {
             Ok(d) => match d.ping().await {
                 Ok(_) => return Some(d),
@@ -114,7 +117,11 @@ pub async fn fake_cli_image(docker: &Docker) -> String {
         for i in old {
             for t in i.repo_tags {
                 let _ = docker
-                    .remove_image(&t, None::<bollard::query_parameters::RemoveImageOptions>, None)
+                    .remove_image(
+                        &t,
+                        None::<bollard::query_parameters::RemoveImageOptions>,
+                        None,
+                    )
                     .await;
             }
         }
@@ -190,14 +197,19 @@ pub async fn containers_of(docker: &Docker, batch: &str) -> Vec<String> {
 /// Fails when a container of `batch` is left on `docker`.
 pub async fn assert_no_container(docker: &Docker, batch: &str) {
     let left = containers_of(docker, batch).await;
-    assert!(left.is_empty(), "containers of batch {batch} left: {left:?}");
+    assert!(
+        left.is_empty(),
+        "containers of batch {batch} left: {left:?}"
+    );
 }
 
 /// The local engine's bridge gateway (172.17.0.1 on a stock engine): where servers the
 /// containers reach as `host.docker.internal` listen.
 pub async fn bridge_gateway() -> std::net::IpAddr {
-    let mut cfg = aicli::providers::DockerConfig::default();
-    cfg.hosts = vec![local_host()];
+    let cfg = aicli::providers::DockerConfig {
+        hosts: vec![local_host()],
+        ..Default::default()
+    };
     let runner = aicli::runner::DockerRunner::connect(&cfg, &BTreeMap::new())
         .await
         .expect("the local engine");
@@ -213,11 +225,8 @@ pub async fn provider_image(docker: &Docker, config: &AiCliConfig, provider: &st
         .await;
     let mut built = built.lock().await;
     let p = &config.providers[provider];
-    let tag = aicli::runner::docker::image_name(
-        &config.engine.docker,
-        provider,
-        p.version.as_deref(),
-    );
+    let tag =
+        aicli::runner::docker::image_name(&config.engine.docker, provider, p.version.as_deref());
     if built.contains_key(&tag) || docker.inspect_image(&tag).await.is_ok() {
         built.insert(tag.clone(), tag.clone());
         return tag;
@@ -243,10 +252,8 @@ pub async fn provider_image(docker: &Docker, config: &AiCliConfig, provider: &st
 
 /// Fails when a container of a task of `repo` is left (any batch).
 pub async fn assert_no_container_for_repo(docker: &Docker, repo: &Path) {
-    let filters = std::collections::HashMap::from([(
-        "label".to_owned(),
-        vec![labels::MANAGED.to_owned()],
-    )]);
+    let filters =
+        std::collections::HashMap::from([("label".to_owned(), vec![labels::MANAGED.to_owned()])]);
     let left: Vec<String> = docker
         .list_containers(Some(bollard::query_parameters::ListContainersOptions {
             all: true,
@@ -264,7 +271,11 @@ pub async fn assert_no_container_for_repo(docker: &Docker, repo: &Path) {
         })
         .map(|c| c.names.unwrap_or_default().join(","))
         .collect();
-    assert!(left.is_empty(), "containers of {} left: {left:?}", repo.display());
+    assert!(
+        left.is_empty(),
+        "containers of {} left: {left:?}",
+        repo.display()
+    );
 }
 
 /// Where an e2e contract test runs its CLI in containers: the engines and the address
@@ -293,7 +304,10 @@ impl DockerSetup {
     }
 
     /// Containers on `remote` only (no filesystem shared).
-    pub fn on_remote(local: Docker, remote: Arc<super::remote_engine::RemoteEngine>) -> DockerSetup {
+    pub fn on_remote(
+        local: Docker,
+        remote: Arc<super::remote_engine::RemoteEngine>,
+    ) -> DockerSetup {
         DockerSetup {
             local,
             hosts: vec![remote.host("remote")],

@@ -444,7 +444,9 @@ impl E2e {
         if setup.docker.is_some() {
             mcp_options
                 .allowed_hosts
-                .extend(aicli::runner::docker::container_hosts(&config.engine.docker));
+                .extend(aicli::runner::docker::container_hosts(
+                    &config.engine.docker,
+                ));
         }
         let server = Arc::new(
             McpServer::start(mcp_options, cancel.clone())
@@ -882,7 +884,8 @@ pub async fn builtin_tool(cli: Cli) {
 /// [`builtin_tool`] with a setup (in containers, say).
 pub async fn builtin_tool_with(cli: Cli, setup: Setup) {
     const FILE: &str = "created_by_the_agent.txt";
-    let t = E2e::start_in(setup, 
+    let t = E2e::start_in(
+        setup,
         cli,
         Script::shell(format!("touch {FILE}")).then_quote_tool_result(),
     )
@@ -929,7 +932,8 @@ pub async fn mcp_workspace_files(cli: Cli) {
 
 /// [`mcp_workspace_files`] with a setup (in containers, say).
 pub async fn mcp_workspace_files_with(cli: Cli, setup: Setup) {
-    let t = E2e::start_in(setup, 
+    let t = E2e::start_in(
+        setup,
         cli,
         Script::mcp_tool_call(MCP_SERVER, "getWorkspaceFiles", json!({})).then_quote_tool_result(),
     )
@@ -1000,7 +1004,8 @@ pub async fn question_then_answer_with(cli: Cli, setup: Setup) {
     const QUESTION: &str = "Which database should the service use?";
     const PROMPT: &str = "Set up the storage layer";
     const ANSWER: &str = "Postgres, version 17";
-    let t = E2e::start_in(setup, 
+    let t = E2e::start_in(
+        setup,
         cli,
         Script::mcp_tool_call(
             MCP_SERVER,
