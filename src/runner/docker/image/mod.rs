@@ -21,18 +21,16 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use bollard::Docker;
-use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
-use bollard::query_parameters::{
-    CommitContainerOptions, CreateContainerOptions, LogsOptions, UploadToContainerOptions,
-    WaitContainerOptions,
-};
-use futures_util::StreamExt;
 use serde_json::Value;
 
 use super::DockerError;
-use super::handle::Container;
-use super::placement::remove_container;
-use super::tarball::{self, TarWriter};
+use super::tarball::TarWriter;
+
+mod host;
+mod layer;
+
+pub use layer::probe;
+use layer::{Layer, ensure_base, layer};
 
 /// The uid (and gid) of the user `aicli` in aicli's images.
 pub const USER_ID: u32 = 1000;
@@ -47,7 +45,7 @@ pub const LABEL_CLI: &str = "dev.aicli.image.cli";
 /// Label: the image it was built from.
 pub const LABEL_BASE: &str = "dev.aicli.image.base";
 /// The node major version the CLIs need (Gemini CLI: >= 20).
-const MIN_NODE_MAJOR: u32 = 20;
+pub(super) const MIN_NODE_MAJOR: u32 = 20;
 
 /// What to build.
 #[derive(Debug, Clone)]
@@ -216,34 +214,6 @@ pub async fn build(
     })
 }
 
-/// Pulls `base` when the engine does not have it (a registry may be reachable).
-async fn ensure_base(
-    docker: &Docker,
-    base: &str,
-    progress: &(dyn Fn(&str) + Send + Sync),
-) -> Result<(), DockerError> {
-    if docker.inspect_image(base).await.is_ok() {
-        return Ok(());
-    }
-    progress(&format!("pulling {base}"));
-    let mut s = docker.create_image(
-        Some(bollard::query_parameters::CreateImageOptions {
-            from_image: Some(base.to_owned()),
-            ..Default::default()
-        }),
-        None,
-        None,
-    );
-    while let Some(item) = s.next().await {
-        item.map_err(|e| {
-            DockerError::MissingImage(format!(
-                "base image {base} is not on the engine and cannot be pulled ({e}); build one locally (see setup-docker-engine.sh: local/base) or name another with --base"
-            ))
-        })?;
-    }
-    Ok(())
-}
-
 /// The runtime layer on `spec.base` (pulled when absent and a registry answers): node,
 /// git and the user `aicli`; reused when already built. Returns its tag.
 pub async fn runtime_image(
@@ -270,10 +240,10 @@ pub async fn runtime_image(
         .map(str::to_owned);
     let need_node = base_node
         .as_deref()
-        .is_none_or(|v| node_major(v) < MIN_NODE_MAJOR);
+        .is_none_or(|v| host::node_major(v) < MIN_NODE_MAJOR);
     let need_git = !probe.lines().any(|l| l == "git=yes");
     let host_node = if need_node {
-        Some(find_node(&spec.search_path).await?)
+        Some(host::find_node(&spec.search_path).await?)
     } else {
         None
     };
@@ -298,7 +268,7 @@ pub async fn runtime_image(
             )));
         }
         progress("downloading Debian's git for the base (apt-get --download-only)");
-        download_debs(docker, spec, &base_id, &["git"]).await?
+        host::download_debs(docker, spec, &base_id, &["git"]).await?
     } else {
         Vec::new()
     };
@@ -411,309 +381,6 @@ pub async fn files_image(
     Ok(id)
 }
 
-/// One layer: from an image, some files, a root script, committed as `tag`.
-struct Layer {
-    from: String,
-    tag: String,
-    path: String,
-    script: String,
-    labels: HashMap<String, String>,
-}
-
-/// Builds `l` with the files `add` writes; returns the image id and the script's output.
-async fn layer<F>(docker: &Docker, l: &Layer, add: F) -> Result<(String, String), DockerError>
-where
-    F: FnOnce(&mut TarWriter) -> std::io::Result<()> + Send + 'static,
-{
-    let api = |what: String| {
-        move |e: bollard::errors::Error| DockerError::Api {
-            what,
-            message: e.to_string(),
-        }
-    };
-    let created = docker
-        .create_container(
-            None::<CreateContainerOptions>,
-            ContainerCreateBody {
-                image: Some(l.from.clone()),
-                cmd: Some(vec!["/bin/sh".into(), "-c".into(), l.script.clone()]),
-                entrypoint: Some(Vec::new()),
-                user: Some("0:0".into()),
-                env: Some(vec![format!("PATH={}", l.path)]),
-                labels: Some(HashMap::from([(
-                    super::labels::MANAGED.to_owned(),
-                    "build".to_owned(),
-                )])),
-                host_config: Some(HostConfig {
-                    network_mode: Some("none".into()),
-                    ..HostConfig::default()
-                }),
-                ..ContainerCreateBody::default()
-            },
-        )
-        .await
-        .map_err(api(format!("creating a build container from {}", l.from)))?;
-    let c = Container {
-        docker: docker.clone(),
-        id: created.id,
-        host: String::new(),
-    };
-    let result = async {
-        let (mut w, rx) = TarWriter::new(0, 0);
-        let writer = tokio::task::spawn_blocking(move || {
-            add(&mut w)?;
-            w.finish()
-        });
-        let sent = docker
-            .upload_to_container(
-                &c.id,
-                Some(UploadToContainerOptions {
-                    path: "/".into(),
-                    ..Default::default()
-                }),
-                bollard::body_try_stream(tarball::stream(rx)),
-            )
-            .await;
-        writer
-            .await
-            .map_err(|e| DockerError::Work(e.to_string()))?
-            .map_err(|e| DockerError::Work(format!("cannot pack the files of {}: {e}", l.tag)))?;
-        sent.map_err(api(format!("uploading the files of {}", l.tag)))?;
-        docker
-            .start_container(
-                &c.id,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .map_err(api(format!("starting the build of {}", l.tag)))?;
-        let code = wait_exit(docker, &c.id).await;
-        let out = logs(docker, &c.id, Some(200)).await;
-        if code != 0 {
-            return Err(DockerError::Work(format!(
-                "building {} failed (exit {code}):\n{}",
-                l.tag,
-                out.trim()
-            )));
-        }
-        let (repo, tag) = match l.tag.rsplit_once(':').filter(|(_, t)| !t.contains('/')) {
-            Some((r, t)) => (r.to_owned(), t.to_owned()),
-            None => (l.tag.clone(), "latest".to_owned()),
-        };
-        let id = docker
-            .commit_container(
-                CommitContainerOptions {
-                    container: Some(c.id.clone()),
-                    repo: Some(repo),
-                    tag: Some(tag),
-                    pause: false,
-                    ..Default::default()
-                },
-                ContainerConfig {
-                    cmd: Some(vec!["/bin/sh".into()]),
-                    entrypoint: Some(Vec::new()),
-                    env: Some(vec![format!("PATH={}", l.path)]),
-                    user: Some(String::new()),
-                    working_dir: Some("/workspace".into()),
-                    labels: Some(l.labels.clone()),
-                    ..ContainerConfig::default()
-                },
-            )
-            .await
-            .map_err(api(format!("committing {}", l.tag)))?
-            .id;
-        Ok((id, out))
-    }
-    .await;
-    let _ = remove_container(&c).await;
-    result
-}
-
-/// Runs `script` in a throwaway container of `image` (no network) and returns stdout.
-pub async fn probe(docker: &Docker, image: &str, script: &str) -> Result<String, DockerError> {
-    let created = docker
-        .create_container(
-            None::<CreateContainerOptions>,
-            ContainerCreateBody {
-                image: Some(image.to_owned()),
-                cmd: Some(vec!["/bin/sh".into(), "-c".into(), script.to_owned()]),
-                entrypoint: Some(Vec::new()),
-                labels: Some(HashMap::from([(
-                    super::labels::MANAGED.to_owned(),
-                    "probe".to_owned(),
-                )])),
-                host_config: Some(HostConfig {
-                    network_mode: Some("none".into()),
-                    ..HostConfig::default()
-                }),
-                ..ContainerCreateBody::default()
-            },
-        )
-        .await
-        .map_err(|e| DockerError::Api {
-            what: format!("creating a container of {image}"),
-            message: e.to_string(),
-        })?;
-    let c = Container {
-        docker: docker.clone(),
-        id: created.id,
-        host: String::new(),
-    };
-    let r = async {
-        docker
-            .start_container(
-                &c.id,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .map_err(|e| DockerError::Api {
-                what: format!("starting a container of {image}"),
-                message: e.to_string(),
-            })?;
-        let code = wait_exit(docker, &c.id).await;
-        let out = logs(docker, &c.id, None).await;
-        if code != 0 {
-            return Err(DockerError::Work(format!(
-                "`{script}` in {image} exited {code}: {}",
-                out.trim()
-            )));
-        }
-        Ok(out)
-    }
-    .await;
-    let _ = remove_container(&c).await;
-    r
-}
-
-async fn wait_exit(docker: &Docker, id: &str) -> i64 {
-    let mut s = docker.wait_container(
-        id,
-        Some(WaitContainerOptions {
-            condition: "not-running".into(),
-        }),
-    );
-    match s.next().await {
-        Some(Ok(r)) => r.status_code,
-        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
-        Some(Err(_)) | None => -1,
-    }
-}
-
-/// The container's output: all of it, or the last `tail` lines.
-async fn logs(docker: &Docker, id: &str, tail: Option<u32>) -> String {
-    let mut s = docker.logs(
-        id,
-        Some(LogsOptions {
-            stdout: true,
-            stderr: true,
-            tail: tail.map_or_else(|| "all".to_owned(), |n| n.to_string()),
-            ..Default::default()
-        }),
-    );
-    let mut out = String::new();
-    while let Some(Ok(chunk)) = s.next().await {
-        out.push_str(&String::from_utf8_lossy(chunk.as_ref()));
-    }
-    out
-}
-
-/// This machine's `node` on `search_path`, and its version (at least 20).
-async fn find_node(search_path: &str) -> Result<(PathBuf, String), DockerError> {
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let node = which::which_in("node", Some(search_path), &cwd).map_err(|_| {
-        DockerError::Work(
-            "the base image has no node (>= 20) and this machine has none on PATH to copy in"
-                .to_owned(),
-        )
-    })?;
-    let node = std::fs::canonicalize(&node).unwrap_or(node);
-    let out = tokio::process::Command::new(&node)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .map_err(|e| DockerError::Work(format!("cannot run {}: {e}", node.display())))?;
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if node_major(&version) < MIN_NODE_MAJOR {
-        return Err(DockerError::Work(format!(
-            "{} is node {version}; the CLIs need node >= {MIN_NODE_MAJOR}",
-            node.display()
-        )));
-    }
-    Ok((node, version))
-}
-
-fn node_major(v: &str) -> u32 {
-    v.trim()
-        .trim_start_matches('v')
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Debian packages of `wanted` and what they need beyond the base (its dpkg status),
-/// downloaded on this machine with apt-get into the cache (reused when present).
-async fn download_debs(
-    docker: &Docker,
-    spec: &RuntimeSpec,
-    base_id: &str,
-    wanted: &[&str],
-) -> Result<Vec<PathBuf>, DockerError> {
-    let dir = spec.deb_cache.join(short(base_id)).join(wanted.join("+"));
-    let archives = dir.join("archives");
-    let listed = |d: &Path| -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
-            .map(|r| {
-                r.flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "deb"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
-    };
-    let have = listed(&archives);
-    if !have.is_empty() && dir.join("complete").is_file() {
-        return Ok(have);
-    }
-    std::fs::create_dir_all(archives.join("partial"))
-        .map_err(|e| DockerError::Work(format!("cannot create {}: {e}", archives.display())))?;
-    let status = probe(docker, &spec.base, "cat /var/lib/dpkg/status").await?;
-    let status_file = dir.join("status");
-    std::fs::write(&status_file, status)
-        .map_err(|e| DockerError::Work(format!("cannot write {}: {e}", status_file.display())))?;
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let apt = which::which_in("apt-get", Some(&spec.search_path), &cwd).map_err(|_| {
-        DockerError::Work(
-            "the base image has no git, and this machine has no apt-get to download Debian's git package"
-                .to_owned(),
-        )
-    })?;
-    let out = tokio::process::Command::new(apt)
-        .args(["-q", "-y", "--download-only", "--no-install-recommends"])
-        .arg("-o")
-        .arg(format!("Dir::State::status={}", status_file.display()))
-        .arg("-o")
-        .arg(format!("Dir::Cache::archives={}", archives.display()))
-        .args(["-o", "Debug::NoLocking=1", "install"])
-        .args(wanted)
-        .stdin(std::process::Stdio::null())
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .output()
-        .await
-        .map_err(|e| DockerError::Work(format!("cannot run apt-get: {e}")))?;
-    if !out.status.success() {
-        return Err(DockerError::Work(format!(
-            "apt-get --download-only {} failed: {}",
-            wanted.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let _ = std::fs::write(dir.join("complete"), "");
-    Ok(listed(&archives))
-}
-
 fn read_package(dir: &Path) -> Result<Value, DockerError> {
     let file = dir.join("package.json");
     let text = std::fs::read_to_string(&file).map_err(|e| {
@@ -765,7 +432,7 @@ fn closure(modules: &Path, package: &str) -> Result<Vec<String>, DockerError> {
     Ok(out.into_iter().collect())
 }
 
-fn short(id: &str) -> String {
+pub(super) fn short(id: &str) -> String {
     id.trim_start_matches("sha256:").chars().take(12).collect()
 }
 
@@ -849,7 +516,7 @@ mod tests {
                 .to_string()
                 .contains("broken needs missing")
         );
-        assert_eq!(node_major("v20.20.2"), 20);
-        assert_eq!(node_major("garbage"), 0);
+        assert_eq!(host::node_major("v20.20.2"), 20);
+        assert_eq!(host::node_major("garbage"), 0);
     }
 }
