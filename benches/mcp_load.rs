@@ -53,9 +53,16 @@ fn serve_rust() -> Result<()> {
     rt.block_on(async {
         let dir = tempfile::tempdir()?;
         let cancel = CancellationToken::new();
+        // One token drives every worker's session here (64 at once), where a real task
+        // opens one or two: the per-token session limit is raised; every other limit is
+        // the default.
         let server = McpServer::start(
             McpServerOptions {
                 skills_dir: dir.path().to_path_buf(),
+                limits: aicli::providers::McpLimits {
+                    max_sessions_per_token: 1024,
+                    ..aicli::providers::McpLimits::default()
+                },
                 ..McpServerOptions::default()
             },
             cancel.clone(),

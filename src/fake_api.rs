@@ -145,6 +145,9 @@ impl FakeApis {
                 p.default_model = Some(m.to_owned());
             }
             p.npx_fallback = false;
+            // The provider's own `env`: a CLI gets nothing of the environment it is given
+            // but its base set and what its provider names (see `aicli::env`).
+            p.env.extend(wiring.env.clone());
             out.env.extend(wiring.env.clone());
             for f in wiring.home_files {
                 match out.home_files.iter_mut().find(|h| h.path == f.path) {

@@ -6,6 +6,8 @@
 //! vendor.
 #![deny(missing_docs)]
 
+pub mod cgroup;
+pub mod env;
 pub mod events;
 pub mod fake_api;
 pub mod install;

@@ -2,17 +2,18 @@
 //! capped lines, drain its stderr into a bounded tail, and shut the whole tree down —
 //! SIGTERM, a grace period, SIGKILL — on cancel, timeout and drop.
 //!
-//! "The whole tree" is every process of the child's process group plus every
-//! descendant seen while the run lived — a background watcher records descendants that
-//! leave the group (`setsid()`, daemons) before their parent exits (see
-//! [`crate::proctree`]). [`LocalProcess::shutdown`] and the `Drop` safety net kill them;
-//! if aicli itself is killed, the kernel kills the direct child (parent-death signal)
-//! and `aicli resume` kills the rest from the run's pid file. The group is made with
-//! `posix_spawn`'s process-group attribute (no `fork` of aicli's address space, so
+//! "The whole tree" is every process of the run ([`crate::proctree::RunTree`]): its
+//! process group, its cgroup where one can be made (every descendant is born in it), and
+//! the orphans aicli adopts as their subreaper — a daemon that left the group and whose
+//! parent exited at once is reparented to aicli and killed with its run. If aicli itself
+//! is killed, the kernel kills the direct child (parent-death signal) and `aicli resume`
+//! kills the rest from the run's pid file (its cgroup, or its marker). The group is made
+//! with `posix_spawn`'s process-group attribute (no `fork` of aicli's address space, so
 //! spawning stays cheap however large aicli gets).
 
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -25,8 +26,9 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+pub use crate::cgroup::CgroupMode;
 pub use crate::proctree::{
-    ProcStat, ProcessTree, all_processes, group_is_empty, kill_leftovers, proc_stat,
+    ProcStat, RUN_MARKER_VAR, RunTree, all_processes, group_is_empty, kill_leftovers, proc_stat,
 };
 
 /// One line of a child's stdout.
@@ -61,8 +63,8 @@ pub struct OutputOptions {
     pub stderr_tee: Option<File>,
     /// Most stderr bytes written to `stderr_tee`.
     pub stderr_file_cap: u64,
-    /// Where the run's processes are listed while it lives (the run record's `pid`), so
-    /// that `aicli resume` can kill them if aicli itself dies.
+    /// Where the run's leader, marker and cgroup are written while it lives (the run
+    /// record's `pid`), so that `aicli resume` can kill what is left if aicli itself dies.
     pub pid_file: Option<std::path::PathBuf>,
 }
 
@@ -159,16 +161,27 @@ pub struct LocalProcess {
     pub stderr: StderrTail,
     readers: Vec<JoinHandle<()>>,
     exit: Option<Option<i32>>,
+    /// Every process of the run: group, cgroup, adopted orphans.
+    tree: RunTree,
     /// `shutdown` ran to its end: nothing of the tree is left, `Drop` has nothing to do.
     shut_down: bool,
 }
 
 impl LocalProcess {
     /// Spawns `cmd` with its environment on top of the inherited one (or alone, with
-    /// [`CommandSpec::env_clear`]), in a new session
-    /// (so a new process group whose id is the child's pid), stdin null unless the
-    /// command has stdin text.
+    /// [`CommandSpec::env_clear`]), in a new process group whose id is the child's pid,
+    /// in a cgroup of its own where one can be made, stdin null unless the command has
+    /// stdin text.
     pub fn spawn(cmd: &CommandSpec, out: OutputOptions) -> Result<LocalProcess, SpawnError> {
+        LocalProcess::spawn_in(cmd, out, CgroupMode::Auto)
+    }
+
+    /// [`LocalProcess::spawn`], with a cgroup only as `cgroups` allows.
+    pub fn spawn_in(
+        cmd: &CommandSpec,
+        out: OutputOptions,
+        cgroups: CgroupMode,
+    ) -> Result<LocalProcess, SpawnError> {
         if !cmd.cwd.is_dir() {
             return Err(SpawnError::NoCwd(cmd.cwd.display().to_string()));
         }
@@ -181,13 +194,31 @@ impl LocalProcess {
         // (A missing program is left to spawn itself, so its error says "not found".)
         let missing = cmd.program.components().count() > 1 && !cmd.program.exists();
         let trampoline = setpriv().filter(|_| !missing);
-        let mut c = match trampoline {
-            Some(setpriv) => {
+        // The run's cgroup, joined before the CLI starts so that every descendant is born
+        // in it: with setpriv, `sh` writes its own pid into it and execs setpriv (still
+        // posix_spawn); without, the pre_exec hook below joins it.
+        let cgroup = if missing {
+            None
+        } else {
+            crate::proctree::run_cgroup(cgroups)
+        };
+        let shell = Path::new("/bin/sh");
+        let mut c = match (trampoline, &cgroup) {
+            (Some(setpriv), Some(cg)) if shell.exists() => {
+                let mut c = Command::new(shell);
+                c.args(["-c", r#"echo 0 >"$0" && exec "$@""#])
+                    .arg(cg.procs_file())
+                    .arg(setpriv)
+                    .args(["--pdeathsig", "KILL", "--"])
+                    .arg(&cmd.program);
+                c
+            }
+            (Some(setpriv), _) => {
                 let mut c = Command::new(setpriv);
                 c.args(["--pdeathsig", "KILL", "--"]).arg(&cmd.program);
                 c
             }
-            None => Command::new(&cmd.program),
+            (None, _) => Command::new(&cmd.program),
         };
         c.args(&cmd.args)
             .current_dir(&cmd.cwd)
@@ -206,12 +237,20 @@ impl LocalProcess {
         for k in &cmd.env_remove {
             c.env_remove(k);
         }
+        // The run's marker: every descendant inherits it, so an orphan aicli adopts (or
+        // finds after a restart) can be told apart from other runs' without a cgroup.
+        let marker = crate::proctree::new_marker();
+        c.env(RUN_MARKER_VAR, &marker);
         // Own process group (pgid = the child's pid): the whole group can be signalled,
         // and a Ctrl-C on aicli's terminal does not reach it (aicli shuts it down itself).
         c.process_group(0);
         if trampoline.is_none() {
             let parent = std::process::id();
-            // SAFETY: prctl and getppid are async-signal-safe and touch no parent memory.
+            let join = cgroup.as_ref().and_then(|cg| {
+                std::ffi::CString::new(cg.procs_file().into_os_string().into_vec()).ok()
+            });
+            // SAFETY: prctl, getppid, open, write and close are async-signal-safe; the
+            // path was allocated before the fork; no parent memory is touched.
             unsafe {
                 c.pre_exec(move || {
                     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
@@ -220,16 +259,26 @@ impl LocalProcess {
                         // The parent died between fork and prctl.
                         return Err(std::io::Error::other("aicli exited while starting the CLI"));
                     }
+                    if let Some(path) = &join {
+                        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                        if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        libc::close(fd);
+                    }
                     Ok(())
                 });
             }
         }
-        let mut child = c.spawn().map_err(|source| SpawnError::Start {
-            program: cmd.program.display().to_string(),
-            source,
-        })?;
+        let mut child =
+            crate::proctree::spawn_leader(|| c.spawn(), Child::id).map_err(|source| {
+                SpawnError::Start {
+                    program: cmd.program.display().to_string(),
+                    source,
+                }
+            })?;
         let pid = child.id().unwrap_or(0);
-        crate::proctree::watch(pid, out.pid_file.clone());
+        let tree = RunTree::started(pid, marker, cgroup, out.pid_file.clone());
         let mut readers = Vec::new();
         if let (Some(text), Some(mut stdin)) = (cmd.stdin.clone(), child.stdin.take()) {
             readers.push(tokio::spawn(async move {
@@ -251,7 +300,7 @@ impl LocalProcess {
             let cap = out.stderr_file_cap;
             readers.push(tokio::spawn(drain_stderr(err, tail, tee, cap)));
         }
-        tracing::debug!(pid, program = %cmd.program.display(), "spawned");
+        tracing::debug!(pid, program = %cmd.program.display(), cgroup = ?tree.cgroup().map(|c| c.path().display().to_string()), "spawned");
         Ok(LocalProcess {
             child,
             pid,
@@ -259,6 +308,7 @@ impl LocalProcess {
             stderr,
             readers,
             exit: None,
+            tree,
             shut_down: false,
         })
     }
@@ -278,6 +328,7 @@ impl LocalProcess {
             Err(_) => None,
         };
         self.exit = Some(code);
+        self.tree.leader_reaped();
         code
     }
 
@@ -289,65 +340,45 @@ impl LocalProcess {
         }
     }
 
-    /// Shuts the whole tree down: SIGTERM to the session's processes and the child's
-    /// descendants, up to `grace` for them to go, then SIGKILL to whatever is left.
-    /// Returns the child's exit code (as [`LocalProcess::wait`]).
+    /// Shuts the whole tree down: SIGTERM to the run's group, cgroup and adopted
+    /// orphans, up to `grace` for them to go, then SIGKILL to whatever is left. Returns
+    /// the child's exit code (as [`LocalProcess::wait`]).
     pub async fn shutdown(&mut self, grace: Duration) -> Option<i32> {
-        let code = self.shutdown_tree(grace).await;
-        crate::proctree::unwatch(self.pid);
-        self.shut_down = true;
-        code
-    }
-
-    async fn shutdown_tree(&mut self, grace: Duration) -> Option<i32> {
-        if self.exit.is_some()
-            && group_is_empty(self.pid)
-            && ProcessTree::watched(self.pid).alive().is_empty()
-        {
-            // The usual end of a run: the child exited, its group is empty, and every
-            // descendant the watcher saw is gone. No /proc scan needed.
-            return self.exit.flatten();
-        }
-        let tree = ProcessTree::of(self.pid);
-        if self.exit.is_some() && tree.alive().is_empty() {
-            return self.exit.flatten();
-        }
-        tree.signal(Signal::SIGTERM);
-        let deadline = tokio::time::Instant::now() + grace;
-        loop {
-            let exited = match self.exit {
-                Some(_) => true,
-                None => matches!(self.child.try_wait(), Ok(Some(_))),
-            };
-            if exited && tree.alive().is_empty() {
-                break;
+        let (child, exit) = (&mut self.child, &mut self.exit);
+        let done = || {
+            if exit.is_some() {
+                return true;
             }
-            if tokio::time::Instant::now() >= deadline {
-                break;
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    *exit = Some(status.code());
+                    true
+                }
+                Ok(None) => false,
+                Err(_) => {
+                    *exit = Some(None);
+                    true
+                }
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        // Whatever is still there (or appeared since) gets SIGKILL.
-        let tree = tree.refreshed();
-        tree.signal(Signal::SIGKILL);
+        };
+        self.tree.shutdown(grace, done).await;
         let code = self.wait().await;
-        tree.wait_gone(Duration::from_secs(5)).await;
+        self.tree.finish();
+        self.shut_down = true;
         code
     }
 }
 
 impl Drop for LocalProcess {
     fn drop(&mut self) {
-        // Safety net: an explicit shutdown() is the normal path. If the child or
-        // anything of its tree is still there, kill it now, without grace.
+        // Safety net: an explicit shutdown() is the normal path. Whatever of the tree is
+        // still there is killed now, without grace; tokio reaps the child.
         if self.shut_down {
             return;
         }
-        let tree = ProcessTree::of(self.pid);
-        if !tree.alive().is_empty() {
-            tree.signal(Signal::SIGKILL);
-        }
-        crate::proctree::unwatch(self.pid);
+        self.tree.kill_now();
+        self.tree.leader_reaped();
+        self.tree.finish_soon();
     }
 }
 

@@ -174,7 +174,9 @@ pub struct Engine {
     runners: Runners,
     agent_server: Option<Arc<dyn AgentServer>>,
     search_path: Option<String>,
-    inherited_env: BTreeMap<String, String>,
+    /// The environment a CLI's variables are taken from (aicli's own by default); a CLI
+    /// gets only what [`crate::env::cli_env`] picks from it.
+    source_env: BTreeMap<String, String>,
     auth_precheck: bool,
 }
 
@@ -182,16 +184,17 @@ impl Engine {
     /// An engine over `config` and `registry`, running CLIs as local processes.
     pub fn new(config: AiCliConfig, registry: ProviderRegistry) -> Engine {
         let auth_precheck = config.engine.auth_precheck;
+        let cgroups = config.engine.cgroups;
         Engine {
             config: Arc::new(config),
             registry: Arc::new(registry),
             runners: Runners {
-                local: Arc::new(LocalRunner),
+                local: Arc::new(LocalRunner::new(cgroups)),
                 docker: Arc::new(tokio::sync::OnceCell::new()),
             },
             agent_server: None,
             search_path: None,
-            inherited_env: std::env::vars().collect(),
+            source_env: crate::env::process_env(),
             auth_precheck,
         }
     }
@@ -224,7 +227,7 @@ impl Engine {
                 .get_or_init(|| async {
                     crate::runner::DockerRunner::connect(
                         &self.config.engine.docker,
-                        &self.inherited_env,
+                        &self.source_env,
                     )
                     .await
                     .map(|r| Arc::new(r) as Arc<dyn Runner>)
@@ -247,11 +250,24 @@ impl Engine {
         self
     }
 
-    /// The environment the CLIs inherit (the process's by default). Tests pass their
-    /// own instead of changing the process environment.
+    /// The environment the CLIs' variables come from (the process's by default). A CLI
+    /// never inherits it whole: it gets the base set (`engine.env_passthrough`), its
+    /// provider's own variables and the configured `env` ([`crate::env::cli_env`]).
+    /// Tests pass their own instead of changing the process environment.
     pub fn with_env(mut self, env: BTreeMap<String, String>) -> Engine {
-        self.inherited_env = env;
+        self.source_env = env;
         self
+    }
+
+    /// The environment a probe of `provider` (auth status, version) runs with: what a
+    /// run of it gets, without a task's own variables.
+    pub fn probe_env(&self, provider: &SharedProvider) -> BTreeMap<String, String> {
+        crate::env::cli_env(
+            &self.source_env,
+            &self.config.engine.env_passthrough,
+            provider.config(),
+            None,
+        )
     }
 
     /// Turns the quick pre-flight credentials check on or off.
@@ -523,6 +539,7 @@ impl Engine {
                 answered_at: now_rfc3339(),
             }),
             worktree_lock: None,
+            recorded: None,
         }];
         let opts = self.options_for(&spec, store);
         let batch = self.execute(spec, record, plan, opts, live, cancel).await?;
@@ -581,7 +598,25 @@ impl Engine {
                     self.kill_leftovers(&record, &rec.task.id).await;
                     let provider = self.registry.get(&rec.provider)?;
                     self.remove_containers(&record, &rec.task, &provider).await;
-                    let partial = self.settle_interrupted(&record, &mut rec, &provider);
+                    let partial = match self.settle_unfinished(&record, &mut rec, &provider) {
+                        Found::Finished(result) => {
+                            // The CLI had printed its last word: the run is over and was
+                            // paid for. Close it from its stream; no new run.
+                            record.write_task(&rec, true).map_err(|source| {
+                                EngineError::Record {
+                                    path: record.task_dir(&rec.task.id),
+                                    source,
+                                }
+                            })?;
+                            plan.push(Planned {
+                                lock,
+                                recorded: Some(result),
+                                ..Planned::run(store, rec)
+                            });
+                            continue;
+                        }
+                        Found::Interrupted(partial) => partial,
+                    };
                     let (resume, prompt, continuation) = match (
                         partial.and_then(|p| p.session_id.map(|s| (s, p.session_totals))),
                         provider.supports(Feature::Resume),
@@ -631,6 +666,7 @@ impl Engine {
                         lock,
                         answer: None,
                         worktree_lock: None,
+                        recorded: None,
                     });
                 }
             }
@@ -672,18 +708,24 @@ impl Engine {
         }
     }
 
-    /// Marks the unfinished attempt of `rec` interrupted, keeping what its partial
-    /// output says (session id, usage, cost so far). Returns that partial result.
-    fn settle_interrupted(
+    /// Settles the unfinished attempt of `rec` from what it recorded. When its stream
+    /// holds the CLI's final event, the run had finished (and was paid for) before aicli
+    /// stopped: its result is built from the stream, with a question it asked through the
+    /// MCP server, as at a normal end. Otherwise the attempt is marked interrupted,
+    /// keeping what its partial output says (session id, usage, cost so far).
+    fn settle_unfinished(
         &self,
         record: &BatchRecord,
         rec: &mut TaskRecord,
         provider: &SharedProvider,
-    ) -> Option<SessionResult> {
+    ) -> Found {
         let dir = record.task_dir(&rec.task.id);
-        let attempt = rec.attempts.last_mut()?;
-        if attempt.result.is_some() && rec.state == TaskState::Interrupted {
-            return attempt.result.clone();
+        let state = rec.state;
+        let Some(attempt) = rec.attempts.last_mut() else {
+            return Found::Interrupted(None);
+        };
+        if attempt.result.is_some() && state == TaskState::Interrupted {
+            return Found::Interrupted(attempt.result.clone());
         }
         let stdout =
             read_range(&dir.join("events.ndjson"), attempt.events_start, None).unwrap_or_default();
@@ -693,25 +735,38 @@ impl Engine {
             model: attempt.model.clone(),
             prior: attempt.prior,
         };
-        let (_, mut partial) = aicli_providers::replay::replay(
+        let (events, mut result) = aicli_providers::replay::replay(
             provider.as_ref(),
             &stdout,
             &String::from_utf8_lossy(&stderr),
             None,
             &ctx,
         );
-        partial.task_id = rec.task.id.clone();
-        partial.prompt = rec.task.prompt.clone();
-        partial.status = SessionStatus::Interrupted;
-        partial.success = false;
-        partial.error_kind = None;
-        partial.error = Some("aicli stopped while this attempt was running".to_owned());
+        result.task_id = rec.task.id.clone();
+        result.prompt = rec.task.prompt.clone();
         attempt.finished_at = Some(now_rfc3339());
         attempt.events_end = Some(attempt.events_start + stdout.len() as u64);
         attempt.stderr_end = Some(attempt.stderr_start + stderr.len() as u64);
-        attempt.result = Some(partial.clone());
+        // (A final "slow down" error is not an end: the pool would have retried it.)
+        let retryable = result.error_kind.is_some_and(|k| k.is_backoff());
+        if events.iter().any(|e| provider.is_final_event(e)) && !retryable {
+            if let Some(q) =
+                questions_since(&dir.join("aicli-events.ndjson"), attempt.aicli_events_start).pop()
+            {
+                result.block(q);
+            }
+            tracing::info!(task = %rec.task.id, status = ?result.status, "the interrupted attempt had finished: closed from its recorded stream");
+            attempt.result = Some(result.clone());
+            rec.state = TaskState::of(&result);
+            return Found::Finished(result);
+        }
+        result.status = SessionStatus::Interrupted;
+        result.success = false;
+        result.error_kind = None;
+        result.error = Some("aicli stopped while this attempt was running".to_owned());
+        attempt.result = Some(result.clone());
         rec.state = TaskState::Interrupted;
-        Some(partial)
+        Found::Interrupted(Some(result))
     }
 
     fn options_for(&self, spec: &BatchSpec, store: &RunStore) -> BatchOptions {
@@ -771,24 +826,47 @@ impl Engine {
             spent: Mutex::new(spent_before),
             budget_cancelled: std::sync::atomic::AtomicBool::new(false),
         });
-        let n = shared.tasks.lock().map(|t| t.len()).unwrap_or(0);
+        // Tasks whose last run had already finished are closed from their records; the
+        // pool runs the others (its indices map to `to_run`).
+        let (closed, to_run): (Vec<(usize, SessionResult)>, Vec<usize>) = {
+            let tasks = shared.tasks.lock().map(|t| t.clone()).unwrap_or_default();
+            let mut closed = Vec::new();
+            let mut to_run = Vec::new();
+            for (i, p) in tasks.into_iter().enumerate() {
+                match p.recorded {
+                    Some(r) => closed.push((i, r)),
+                    None => to_run.push(i),
+                }
+            }
+            (closed, to_run)
+        };
         let mut owner = Owner {
             shared: shared.clone(),
             finalizers: tokio::task::JoinSet::new(),
+            indices: to_run.clone(),
         };
+        for (index, result) in closed {
+            let s = shared.clone();
+            owner
+                .finalizers
+                .spawn(async move { s.finalize(index, result).await });
+        }
         let s2 = shared.clone();
+        let n = to_run.len();
         if spec.budget_usd.is_some_and(|b| spent_before >= b) {
             // Nothing new starts once the budget is spent (a resume, an answer).
-            for index in 0..n {
-                owner.on_never_started(index, Control::StopStarting);
+            for i in 0..n {
+                owner.on_never_started(i, Control::StopStarting);
             }
         } else {
+            let map = Arc::new(to_run);
             pool::run(
                 n,
                 spec.max_parallel,
                 &self.config.engine.retry,
-                move |index, attempt, cancel| {
+                move |i, attempt, cancel| {
                     let s = s2.clone();
+                    let index = map[i];
                     async move { s.run_attempt(index, attempt, cancel).await }
                 },
                 &mut owner,
@@ -806,6 +884,34 @@ impl Engine {
             })?;
         Ok(result)
     }
+}
+
+/// What `resume` found of an attempt that was running when aicli stopped.
+enum Found {
+    /// Its stream holds the CLI's final event: the run had ended; its result.
+    Finished(SessionResult),
+    /// It stopped before its end: what its partial output says, if anything.
+    Interrupted(Option<SessionResult>),
+}
+
+/// The questions aicli's MCP server recorded in `aicli-events.ndjson` from byte
+/// `start` on (one attempt's), oldest first.
+fn questions_since(path: &Path, start: u64) -> Vec<PendingQuestion> {
+    let bytes = read_range(path, start, None).unwrap_or_default();
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<AgentEvent>(l).ok())
+        .filter_map(|e| {
+            let aicli_providers::EventKind::Question { question, options } = e.kind else {
+                return None;
+            };
+            Some(PendingQuestion {
+                question,
+                options,
+                asked_at: now_rfc3339(),
+            })
+        })
+        .collect()
 }
 
 /// A blocked task, for `aicli blocked`.
@@ -850,6 +956,10 @@ pub(crate) struct Planned {
     pub answer: Option<AnswerRecord>,
     /// This invocation's hold on the task's worktree (`aicli worktrees prune` skips it).
     pub worktree_lock: Option<Arc<crate::worktree::WorktreeLock>>,
+    /// The task's last attempt had finished before aicli stopped (its stream holds the
+    /// CLI's final event): this is its result, and the task is closed with it, as at the
+    /// end of a run, without running anything.
+    pub recorded: Option<SessionResult>,
 }
 
 impl Planned {
@@ -888,6 +998,7 @@ impl Planned {
             lock: None,
             answer: None,
             worktree_lock: None,
+            recorded: None,
         }
     }
 }
@@ -1121,6 +1232,7 @@ impl Shared {
             events_end: None,
             stderr_start: self.record.stderr_len(&task.id),
             stderr_end: None,
+            aicli_events_start: self.record.aicli_events_len(&task.id),
             model: provider.model_for(&task),
             prior,
             resumed_session: task.resume_session_id.clone(),
@@ -1251,6 +1363,12 @@ impl Shared {
             .join("private")
             .join(format!("{}-{attempt_no}", task.id));
         let task_home = self.task_home(&task.id);
+        let base_env = crate::env::cli_env(
+            &self.engine.source_env,
+            &self.engine.config.engine.env_passthrough,
+            provider.config(),
+            Some(task),
+        );
         let kind = self.engine.runner_kind(task, &provider);
         let runner = match self.engine.runner(kind).await {
             Ok(r) => r,
@@ -1272,7 +1390,7 @@ impl Shared {
             private_dir: &private_dir,
             task_home: &task_home,
             branch: branch.as_deref(),
-            inherited_env: &self.engine.inherited_env,
+            inherited_env: &base_env,
         };
         let placed = tokio::select! {
             p = runner.place(&request) => p,
@@ -1356,7 +1474,7 @@ impl Shared {
             mcp,
             budget_remaining_usd: self.budget_remaining(),
             search_path: self.engine.search_path.clone(),
-            inherited_env: self.engine.inherited_env.clone(),
+            base_env,
             auth_precheck: self.engine.auth_precheck,
             restrict_token,
         };
@@ -1544,6 +1662,8 @@ impl Shared {
 struct Owner {
     shared: Arc<Shared>,
     finalizers: tokio::task::JoinSet<()>,
+    /// The pool's task `i` is the batch's task `indices[i]`.
+    indices: Vec<usize>,
 }
 
 impl Owner {
@@ -1560,11 +1680,12 @@ impl Owner {
 impl PoolOwner for Owner {
     async fn on_attempt_end(
         &mut self,
-        index: usize,
+        i: usize,
         _attempt: u32,
         outcome: &SessionOutcome,
         will_retry: bool,
     ) -> Control {
+        let index = self.indices[i];
         let s = self.shared.clone();
         let result = outcome.result.clone();
         let cost = result.cost_usd.unwrap_or(0.0);
@@ -1611,7 +1732,7 @@ impl PoolOwner for Owner {
     fn on_backoff(&mut self, b: &Backoff) {
         let task_id = self
             .shared
-            .planned(b.index)
+            .planned(self.indices[b.index])
             .map(|p| p.rec.task.id)
             .unwrap_or_default();
         tracing::info!(task = %task_id, delay_ms = b.delay.as_millis() as u64, parallelism = b.parallelism, reason = %b.reason, "backing off");
@@ -1624,7 +1745,8 @@ impl PoolOwner for Owner {
         });
     }
 
-    fn on_never_started(&mut self, index: usize, _why: Control) {
+    fn on_never_started(&mut self, i: usize, _why: Control) {
+        let index = self.indices[i];
         let s = self.shared.clone();
         let budget_spent = s
             .spec
@@ -1657,6 +1779,7 @@ impl PoolOwner for Owner {
                 events_end: Some(offset),
                 stderr_start: 0,
                 stderr_end: Some(0),
+                aicli_events_start: 0,
                 model: None,
                 prior: None,
                 resumed_session: None,

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::BatchEvent;
 use crate::process::{OutputOptions, StdoutLine};
 use crate::runner::{Placement, RunHandle};
+use crate::util::create_private_dirs;
 
 /// Time and size limits of one run.
 #[derive(Debug, Clone)]
@@ -81,8 +82,10 @@ pub struct SessionSpec {
     pub limits: SessionLimits,
     /// PATH to find the CLI on (the process PATH when `None`).
     pub search_path: Option<String>,
-    /// The environment the CLI will inherit (for the auth pre-check and `HOME`).
-    pub inherited_env: BTreeMap<String, String>,
+    /// The environment the CLI starts from, built by [`crate::env::cli_env`] (the base
+    /// set, the provider's variables, the config's and the task's `env`); the
+    /// provider's command adds its own variables for the run.
+    pub base_env: BTreeMap<String, String>,
     /// Run the provider's quick credentials check before spawning.
     pub auth_precheck: bool,
     /// Restricts the run's MCP token to the address its requests come from, once the
@@ -197,7 +200,7 @@ async fn prepare_and_run(
     // binary is (a container image's; else the one on the PATH it will run with, then
     // in aicli's cache (`aicli install`); an engine's explicit search path is taken as
     // it is).
-    let base_env = placement.env(&spec.inherited_env);
+    let base_env = placement.env(&spec.base_env);
     let binary = match placement.binary() {
         Some(b) => b,
         None => {
@@ -232,10 +235,10 @@ async fn prepare_and_run(
     let mut cmd = provider
         .headless_argv(&ctx)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
-    // A clean, explicit environment: the placement's (for a local run the inherited one,
-    // `Engine::with_env`, aicli's own by default) minus what the provider removes, then
-    // the provider's and the task's variables (which headless_argv put in `cmd.env`).
-    // Nothing else of aicli's process.
+    // A clean, explicit environment: the placement's (for a local run the base one,
+    // picked from aicli's, see `crate::env`; in a container what of it may go in) minus
+    // what the provider removes, then the provider's and the task's variables (which
+    // headless_argv put in `cmd.env`). Nothing else of aicli's process.
     let mut full_env = base_env.clone();
     for k in &cmd.env_remove {
         full_env.remove(k);
@@ -255,7 +258,7 @@ async fn prepare_and_run(
     }
     // The private directory exists only when the run needs files or links there.
     if !cmd.files.is_empty() || !cmd.links.is_empty() {
-        std::fs::create_dir_all(&spec.private_dir).map_err(|e| {
+        create_private_dirs(&spec.private_dir).map_err(|e| {
             not_started(
                 spec,
                 ErrorKind::Unknown,
@@ -362,6 +365,8 @@ async fn prepare_and_run(
     }
 
     tracing::info!(task = %task_id, provider = provider.name(), program = %cmd.program.display(), place = %placement.describe(), "starting run");
+    // Names only: values can be credentials.
+    tracing::info!(task = %task_id, variables = %crate::env::names(&cmd.env), "environment passed to the CLI");
     let handle = match placement.start(&cmd, out).await {
         Ok(h) => {
             match (h.peer(), &spec.restrict_token) {
@@ -710,7 +715,7 @@ mod lockfiles {
 pub fn write_private_file(path: &Path, contents: &str, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+        create_private_dirs(parent)?;
     }
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -726,15 +731,6 @@ pub fn write_private_file(path: &Path, contents: &str, mode: u32) -> std::io::Re
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
-}
-
-/// Creates `dir` and its missing parents, each new one 0700.
-fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
 }
 
 /// Creates the link `l` describes (see [`LinkSpec`]), pointing at `target` (`l.target`

@@ -20,7 +20,10 @@ use aicli_providers::{SessionResult, SessionStatus, TaskSpec};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::util::{read_json, write_json, write_json_atomic};
+use crate::util::{
+    PRIVATE_FILE_MODE, create_private_dirs, ensure_private_dir, read_json, write_json,
+    write_json_atomic,
+};
 
 /// The state of a task in its record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -97,6 +100,10 @@ pub struct AttemptRecord {
     /// Byte offset where it ends, if it ended.
     #[serde(default)]
     pub stderr_end: Option<u64>,
+    /// Byte offset in `aicli-events.ndjson` where its events (MCP logs, questions)
+    /// start: a resume finds the question of a run that ended while aicli was stopping.
+    #[serde(default)]
+    pub aicli_events_start: u64,
     /// The model the run asked for (for re-parsing).
     #[serde(default)]
     pub model: Option<String>,
@@ -356,11 +363,12 @@ impl RunStore {
 
     /// Creates the record of a new batch and writes its spec.
     pub fn create_batch(&self, spec: &BatchSpec) -> std::io::Result<BatchRecord> {
-        use std::os::unix::fs::PermissionsExt;
+        // The record holds what the agents saw and printed: the owner's only, every
+        // directory of it 0700 whatever the umask.
         let dir = self.root.join(&spec.batch_id);
-        std::fs::create_dir_all(dir.join("tasks"))?;
-        // The record holds what the agents saw and printed: the owner's only.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        ensure_private_dir(&self.root)?;
+        ensure_private_dir(&dir)?;
+        ensure_private_dir(&dir.join("tasks"))?;
         write_json_atomic(&dir.join("batch.json"), spec)?;
         Ok(BatchRecord { dir })
     }
@@ -461,14 +469,14 @@ impl BatchRecord {
         use std::io::{Read, Seek, Write};
         use std::os::unix::fs::OpenOptionsExt;
         let dir = self.task_dir(task_id);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        create_private_dirs(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let path = dir.join("lock");
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
-            .mode(0o600)
+            .mode(PRIVATE_FILE_MODE)
             .open(&path)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
@@ -550,7 +558,7 @@ impl BatchRecord {
     /// fsynced when `durable` (at the end of an attempt).
     pub fn write_task(&self, rec: &TaskRecord, durable: bool) -> std::io::Result<()> {
         let dir = self.task_dir(&rec.task.id);
-        std::fs::create_dir_all(&dir)?;
+        create_private_dirs(&dir)?;
         write_json(&dir.join("task.json"), rec, durable)?;
         if let Some(r) = rec.latest_result() {
             write_json(&dir.join("result.json"), r, durable)?;
@@ -561,6 +569,11 @@ impl BatchRecord {
     /// The size of a task's `events.ndjson` (where the next attempt's stdout starts).
     pub fn events_len(&self, task_id: &str) -> u64 {
         file_len(&self.task_dir(task_id).join("events.ndjson"))
+    }
+
+    /// The size of a task's `aicli-events.ndjson`.
+    pub fn aicli_events_len(&self, task_id: &str) -> u64 {
+        file_len(&self.task_dir(task_id).join("aicli-events.ndjson"))
     }
 
     /// The size of a task's `stderr.log`.
@@ -631,6 +644,7 @@ mod tests {
             events_end: None,
             stderr_start: 0,
             stderr_end: None,
+            aicli_events_start: 0,
             model: None,
             prior: None,
             resumed_session: resumed.map(str::to_owned),

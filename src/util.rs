@@ -1,8 +1,35 @@
-//! Small shared helpers: timestamps, atomic JSON writes, ids.
+//! Small shared helpers: timestamps, atomic JSON writes, ids, private directories.
 
 use std::io::Write;
 use std::path::Path;
 use std::time::SystemTime;
+
+/// The mode of every directory aicli makes for its state (`.aicli`, `.aicli/runs`,
+/// `.aicli/worktrees`, batch and task records, private run directories): the owner's
+/// only, whatever the umask.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+
+/// The mode of every file aicli writes into its state directories.
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// Creates `dir` and its missing parents, each new one [`PRIVATE_DIR_MODE`] (the mode is
+/// given to `mkdir`, and a umask only ever removes bits, so no umask makes them wider).
+/// Existing directories are left as they are.
+pub fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR_MODE)
+        .create(dir)
+}
+
+/// [`create_private_dirs`], then sets `dir` itself to [`PRIVATE_DIR_MODE`] even when it
+/// existed (made by an older aicli, or under a permissive umask).
+pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    create_private_dirs(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))
+}
 
 /// Now, as RFC 3339 UTC with milliseconds (`2026-11-30T04:39:00.123Z`): records are
 /// ordered by these strings, and two runs of a session can end within one second.
@@ -26,7 +53,9 @@ pub fn write_json<T: serde::Serialize>(
     durable: bool,
 ) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    std::fs::create_dir_all(dir)?;
+    create_private_dirs(dir)?;
+    // The temp file is made 0600 (tempfile's default, whatever the umask) and keeps
+    // that mode through the rename.
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     // One write: serde writes token by token, and the temp file is unbuffered.
     let mut bytes = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;

@@ -9,10 +9,26 @@
 //! files included) or with commits that no other branch holds is kept and reported; a
 //! clean, unchanged one is removed together with its branch.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tokio::process::Command;
+
+use crate::util::{PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, create_private_dirs, ensure_private_dir};
+
+/// Writes `bytes` to `path` (replacing it) with mode 0600.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(PRIVATE_FILE_MODE)
+        .open(path)?
+        .write_all(bytes)
+}
 
 /// The branch prefix of every branch aicli makes.
 pub const BRANCH_PREFIX: &str = "aicli/";
@@ -130,10 +146,12 @@ pub struct WorktreeLock {
 /// has it, or when the worktree is gone.
 pub async fn lock_worktree(path: &Path) -> Option<WorktreeLock> {
     let f = base_file(path).await?.with_file_name("aicli-lock");
+    use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(PRIVATE_FILE_MODE)
         .open(f)
         .ok()?;
     nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
@@ -178,16 +196,24 @@ impl Repo {
         self.root.join(".aicli")
     }
 
-    /// Makes sure `<repo>/.aicli/` exists and git ignores it.
+    /// Makes sure `<repo>/.aicli/` and `<repo>/.aicli/worktrees/` exist, the owner's
+    /// only (0700, whatever the umask; an existing one is set to 0700 too), and that git
+    /// ignores them.
     pub fn ensure_state_dir(&self) -> std::io::Result<PathBuf> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let dir = self.state_dir();
-        std::fs::create_dir_all(&dir)?;
+        ensure_private_dir(&dir)?;
+        ensure_private_dir(&dir.join("worktrees"))?;
         let ignore = dir.join(".gitignore");
         if !ignore.exists() {
-            std::fs::write(
-                &ignore,
-                "# aicli's runs and worktrees; not part of the project\n*\n",
-            )?;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .mode(PRIVATE_FILE_MODE)
+                .open(&ignore)?
+                .write_all(b"# aicli's runs and worktrees; not part of the project\n*\n")?;
         }
         Ok(dir)
     }
@@ -213,7 +239,7 @@ impl Repo {
     ) -> Result<Worktree, WorktreeError> {
         let mut base = self.resolve(base).await?;
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| WorktreeError::Git {
+            create_private_dirs(parent).map_err(|e| WorktreeError::Git {
                 args: "worktree add".into(),
                 dir: parent.to_path_buf(),
                 stderr: e.to_string(),
@@ -258,8 +284,16 @@ impl Repo {
             )
             .await?;
         }
+        // git makes the worktree's directory under the umask: give it an explicit mode.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE)).map_err(
+            |e| WorktreeError::Git {
+                args: "worktree add (setting the worktree's mode)".into(),
+                dir: path.to_path_buf(),
+                stderr: e.to_string(),
+            },
+        )?;
         if let Some(f) = base_file(path).await {
-            std::fs::write(&f, format!("{base}\n")).map_err(|e| WorktreeError::Git {
+            write_private(&f, format!("{base}\n").as_bytes()).map_err(|e| WorktreeError::Git {
                 args: "worktree add (recording the base commit)".into(),
                 dir: f.clone(),
                 stderr: e.to_string(),

@@ -101,14 +101,22 @@ pub struct ProviderConfig {
     /// The features this CLI supports.
     #[serde(default)]
     pub supports: Vec<Feature>,
-    /// Environment given to every run (over the inherited one, under the task's).
+    /// Environment given to every run (over the variables passed from aicli's own
+    /// environment, under the task's).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The provider's own variables passed from aicli's environment to its CLI, besides
+    /// `engine.env_passthrough` and `auth_env_vars`: its endpoints, config directories
+    /// and credentials. A name, or a prefix ending in `*` (`ANTHROPIC_*`). Nothing else
+    /// of aicli's environment reaches the CLI.
+    #[serde(default)]
+    pub env_passthrough: Vec<String>,
     /// Arguments appended to every run's argv (before the task's own).
     #[serde(default)]
     pub extra_args: Vec<String>,
     /// Environment variables any one of which counts as credentials for the quick
-    /// pre-flight auth check (besides the CLI's own login files).
+    /// pre-flight auth check (besides the CLI's own login files). They are passed from
+    /// aicli's environment to the CLI.
     #[serde(default)]
     pub auth_env_vars: Vec<String>,
     /// Files (relative to the home directory) any one of which counts as a login.
@@ -169,6 +177,7 @@ impl ProviderConfig {
             permission_mode: default_permission_mode(),
             supports: Vec::new(),
             env: BTreeMap::new(),
+            env_passthrough: Vec::new(),
             extra_args: Vec::new(),
             auth_env_vars: Vec::new(),
             auth_files: Vec::new(),
@@ -226,6 +235,68 @@ pub struct EngineConfig {
     pub runner: RunnerKind,
     /// The Docker runner: engines, images, limits.
     pub docker: DockerConfig,
+    /// The variables every CLI gets from aicli's environment (names, or prefixes ending
+    /// in `*`): the base a program needs to run (paths, locale, terminal, time zone,
+    /// proxies, CA bundles). A CLI's environment is built from nothing: this set, then its
+    /// provider's `auth_env_vars` and `env_passthrough`, then the provider's `env` and
+    /// the task's `env`. Nothing else of aicli's environment reaches it.
+    pub env_passthrough: Vec<String>,
+    /// Whether each run's processes get a cgroup of their own, killed as a whole when
+    /// the run ends (and by `aicli resume` after aicli itself was killed): `auto` uses
+    /// cgroup v2 where aicli may make one (root, or a delegated subtree), else cgroup v1
+    /// (the freezer or pids hierarchy), else none; `v2` and `v1` use only that version;
+    /// `off` never makes one. Without a cgroup, a run's processes are its process group
+    /// and the orphans aicli adopts as their subreaper.
+    pub cgroups: CgroupMode,
+}
+
+/// See [`EngineConfig::cgroups`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CgroupMode {
+    /// v2 where possible, else v1, else none.
+    #[default]
+    Auto,
+    /// cgroup v2 only.
+    V2,
+    /// cgroup v1 only (the freezer, else the pids hierarchy).
+    V1,
+    /// No cgroups.
+    Off,
+}
+
+/// The default [`EngineConfig::env_passthrough`].
+pub fn default_env_passthrough() -> Vec<String> {
+    [
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "LC_*",
+        "TERM",
+        "TMPDIR",
+        "TZ",
+        "XDG_*",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "NODE_EXTRA_CA_CERTS",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect()
 }
 
 impl Default for EngineConfig {
@@ -248,6 +319,8 @@ impl Default for EngineConfig {
             auth_precheck: true,
             runner: RunnerKind::Local,
             docker: DockerConfig::default(),
+            env_passthrough: default_env_passthrough(),
+            cgroups: CgroupMode::Auto,
         }
     }
 }
@@ -284,6 +357,8 @@ pub struct McpServerConfig {
     pub bind: String,
     /// Extra Host header values to accept (besides loopback and the bind host).
     pub allowed_hosts: Vec<String>,
+    /// Timeouts, connection and session limits, and the caps on tool arguments.
+    pub limits: McpLimits,
 }
 
 impl Default for McpServerConfig {
@@ -292,7 +367,92 @@ impl Default for McpServerConfig {
             enabled: true,
             bind: "127.0.0.1:0".to_owned(),
             allowed_hosts: Vec::new(),
+            limits: McpLimits::default(),
         }
+    }
+}
+
+/// The agent MCP server's limits: every connection has a timeout, every token a number
+/// of sessions, every request and tool argument a size. Each must be at least 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpLimits {
+    /// A request's head must have arrived this many seconds after the connection became
+    /// ready for it (a new connection, or a kept-alive one after its last response): a
+    /// slow or partial header, and a kept-alive connection left idle, are closed then.
+    pub header_read_timeout_secs: u64,
+    /// A connection on which no byte moves either way for this many seconds is closed,
+    /// whatever it is doing (a request body that stalls, a response nobody reads). Event
+    /// streams send a keep-alive every 15 s, so a live stream never idles.
+    pub idle_timeout_secs: u64,
+    /// Open connections at most; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// Largest request body, bytes (larger: 413).
+    pub max_body_bytes: usize,
+    /// MCP sessions one token (one task run) may hold at once; a new one beyond is
+    /// refused with 429 until one is closed or expires.
+    pub max_sessions_per_token: usize,
+    /// A session with no request for this many seconds is closed and its memory freed
+    /// (a client that comes back gets 404 and starts a new one, as MCP says).
+    pub session_idle_timeout_secs: u64,
+    /// `broadcastLog`'s `message`, characters; a longer one is cut (and the answer says so).
+    pub log_message_chars: usize,
+    /// `broadcastLog`'s `source`, characters.
+    pub log_source_chars: usize,
+    /// `ask_user`'s `question`, characters.
+    pub question_chars: usize,
+    /// `ask_user`'s `options`: how many.
+    pub max_options: usize,
+    /// Each of `ask_user`'s `options`, characters.
+    pub option_chars: usize,
+    /// `getWorkspaceFiles`' `path`, characters.
+    pub path_chars: usize,
+    /// `getWorkspaceFiles`' `pattern`, characters.
+    pub pattern_chars: usize,
+    /// `getSkill`'s and `getCredential`'s `name`, characters.
+    pub name_chars: usize,
+}
+
+impl Default for McpLimits {
+    fn default() -> McpLimits {
+        McpLimits {
+            header_read_timeout_secs: 10,
+            idle_timeout_secs: 30,
+            max_connections: 256,
+            max_body_bytes: 1024 * 1024,
+            max_sessions_per_token: 32,
+            session_idle_timeout_secs: 300,
+            log_message_chars: 5_000,
+            log_source_chars: 200,
+            question_chars: 4_000,
+            max_options: 20,
+            option_chars: 500,
+            path_chars: 4_096,
+            pattern_chars: 1_024,
+            name_chars: 256,
+        }
+    }
+}
+
+impl McpLimits {
+    /// Each limit by its config name, for validation and messages.
+    pub fn named(&self) -> [(&'static str, u64); 14] {
+        [
+            ("header_read_timeout_secs", self.header_read_timeout_secs),
+            ("idle_timeout_secs", self.idle_timeout_secs),
+            ("max_connections", self.max_connections as u64),
+            ("max_body_bytes", self.max_body_bytes as u64),
+            ("max_sessions_per_token", self.max_sessions_per_token as u64),
+            ("session_idle_timeout_secs", self.session_idle_timeout_secs),
+            ("log_message_chars", self.log_message_chars as u64),
+            ("log_source_chars", self.log_source_chars as u64),
+            ("question_chars", self.question_chars as u64),
+            ("max_options", self.max_options as u64),
+            ("option_chars", self.option_chars as u64),
+            ("path_chars", self.path_chars as u64),
+            ("pattern_chars", self.pattern_chars as u64),
+            ("name_chars", self.name_chars as u64),
+        ]
     }
 }
 
@@ -397,7 +557,30 @@ impl AiCliConfig {
         if let Err((path, message)) = self.engine.docker.check() {
             return Err(invalid(format!("engine.docker.{path}"), message));
         }
+        check_env_patterns(
+            &self.engine.env_passthrough,
+            "engine.env_passthrough",
+            &invalid,
+        )?;
+        for (name, v) in self.engine.mcp.limits.named() {
+            if v == 0 {
+                return Err(invalid(
+                    format!("engine.mcp.limits.{name}"),
+                    "must be at least 1".into(),
+                ));
+            }
+        }
         for (name, p) in &self.providers {
+            check_env_patterns(
+                &p.env_passthrough,
+                &format!("providers.{name}.env_passthrough"),
+                &invalid,
+            )?;
+            check_env_patterns(
+                &p.auth_env_vars,
+                &format!("providers.{name}.auth_env_vars"),
+                &invalid,
+            )?;
             if let Some(f) = p.container_home_files.iter().find(|f| {
                 let p = Path::new(f);
                 p.is_absolute()
@@ -511,6 +694,27 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
             }
         }
     }
+}
+
+/// Each entry must be a variable name (letters, digits, `_`), or one followed by `*`.
+fn check_env_patterns(
+    patterns: &[String],
+    json_path: &str,
+    invalid: &dyn Fn(String, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for (i, p) in patterns.iter().enumerate() {
+        let name = p.strip_suffix('*').unwrap_or(p);
+        let ok = !p.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(invalid(
+                format!("{json_path}[{i}]"),
+                format!(
+                    "{p:?} is not a variable name or a prefix ending in '*' (letters, digits and '_')"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn from_merged(

@@ -90,10 +90,6 @@ pub struct DockerConfig {
     /// aicli runs as root), on a remote engine the image's user `aicli` (1000:1000).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// Variables of aicli's environment passed into containers (besides each provider's
-    /// `auth_env_vars` and the provider's and task's own `env`). Nothing else of aicli's
-    /// environment enters a container.
-    pub pass_env: Vec<String>,
     /// Where `aicli image build` keeps the Debian packages it downloads (git for images
     /// whose base lacks it); `~/.cache/aicli/debs` when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,19 +107,6 @@ impl Default for DockerConfig {
             pids_limit: 1024,
             network_mode: "bridge".to_owned(),
             user: None,
-            pass_env: [
-                "ANTHROPIC_API_KEY",
-                "ANTHROPIC_AUTH_TOKEN",
-                "CLAUDE_CODE_OAUTH_TOKEN",
-                "CODEX_API_KEY",
-                "OPENAI_API_KEY",
-                "GEMINI_API_KEY",
-                "GOOGLE_API_KEY",
-                "LANG",
-                "TZ",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
             deb_cache: None,
         }
     }

@@ -54,7 +54,7 @@ pub mod result;
 pub mod task;
 pub mod usage;
 
-pub use config::{AiCliConfig, EngineConfig, LoadedConfig, ProviderConfig};
+pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
 pub use docker_config::{DockerConfig, DockerHostConfig, DockerTls, RunnerKind};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel};

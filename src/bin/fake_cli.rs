@@ -27,6 +27,20 @@
 //!   --require-file PATH      exit 3 when PATH does not exist (after --start-delay-ms)
 //!   --require-env-unset K    exit 3 with a message when the env var K is set
 //!   --record-env K FILE      append `K=value` or `K unset` to FILE
+//!   --dump-env FILE          write the whole environment to FILE (`K=V` lines)
+//!   --mcp-call TOOL ARGS F   call TOOL with ARGS (JSON) on aicli's MCP server (found in
+//!                            `--mcp-config FILE`, the Claude wiring, or
+//!                            AICLI_MCP_URL/AICLI_MCP_TOKEN), before the transcript;
+//!                            write the tool result's JSON to F
+//!   --daemon-exit            start one `setsid` daemon grandchild (a sleeper) and exit
+//!                            at once, before the transcript: the parent is gone
+//!                            before anyone can see the grandchild's ancestry
+//!   --once FILE              misbehave (daemons, grandchildren, linger, hang) only when
+//!                            FILE does not exist yet (it is created): a resumed run
+//!                            of the same task behaves
+//!   --double-fork-daemon F   start a child that runs `--daemon-exit --pid-file F` (so F
+//!                            lists that child and its daemon) and wait for it; then go
+//!                            on: the daemon's parent died at once, the CLI lives on
 //!   --touch FILE             create FILE (relative to the cwd) — "the tool ran"
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
 //!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit
@@ -75,6 +89,16 @@ fn main() {
                 o.record_env.push((var, val()));
             }
             "--touch" => o.touch.push(val()),
+            "--dump-env" => o.dump_env = Some(val()),
+            "--mcp-call" => {
+                let tool = val();
+                let args = val();
+                o.mcp_calls.push((tool, args, val()));
+            }
+            "--mcp-config" => o.mcp_config = Some(val()),
+            "--daemon-exit" => o.daemon_exit = true,
+            "--double-fork-daemon" => o.double_fork = Some(val()),
+            "--once" => o.once = Some(val()),
             "--record-argv" => o.record_argv = Some(val()),
             "--timeline" => o.timeline = Some(val()),
             // Anything else (the provider's own flags, the prompt) is accepted and ignored.
@@ -111,6 +135,12 @@ struct Opts {
     touch: Vec<String>,
     record_argv: Option<String>,
     timeline: Option<String>,
+    dump_env: Option<String>,
+    mcp_calls: Vec<(String, String, String)>,
+    mcp_config: Option<String>,
+    daemon_exit: bool,
+    double_fork: Option<String>,
+    once: Option<String>,
 }
 
 fn timeline(file: &Option<String>, what: &str) {
@@ -150,8 +180,19 @@ fn hang() -> ! {
     }
 }
 
-fn run(o: Opts, args: &[String]) {
+fn run(mut o: Opts, args: &[String]) {
     timeline(&o.timeline, "start");
+    if let Some(f) = &o.once {
+        if std::path::Path::new(f).exists() {
+            o.daemon_exit = false;
+            o.double_fork = None;
+            o.grandchildren = 0;
+            o.linger = 0;
+            o.hang = false;
+        } else {
+            std::fs::write(f, b"").unwrap();
+        }
+    }
     if let Some(f) = &o.record_argv {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
@@ -171,6 +212,16 @@ fn run(o: Opts, args: &[String]) {
             .open(file)
             .unwrap();
         writeln!(f, "{line}").unwrap();
+    }
+    if let Some(f) = &o.dump_env {
+        let text: String = std::env::vars()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect();
+        std::fs::write(f, text).unwrap();
+    }
+    for (tool, args, file) in &o.mcp_calls {
+        let answer = mcp::call_tool(o.mcp_config.as_deref(), tool, args);
+        std::fs::write(file, answer).unwrap();
     }
     for k in &o.require_unset {
         if std::env::var_os(k).is_some() {
@@ -212,9 +263,39 @@ fn run(o: Opts, args: &[String]) {
         }
         pids.push(c.spawn().unwrap().id());
     }
+    if o.daemon_exit {
+        // A daemon the way tools make one: a child that leaves the session and process
+        // group, then the parent exits before printing anything.
+        let mut c = Command::new(&me);
+        c.arg("--sleeper")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid() is async-signal-safe.
+        unsafe {
+            c.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        pids.push(c.spawn().unwrap().id());
+    }
     if let Some(f) = &o.pid_file {
         let text: Vec<String> = pids.iter().map(u32::to_string).collect();
         std::fs::write(f, text.join("\n")).unwrap();
+    }
+    if o.daemon_exit {
+        std::process::exit(0);
+    }
+    if let Some(f) = &o.double_fork {
+        Command::new(&me)
+            .args(["--daemon-exit", "--pid-file", f])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
     }
     for t in &o.touch {
         std::fs::write(t, b"touched by aicli-fake-cli\n").unwrap();
@@ -332,4 +413,118 @@ fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// A minimal MCP client over streamable HTTP (initialize, initialized, one tools/call):
+/// what a real CLI does to read a credential granted to its task.
+mod mcp {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use serde_json::{Value, json};
+
+    /// The server's URL and bearer token: from Claude's `--mcp-config` file, else from
+    /// AICLI_MCP_URL / AICLI_MCP_TOKEN.
+    fn endpoint(mcp_config: Option<&str>) -> Result<(String, String), String> {
+        if let Some(f) = mcp_config {
+            let v: Value =
+                serde_json::from_str(&std::fs::read_to_string(f).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+            let s = &v["mcpServers"]["aicli"];
+            let url = s["url"].as_str().ok_or("no url in the MCP config")?;
+            let auth = s["headers"]["Authorization"]
+                .as_str()
+                .ok_or("no Authorization header")?;
+            let token = auth.strip_prefix("Bearer ").ok_or("not a bearer token")?;
+            return Ok((url.to_owned(), token.to_owned()));
+        }
+        match (
+            std::env::var("AICLI_MCP_URL"),
+            std::env::var("AICLI_MCP_TOKEN"),
+        ) {
+            (Ok(u), Ok(t)) => Ok((u, t)),
+            _ => Err("no MCP server: neither --mcp-config nor AICLI_MCP_URL".into()),
+        }
+    }
+
+    /// `tool(args)`'s result as JSON text, or `{"error": ...}`.
+    pub fn call_tool(mcp_config: Option<&str>, tool: &str, args: &str) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let args: Value = match serde_json::from_str(args) {
+            Ok(v) => v,
+            Err(e) => return json!({ "error": format!("bad tool arguments: {e}") }).to_string(),
+        };
+        match rt.block_on(call(mcp_config, tool, args)) {
+            Ok(v) => v.to_string(),
+            Err(e) => json!({ "error": e }).to_string(),
+        }
+    }
+
+    async fn call(mcp_config: Option<&str>, tool: &str, args: Value) -> Result<Value, String> {
+        let (url, token) = endpoint(mcp_config)?;
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let post = |sid: Option<String>, body: Value| {
+            let mut b = hyper::Request::post(url.as_str())
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream");
+            if let Some(s) = sid {
+                b = b
+                    .header("mcp-session-id", s)
+                    .header("mcp-protocol-version", "2025-06-18");
+            }
+            let req = b.body(Full::new(Bytes::from(body.to_string()))).unwrap();
+            let client = client.clone();
+            async move {
+                let resp = client.request(req).await.map_err(|e| e.to_string())?;
+                let status = resp.status();
+                let sid = resp
+                    .headers()
+                    .get("mcp-session-id")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                let body = resp
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let text = String::from_utf8_lossy(&body.to_bytes()).into_owned();
+                if !status.is_success() {
+                    return Err(format!("HTTP {status}: {text}"));
+                }
+                // SSE (`data: {...}` lines) or plain JSON.
+                let msg = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .find_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                    .or_else(|| serde_json::from_str(&text).ok())
+                    .unwrap_or(Value::Null);
+                Ok::<_, String>((sid, msg))
+            }
+        };
+        let (sid, _) = post(
+            None,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "aicli-fake-cli", "version": "0"}}}),
+        )
+        .await?;
+        let sid = sid.ok_or("initialize: no session id")?;
+        post(
+            Some(sid.clone()),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        )
+        .await?;
+        let (_, msg) = post(
+            Some(sid),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": tool, "arguments": args}}),
+        )
+        .await?;
+        Ok(msg["result"].clone())
+    }
 }

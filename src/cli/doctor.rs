@@ -40,7 +40,13 @@ pub(super) async fn doctor(
     });
     let mut rows = Vec::new();
     let mut problems = 0;
-    let probes = probe_all(reg.providers().cloned().collect(), true, true).await;
+    let probes = probe_all(
+        reg.providers().cloned().collect(),
+        &config.engine.env_passthrough,
+        true,
+        true,
+    )
+    .await;
     // The images of the Docker runner, on every engine that answers; missing or stale
     // ones are problems only when the config runs tasks in containers.
     let (images, docker_note) = super::image::doctor_reports(&config, &reg).await;

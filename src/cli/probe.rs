@@ -1,7 +1,10 @@
 //! What `aicli providers`, `status` and `doctor` find out about each CLI: where its
 //! binary is (config, PATH or aicli's cache), its version, its login state. Every
 //! provider is probed at once, each probe with a short timeout, and a slow one is named.
+//! A probe runs with the environment a run of its provider gets ([`aicli::env::cli_env`]:
+//! the base set, the provider's variables, its `env`), so what it says holds for runs.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -41,10 +44,13 @@ async fn timed(
     what: &str,
     bin: &BinaryLocation,
     argv: Vec<String>,
+    env: &BTreeMap<String, String>,
     slow: &mut Vec<String>,
 ) -> Option<aicli::process::Captured> {
     let mut c = CommandSpec::new(bin, &std::env::temp_dir());
     c.args(argv);
+    c.env = env.clone();
+    c.env_clear = true;
     let started = Instant::now();
     let out = aicli::process::run_capture(&c, PROBE_TIMEOUT).await.ok();
     let took = started.elapsed();
@@ -62,16 +68,17 @@ async fn timed(
 }
 
 /// The login state: the CLI's status command, or for a CLI without one, the engine's
-/// credentials pre-check over aicli's own environment.
+/// credentials pre-check over the environment a run would get.
 async fn auth_status(
     p: &SharedProvider,
     bin: &BinaryLocation,
+    env: &BTreeMap<String, String>,
     slow: &mut Vec<String>,
 ) -> AuthStatus {
     match p.auth_status_argv() {
         Some(argv) => {
             let what = format!("`{} {}`", p.binary_name(), argv.join(" "));
-            match timed(&what, bin, argv, slow).await {
+            match timed(&what, bin, argv, env, slow).await {
                 Some(o) => p.parse_auth_status(&o.stdout, &o.stderr, o.exit_code),
                 None => AuthStatus::Unknown {
                     detail: format!("{what} did not answer in time"),
@@ -79,9 +86,8 @@ async fn auth_status(
             }
         }
         None => {
-            let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
             let home = PathBuf::from(env.get("HOME").cloned().unwrap_or_default());
-            match p.auth_precheck(&env, &home, &p.config().extra_args).await {
+            match p.auth_precheck(env, &home, &p.config().extra_args).await {
                 Some(msg) => AuthStatus::LoggedOut { hint: msg },
                 None => AuthStatus::Unknown {
                     detail: "the CLI has no status command; credentials seem present".into(),
@@ -91,8 +97,10 @@ async fn auth_status(
     }
 }
 
-/// Probes one provider: binary, then (as asked) version and login state at once.
-pub async fn probe(p: SharedProvider, version: bool, auth: bool) -> Probe {
+/// Probes one provider: binary, then (as asked) version and login state at once, with
+/// the environment a run of it gets (`base` is `engine.env_passthrough`).
+pub async fn probe(p: SharedProvider, base: &[String], version: bool, auth: bool) -> Probe {
+    let env = aicli::env::cli_env(&aicli::env::process_env(), base, p.config(), None);
     let binary = p
         .binary_path(Some(&search_path()))
         .map_err(|e| e.to_string());
@@ -122,14 +130,21 @@ pub async fn probe(p: SharedProvider, version: bool, auth: bool) -> Probe {
             p.binary_name(),
             p.config().version_argv.join(" ")
         );
-        let o = timed(&what, &bin, p.config().version_argv.clone(), &mut slow_v).await?;
+        let o = timed(
+            &what,
+            &bin,
+            p.config().version_argv.clone(),
+            &env,
+            &mut slow_v,
+        )
+        .await?;
         p.parse_version(&o.stdout)
     };
     let auth_fut = async {
         if !auth {
             return None;
         }
-        Some(auth_status(&p, &bin, &mut slow_a).await)
+        Some(auth_status(&p, &bin, &env, &mut slow_a).await)
     };
     let (v, a) = tokio::join!(version_fut, auth_fut);
     out.version = v;
@@ -139,11 +154,19 @@ pub async fn probe(p: SharedProvider, version: bool, auth: bool) -> Probe {
     out
 }
 
-/// Probes every provider at once, in registry order.
-pub async fn probe_all(providers: Vec<SharedProvider>, version: bool, auth: bool) -> Vec<Probe> {
+/// Probes every provider at once, in registry order (`base`: `engine.env_passthrough`).
+pub async fn probe_all(
+    providers: Vec<SharedProvider>,
+    base: &[String],
+    version: bool,
+    auth: bool,
+) -> Vec<Probe> {
     let handles: Vec<_> = providers
         .into_iter()
-        .map(|p| tokio::spawn(probe(p, version, auth)))
+        .map(|p| {
+            let base = base.to_vec();
+            tokio::spawn(async move { probe(p, &base, version, auth).await })
+        })
         .collect();
     let mut out = Vec::new();
     for h in handles {

@@ -16,7 +16,13 @@ pub(super) async fn providers(
 ) -> anyhow::Result<ExitCode> {
     let config = load_config(config_path)?;
     let reg = registry(&config)?;
-    let probes = probe_all(reg.providers().cloned().collect(), details, true).await;
+    let probes = probe_all(
+        reg.providers().cloned().collect(),
+        &config.engine.env_passthrough,
+        details,
+        true,
+    )
+    .await;
     let mut rows = Vec::new();
     for pr in &probes {
         let p = &pr.provider;

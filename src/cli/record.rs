@@ -118,7 +118,10 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
         let dirs = aicli_testkit::RunDirs::new_in(scratch.path())?;
         wiring.write_files(&dirs.home)?;
         task.extra_args.extend(wiring.args.clone());
-        engine = engine.with_env(dirs.env_with(&wiring));
+        // The wiring's variables (the fake's URL and key, telemetry off) go through the
+        // task: a CLI gets nothing else of the environment it is given.
+        task.env.extend(wiring.env.clone());
+        engine = engine.with_env(dirs.base_env());
         source = format!(
             "aicli record: real {} {version} against the aicli-testkit fake {vendor} API on loopback (script: {spec})",
             provider.binary_name()

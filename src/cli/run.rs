@@ -47,6 +47,10 @@ pub struct RunArgs {
     /// Do not start aicli's MCP server for the run.
     #[arg(long)]
     pub no_mcp: bool,
+    /// A credential the agent may read through the MCP server's getCredential
+    /// (repeatable; the CLI's environment never carries it).
+    #[arg(long, value_name = "NAME")]
+    pub credential: Vec<String>,
     /// Carry the repository's uncommitted changes and untracked files into the task's
     /// worktree (as a commit on the task's branch); without it the task starts from HEAD.
     #[arg(long)]
@@ -82,6 +86,7 @@ pub(super) async fn run(
         model: a.model.clone(),
         max_turns: a.max_turns,
         max_budget_usd: a.budget,
+        credentials: a.credential.clone(),
         ..TaskSpec::default()
     };
     let mut opts = BatchOptions::new(repo);

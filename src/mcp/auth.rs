@@ -95,6 +95,8 @@ struct Inner {
     sessions: HashMap<String, u64>,
     /// Token id -> its sessions, to close them on revoke.
     sessions_by_token: HashMap<u64, HashSet<String>>,
+    /// Token id -> requests without a session in flight (each may open one).
+    pending: HashMap<u64, usize>,
     next_id: u64,
 }
 
@@ -195,6 +197,7 @@ impl Tokens {
         let Some(entry) = removed else {
             return Vec::new();
         };
+        inner.pending.remove(&entry.id);
         let sessions: Vec<String> = inner
             .sessions_by_token
             .remove(&entry.id)
@@ -278,6 +281,34 @@ impl Tokens {
         true
     }
 
+    /// Holds a place for a session `token_id` may open, if it holds fewer than `limit`
+    /// (counting the places already held); `false` when it may not open one more.
+    pub(crate) fn reserve_session(&self, token_id: u64, limit: usize) -> bool {
+        let mut inner = self.write();
+        let open = inner
+            .sessions_by_token
+            .get(&token_id)
+            .map_or(0, HashSet::len);
+        let pending = inner.pending.get(&token_id).copied().unwrap_or(0);
+        if open + pending >= limit {
+            return false;
+        }
+        *inner.pending.entry(token_id).or_default() += 1;
+        true
+    }
+
+    /// Gives back a place [`Tokens::reserve_session`] held (the session, if one was
+    /// opened, is bound by then).
+    pub(crate) fn release_session(&self, token_id: u64) {
+        let mut inner = self.write();
+        if let Some(n) = inner.pending.get_mut(&token_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                inner.pending.remove(&token_id);
+            }
+        }
+    }
+
     /// Forgets a session (closed by the client or expired in rmcp).
     pub(crate) fn unbind_session(&self, session: &str) {
         let mut inner = self.write();
@@ -285,6 +316,9 @@ impl Tokens {
             && let Some(set) = inner.sessions_by_token.get_mut(&id)
         {
             set.remove(session);
+            if set.is_empty() {
+                inner.sessions_by_token.remove(&id);
+            }
         }
     }
 
@@ -512,22 +546,56 @@ pub(crate) async fn gate(
         return session_not_found();
     }
     let is_delete = req.method() == Method::DELETE;
+    // A request without a session may open one: at most `max_sessions_per_token` per
+    // token (sessions open plus such requests in flight).
+    let limit = shared.limits.max_sessions_per_token;
+    let reserved = session.is_none() && req.method() == Method::POST;
+    if reserved && !shared.tokens.reserve_session(caller.token_id, limit) {
+        tracing::warn!(token = %caller.prefix, task_id = %caller.ctx.task_id, limit, "refused MCP request: too many sessions for this token");
+        return json_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            serde_json::json!({
+                "error": "too_many_sessions",
+                "error_description": format!(
+                    "this token holds {limit} MCP sessions (mcp.limits.max_sessions_per_token); close one (DELETE) or wait for an idle one to expire"
+                ),
+            }),
+        );
+    }
+    let json_body = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|e| e.trim().eq_ignore_ascii_case("application/json"))
+        });
     req.extensions_mut().insert(caller.clone());
     let resp = next.run(req).await;
     match &session {
         None => {
-            if let Some(new_sid) = resp
+            let opened = resp
                 .headers()
                 .get(SESSION_HEADER)
                 .and_then(|v| v.to_str().ok())
-            {
-                if shared.tokens.bind_session(new_sid, caller.token_id) {
+                .map(str::to_owned);
+            let bound = opened
+                .as_deref()
+                .map(|sid| (sid, shared.tokens.bind_session(sid, caller.token_id)));
+            if reserved {
+                shared.tokens.release_session(caller.token_id);
+            }
+            match bound {
+                Some((_, true)) => {
                     tracing::debug!(token = %caller.prefix, task_id = %caller.ctx.task_id, "MCP session opened");
-                } else {
+                }
+                Some((sid, false)) => {
                     // Revoked while initializing: close what rmcp just opened.
-                    shared.close_sessions(vec![new_sid.to_owned()]);
+                    shared.close_sessions(vec![sid.to_owned()]);
                     return unauthorized(AuthFailure::Unknown);
                 }
+                None => {}
             }
         }
         Some(sid) => {
@@ -536,7 +604,33 @@ pub(crate) async fn gate(
             }
         }
     }
+    if resp.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE && json_body {
+        // rmcp answers a JSON body that does not parse with 415; the media type was
+        // right, the body was not: 400 with a JSON-RPC parse error.
+        return malformed_body(resp).await;
+    }
     resp
+}
+
+/// 400 with a JSON-RPC parse error carrying rmcp's reason (cut to 1,000 characters).
+async fn malformed_body(resp: Response) -> Response {
+    let reason = axum::body::to_bytes(resp.into_body(), 64 * 1024)
+        .await
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .chars()
+                .take(1000)
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    json_response(
+        StatusCode::BAD_REQUEST,
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32700, "message": format!("Parse error: the request body is not a JSON-RPC message ({reason})")},
+        }),
+    )
 }
 
 #[cfg(test)]

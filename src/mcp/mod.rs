@@ -10,7 +10,8 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | `server` | [`McpServer`], [`McpServerOptions`]: bind (TCP_NODELAY on every accepted socket), the axum router, the token API, graceful shutdown |
+//! | `server` | [`McpServer`], [`McpServerOptions`]: bind, the axum router, the token API, session expiry, graceful shutdown |
+//! | `listener` | the HTTP/1.1 accept loop: connection limit, header-read and idle timeouts, TCP_NODELAY |
 //! | `auth` | tokens (mint, constant-time check, revoke), session -> token binding, Host/Origin checks, the middleware in front of rmcp, 401/403/404 bodies |
 //! | `tools` | the rmcp handler: `getWorkspaceFiles`, `listSkills`, `getSkill`, `getCredential`, `broadcastLog`, `ask_user` (also `askUser`, the name Gemini CLI can see) (names in [`TOOL_NAMES`]) |
 //! | `workspace` | listing/reading files under a worktree without leaving it (symlinks and TOCTOU included) |
@@ -70,6 +71,7 @@ mod auth;
 mod calls;
 mod credentials;
 mod error;
+mod listener;
 mod server;
 mod skills;
 mod tools;

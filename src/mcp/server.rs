@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aicli_providers::{EngineConfig, McpEndpoint};
+use aicli_providers::{EngineConfig, McpEndpoint, McpLimits};
 use axum::Router;
 use axum::middleware::from_fn_with_state;
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{
     SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
@@ -21,12 +20,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::{AllowedHosts, Tokens, gate};
 use super::calls::{CallLog, CallRecord};
+use super::listener::{self, ConnLimits, ConnStats};
 use super::tools::{AgentTools, TOOL_NAMES};
 use super::{CredentialSource, EnvLookup, McpError, TaskContext};
 
 /// How long [`McpServer::shutdown`] waits for open connections before cutting them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-/// How often bindings of sessions that rmcp expired are swept.
+/// How often, at most, bindings of sessions that rmcp expired are swept (more often
+/// when sessions expire sooner).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// How to start the server.
@@ -42,6 +43,8 @@ pub struct McpServerOptions {
     pub skills_dir: PathBuf,
     /// Where `getCredential` finds values.
     pub credentials: CredentialSource,
+    /// Timeouts, connection and session limits, caps on tool arguments.
+    pub limits: McpLimits,
 }
 
 impl Default for McpServerOptions {
@@ -51,6 +54,7 @@ impl Default for McpServerOptions {
             allowed_hosts: Vec::new(),
             skills_dir: PathBuf::from(".aicli/skills"),
             credentials: CredentialSource::default(),
+            limits: McpLimits::default(),
         }
     }
 }
@@ -71,6 +75,7 @@ impl McpServerOptions {
                 env: EnvLookup::Process,
                 file: engine.credentials_file.clone(),
             },
+            limits: engine.mcp.limits.clone(),
         }
     }
 }
@@ -89,6 +94,10 @@ pub(crate) struct Shared {
     pub calls: CallLog,
     /// rmcp's sessions, to close those of a revoked token.
     pub sessions: Arc<LocalSessionManager>,
+    /// The limits (tool argument caps, sessions per token).
+    pub limits: McpLimits,
+    /// What the listener holds.
+    pub conns: Arc<ConnStats>,
 }
 
 impl Shared {
@@ -122,6 +131,8 @@ pub struct McpServer {
     serve: Option<JoinHandle<()>>,
     /// The router, to serve on more addresses ([`McpServer::listen_on`]).
     app: Router,
+    /// The connection limits of each address served.
+    conn_limits: ConnLimits,
     /// Addresses served besides the bound one, and their ports.
     extra: tokio::sync::Mutex<HashMap<IpAddr, u16>>,
     /// Their serving tasks.
@@ -184,9 +195,14 @@ impl McpServer {
         let cancel = cancel.child_token();
         // No SSE "priming" events (an empty `data:` line with a retry hint): gemini 0.61
         // runs JSON.parse("") on them and drops the server. Claude and Codex ignore them.
+        let limits = opts.limits;
+        let session_idle = Duration::from_secs(limits.session_idle_timeout_secs);
         let mut session_manager = LocalSessionManager::default();
         session_manager.session_config.sse_retry = None;
+        // An idle session is closed and its memory freed (the sweep drops its binding).
+        session_manager.session_config.keep_alive = Some(session_idle);
         let sessions = Arc::new(session_manager);
+        let conns = Arc::new(ConnStats::default());
         let shared = Arc::new(Shared {
             tokens: Tokens::default(),
             hosts: hosts.clone(),
@@ -194,11 +210,14 @@ impl McpServer {
             credentials: opts.credentials,
             calls: CallLog::default(),
             sessions: sessions.clone(),
+            limits: limits.clone(),
+            conns: conns.clone(),
         });
-        let config = StreamableHttpServerConfig::default()
+        let mut config = StreamableHttpServerConfig::default()
             .with_sse_retry(None)
             .with_allowed_hosts(hosts.for_rmcp())
             .with_cancellation_token(cancel.child_token());
+        config.max_request_body_bytes = limits.max_body_bytes;
         let router = Arc::new(AgentTools::build_router());
         let factory_shared = shared.clone();
         let service: StreamableHttpService<AgentTools, LocalSessionManager> =
@@ -207,12 +226,43 @@ impl McpServer {
                 sessions,
                 config,
             );
+        // Clients that honour it (undici, for one) stop reusing a kept-alive connection
+        // before the server closes it for idling: no request is sent into a closing one.
+        let keep_alive = axum::http::HeaderValue::from_str(&format!(
+            "timeout={}",
+            limits.header_read_timeout_secs
+        ))
+        .unwrap_or_else(|_| axum::http::HeaderValue::from_static("timeout=10"));
         let app = Router::new()
             .nest_service("/mcp", service)
             .layer(from_fn_with_state(shared.clone(), gate))
-            .route("/healthz", get(healthz));
-        let serve = serve(listener, app.clone(), cancel.clone());
-        tokio::spawn(sweep(shared.clone(), cancel.clone()));
+            .route("/healthz", get(healthz))
+            .layer(axum::middleware::map_response(
+                move |mut r: axum::response::Response| {
+                    let v = keep_alive.clone();
+                    async move {
+                        r.headers_mut().insert("keep-alive", v);
+                        r
+                    }
+                },
+            ));
+        // Every connection: a limit on how many, a header-read and an idle timeout, and
+        // TCP_NODELAY (rmcp writes small SSE frames; with Nagle + delayed ACK each call
+        // would wait ~40 ms).
+        let conn_limits = ConnLimits {
+            max_connections: limits.max_connections,
+            header_read_timeout: Duration::from_secs(limits.header_read_timeout_secs),
+            idle_timeout: Duration::from_secs(limits.idle_timeout_secs),
+        };
+        let serve = tokio::spawn(listener::serve(
+            listener,
+            app.clone(),
+            conn_limits,
+            conns,
+            cancel.clone(),
+        ));
+        let sweep_every = SWEEP_EVERY.min((session_idle / 2).max(Duration::from_millis(100)));
+        tokio::spawn(sweep(shared.clone(), sweep_every, cancel.clone()));
         tracing::info!(%addr, "MCP server listening");
         Ok(McpServer {
             shared,
@@ -221,6 +271,7 @@ impl McpServer {
             cancel,
             serve: Some(serve),
             app,
+            conn_limits,
             extra: tokio::sync::Mutex::new(HashMap::new()),
             extra_serves: Mutex::new(Vec::new()),
         })
@@ -249,7 +300,13 @@ impl McpServer {
             .local_addr()
             .map_err(|source| McpError::Bind { bind, source })?
             .port();
-        let handle = serve(listener, self.app.clone(), self.cancel.clone());
+        let handle = tokio::spawn(listener::serve(
+            listener,
+            self.app.clone(),
+            self.conn_limits,
+            self.shared.conns.clone(),
+            self.cancel.clone(),
+        ));
         if let Ok(mut v) = self.extra_serves.lock() {
             v.push(handle);
         }
@@ -333,6 +390,29 @@ impl McpServer {
         self.shared.tokens.live()
     }
 
+    /// Number of MCP sessions bound to live tokens (expired ones go at the next sweep).
+    pub fn live_sessions(&self) -> usize {
+        self.shared.tokens.bound_sessions().len()
+    }
+
+    /// Number of HTTP connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.shared
+            .conns
+            .open
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Connections closed at accept because `max_connections` were open, and
+    /// connections closed by the idle timeout, since start.
+    pub fn closed_connections(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering;
+        (
+            self.shared.conns.refused.load(Ordering::Relaxed),
+            self.shared.conns.idled_out.load(Ordering::Relaxed),
+        )
+    }
+
     /// The server's cancellation token (a child of the one given to `start`).
     pub fn cancellation_token(&self) -> CancellationToken {
         self.cancel.clone()
@@ -381,36 +461,14 @@ pub(crate) fn url_for(host: &str, port: u16) -> String {
     }
 }
 
-/// Serves `app` on `listener` (TCP_NODELAY on every connection, the peer address in each
-/// request) until `cancel`.
-fn serve(listener: TcpListener, app: Router, cancel: CancellationToken) -> JoinHandle<()> {
-    // rmcp writes small SSE frames; without TCP_NODELAY each call waits ~40 ms on
-    // Nagle + delayed ACK.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY on an MCP connection");
-        }
-    });
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(cancel.cancelled_owned())
-        .await
-        {
-            tracing::error!(error = %e, "MCP server stopped");
-        }
-    })
-}
-
 async fn healthz() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({"status": "ok"}))
 }
 
-/// Forgets bindings of sessions rmcp closed by itself (idle timeout).
-async fn sweep(shared: Arc<Shared>, cancel: CancellationToken) {
-    let mut tick = tokio::time::interval(SWEEP_EVERY);
+/// Forgets bindings of sessions rmcp closed by itself (idle timeout), which frees their
+/// place in their token's `max_sessions_per_token`.
+async fn sweep(shared: Arc<Shared>, every: Duration, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
     tick.tick().await;
     loop {
         tokio::select! {

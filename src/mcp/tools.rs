@@ -47,7 +47,8 @@ pub const ASK_USER_REPLY: &str = "Your question has been delivered to the user. 
 do not call any more tools and do not continue working on the task. The user's answer will \
 arrive as your next message when the task resumes.";
 
-/// Longest `broadcastLog` message, in characters; longer ones are cut.
+/// The default longest `broadcastLog` message, in characters (`mcp.limits.
+/// log_message_chars`); longer ones are cut.
 pub const MAX_LOG_CHARS: usize = 5_000;
 
 /// The per-session handler.
@@ -106,7 +107,7 @@ pub(crate) struct CredentialArgs {
 /// Arguments of `broadcastLog`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(crate) struct LogArgs {
-    /// The message (at most 5,000 characters; longer messages are cut).
+    /// The message (long messages are cut; the answer says so).
     pub message: String,
     /// One of: debug, info, warning, error.
     #[serde(default = "info")]
@@ -128,6 +129,35 @@ pub(crate) struct AskArgs {
 
 fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+/// Why `value` (argument `arg`) is refused when it has more than `max` characters;
+/// `setting` names the limit in the config.
+fn cap(arg: &str, value: &str, max: usize, setting: &str) -> Result<(), String> {
+    if value.len() <= max || value.chars().nth(max).is_none() {
+        return Ok(());
+    }
+    Err(format!(
+        "`{arg}` has {} characters; at most {max} are accepted (mcp.limits.{setting})",
+        value.chars().count()
+    ))
+}
+
+/// At most 40 characters of `s`, for echoing a bad value back.
+fn excerpt(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// Returns a failed [`cap`] from the tool as a tool error.
+macro_rules! check {
+    ($e:expr) => {
+        if let Err(why) = $e {
+            return Ok(tool_error(why));
+        }
+    };
 }
 
 fn stream_closed() -> CallToolResult {
@@ -191,6 +221,14 @@ impl AgentTools {
         ct: CancellationToken,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
+        let l = &self.shared.limits;
+        check!(cap("path", &args.path, l.path_chars, "path_chars"));
+        check!(cap(
+            "pattern",
+            &args.pattern,
+            l.pattern_chars,
+            "pattern_chars"
+        ));
         let workspace = caller.ctx.workspace.clone();
         let req = FilesRequest {
             path: args.path,
@@ -244,6 +282,12 @@ impl AgentTools {
         ct: CancellationToken,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
+        check!(cap(
+            "name",
+            &args.name,
+            self.shared.limits.name_chars,
+            "name_chars"
+        ));
         let dir = self.shared.skills_dir.clone();
         let connected = caller.ctx.skills.clone();
         let name = args.name;
@@ -264,6 +308,12 @@ impl AgentTools {
         Extension(parts): Extension<Parts>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
+        check!(cap(
+            "name",
+            &args.name,
+            self.shared.limits.name_chars,
+            "name_chars"
+        ));
         let name = args.name;
         if !caller.ctx.credentials.contains(&name) {
             tracing::info!(task_id = %caller.ctx.task_id, credential = %name, "getCredential refused: not on the task's allowlist");
@@ -302,7 +352,7 @@ impl AgentTools {
 
     #[tool(
         name = "broadcastLog",
-        description = "Publish a progress or diagnostic line to the people watching your task. `level` is one of debug, info, warning, error (default info); `source` says who logs (optional). Messages over 5000 characters are cut."
+        description = "Publish a progress or diagnostic line to the people watching your task. `level` is one of debug, info, warning, error (default info); `source` says who logs (optional, short). Long messages are cut (the answer says so)."
     )]
     async fn broadcast_log(
         &self,
@@ -310,6 +360,7 @@ impl AgentTools {
         Extension(parts): Extension<Parts>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
+        let l = &self.shared.limits;
         let level = match args.level.as_str() {
             "debug" => LogLevel::Debug,
             "info" => LogLevel::Info,
@@ -317,12 +368,20 @@ impl AgentTools {
             "error" => LogLevel::Error,
             other => {
                 return Ok(tool_error(format!(
-                    "invalid level {other:?}: use one of debug, info, warning, error"
+                    "invalid level {:?}: use one of debug, info, warning, error",
+                    excerpt(other)
                 )));
             }
         };
+        check!(cap(
+            "source",
+            &args.source,
+            l.log_source_chars,
+            "log_source_chars"
+        ));
+        let max = l.log_message_chars;
         let mut message = args.message;
-        let cut = match message.char_indices().nth(MAX_LOG_CHARS) {
+        let cut = match message.char_indices().nth(max) {
             Some((i, _)) => {
                 message.truncate(i);
                 true
@@ -340,7 +399,7 @@ impl AgentTools {
             return Ok(stream_closed());
         }
         Ok(CallToolResult::success(vec![ContentBlock::text(if cut {
-            format!("logged (message cut to {MAX_LOG_CHARS} characters)")
+            format!("logged (message cut to {max} characters: mcp.limits.log_message_chars)")
         } else {
             "logged".to_owned()
         })]))
@@ -379,6 +438,28 @@ impl AgentTools {
     /// `ask_user` / `askUser`: publish the question, tell the agent to end its turn.
     fn ask(&self, args: AskArgs, parts: &Parts) -> Result<CallToolResult, ErrorData> {
         let caller = caller(parts)?;
+        let l = &self.shared.limits;
+        check!(cap(
+            "question",
+            &args.question,
+            l.question_chars,
+            "question_chars"
+        ));
+        if args.options.len() > l.max_options {
+            return Ok(tool_error(format!(
+                "`options` has {} entries; at most {} are accepted (mcp.limits.max_options)",
+                args.options.len(),
+                l.max_options
+            )));
+        }
+        for (i, o) in args.options.iter().enumerate() {
+            check!(cap(
+                &format!("options[{i}]"),
+                o,
+                l.option_chars,
+                "option_chars"
+            ));
+        }
         let question = args.question.trim().to_owned();
         if question.is_empty() {
             return Ok(tool_error("the question is empty"));

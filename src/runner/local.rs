@@ -1,4 +1,5 @@
-//! Runs CLIs as local processes, each in its own session / process group.
+//! Runs CLIs as local processes, each in its own process group and, where one can be
+//! made, its own cgroup (see [`crate::proctree`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,11 +10,21 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::{AgentReach, PlaceRequest, Placement, RunHandle, Runner, RunnerError};
-use crate::process::{LocalProcess, OutputOptions, StderrTail, StdoutLine};
+use crate::process::{CgroupMode, LocalProcess, OutputOptions, StderrTail, StdoutLine};
 
 /// Runs CLIs as child processes of aicli.
 #[derive(Debug, Clone, Default)]
-pub struct LocalRunner;
+pub struct LocalRunner {
+    /// Whether runs get cgroups (`engine.cgroups`).
+    cgroups: CgroupMode,
+}
+
+impl LocalRunner {
+    /// A runner whose runs get cgroups as `cgroups` allows.
+    pub fn new(cgroups: CgroupMode) -> LocalRunner {
+        LocalRunner { cgroups }
+    }
+}
 
 #[async_trait]
 impl Runner for LocalRunner {
@@ -22,13 +33,18 @@ impl Runner for LocalRunner {
     }
 
     async fn place(&self, _req: &PlaceRequest<'_>) -> Result<Box<dyn Placement>, RunnerError> {
-        Ok(Box::new(LocalPlacement))
+        Ok(Box::new(LocalPlacement {
+            cgroups: self.cgroups,
+        }))
     }
 }
 
 /// A local run: this machine's paths, environment and binaries, as they are.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct LocalPlacement;
+pub struct LocalPlacement {
+    /// Whether the run gets a cgroup.
+    cgroups: CgroupMode,
+}
 
 #[async_trait]
 impl Placement for LocalPlacement {
@@ -61,7 +77,11 @@ impl Placement for LocalPlacement {
         cmd: &CommandSpec,
         out: OutputOptions,
     ) -> Result<Box<dyn RunHandle>, RunnerError> {
-        Ok(Box::new(LocalHandle(LocalProcess::spawn(cmd, out)?)))
+        Ok(Box::new(LocalHandle(LocalProcess::spawn_in(
+            cmd,
+            out,
+            self.cgroups,
+        )?)))
     }
 
     async fn finish(&mut self) -> Result<(), RunnerError> {

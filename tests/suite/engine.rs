@@ -733,17 +733,31 @@ async fn a_daemonized_grandchild_is_killed_when_its_run_ends_normally() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_inherits_the_engine_environment_not_aicli_s_own() {
-    // `Engine::with_env` is the whole environment a CLI starts from (the provider's and
-    // the task's variables go over it): a variable that only the engine was given reaches
-    // the CLI, so a test (or a library user) never has to change the process environment.
+async fn the_cli_gets_the_base_set_and_its_providers_variables_not_the_whole_environment() {
+    // `Engine::with_env` is where a CLI's variables come from (aicli's own environment by
+    // default), never what it inherits whole: the base set and the provider's named
+    // variables pass, the config's and the task's `env` go over them, and a secret that
+    // nobody named stays out.
     let repo = git_repo();
     let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    env.insert("AICLI_ONLY_IN_ENGINE_ENV".into(), "engine".into());
-    assert!(std::env::var_os("AICLI_ONLY_IN_ENGINE_ENV").is_none());
-    let engine = fake_engine().with_env(env);
+    env.insert("AICLI_PROVIDER_VAR".into(), "named by the provider".into());
+    env.insert("AICLI_NOBODYS_SECRET".into(), "secret".into());
+    env.insert("LC_AICLI_TEST".into(), "base set prefix".into());
+    let provider = replay_provider("fake", "claude", Some(&fixture("claude", "text")))
+        .with_config(|c| c.env_passthrough = vec!["AICLI_PROVIDER_*".into()]);
+    let engine = engine_with(test_config(), vec![shared(provider)]).with_env(env);
     let (tx, _ev) = collect_events();
-    let mut t = task("t", &["--require-env", "AICLI_ONLY_IN_ENGINE_ENV=engine"]);
+    let mut t = task(
+        "t",
+        &[
+            "--require-env",
+            "AICLI_PROVIDER_VAR=named by the provider",
+            "--require-env",
+            "LC_AICLI_TEST=base set prefix",
+            "--require-env-unset",
+            "AICLI_NOBODYS_SECRET",
+        ],
+    );
     t.env
         .insert("AICLI_TASK_VAR".into(), "from the task".into());
     t.extra_args.extend([

@@ -159,6 +159,7 @@ impl Fixture {
                 ])),
                 file: Some(root.join("creds.json")),
             },
+            limits: Default::default(),
         };
         tweak(&mut opts);
         let cancel = CancellationToken::new();
@@ -323,20 +324,20 @@ fn drain(rx: &mut UnboundedReceiver<AgentEvent>) -> Vec<EventKind> {
 // ---------------------------------------------------------------------------------------
 // Raw HTTP, for what real clients never send.
 
-struct Raw {
+pub(super) struct Raw {
     http: reqwest::Client,
     url: String,
 }
 
 impl Raw {
-    fn new(url: String) -> Raw {
+    pub(super) fn new(url: String) -> Raw {
         Raw {
             http: reqwest::Client::new(),
             url,
         }
     }
 
-    fn request(
+    pub(super) fn request(
         &self,
         method: reqwest::Method,
         auth: Option<&str>,
@@ -356,7 +357,7 @@ impl Raw {
         b
     }
 
-    async fn post(
+    pub(super) async fn post(
         &self,
         auth: Option<&str>,
         session: Option<&str>,
@@ -370,7 +371,7 @@ impl Raw {
     }
 
     /// initialize + notifications/initialized; returns the session id.
-    async fn initialize(&self, token: &str) -> String {
+    pub(super) async fn initialize(&self, token: &str) -> String {
         let auth = format!("Bearer {token}");
         let resp = self.post(Some(&auth), None, &init_body()).await;
         assert_eq!(resp.status(), 200, "initialize: {:?}", resp.text().await);
@@ -392,7 +393,7 @@ impl Raw {
     }
 }
 
-fn init_body() -> Value {
+pub(super) fn init_body() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18",
         "capabilities": {},
@@ -405,7 +406,7 @@ fn tools_list(id: u64) -> Value {
 }
 
 /// Reads an SSE (or JSON) response until the JSON-RPC message with `id`.
-async fn sse_message(mut resp: reqwest::Response, id: u64) -> Value {
+pub(super) async fn sse_message(mut resp: reqwest::Response, id: u64) -> Value {
     let json_body = resp
         .headers()
         .get("content-type")

@@ -1,11 +1,16 @@
 pub mod cli;
+mod cli_env;
 mod docker;
 mod e2e;
 mod engine;
 mod human;
 mod mcp;
+mod mcp_limits;
 mod new_vendor;
+mod orphans;
+mod private_modes;
 mod process;
+mod resume_finished;
 mod robustness;
 mod schemas;
 mod support;

@@ -151,3 +151,40 @@ pub fn fake_engine() -> Engine {
 pub fn shared(p: ReplayProvider) -> SharedProvider {
     Arc::new(p)
 }
+
+/// Writes a config file in `dir` whose default provider `fake` runs the fake CLI through
+/// the real Claude adapter, replaying Claude's `text` transcript (plus `extra_args`).
+/// Returns its path, for `aicli --config`.
+pub fn fake_cli_config(dir: &Path, extra_args: &[&str]) -> PathBuf {
+    fake_cli_config_with(dir, extra_args, serde_json::json!({}))
+}
+
+/// [`fake_cli_config`] with `engine` as the config's engine settings.
+pub fn fake_cli_config_with(dir: &Path, extra_args: &[&str], engine: serde_json::Value) -> PathBuf {
+    let fx = fixture("claude", "text");
+    let mut args: Vec<serde_json::Value> = vec![
+        "--replay".into(),
+        fx.with_extension("ndjson").display().to_string().into(),
+        "--stderr-file".into(),
+        fx.with_extension("stderr").display().to_string().into(),
+        "--exit-file".into(),
+        fx.with_extension("exit").display().to_string().into(),
+    ];
+    args.extend(extra_args.iter().map(|a| serde_json::Value::from(*a)));
+    let cfg = dir.join("aicli.json");
+    std::fs::write(
+        &cfg,
+        serde_json::json!({
+            "default_provider": "fake",
+            "providers": {"fake": {
+                "adapter": "claude",
+                "binary_path": fake_cli(),
+                "extra_args": args,
+            }},
+            "engine": engine,
+        })
+        .to_string(),
+    )
+    .expect("write the config");
+    cfg
+}

@@ -327,7 +327,6 @@ impl Runner for DockerRunner {
                 binary_name: req.provider.binary_name().to_owned(),
                 user,
                 limits: self.config.clone(),
-                auth_env: req.provider.config().auth_env_vars.clone(),
                 workspace: req.workspace.to_path_buf(),
                 private_dir: req.private_dir.to_path_buf(),
                 task_home: req.task_home.to_path_buf(),

@@ -15,7 +15,7 @@
 //! aicli's machine, and is removed in [`DockerPlacement::finish`] (or, as a safety net,
 //! when the placement is dropped).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +33,23 @@ use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE};
 use super::{DockerError, remote};
 use crate::process::OutputOptions;
 use crate::runner::{AgentReach, Placement, RunHandle, RunnerError};
+
+/// Variables of a local run's environment that name this machine (its paths, its user)
+/// and so stay out of a container.
+const HOST_ONLY: [&str; 12] = [
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "XDG_*",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+];
 
 /// How long a remote run may take to pack its work after SIGTERM, on top of the grace.
 const PACK_ALLOWANCE: Duration = Duration::from_secs(30);
@@ -52,10 +69,8 @@ pub struct PlacementSpec {
     pub binary_name: String,
     /// `uid:gid` the CLI runs as.
     pub user: (u32, u32),
-    /// Limits and passed variables.
+    /// Limits.
     pub limits: Arc<DockerConfig>,
-    /// Variables of the engine's environment that go in (besides `limits.pass_env`).
-    pub auth_env: Vec<String>,
     /// The task's worktree.
     pub workspace: PathBuf,
     /// The run's private directory.
@@ -230,22 +245,16 @@ impl Placement for DockerPlacement {
     }
 
     fn env(&self, inherited: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-        let s = &self.spec;
-        let names: BTreeSet<&str> = s
-            .limits
-            .pass_env
+        // What a local run of the CLI would get, minus what names this machine's paths.
+        let mut env: BTreeMap<String, String> = inherited
             .iter()
-            .chain(&s.auth_env)
-            .map(String::as_str)
-            .collect();
-        let mut env: BTreeMap<String, String> = names
-            .into_iter()
-            .filter_map(|k| inherited.get(k).map(|v| (k.to_owned(), v.clone())))
+            .filter(|(k, _)| !HOST_ONLY.iter().any(|p| crate::env::matches(p, k)))
+            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         // The task's home, as this machine knows it (providers may read it); the path
         // map makes it /home/aicli in the container.
-        env.insert("HOME".to_owned(), s.task_home.display().to_string());
-        env.insert("PATH".to_owned(), s.image_path.clone());
+        env.insert("HOME".to_owned(), self.spec.task_home.display().to_string());
+        env.insert("PATH".to_owned(), self.spec.image_path.clone());
         env.entry("LANG".to_owned())
             .or_insert_with(|| "C.UTF-8".to_owned());
         env

@@ -414,6 +414,9 @@ impl E2e {
                 .expect("provider in the built-in config");
             p.binary_path = Some(binary);
             p.npx_fallback = false;
+            // A CLI gets only the variables its provider names: the wiring's (the fake's
+            // URL and key, telemetry off) are named here, as a user would name theirs.
+            p.env_passthrough.extend(wiring.env.keys().cloned());
             p.default_model = cli.model().map(str::to_owned);
             // The wiring's arguments, minus what the adapter already passes itself (the
             // model flag, Gemini's --skip-trust).
