@@ -102,7 +102,7 @@ pub(super) fn runs(
                 );
                 outln!(
                     "  prompt: {}",
-                    aicli::providers::common::truncate_chars(&t.task.prompt, 120)
+                    aicli::providers::shared::text::truncate_chars(&t.task.prompt, 120)
                 );
                 for at in &t.attempts {
                     let r = at.result.as_ref();
