@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use aicli_providers::{
     AgentEvent, AiCliConfig, Continuation, ContinuationMode, ErrorKind, EventKind, Feature,
     McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, RunnerKind, SessionResult,
-    SessionStatus,
-    SessionTotals, SharedProvider, TaskSpec,
+    SessionStatus, SessionTotals, SharedProvider, TaskSpec,
 };
 use async_trait::async_trait;
 use tokio::sync::{broadcast, mpsc};
