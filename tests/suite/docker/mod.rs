@@ -5,12 +5,14 @@
 //! `local.rs`: the fake CLI in containers on the local engine (workspace, scaffolding,
 //! cancel, timeout, leftovers); `remote.rs`: a second, strictly remote engine;
 //! `clis.rs`: the three real CLIs in containers against the fake model APIs;
-//! `mcp.rs`: tokens and addresses from inside containers.
+//! `mcp.rs`: tokens and addresses from inside containers; `prompt.rs`: the prompt on
+//! stdin and the environment a container gets.
 
 pub mod clis;
 mod fake_api;
 mod local;
 mod mcp;
+mod prompt;
 mod remote;
 pub mod remote_engine;
 pub mod support;

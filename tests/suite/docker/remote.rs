@@ -8,9 +8,7 @@ use aicli::providers::TaskSpec;
 use tokio_util::sync::CancellationToken;
 
 use super::remote_engine::RemoteEngine;
-use super::support::{
-    self, DockerSetup, assert_no_container, docker_config, fake_provider, local_host,
-};
+use super::support::{self, DockerSetup, assert_no_container, docker_config, local_host};
 use crate::suite::e2e::{Cli, Setup, builtin_tool_with, question_then_answer_with};
 use crate::suite::support::{collect_events, git, git_repo};
 
@@ -23,8 +21,9 @@ async fn engines(test: &str) -> Option<(bollard::Docker, RemoteEngine)> {
 }
 
 /// Ten tasks at once over the local engine and the remote one (five places each): every
-/// result right, every worktree holds its task's work (uploaded, bundled back), the work
-/// of both engines is spread, and no container is left on either.
+/// result right, every worktree holds its task's work (uploaded, bundled back: here the
+/// prompt each CLI read on its stdin), the work of both engines is spread, and no
+/// container is left on either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
     let Some((local, remote)) = engines("ten_tasks_in_parallel").await else {
@@ -41,10 +40,10 @@ async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
     l.max_containers = Some(5);
     let mut r = remote.host("remote");
     r.max_containers = Some(5);
-    let engine = support::engine(
-        docker_config(vec![l, r], &image),
-        fake_provider("claude", "text"),
-    );
+    // The Claude adapter's command (the prompt on stdin) running the fake CLI.
+    let mut config = docker_config(vec![l, r], &image);
+    support::adapter_fake(&mut config, "claude", "text", &[]);
+    let engine = support::config_engine(config);
     let tasks: Vec<TaskSpec> = (0..10)
         .map(|i| TaskSpec {
             id: format!("t{i}"),
@@ -52,7 +51,7 @@ async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
             extra_args: vec![
                 "--require-file".into(),
                 "/workspace/data.txt".into(),
-                "--touch".into(),
+                "--record-stdin".into(),
                 format!("out-{i}.txt"),
                 "--line-delay-ms".into(),
                 "400".into(),
@@ -87,6 +86,11 @@ async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
         // snapshot commit, and the branch has no commit of aicli's.
         let status = git(&wt, &["status", "--porcelain", "--untracked-files=all"]);
         assert_eq!(status, format!("?? out-{i}.txt"), "{}", r.task_id);
+        // The CLI read its prompt on stdin in the remote container (through the wrapper).
+        assert_eq!(
+            std::fs::read_to_string(wt.join(format!("out-{i}.txt"))).unwrap(),
+            format!("task {i}")
+        );
         let branch = r.branch.clone().unwrap();
         assert_eq!(
             git(&wt, &["rev-list", "--count", &format!("main..{branch}")]),

@@ -161,6 +161,43 @@ pub fn fake_provider(adapter: &str, scenario: &str) -> SharedProvider {
     Arc::new(replay_provider("fake", adapter, Some(&fixture)))
 }
 
+/// A config provider `fake` run by the built-in `adapter` (its argv, the prompt on the
+/// CLI's stdin) with the fake CLI of the fake image replaying fixture `scenario`, and
+/// `args` after.
+pub fn adapter_fake(
+    config: &mut AiCliConfig,
+    adapter: &str,
+    scenario: &str,
+    args: &[&str],
+) -> aicli::providers::ProviderConfig {
+    let fx = format!("{FIXTURES_IN_IMAGE}/{adapter}/{scenario}");
+    let mut extra: Vec<String> = vec![
+        "--replay".into(),
+        format!("{fx}.ndjson"),
+        "--stderr-file".into(),
+        format!("{fx}.stderr"),
+        "--exit-file".into(),
+        format!("{fx}.exit"),
+    ];
+    extra.extend(args.iter().map(|a| (*a).to_owned()));
+    let p: aicli::providers::ProviderConfig = serde_json::from_value(serde_json::json!({
+        "adapter": adapter,
+        "package": "aicli-fake-cli",
+        "binary_name": "aicli-fake-cli",
+        "extra_args": extra,
+    }))
+    .expect("provider config");
+    config.providers.insert("fake".into(), p.clone());
+    p
+}
+
+/// An engine over `config` and its providers only.
+pub fn config_engine(config: AiCliConfig) -> Engine {
+    let reg = ProviderRegistry::from_config(&config).expect("registry");
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    Engine::new(config, reg).with_env(env)
+}
+
 /// An engine over `config` with the `fake` provider.
 pub fn engine(config: AiCliConfig, fake: SharedProvider) -> Engine {
     let mut reg = ProviderRegistry::from_config(&config).expect("registry");
