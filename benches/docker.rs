@@ -11,8 +11,9 @@
 //!    through the whole engine (worktree, MCP server, run record), from `TaskStarted` to
 //!    the CLI's first line and to `TaskFinished`: local process, then container.
 //! 2. **Throughput**: TASKS tiny tasks at PARALLEL at once, `aicli-fake-cli` replaying
-//!    Claude's `text` transcript with 20 ms per line, as local processes and in containers
-//!    (the fake CLI baked into a small image on the runtime layer), tasks/s and the ratio.
+//!    Claude's `text` transcript with 20 ms per line, started by the Claude adapter (its
+//!    argv, the prompt on stdin), as local processes and in containers (the fake CLI
+//!    baked into a small image on the runtime layer), tasks/s and the ratio.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,11 +24,10 @@ use std::time::{Duration, Instant};
 
 use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::{
-    AiCliConfig, DockerHostConfig, ProviderRegistry, RunnerKind, SharedProvider, TaskSpec,
+    AiCliConfig, DockerHostConfig, ProviderRegistry, RunnerKind, TaskSpec,
 };
 use aicli::runner::DockerRunner;
 use aicli::runner::docker::image;
-use aicli::testing::ReplayProvider;
 use aicli::{BatchEvent, BatchOptions, Engine};
 use aicli_testkit::{CliWiring, FakeApi, RunDirs, Script, Vendor, WiringOptions};
 use tokio::sync::broadcast;
@@ -312,23 +312,30 @@ async fn throughput(n: usize, parallel: usize, docker: &bollard::Docker) -> Vec<
             .docker
             .images
             .insert("fake".into(), image.clone());
-        let mut reg = ProviderRegistry::from_config(&config).unwrap();
-        let inner = reg.get("claude").unwrap();
-        let fake: SharedProvider = match runner {
-            RunnerKind::Local => Arc::new(ReplayProvider::new(
-                "fake",
-                inner,
-                Path::new(env!("CARGO_BIN_EXE_aicli-fake-cli")),
-                Some(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/claude/text")),
-            )),
-            RunnerKind::Docker => Arc::new(ReplayProvider::new(
-                "fake",
-                inner,
-                Path::new("/usr/local/bin/aicli-fake-cli"),
-                Some(&Path::new(FIXTURES_IN_IMAGE).join("claude/text")),
-            )),
+        // The Claude adapter's command (the prompt on the CLI's stdin, as for the real
+        // CLIs) running the fake CLI: on this machine, or the one in the image.
+        let (binary, fixtures) = match runner {
+            RunnerKind::Local => (
+                Some(PathBuf::from(env!("CARGO_BIN_EXE_aicli-fake-cli"))),
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/claude/text"),
+            ),
+            RunnerKind::Docker => (None, Path::new(FIXTURES_IN_IMAGE).join("claude/text")),
         };
-        reg.register(fake);
+        let fx = fixtures.display();
+        let mut fake: aicli::providers::ProviderConfig = serde_json::from_value(serde_json::json!({
+            "adapter": "claude",
+            "package": "aicli-fake-cli",
+            "binary_name": "aicli-fake-cli",
+            "extra_args": [
+                "--replay", format!("{fx}.ndjson"),
+                "--stderr-file", format!("{fx}.stderr"),
+                "--exit-file", format!("{fx}.exit"),
+            ],
+        }))
+        .unwrap();
+        fake.binary_path = binary;
+        config.providers.insert("fake".into(), fake);
+        let reg = ProviderRegistry::from_config(&config).unwrap();
         let engine = Engine::new(config, reg).with_env(BTreeMap::from([(
             "PATH".to_owned(),
             std::env::var("PATH").unwrap_or_default(),
