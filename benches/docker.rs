@@ -23,9 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aicli::mcp::{McpServer, McpServerOptions};
-use aicli::providers::{
-    AiCliConfig, DockerHostConfig, ProviderRegistry, RunnerKind, TaskSpec,
-};
+use aicli::providers::{AiCliConfig, DockerHostConfig, ProviderRegistry, RunnerKind, TaskSpec};
 use aicli::runner::DockerRunner;
 use aicli::runner::docker::image;
 use aicli::{BatchEvent, BatchOptions, Engine};
@@ -278,6 +276,26 @@ async fn fake_image(docker: &bollard::Docker) -> String {
     let len = std::fs::metadata(&bin).unwrap().len();
     let tag = format!("aicli-bench/fake-cli:{len}");
     if docker.inspect_image(&tag).await.is_err() {
+        // Images of earlier builds of the fake CLI go.
+        let old = docker
+            .list_images(Some(bollard::query_parameters::ListImagesOptions {
+                filters: Some(HashMap::from([(
+                    "reference".to_owned(),
+                    vec!["aicli-bench/fake-cli".to_owned()],
+                )])),
+                ..Default::default()
+            }))
+            .await
+            .unwrap_or_default();
+        for t in old.into_iter().flat_map(|i| i.repo_tags) {
+            let _ = docker
+                .remove_image(
+                    &t,
+                    None::<bollard::query_parameters::RemoveImageOptions>,
+                    None,
+                )
+                .await;
+        }
         image::files_image(
             docker,
             &runtime,
@@ -322,17 +340,18 @@ async fn throughput(n: usize, parallel: usize, docker: &bollard::Docker) -> Vec<
             RunnerKind::Docker => (None, Path::new(FIXTURES_IN_IMAGE).join("claude/text")),
         };
         let fx = fixtures.display();
-        let mut fake: aicli::providers::ProviderConfig = serde_json::from_value(serde_json::json!({
-            "adapter": "claude",
-            "package": "aicli-fake-cli",
-            "binary_name": "aicli-fake-cli",
-            "extra_args": [
-                "--replay", format!("{fx}.ndjson"),
-                "--stderr-file", format!("{fx}.stderr"),
-                "--exit-file", format!("{fx}.exit"),
-            ],
-        }))
-        .unwrap();
+        let mut fake: aicli::providers::ProviderConfig =
+            serde_json::from_value(serde_json::json!({
+                "adapter": "claude",
+                "package": "aicli-fake-cli",
+                "binary_name": "aicli-fake-cli",
+                "extra_args": [
+                    "--replay", format!("{fx}.ndjson"),
+                    "--stderr-file", format!("{fx}.stderr"),
+                    "--exit-file", format!("{fx}.exit"),
+                ],
+            }))
+            .unwrap();
         fake.binary_path = binary;
         config.providers.insert("fake".into(), fake);
         let reg = ProviderRegistry::from_config(&config).unwrap();

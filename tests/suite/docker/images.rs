@@ -154,15 +154,17 @@ impl Drop for RemoveImage {
     fn drop(&mut self) {
         let (docker, tag) = (self.0.clone(), self.1.clone());
         let _ = std::thread::spawn(move || {
-            tokio::runtime::Runtime::new().unwrap().block_on(async move {
-                let _ = docker
-                    .remove_image(
-                        &tag,
-                        None::<bollard::query_parameters::RemoveImageOptions>,
-                        None,
-                    )
-                    .await;
-            })
+            tokio::runtime::Runtime::new()
+                .unwrap()
+                .block_on(async move {
+                    let _ = docker
+                        .remove_image(
+                            &tag,
+                            None::<bollard::query_parameters::RemoveImageOptions>,
+                            None,
+                        )
+                        .await;
+                })
         })
         .join();
     }

@@ -6,10 +6,12 @@
 //! cancel, timeout, leftovers); `remote.rs`: a second, strictly remote engine;
 //! `clis.rs`: the three real CLIs in containers against the fake model APIs;
 //! `mcp.rs`: tokens and addresses from inside containers; `prompt.rs`: the prompt on
-//! stdin and the environment a container gets.
+//! stdin and the environment a container gets; `images.rs`: `aicli image build` and
+//! `aicli doctor` on the engine.
 
 pub mod clis;
 mod fake_api;
+mod images;
 mod local;
 mod mcp;
 mod prompt;
