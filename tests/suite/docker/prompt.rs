@@ -71,7 +71,7 @@ async fn inspect_while_running(
 /// (the CLI reads to its end); no part of it is in what the engine shows of the
 /// container (command, environment, labels: the whole `docker inspect`); the CLI's
 /// environment holds the base variables and its provider's own, not this machine's
-/// paths and not what no list names.
+/// paths and not what no list names; the config's limits are on the container.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_prompt_goes_in_on_stdin_and_the_env_is_the_base_minus_host_paths() {
     let Some(docker) = support::local_engine("the_prompt_goes_in_on_stdin").await else {
@@ -83,6 +83,10 @@ async fn the_prompt_goes_in_on_stdin_and_the_env_is_the_base_minus_host_paths() 
     let mut config = test_config();
     config.engine.auth_precheck = false;
     config.engine.docker.hosts = vec![local_host()];
+    // Limits other than the defaults, to see them on the containers.
+    config.engine.docker.memory_mb = 768;
+    config.engine.docker.cpus = 1.5;
+    config.engine.docker.pids_limit = 300;
     for v in VENDORS {
         config
             .engine
@@ -183,6 +187,24 @@ async fn the_prompt_goes_in_on_stdin_and_the_env_is_the_base_minus_host_paths() 
         assert!(
             cmd.contains("stream-json") || cmd.contains("--json"),
             "{task}: the adapter's argv: {cmd}"
+        );
+        let hc = &i["HostConfig"];
+        assert_eq!(hc["Memory"], 768 * 1024 * 1024, "{task}: {hc:#}");
+        assert_eq!(
+            hc["MemorySwap"],
+            768 * 1024 * 1024,
+            "{task}: no swap beyond"
+        );
+        assert_eq!(hc["NanoCpus"], 1_500_000_000_i64, "{task}");
+        assert_eq!(hc["PidsLimit"], 300, "{task}");
+        assert_eq!(hc["NetworkMode"], "bridge", "{task}");
+        assert_eq!(hc["Init"], true, "{task}");
+        assert_eq!(hc["SecurityOpt"], serde_json::json!(["no-new-privileges"]));
+        assert!(
+            hc["ExtraHosts"]
+                .to_string()
+                .contains("host.docker.internal:"),
+            "{task}: {hc:#}"
         );
         assert_eq!(i["Config"]["OpenStdin"], true, "{task}");
         assert_eq!(i["Config"]["StdinOnce"], true, "{task}");
