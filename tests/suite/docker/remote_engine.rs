@@ -1,7 +1,8 @@
 //! A second `dockerd` the tests start and treat strictly as a remote engine: its own
-//! data root, exec root, pid file, bridge and a TCP socket on loopback, no filesystem
-//! shared with aicli (the runner uploads and bundles). Stopped when the guard drops,
-//! whether the test passed or panicked.
+//! data root, exec root, pid file, bridge and a TCP socket on loopback that takes only
+//! mutual TLS (a CA, server and client certificates made for each start with `openssl`),
+//! no filesystem shared with aicli (the runner uploads and bundles). Stopped when the
+//! guard drops, whether the test passed or panicked.
 //!
 //! The data root lives under `/var/tmp/aicli-test-remote/<slot>` (locked while in use)
 //! so that images loaded once stay for the next run; containers left in it are removed
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aicli::providers::DockerHostConfig;
+use aicli::providers::{DockerHostConfig, DockerTls};
 use bollard::Docker;
 use futures_util::StreamExt;
 
@@ -24,6 +25,8 @@ pub struct RemoteEngine {
     pub url: String,
     /// The bridge's address on this machine (what its containers reach aicli under).
     pub gateway: IpAddr,
+    /// The client's TLS material.
+    pub tls: DockerTls,
     bridge: String,
     exec_root: PathBuf,
     child: Option<Child>,
@@ -79,6 +82,7 @@ impl RemoteEngine {
         let _ = std::fs::remove_dir_all(&exec_root);
         let log = std::fs::File::create(dir.join("dockerd.log")).map_err(|e| e.to_string())?;
         let url = format!("tcp://127.0.0.1:{port}");
+        let (server, tls) = make_certs(&dir.join("tls"))?;
         let mut cmd = Command::new("dockerd");
         cmd.args(["--data-root"])
             .arg(dir.join("data"))
@@ -86,7 +90,13 @@ impl RemoteEngine {
             .arg(&exec_root)
             .arg("--pidfile")
             .arg(dir.join("dockerd.pid"))
-            .args(["-H", &url, "--bridge", &bridge])
+            .args(["-H", &url, "--bridge", &bridge, "--tlsverify"])
+            .arg("--tlscacert")
+            .arg(&tls.ca)
+            .arg("--tlscert")
+            .arg(&server.cert)
+            .arg("--tlskey")
+            .arg(&server.key)
             .args(["--iptables=false", "--ip-masq=false", "--ip6tables=false"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
@@ -96,10 +106,18 @@ impl RemoteEngine {
             .spawn()
             .map_err(|e| format!("cannot start dockerd: {e}"))?;
         let mut engine = RemoteEngine {
-            docker: Docker::connect_with_http(&url, 600, bollard::API_DEFAULT_VERSION)
-                .map_err(|e| e.to_string())?,
+            docker: Docker::connect_with_ssl(
+                &url,
+                &tls.key,
+                &tls.cert,
+                &tls.ca,
+                600,
+                bollard::API_DEFAULT_VERSION,
+            )
+            .map_err(|e| e.to_string())?,
             url,
             gateway: IpAddr::V4(gateway),
+            tls,
             bridge,
             exec_root,
             child: Some(child),
@@ -122,6 +140,12 @@ impl RemoteEngine {
             .negotiate_version()
             .await
             .map_err(|e| e.to_string())?;
+        // Only mutual TLS gets in: a plain client is refused.
+        let plain = Docker::connect_with_http(&engine.url, 10, bollard::API_DEFAULT_VERSION)
+            .map_err(|e| e.to_string())?;
+        if plain.ping().await.is_ok() {
+            return Err("the second dockerd answers without TLS".to_owned());
+        }
         // Leftovers of an earlier run of this slot.
         let all = engine
             .docker
@@ -148,12 +172,12 @@ impl RemoteEngine {
         Ok(engine)
     }
 
-    /// The engine as a host entry: remote, reached at its bridge gateway.
+    /// The engine as a host entry: remote, over mutual TLS, reached at its bridge gateway.
     pub fn host(&self, name: &str) -> DockerHostConfig {
         DockerHostConfig {
             name: name.into(),
             url: self.url.clone(),
-            tls: None,
+            tls: Some(self.tls.clone()),
             remote: Some(true),
             max_containers: None,
             mcp_address: Some(self.gateway.to_string()),
@@ -182,6 +206,72 @@ impl RemoteEngine {
             r.unwrap_or_else(|e| panic!("loading {tag} into the remote engine: {e}"));
         }
     }
+}
+
+/// A fresh CA under `dir`, and a server certificate for 127.0.0.1 and a client one signed
+/// by it: (the server's, the client's with the CA).
+fn make_certs(dir: &std::path::Path) -> Result<(DockerTls, DockerTls), String> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let p = |f: &str| dir.join(f).display().to_string();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=aicli-test-ca"];
+    ca.extend(ec);
+    let (ca_key, ca_pem) = (p("ca-key.pem"), p("ca.pem"));
+    ca.extend(["-keyout", &ca_key, "-out", &ca_pem]);
+    run("openssl", &ca)?;
+    for (who, cn, ext) in [
+        (
+            "server",
+            "127.0.0.1",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth",
+        ),
+        ("client", "aicli-test-client", "extendedKeyUsage=clientAuth"),
+    ] {
+        let (key, csr, cert, extfile) = (
+            p(&format!("{who}-key.pem")),
+            p(&format!("{who}.csr")),
+            p(&format!("{who}-cert.pem")),
+            p(&format!("{who}.ext")),
+        );
+        std::fs::write(&extfile, ext).map_err(|e| e.to_string())?;
+        let subj = format!("/CN={cn}");
+        let mut req = vec!["req", "-subj", &subj, "-keyout", &key, "-out", &csr];
+        req.extend(ec);
+        run("openssl", &req)?;
+        run(
+            "openssl",
+            &[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                &csr,
+                "-CA",
+                &ca_pem,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-extfile",
+                &extfile,
+                "-out",
+                &cert,
+            ],
+        )?;
+    }
+    let tls = |who: &str| DockerTls {
+        ca: dir.join("ca.pem"),
+        cert: dir.join(format!("{who}-cert.pem")),
+        key: dir.join(format!("{who}-key.pem")),
+    };
+    Ok((tls("server"), tls("client")))
 }
 
 impl std::fmt::Debug for RemoteEngine {
