@@ -13,6 +13,15 @@ setup="${AICLI_DOCKER_SETUP:-$repo_root/../shared/tools/setup-docker-engine.sh}"
 [ -f "$setup" ] || { echo "docker-engine: $setup not found (set AICLI_DOCKER_SETUP)" >&2; exit 1; }
 bash "$setup" >&2
 
+# The second ("remote") engine of the tests takes only mutual TLS: its certificates are
+# made with openssl at each start; it lives on a bridge made with ip (iproute2).
+missing=()
+command -v openssl >/dev/null || missing+=(openssl)
+command -v ip >/dev/null || missing+=(iproute2)
+if [ "${#missing[@]}" -gt 0 ]; then
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
 cd "$repo_root"
 cargo build -q --bin aicli
 "${CARGO_TARGET_DIR:-target}/debug/aicli" image build >&2
