@@ -1,4 +1,4 @@
-//! The Docker runner against a real engine (`../shared/tools/setup-docker-engine.sh`
+//! The Docker runner against a real engine (`.ci/docker-engine.sh`
 //! starts one; without it these tests say why and skip, unless `AICLI_REQUIRE_DOCKER`
 //! is set, as in CI).
 //!

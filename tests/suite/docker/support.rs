@@ -43,7 +43,7 @@ pub async fn local_engine(test: &str) -> Option<Docker> {
         panic!("{test}: Docker is required ({REQUIRE_ENV} is set) but unavailable: {why}");
     }
     eprintln!(
-        "skipped {test}: no Docker engine on unix:///var/run/docker.sock ({why}); run ../shared/tools/setup-docker-engine.sh"
+        "skipped {test}: no Docker engine on unix:///var/run/docker.sock ({why}); run .ci/docker-engine.sh"
     );
     None
 }
