@@ -298,6 +298,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Providers { json } => providers::providers(config, json, true).await,
         Command::Status { json } => providers::providers(config, json, false).await,
         Command::Login { provider } => login::login(config, &provider).await,
+        // Run before the runtime starts (see `main`); here for completeness.
         Command::Parse(a) => parse::parse(config, a),
         Command::Runs { json, action } => runs::runs(config, repo, json, action),
         Command::Worktrees { json, action } => {
@@ -336,6 +337,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
+    // `aicli parse` does no async work: it runs without the runtime (whose worker
+    // threads would only cost its start and shutdown).
+    let cli = match cli.command {
+        Command::Parse(a) => return exit_code(parse::parse(cli.config.as_deref(), a)),
+        command => Cli { command, ..cli },
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -347,7 +354,15 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = match rt.block_on(dispatch(cli)) {
+    let code = exit_code(rt.block_on(dispatch(cli)));
+    // Background tasks (a printer blocked on a closed pipe) do not hold the exit up.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
+}
+
+/// The exit code of a command's outcome; an error is said on stderr.
+fn exit_code(outcome: anyhow::Result<ExitCode>) -> ExitCode {
+    match outcome {
         Ok(code) => code,
         // The reader of stdout went away (`aicli runs | head -3`): end quietly.
         Err(e) if out::is_broken_pipe(&e) || out::closed() => ExitCode::SUCCESS,
@@ -359,10 +374,7 @@ pub fn main() -> ExitCode {
             eprintln!("aicli: {}", describe(&e));
             ExitCode::from(usage_or_failure(&e))
         }
-    };
-    // Background tasks (a printer blocked on a closed pipe) do not hold the exit up.
-    rt.shutdown_timeout(std::time::Duration::from_secs(1));
-    code
+    }
 }
 
 /// An error and its causes, each said once: a cause whose text the message already
