@@ -110,10 +110,15 @@ impl ClaudeDecoder {
         if id.is_empty() || self.recent.iter().any(|r| r == id) {
             return false;
         }
-        if self.recent.len() == RECENT_IDS {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(id.to_owned());
+        // The oldest id's buffer holds the new one.
+        let mut slot = if self.recent.len() == RECENT_IDS {
+            self.recent.pop_front().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        slot.clear();
+        slot.push_str(id);
+        self.recent.push_back(slot);
         true
     }
 
@@ -132,13 +137,14 @@ impl ClaudeDecoder {
             .map(str::to_owned)
             .or_else(|| self.tally.model.clone())
             .unwrap_or_default();
-        *self.requests.entry(name.clone()).or_default() += 1;
+        add(&mut self.requests, &name, 1);
         let mut u = snapshot(usage.unwrap_or_default());
         u.request_count = 1;
-        *self.streamed.entry(name.clone()).or_default() += u;
-        self.streaming = Some((id.to_owned(), name.clone(), u));
-        let model = (!name.is_empty()).then_some(name);
-        self.tally.usage_event(model.as_deref(), u)
+        add(&mut self.streamed, &name, u);
+        let model = (!name.is_empty()).then_some(name.as_str());
+        let ev = self.tally.usage_event(model, u);
+        self.streaming = Some((id.to_owned(), name, u));
+        ev
     }
 
     /// A `message_delta`: the message's counts so far; the increment as a Usage event.
@@ -160,10 +166,9 @@ impl ClaudeDecoder {
         }
         let delta = now.saturating_sub(before);
         *before = now;
-        let model = model.clone();
-        *self.streamed.entry(model.clone()).or_default() += delta;
-        let model = (!model.is_empty()).then_some(model);
-        self.tally.usage_event(model.as_deref(), delta)
+        add(&mut self.streamed, model, delta);
+        let model = (!model.is_empty()).then_some(model.as_str());
+        self.tally.usage_event(model, delta)
     }
 
     fn line_kinds(&mut self, line: Line<'_>, text: &str, out: &mut Events<'_>) {
@@ -428,6 +433,17 @@ impl ClaudeDecoder {
                     vendor_type: Some("stream_event".to_owned()),
                 });
             }
+        }
+    }
+}
+
+/// Adds `n` to `map[key]` (inserted as the default when absent: the key is copied
+/// only then).
+fn add<V: std::ops::AddAssign>(map: &mut BTreeMap<String, V>, key: &str, n: V) {
+    match map.get_mut(key) {
+        Some(v) => *v += n,
+        None => {
+            map.insert(key.to_owned(), n);
         }
     }
 }

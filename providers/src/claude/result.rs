@@ -38,13 +38,14 @@ fn result_usage(u: &ResultUsage) -> CanonicalUsage {
     }
 }
 
-fn priced(m: &BTreeMap<String, ModelUsage>) -> BTreeMap<String, Priced> {
-    m.iter()
+/// A `modelUsage` map, canonical (its names moved, not copied).
+fn priced(m: BTreeMap<String, ModelUsage>) -> BTreeMap<String, Priced> {
+    m.into_iter()
         .map(|(k, u)| {
             (
-                k.clone(),
+                k,
                 Priced {
-                    usage: model_usage(u),
+                    usage: model_usage(&u),
                     cost: u.cost_usd,
                 },
             )
@@ -97,7 +98,7 @@ impl ClaudeDecoder {
             subtype: r.subtype.map(Str::into_string),
             is_error: r.is_error,
             terminal_reason: r.terminal_reason.map(Str::into_string),
-            result: r.result.clone(),
+            result: r.result,
             errors: errors_text(r.errors.as_ref()),
             api_error_status: r.api_error_status,
             api_error_type: r.api_error_type.map(Str::into_string),
@@ -113,7 +114,7 @@ impl ClaudeDecoder {
         if let Some(u) = line_usage {
             res.main_usage = Some(res.main_usage.unwrap_or_default() + u);
         }
-        let since = r.model_usage_since_last_result.as_ref().map(priced);
+        let since = r.model_usage_since_last_result.map(priced);
         let line_cost = since.as_ref().and_then(cost_of);
         if let Some(s) = since {
             res.since_costed = (res.since.is_none() || res.since_costed) && line_cost.is_some();
@@ -127,7 +128,7 @@ impl ClaudeDecoder {
                 };
             }
         }
-        if let Some(m) = &r.model_usage {
+        if let Some(m) = r.model_usage {
             res.cumulative = Some(priced(m));
         }
         let total = r.total_cost_usd;
@@ -137,11 +138,12 @@ impl ClaudeDecoder {
         if let Some(id) = r.session_id {
             res.session_id = Some(id.into_string());
         }
-        res.last = Some(outcome.clone());
         // The partial answer of a later turn starts afresh.
         self.blocks.clear();
         self.deltas.clear();
         let v = verdict(&outcome, self.api_error.as_ref(), "");
+        let text = outcome.result.clone();
+        res.last = Some(outcome);
         let (error_kind, error) = match v {
             Ok(()) => (None, None),
             Err((k, m)) => (Some(k), Some(m)),
@@ -150,7 +152,7 @@ impl ClaudeDecoder {
         self.tally.catch_up(&acc.by_model, &acc.usage, out);
         out.push(EventKind::Final {
             success: error_kind.is_none(),
-            text: r.result,
+            text,
             error_kind,
             error,
             usage: line_usage,

@@ -67,6 +67,10 @@ impl<'a> Line<'a> {
                 if b.iter().all(u8::is_ascii_whitespace) {
                     return Ok(None);
                 }
+                if let Ok(s) = simdutf8::basic::from_utf8(b) {
+                    return Ok(Some(s));
+                }
+                // Not UTF-8: std's check says where.
                 match std::str::from_utf8(b) {
                     Ok(s) => Ok(Some(s)),
                     Err(e) => {

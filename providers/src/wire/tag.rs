@@ -12,6 +12,7 @@ use serde::de::{
 };
 use serde::{Deserialize, forward_to_deserialize_any};
 use serde_json::value::RawValue;
+use smallvec::SmallVec;
 
 use super::{OTHER, Str};
 
@@ -74,7 +75,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for TagMap<V> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<V::Value, A::Error> {
-        let mut before: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+        let mut before: Before<'de> = SmallVec::new();
         let mut tag = None;
         while let Some(Str(key)) = map.next_key::<Str<'de>>()? {
             if is_tag(&key, self.tag, self.old) {
@@ -94,6 +95,10 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for TagMap<V> {
         })
     }
 }
+
+/// The fields of an object read before its tag: the CLIs print the tag first, or after
+/// a field or two (Claude's `system` lines: `type`, then `subtype`).
+type Before<'de> = SmallVec<[(Cow<'de, str>, &'de RawValue); 2]>;
 
 /// Whether `key` names the tag field.
 pub(super) fn is_tag(key: &str, tag: &str, old: Option<&str>) -> bool {
@@ -159,7 +164,7 @@ pub(super) fn str_de<'de, S: DeserializeSeed<'de>, E: de::Error>(
 /// The object's fields but the tag, as the variant's struct (or map) reads them: the
 /// kept ones first, then the rest.
 struct Fields<'de, A> {
-    before: std::vec::IntoIter<(Cow<'de, str>, &'de RawValue)>,
+    before: smallvec::IntoIter<[(Cow<'de, str>, &'de RawValue); 2]>,
     map: A,
     /// The value of the kept field whose key was just read.
     stash: Option<&'de RawValue>,
