@@ -18,11 +18,17 @@ pub(super) struct ResultFacts {
     pub success: bool,
     pub error: Option<wire::ErrorBody>,
     pub stats: Option<Stats>,
-    /// The line, verbatim (its `stats` go into `provider_data`, read when the result is
-    /// built).
+    /// The line, verbatim (its `stats` go into `provider_data` and its timestamp into
+    /// the duration, read when the result is built).
     pub line: String,
+}
+
+impl ResultFacts {
     /// The line's timestamp, Unix ms.
-    pub at: Option<i64>,
+    pub(super) fn at(&self) -> Option<i64> {
+        let v: wire::ResultVerbatim<'_> = serde_json::from_str(&self.line).ok()?;
+        unix_millis(v.timestamp?.as_str())
+    }
 }
 
 /// The Gemini decoder of one run.
@@ -241,7 +247,6 @@ impl GeminiDecoder {
             error: r.error,
             stats,
             line,
-            at: r.timestamp.and_then(|t| unix_millis(t.as_str())),
         });
     }
 }

@@ -62,7 +62,10 @@ fn apply_result_line(
 ) {
     let Some(res) = &d.result else { return };
     if let Some(stats) = &res.stats {
-        if let Ok(ResultVerbatim { stats: Some(raw) }) = serde_json::from_str(&res.line) {
+        if let Ok(ResultVerbatim {
+            stats: Some(raw), ..
+        }) = serde_json::from_str(&res.line)
+        {
             data.insert("stats".into(), crate::wire::value_of(raw));
         }
         let mut usage = stats_usage(stats);
@@ -105,7 +108,7 @@ fn apply_result_line(
         .as_ref()
         .map(|s| s.duration_ms.0)
         .filter(|ms| res.success || *ms > 0);
-    let span = match (d.first_at, res.at) {
+    let span = match (d.first_at, res.at()) {
         (Some(a), Some(b)) => u64::try_from(b - a).ok(),
         _ => None,
     };

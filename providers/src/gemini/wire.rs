@@ -142,11 +142,15 @@ pub struct ResultEvent<'a> {
     pub stats: Option<Stats>,
 }
 
-/// The field of the last `result` line that goes into `provider_data` verbatim, read
-/// from that line (kept whole) when the result is built.
+/// The fields of the last `result` line read from that line (kept whole) when the
+/// result is built: `stats` goes into `provider_data` verbatim, `timestamp` ends the
+/// run's span.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct ResultVerbatim<'a> {
+    /// When.
+    #[serde(borrow)]
+    pub timestamp: Option<Str<'a>>,
     /// `stats`.
     #[serde(borrow)]
     pub stats: Option<&'a serde_json::value::RawValue>,

@@ -2,9 +2,12 @@
 
 use std::fmt;
 
-use serde::Deserializer;
 use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::wire::Str;
 
 /// At most `max` characters of `s`, with an ellipsis when cut.
 pub fn truncate_chars(s: &str, max: usize) -> String {
@@ -29,7 +32,7 @@ pub fn stderr_last_line(stderr: &str) -> Option<String> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolOutput(pub String);
 
-impl<'de> serde::Deserialize<'de> for ToolOutput {
+impl<'de> Deserialize<'de> for ToolOutput {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
@@ -62,20 +65,50 @@ impl<'de> serde::Deserialize<'de> for ToolOutput {
                 Ok(ToolOutput(Value::from(n).to_string()))
             }
             fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<ToolOutput, A::Error> {
-                let mut items = Vec::new();
-                while let Some(v) = a.next_element::<Value>()? {
+                // Each block kept as a slice of the line: their texts are read from the
+                // slices, and a tree is built only for an array that is not all text.
+                let mut items: Vec<&'de RawValue> = Vec::new();
+                while let Some(v) = a.next_element::<&'de RawValue>()? {
                     items.push(v);
                 }
-                Ok(ToolOutput(blocks_text(&items)))
+                Ok(ToolOutput(raw_blocks_text(&items)))
             }
             fn visit_map<A: de::MapAccess<'de>>(self, a: A) -> Result<ToolOutput, A::Error> {
                 let v: Value =
-                    serde::Deserialize::deserialize(de::value::MapAccessDeserializer::new(a))?;
+                    Deserialize::deserialize(de::value::MapAccessDeserializer::new(a))?;
                 Ok(ToolOutput(v.to_string()))
             }
         }
         d.deserialize_any(V)
     }
+}
+
+/// [`blocks_text`] of blocks kept as slices of a line, without building a tree unless
+/// one is not a text block.
+fn raw_blocks_text(items: &[&RawValue]) -> String {
+    /// A block's `text`, when it is a string (an object with another `text`, or
+    /// not an object, fails to read; duplicate keys too, which the tree below reads).
+    #[derive(Deserialize)]
+    struct Text<'a> {
+        #[serde(borrow)]
+        text: Option<Str<'a>>,
+    }
+    let texts: Vec<Str<'_>> = items
+        .iter()
+        .map_while(|raw| serde_json::from_str::<Text<'_>>(raw.get()).ok()?.text)
+        .collect();
+    if texts.len() == items.len() {
+        let mut out = String::new();
+        for (i, t) in texts.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+            }
+            out.push_str(t.as_str());
+        }
+        return out;
+    }
+    let values: Vec<Value> = items.iter().map(|raw| crate::wire::value_of(raw)).collect();
+    blocks_text(&values)
 }
 
 /// Text blocks joined by newlines, or the whole array as compact JSON when one is not
@@ -110,6 +143,20 @@ mod tests {
             read(r#"[{"type":"image"}]"#).as_deref(),
             Some(r#"[{"type":"image"}]"#)
         );
+        // One block without text: the whole array, as the tree prints it.
+        assert_eq!(
+            read(r#"[{"type":"text","text":"a"}, {"type":"image","n":1.50}]"#).as_deref(),
+            Some(r#"[{"type":"text","text":"a"},{"type":"image","n":1.5}]"#)
+        );
+        // Escapes decoded; a repeated key reads as its last value, as in a tree.
+        assert_eq!(
+            read(r#"[{"text":"a
+b"},{"text":"x","text":"c"}]"#).as_deref(),
+            Some("a
+b
+c")
+        );
+        assert_eq!(read("[]").as_deref(), Some(""));
     }
 
     #[test]
