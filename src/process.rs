@@ -30,6 +30,7 @@ pub use crate::cgroup::CgroupMode;
 pub use crate::proctree::{
     ProcStat, RUN_MARKER_VAR, RunTree, all_processes, group_is_empty, kill_leftovers, proc_stat,
 };
+pub use crate::stdin::{StdinWriter, StdoutRecord};
 
 /// One line of a child's stdout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +155,8 @@ pub enum SpawnError {
 pub struct LocalProcess {
     child: Child,
     pid: u32,
+    /// A two-way run's stdin ([`CommandSpec::stdin_open`]), until taken.
+    pub stdin: Option<StdinWriter>,
     /// Closed when stdout reaches EOF.
     pub lines: mpsc::Receiver<StdoutLine>,
     /// The stderr tail.
@@ -221,7 +224,7 @@ impl LocalProcess {
         };
         c.args(&cmd.args)
             .current_dir(&cmd.cwd)
-            .stdin(if cmd.stdin.is_some() {
+            .stdin(if cmd.stdin.is_some() || cmd.stdin_open {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -279,18 +282,27 @@ impl LocalProcess {
         let pid = child.id().unwrap_or(0);
         let tree = RunTree::started(pid, marker, cgroup, out.pid_file.clone());
         let mut readers = Vec::new();
-        if let (Some(text), Some(mut stdin)) = (cmd.stdin.clone(), child.stdin.take()) {
-            readers.push(tokio::spawn(async move {
-                // A child that exits without reading its stdin is not an error here.
-                let _ = stdin.write_all(text.as_bytes()).await;
-                let _ = stdin.shutdown().await;
-            }));
+        let record = StdoutRecord::from(out.stdout_tee);
+        let mut stdin_writer = None;
+        match (cmd.stdin_open, child.stdin.take()) {
+            (true, Some(stdin)) => {
+                stdin_writer = Some(StdinWriter::spawn(stdin, record.clone(), cmd.stdin.clone()));
+            }
+            (false, Some(mut stdin)) => {
+                if let Some(text) = cmd.stdin.clone() {
+                    readers.push(tokio::spawn(async move {
+                        // A child that exits without reading its stdin is not an error here.
+                        let _ = stdin.write_all(text.as_bytes()).await;
+                        let _ = stdin.shutdown().await;
+                    }));
+                }
+            }
+            (_, None) => {}
         }
         let (tx, rx) = mpsc::channel(256);
         if let Some(stdout) = child.stdout.take() {
             let cap = out.line_cap;
-            let tee = out.stdout_tee;
-            readers.push(tokio::spawn(read_lines(stdout, cap, tee, tx)));
+            readers.push(tokio::spawn(read_lines(stdout, cap, record, tx)));
         }
         let stderr = StderrTail::new(out.stderr_tail);
         if let Some(err) = child.stderr.take() {
@@ -303,6 +315,7 @@ impl LocalProcess {
         Ok(LocalProcess {
             child,
             pid,
+            stdin: stdin_writer,
             lines: rx,
             stderr,
             readers,
@@ -381,12 +394,15 @@ impl Drop for LocalProcess {
     }
 }
 
-async fn read_lines<R: AsyncRead + Unpin>(
+/// Reads `stdout` into capped lines on `tx`, every byte going to `tee` (the run
+/// record) as it is read.
+pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
     stdout: R,
     cap: usize,
-    mut tee: Option<File>,
+    tee: impl Into<StdoutRecord>,
     tx: mpsc::Sender<StdoutLine>,
 ) {
+    let tee: StdoutRecord = tee.into();
     let mut reader = BufReader::with_capacity(64 * 1024, stdout);
     let mut line: Vec<u8> = Vec::new();
     // While skipping an over-long line: its length so far.
@@ -402,12 +418,7 @@ async fn read_lines<R: AsyncRead + Unpin>(
         if chunk.is_empty() {
             break;
         }
-        if let Some(f) = tee.as_mut()
-            && let Err(e) = f.write_all(chunk)
-        {
-            tracing::warn!(error = %e, "writing the stdout record failed; stopped recording");
-            tee = None;
-        }
+        tee.write(chunk);
         let n = chunk.len();
         let mut start = 0;
         let mut out = Vec::new();
@@ -471,7 +482,8 @@ async fn read_lines<R: AsyncRead + Unpin>(
     } else if !line.is_empty() {
         let _ = tx.send(StdoutLine::Line(line)).await;
     }
-    sync_off_thread(tee).await;
+    tee.end_of_stdout();
+    sync_off_thread(tee.file_for_sync()).await;
 }
 
 /// `setpriv` (util-linux) when it is installed and supports `--pdeathsig`.

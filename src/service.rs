@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aicli_providers::{
-    AgentEvent, AiCliConfig, Continuation, ContinuationMode, ErrorKind, EventKind, Feature,
-    McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, SessionResult, SessionStatus,
-    SessionTotals, SharedProvider, TaskSpec,
+    AgentEvent, AiCliConfig, AnsweredQuestion, Continuation, ContinuationMode, ErrorKind,
+    EventKind, Feature, McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry,
+    SessionResult, SessionStatus, SessionTotals, SharedProvider, TaskSpec,
 };
 use async_trait::async_trait;
 use tokio::sync::{broadcast, mpsc};
@@ -426,10 +426,7 @@ impl Engine {
                 )));
             }
         }
-        let (resume, prompt, continuation) = match (
-            &last.session_id,
-            provider.supports(Feature::Resume),
-        ) {
+        let (resume, prompt, continuation) = match (&last.session_id, provider.resumable(&last)) {
             (Some(sid), true) => (
                 Some((sid.clone(), last.session_totals)),
                 format!(
@@ -555,9 +552,13 @@ impl Engine {
                         }
                         Found::Interrupted(partial) => partial,
                     };
+                    let resumable = partial.as_ref().map_or_else(
+                        || provider.supports(Feature::Resume),
+                        |p| provider.resumable(p),
+                    );
                     let (resume, prompt, continuation) = match (
                         partial.and_then(|p| p.session_id.map(|s| (s, p.session_totals))),
-                        provider.supports(Feature::Resume),
+                        resumable,
                     ) {
                         (Some((sid, totals)), true) => (
                             Some((sid.clone(), totals)),
@@ -649,6 +650,7 @@ impl Engine {
         let ctx = ParseContext {
             model: attempt.model.clone(),
             prior: attempt.prior,
+            answered: None,
         };
         // aicli stopped while the CLI ran: how it ended is not known. The stream is read
         // through the decoder once, noting whether the CLI said its last word.
@@ -1192,8 +1194,21 @@ impl Shared {
                     Some(sub) => workdir.join(sub),
                     None => workdir,
                 };
-                self.session(&task, provider.clone(), workdir, prior, attempt_no, cancel)
-                    .await
+                // The human's latest answer to this task: a decoder that asked the
+                // question itself (an ACP permission request) answers it the same way.
+                let answered = planned.rec.answers.last().map(|a| AnsweredQuestion {
+                    question: a.question.clone(),
+                    answer: a.answer.clone(),
+                });
+                self.session(
+                    &task,
+                    provider.clone(),
+                    workdir,
+                    (prior, answered),
+                    attempt_no,
+                    cancel,
+                )
+                .await
             }
         };
 
@@ -1252,7 +1267,7 @@ impl Shared {
         task: &TaskSpec,
         provider: SharedProvider,
         workdir: PathBuf,
-        prior: Option<SessionTotals>,
+        (prior, answered): (Option<SessionTotals>, Option<AnsweredQuestion>),
         attempt_no: u32,
         cancel: CancellationToken,
     ) -> SessionOutcome {
@@ -1293,6 +1308,7 @@ impl Shared {
             parse_ctx: ParseContext {
                 model: provider.model_for(task),
                 prior,
+                answered,
             },
             task: task.clone(),
             provider,

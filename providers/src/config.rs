@@ -131,6 +131,15 @@ pub struct ProviderConfig {
     /// reports none.
     #[serde(default)]
     pub prices: PriceTable,
+    /// `aicli install` installs the package with `npm install --omit=optional`, into a
+    /// prefix of its own (`<cache>/slim`), so that the other CLIs' optional native
+    /// packages stay: for wrappers whose optional dependency is a whole CLI that aicli
+    /// already pins (claude-agent-acp bundles Claude Code, codex-acp Codex).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub npm_omit_optional: bool,
+    /// How aicli drives an ACP agent (entries with `"adapter": "acp"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acp: Option<crate::acp::AcpConfig>,
 }
 
 fn default_version_argv() -> Vec<String> {
@@ -174,6 +183,8 @@ impl ProviderConfig {
             ide_lock_env_var: None,
             ide_lockfile_dir: None,
             prices: PriceTable::default(),
+            npm_omit_optional: false,
+            acp: None,
         }
     }
 }

@@ -40,7 +40,8 @@ impl ProviderRegistry {
         ProviderRegistry::default()
     }
 
-    /// A registry with the built-in adapters (claude, codex, gemini) and no providers.
+    /// A registry with the built-in adapters (claude, codex, gemini, acp) and no
+    /// providers.
     pub fn with_builtin_adapters() -> ProviderRegistry {
         let mut r = ProviderRegistry::empty();
         r.register_adapter("claude", |name, cfg| {
@@ -51,6 +52,9 @@ impl ProviderRegistry {
         });
         r.register_adapter("gemini", |name, cfg| {
             Arc::new(crate::gemini::GeminiProvider::new(name, cfg.clone()))
+        });
+        r.register_adapter("acp", |name, cfg| {
+            Arc::new(crate::acp::AcpProvider::new(name, cfg.clone()))
         });
         r
     }

@@ -168,6 +168,7 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
     let ctx = ParseContext {
         model: attempt.model.clone(),
         prior: attempt.prior,
+        answered: None,
     };
     let (events, mut result) = replay::replay_events(
         provider.as_ref(),

@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::{RunHandle, Runner, RunnerError};
-use crate::process::{CgroupMode, LocalProcess, OutputOptions, StderrTail, StdoutLine};
+use crate::process::{
+    CgroupMode, LocalProcess, OutputOptions, StderrTail, StdinWriter, StdoutLine,
+};
 
 /// Runs CLIs as child processes of aicli.
 #[derive(Debug, Clone, Default)]
@@ -65,5 +67,8 @@ impl RunHandle for LocalHandle {
     }
     async fn drain(&mut self) {
         self.0.drain().await
+    }
+    fn take_stdin(&mut self) -> Option<StdinWriter> {
+        self.0.stdin.take()
     }
 }

@@ -8,7 +8,7 @@ use aicli_providers::CommandSpec;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::process::{OutputOptions, SpawnError, StderrTail, StdoutLine};
+use crate::process::{OutputOptions, SpawnError, StderrTail, StdinWriter, StdoutLine};
 
 pub mod local;
 
@@ -66,4 +66,9 @@ pub trait RunHandle: Send + std::fmt::Debug {
     async fn shutdown(&mut self, grace: Duration) -> Option<i32>;
     /// Waits until its output is fully read and recorded.
     async fn drain(&mut self);
+    /// A two-way run's stdin ([`CommandSpec::stdin_open`]), taken once; `None` when the
+    /// command did not ask for it, or the runner cannot keep a CLI's stdin open.
+    fn take_stdin(&mut self) -> Option<StdinWriter> {
+        None
+    }
 }

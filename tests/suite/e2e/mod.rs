@@ -549,6 +549,7 @@ impl E2e {
         let ctx = ParseContext {
             model: a.model.clone(),
             prior: a.prior,
+            answered: None,
         };
         let exit = a.result.as_ref().and_then(|r| r.exit_code);
         let result = aicli::providers::replay::replay(

@@ -1,0 +1,1 @@
+//! Unit tests of the ACP adapter: whole results of recorded-shape conversations.
