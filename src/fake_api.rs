@@ -28,9 +28,43 @@ pub fn default_model(vendor: Vendor) -> Option<&'static str> {
     }
 }
 
-/// The vendor whose fake serves provider `name` (by its adapter), if any.
+/// The vendor whose fake serves provider `name` (by its adapter; an ACP agent by its
+/// `acp.model_api`), if any.
 pub fn vendor_of(name: &str, config: &ProviderConfig) -> Option<Vendor> {
-    Vendor::parse(config.adapter_name(name))
+    match config.adapter_name(name) {
+        ACP_ADAPTER => config
+            .acp
+            .as_ref()?
+            .model_api
+            .as_deref()
+            .and_then(Vendor::parse),
+        adapter => Vendor::parse(adapter),
+    }
+}
+
+/// The adapter name of ACP agents.
+const ACP_ADAPTER: &str = "acp";
+
+/// The `CODEX_CONFIG` of a codex-based ACP agent (codex-acp passes it to `codex
+/// app-server` as the session's config) pointing it at the OpenAI fake at `base_url`:
+/// the same provider block `codex exec` gets as `-c` options.
+fn codex_config(base_url: &str, model: Option<&str>) -> String {
+    serde_json::json!({
+        "model": model.unwrap_or("gpt-5.5"),
+        "model_provider": "fake",
+        "model_providers": {"fake": {
+            "name": "fake",
+            "base_url": format!("{base_url}/v1"),
+            "env_key": "FAKE_OPENAI_KEY",
+            "wire_api": "responses",
+            "request_max_retries": 0,
+            "stream_max_retries": 0,
+        }},
+        "analytics": {"enabled": false},
+        "check_for_update_on_startup": false,
+        "features": {"plugins": false},
+    })
+    .to_string()
 }
 
 /// Running fakes, one per vendor; dropping them stops them.
@@ -123,6 +157,10 @@ impl FakeApis {
                 options = options.with_model(m);
             }
             let wiring = aicli_testkit::CliWiring::for_fake(vendor, &url, &options);
+            // An ACP agent takes none of the CLI's own arguments: its model goes through
+            // the entry's `acp.model`, a codex-based agent's provider through
+            // CODEX_CONFIG.
+            let acp = p.adapter_name(name) == ACP_ADAPTER;
             let mut args = wiring.args.iter();
             while let Some(a) = args.next() {
                 match a.as_str() {
@@ -134,6 +172,7 @@ impl FakeApis {
                         }
                     }
                     "--skip-trust" => {}
+                    _ if acp => {}
                     other => p.extra_args.push(other.to_owned()),
                 }
             }
@@ -148,6 +187,12 @@ impl FakeApis {
             // The provider's own `env`: a CLI gets nothing of the environment it is given
             // but its base set and what its provider names (see `aicli::env`).
             p.env.extend(wiring.env.clone());
+            if acp && vendor == Vendor::OpenAi {
+                p.env.insert(
+                    "CODEX_CONFIG".to_owned(),
+                    codex_config(&url, p.default_model.as_deref()),
+                );
+            }
             out.env.extend(wiring.env.clone());
             for f in wiring.home_files {
                 match out.home_files.iter_mut().find(|h| h.path == f.path) {
@@ -224,7 +269,24 @@ mod tests {
             .expect("fakes");
         let w = apis.wire(&mut config, FakeApi::base_url);
         let names: Vec<&str> = w.providers.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["claude", "codex", "gemini"]);
+        assert_eq!(
+            names,
+            ["claude", "claude-acp", "codex", "codex-acp", "gemini", "gemini-acp"]
+        );
+        // The ACP agents get their fake's variables, none of the CLIs' arguments.
+        let codex_acp = &config.providers["codex-acp"];
+        assert!(codex_acp.extra_args.is_empty(), "{:?}", codex_acp.extra_args);
+        let cfg: serde_json::Value =
+            serde_json::from_str(&codex_acp.env["CODEX_CONFIG"]).expect("CODEX_CONFIG");
+        assert_eq!(cfg["model"], "gpt-5.5");
+        assert_eq!(
+            config.providers["gemini-acp"].extra_args,
+            ["--acp", "--skip-trust"]
+        );
+        assert_eq!(
+            config.providers["gemini-acp"].default_model.as_deref(),
+            Some("gemini-2.5-flash")
+        );
         let claude = apis.get(Vendor::Anthropic).expect("anthropic fake");
         assert_eq!(w.env["ANTHROPIC_BASE_URL"], claude.base_url());
         let codex = &config.providers["codex"];

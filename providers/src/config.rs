@@ -820,7 +820,7 @@ mod tests {
             .unwrap_or_default();
         assert!(
             err.contains(
-                "at default_provider: 'claud' is not one of the providers (claude, codex, gemini)"
+                "at default_provider: 'claud' is not one of the providers (claude, claude-acp, codex, codex-acp, gemini, gemini-acp)"
             ),
             "{err}"
         );

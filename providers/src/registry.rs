@@ -156,10 +156,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn builtin_config_gives_three_providers() {
+    fn builtin_config_gives_the_three_clis_and_three_acp_agents() {
         let cfg = AiCliConfig::builtin().unwrap_or_else(|e| panic!("{e}"));
         let r = ProviderRegistry::from_config(&cfg).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(r.names(), ["claude", "codex", "gemini"]);
+        assert_eq!(
+            r.names(),
+            ["claude", "claude-acp", "codex", "codex-acp", "gemini", "gemini-acp"]
+        );
         assert_eq!(
             r.get_or_default(None).map(|p| p.name().to_owned()).ok(),
             Some("claude".to_owned())
@@ -171,7 +174,7 @@ mod tests {
             .unwrap_or_default();
         assert_eq!(
             err,
-            "unknown provider 'clade'; known providers: claude, codex, gemini"
+            "unknown provider 'clade'; known providers: claude, claude-acp, codex, codex-acp, gemini, gemini-acp"
         );
     }
 
@@ -187,7 +190,7 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(
-            err.contains("unknown adapter 'acme'; registered adapters: claude, codex, gemini"),
+            err.contains("unknown adapter 'acme'; registered adapters: acp, claude, codex, gemini"),
             "{err}"
         );
     }

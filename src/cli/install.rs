@@ -16,7 +16,8 @@ use super::load_config;
 #[derive(Debug, Args)]
 pub struct InstallArgs {
     /// The providers whose CLIs to install (default: every provider with a pinned
-    /// version: claude, codex, gemini).
+    /// version: claude, codex, gemini and the ACP agents claude-acp, codex-acp,
+    /// gemini-acp).
     pub providers: Vec<String>,
     /// Print what is installed where as JSON.
     #[arg(long)]
@@ -36,7 +37,7 @@ pub(super) async fn install(
         .cloned()
         .collect();
     for p in &pins {
-        let state = match install::installed_version(&prefix, &p.package) {
+        let state = match install::installed_version(&p.prefix(&prefix), &p.package) {
             Some(v) if v == p.version && !missing.contains(p) => "already installed".to_owned(),
             Some(v) => format!("{v} installed, replacing it"),
             None => "not installed".to_owned(),
