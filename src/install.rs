@@ -247,10 +247,10 @@ pub fn pins(config: &AiCliConfig, names: &[String]) -> Result<Vec<Pin>, InstallE
     // An ACP wrapper runs another pinned CLI (claude-agent-acp runs `claude`, codex-acp
     // `codex`): the provider whose binary that is comes along.
     let mut needed = Vec::new();
-    for pin in &out {
+    for wrapper in &out {
         let executables = config
             .providers
-            .get(&pin.provider)
+            .get(&wrapper.provider)
             .and_then(|p| p.acp.as_ref())
             .map(|a| a.env_executables.values().cloned().collect::<Vec<_>>())
             .unwrap_or_default();
