@@ -251,6 +251,35 @@ fn has_loaded_tool(body: &Value, name: &str) -> bool {
         })
 }
 
+/// Whether a `/v1/messages` request is a side call that wants structured output and
+/// offers no tools: Claude Code's session title (claude-agent-acp asks for one when a
+/// session's first prompt has 10 characters or more), `output_config.format` of type
+/// `json_schema`. It is not a step of the conversation, so it never uses the script.
+pub(crate) fn is_side_call(body: &Value) -> bool {
+    let no_tools = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty);
+    let format = body.pointer("/output_config/format/type").and_then(Value::as_str);
+    no_tools && format == Some("json_schema")
+}
+
+/// Answers a side call ([`is_side_call`]): one text block holding JSON that fits the
+/// requested schema (`{"title": "A simple, bounded request."}` for a title), with the
+/// script's usage.
+pub(crate) fn render_side(ctx: &Ctx<'_>) -> Rendered {
+    let schema = ctx
+        .body
+        .pointer("/output_config/format/schema")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let v = crate::gemini::value_for_schema(&schema, "");
+    Rendered::done(
+        message(ctx, &[Block::Text(v.to_string())]),
+        format!("side call JSON {v}"),
+    )
+}
+
 /// Renders `step` for this request.
 pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
     match step {
@@ -408,6 +437,25 @@ mod tests {
             .collect();
         assert_eq!(text, "Hello from the fake Anthropic API.");
         assert_eq!(ev[ev.len() - 2]["usage"]["output_tokens"], 7);
+    }
+
+    #[test]
+    fn a_title_side_call_gets_json_of_its_schema() {
+        let title = json!({"model": "claude-opus-5-5", "tools": [], "messages": [],
+            "output_config": {"format": {"type": "json_schema", "schema": {"type": "object",
+                "properties": {"title": {"type": "string"}}, "required": ["title"]}}}});
+        assert!(is_side_call(&title));
+        let turn = json!({"model": "claude-opus-5-5", "tools": [{"name": "Bash"}],
+            "output_config": {"format": {"type": "json_schema", "schema": {}}}});
+        assert!(!is_side_call(&turn), "a call with tools is a turn");
+        assert!(!is_side_call(&json!({"messages": []})));
+        let r = render_side(&ctx(&title));
+        let text: String = events(&r.reply)
+            .iter()
+            .filter_map(|e| e["delta"]["text"].as_str())
+            .collect();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert!(v["title"].is_string(), "{text}");
     }
 
     #[test]

@@ -130,6 +130,9 @@ pub struct AcpDecoder {
     pub(super) session_id: Option<String>,
     /// The session the run continues, while `session/load` replays its history.
     pub(super) loading: bool,
+    /// aicli sent `session/prompt`: agent text before it (gemini's "[MODE_UPDATE]
+    /// autoEdit" after `session/set_mode`) is not the answer.
+    pub(super) prompted: bool,
     /// The model the session reports (a `model` config option), else the run's.
     pub(super) model: Option<String>,
     pub(super) tools: BTreeMap<String, OpenTool>,
@@ -172,6 +175,7 @@ impl AcpDecoder {
             mcp_servers: Vec::new(),
             session_id: None,
             loading: false,
+            prompted: false,
             tools: BTreeMap::new(),
             response: String::new(),
             last_text: String::new(),
@@ -676,6 +680,9 @@ impl AcpDecoder {
                 let mut kinds = vec![EventKind::Status {
                     status: method.clone(),
                 }];
+                if sent == Sent::Prompt {
+                    self.prompted = true;
+                }
                 if sent == Sent::Prompt
                     && let Some(text) = params.and_then(|p| prompt_text(p.get()))
                 {

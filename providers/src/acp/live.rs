@@ -33,6 +33,7 @@ use super::AcpProvider;
 use super::config::{AcpContinue, AcpModel};
 use super::decode::{AcpDecoder, CancelWhy, Sent};
 use super::permission::{Decision, decide};
+use super::updates::split_mcp;
 use super::wire;
 use crate::decode::{StdinMessage, events_of};
 use crate::error::ErrorKind;
@@ -393,6 +394,17 @@ impl AcpDecoder {
             self.emit(wire::result(id, &r));
             return;
         }
+        // aicli's own MCP tools (askUser, getWorkspaceFiles, ...) are always allowed, as
+        // the native adapters allow them (Claude's allowedTools, Codex's approval mode,
+        // Gemini's trust).
+        let own_server = live.mcp.as_ref().map(|m| m.name.as_str());
+        let tool_name = self.tools.get(&p.tool_call_id).map(|t| t.name.as_str());
+        let own_mcp = own_server.is_some_and(|own| {
+            [Some(p.title.as_str()), tool_name]
+                .into_iter()
+                .flatten()
+                .any(|n| split_mcp(n, &self.mcp_servers).1.as_deref() == Some(own))
+        });
         let decision = decide(
             &self.provider.name,
             live.mode,
@@ -400,6 +412,7 @@ impl AcpDecoder {
             &p.title,
             &p.options,
             live.answered.as_ref(),
+            own_mcp,
         );
         match decision {
             Decision::Select { option_id, why, .. } => {

@@ -8,6 +8,9 @@
 //! | `default` | ask a human | ask a human | ask a human |
 //! | `plan` | allow | reject | reject |
 //!
+//! A tool of aicli's own MCP server (`askUser`, `getWorkspaceFiles`, ...) is allowed in
+//! every mode, as the native adapters allow it.
+//!
 //! "Allow" picks an `allow_once` option (else `allow_always`), "reject" a `reject_once`
 //! (else `reject_always`; with neither, the request is answered `cancelled`). "Ask a
 //! human" turns the request into the run's question: aicli cancels the turn, the task
@@ -145,7 +148,11 @@ pub fn decide(
     title: &str,
     options: &[PermissionOption],
     answered: Option<&AnsweredQuestion>,
+    own_mcp: bool,
 ) -> Decision {
+    if own_mcp {
+        return allow(options, "a tool of aicli's own MCP server".to_owned());
+    }
     let class = class(kind);
     let ask = || {
         let q = question(agent, kind, title);
@@ -229,7 +236,7 @@ mod tests {
         let exec = Some(&ToolKind::Execute);
         let edit = Some(&ToolKind::Edit);
         let read = Some(&ToolKind::Read);
-        let d = |m, k| decide("gemini-acp", m, k, "touch x", &o, None);
+        let d = |m, k| decide("gemini-acp", m, k, "touch x", &o, None, false);
         assert_eq!(
             chosen(&d(PermissionMode::Bypass, exec)),
             Some(("proceed_once", true))
@@ -268,7 +275,7 @@ mod tests {
         // No reject option: the request is answered cancelled.
         let only_allow = &o[..2];
         assert!(matches!(
-            decide("a", PermissionMode::Plan, edit, "t", only_allow, None),
+            decide("a", PermissionMode::Plan, edit, "t", only_allow, None, false),
             Decision::Refuse { .. }
         ));
     }
@@ -290,6 +297,7 @@ mod tests {
                 "touch x",
                 &o,
                 Some(&answered(a)),
+                false,
             )
         };
         assert_eq!(
@@ -308,6 +316,20 @@ mod tests {
             "rm -rf x",
             &o,
             Some(&answered("allow")),
+            false,
+        );
+        // aicli's own MCP tool is allowed even in plan mode.
+        assert_eq!(
+            chosen(&decide(
+                "gemini-acp",
+                PermissionMode::Plan,
+                exec,
+                "askUser (aicli MCP Server)",
+                &o,
+                None,
+                true
+            )),
+            Some(("proceed_once", true))
         );
         assert!(matches!(other, Decision::Ask { .. }));
     }

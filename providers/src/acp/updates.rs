@@ -231,6 +231,11 @@ impl AcpDecoder {
                 "agent_message_chunk"
             })];
         };
+        if !self.prompted {
+            return vec![EventKind::Status {
+                status: format!("the agent said before the prompt: {text}"),
+            }];
+        }
         let id = c.message_id.as_ref().map(|m| m.0.to_string());
         let new_id = id.is_some() && id != self.message_id;
         if !self.response.is_empty() && (self.new_message || new_id) {
