@@ -45,28 +45,6 @@ pub fn vendor_of(name: &str, config: &ProviderConfig) -> Option<Vendor> {
 /// The adapter name of ACP agents.
 const ACP_ADAPTER: &str = "acp";
 
-/// The `CODEX_CONFIG` of a codex-based ACP agent (codex-acp passes it to `codex
-/// app-server` as the session's config) pointing it at the OpenAI fake at `base_url`:
-/// the same provider block `codex exec` gets as `-c` options.
-fn codex_config(base_url: &str, model: Option<&str>) -> String {
-    serde_json::json!({
-        "model": model.unwrap_or("gpt-5.5"),
-        "model_provider": "fake",
-        "model_providers": {"fake": {
-            "name": "fake",
-            "base_url": format!("{base_url}/v1"),
-            "env_key": "FAKE_OPENAI_KEY",
-            "wire_api": "responses",
-            "request_max_retries": 0,
-            "stream_max_retries": 0,
-        }},
-        "analytics": {"enabled": false},
-        "check_for_update_on_startup": false,
-        "features": {"plugins": false},
-    })
-    .to_string()
-}
-
 /// Running fakes, one per vendor; dropping them stops them.
 #[derive(Debug)]
 pub struct FakeApis {
@@ -156,11 +134,14 @@ impl FakeApis {
             {
                 options = options.with_model(m);
             }
-            let wiring = aicli_testkit::CliWiring::for_fake(vendor, &url, &options);
             // An ACP agent takes none of the CLI's own arguments: its model goes through
-            // the entry's `acp.model`, a codex-based agent's provider through
-            // CODEX_CONFIG.
+            // the entry's `acp.model`, codex-acp's provider through CODEX_CONFIG.
             let acp = p.adapter_name(name) == ACP_ADAPTER;
+            let wiring = if acp {
+                aicli_testkit::CliWiring::for_acp_fake(vendor, &url, &options)
+            } else {
+                aicli_testkit::CliWiring::for_fake(vendor, &url, &options)
+            };
             let mut args = wiring.args.iter();
             while let Some(a) = args.next() {
                 match a.as_str() {
@@ -172,7 +153,6 @@ impl FakeApis {
                         }
                     }
                     "--skip-trust" => {}
-                    _ if acp => {}
                     other => p.extra_args.push(other.to_owned()),
                 }
             }
@@ -187,13 +167,13 @@ impl FakeApis {
             // The provider's own `env`: a CLI gets nothing of the environment it is given
             // but its base set and what its provider names (see `aicli::env`).
             p.env.extend(wiring.env.clone());
-            if acp && vendor == Vendor::OpenAi {
-                p.env.insert(
-                    "CODEX_CONFIG".to_owned(),
-                    codex_config(&url, p.default_model.as_deref()),
-                );
-            }
-            out.env.extend(wiring.env.clone());
+            out.env.extend(
+                wiring
+                    .env
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != "CODEX_CONFIG")
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
             for f in wiring.home_files {
                 match out.home_files.iter_mut().find(|h| h.path == f.path) {
                     Some(_) => {}

@@ -1105,6 +1105,50 @@ impl Shared {
         }
     }
 
+    /// Waits as long as the provider needs between a session's last run and its
+    /// continuation ([`aicli_providers::AiCliProvider::resume_not_before`]; gemini's
+    /// `session/load` in a new minute), saying so on the live stream; a cancel ends the
+    /// wait (the session then ends at once, cancelled).
+    async fn pause_before_resume(
+        &self,
+        planned: &Planned,
+        provider: &SharedProvider,
+        task_id: &Arc<str>,
+        cancel: &CancellationToken,
+    ) {
+        // The run being continued: this task's last attempt, else the origin's.
+        let (last, ended) = match (planned.rec.attempts.last(), &planned.origin) {
+            (Some(a), _) => (a.result.clone(), a.finished_at.clone()),
+            (None, Some(o)) => (Some(o.result.clone()), o.finished_at.clone()),
+            (None, None) => (None, None),
+        };
+        let Some(last) = last else { return };
+        let ended = ended
+            .and_then(|t| humantime::parse_rfc3339_weak(&t).ok())
+            .unwrap_or_else(std::time::SystemTime::now);
+        let Some(until) = provider.resume_not_before(&last, ended) else {
+            return;
+        };
+        let Ok(wait) = until.duration_since(std::time::SystemTime::now()) else {
+            return;
+        };
+        let message = format!(
+            "waiting {:.0}s before continuing the session: {} must not load a session in the wall-clock minute its last run ended (providers.{}.acp.load_in_a_new_minute)",
+            wait.as_secs_f64(),
+            provider.name(),
+            provider.name()
+        );
+        tracing::info!(task = %task_id, "{message}");
+        let _ = self.live.send(BatchEvent::Agent {
+            task_id: task_id.clone(),
+            event: AgentEvent::synthetic(EventKind::Status { status: message }),
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = cancel.cancelled() => {}
+        }
+    }
+
     /// One attempt: worktree, record, token, session, record again.
     async fn run_attempt(
         &self,
@@ -1140,6 +1184,10 @@ impl Shared {
         if let Some((sid, totals)) = &planned.resume {
             task.resume_session_id = Some(sid.clone());
             prior = *totals;
+        }
+        if planned.resume.is_some() {
+            self.pause_before_resume(&planned, &provider, &task_id, &cancel)
+                .await;
         }
         let attempt_no = planned.rec.attempts.len() as u32 + 1;
         let kind = if attempt_in_run > 1 {

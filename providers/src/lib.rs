@@ -95,7 +95,7 @@ pub mod usage;
 pub mod wire;
 
 pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
-pub use decode::{Decoder, ExitStatus, Line, StdinMessage, Tally};
+pub use decode::{Decoder, ExitStatus, Line, STDIN_RECORD_KEY, StdinMessage, Tally};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
 pub use provider::{

@@ -399,6 +399,18 @@ pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
         self.supports(Feature::Resume)
     }
 
+    /// The earliest time a later run may continue the session `last` ran in, when the
+    /// CLI needs a pause after a run (the ACP entry's `load_in_a_new_minute`); `ended`
+    /// is when that run ended. Default: no pause.
+    fn resume_not_before(
+        &self,
+        last: &crate::result::SessionResult,
+        ended: std::time::SystemTime,
+    ) -> Option<std::time::SystemTime> {
+        let _ = (last, ended);
+        None
+    }
+
     /// The IDE lockfile to write for a run (file name and JSON contents), given the MCP
     /// endpoint's port and the workspace. `None` when the CLI uses none.
     fn ide_lockfile(

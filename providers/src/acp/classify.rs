@@ -143,8 +143,14 @@ pub fn swallowed_error(result: &Value, text: &str) -> Option<ErrorKind> {
     if let Some(k) = kind_of_api_text(text) {
         return Some(k);
     }
+    // codex-acp runs `codex app-server`: Codex's own error texts ("We're currently
+    // experiencing high demand" is its text for HTTP 500).
+    match crate::codex::classify_message(text) {
+        (ErrorKind::Unknown, _) => {}
+        (kind, _) => return Some(kind),
+    }
     const WORDS: [(&str, ErrorKind); 6] = [
-        ("high demand", ErrorKind::Overloaded),
+        ("high demand", ErrorKind::ServerError),
         ("overloaded", ErrorKind::Overloaded),
         ("exceeded retry limit", ErrorKind::RateLimit),
         ("Missing environment variable", ErrorKind::Auth),
@@ -296,7 +302,7 @@ mod tests {
                 &hidden,
                 "We’re currently experiencing high demand, which may cause temporary errors."
             ),
-            Some(ErrorKind::Overloaded)
+            Some(ErrorKind::ServerError)
         );
         assert_eq!(
             swallowed_error(&hidden, "unexpected status 529 Overloaded"),

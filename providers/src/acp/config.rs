@@ -32,6 +32,14 @@ pub struct AcpConfig {
     /// skipped). Empty: a continuation is a new session whose prompt carries the
     /// context (`continuation.mode = "new_run"`).
     pub continue_with: Vec<AcpContinue>,
+    /// `session/load` only in a later wall-clock minute than the session's last run
+    /// ended: gemini 0.61 names a session's recording after the minute it starts one,
+    /// and a load in that same minute starts a new recording over the old one, answers
+    /// "No previous sessions found" and loses the history for good
+    /// (google-gemini/gemini-cli#28775). With this set, a continuation that loads waits
+    /// for the next minute first (at most a minute; the task's record says so).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub load_in_a_new_minute: bool,
     /// Seconds the agent has to answer each setup request (`initialize`,
     /// `session/new`/`load`/`resume`, a mode or model change) before the run fails as a
     /// timeout. The prompt itself is bounded by the task's timeouts.
@@ -40,6 +48,11 @@ pub struct AcpConfig {
     /// are (the run's `PATH`, then aicli's cache): `{"CLAUDE_CODE_EXECUTABLE": "claude"}`
     /// runs claude-agent-acp on aicli's pinned `claude`. A name not found is an error.
     pub env_executables: BTreeMap<String, String>,
+    /// Variables set to the path of a JSON file aicli writes for the run (0600, in the
+    /// run's private directory) with this content: settings an agent reads from a file
+    /// it is pointed at, such as gemini's `GEMINI_CLI_SYSTEM_DEFAULTS_PATH` (defaults
+    /// the user's own settings still override).
+    pub env_files: BTreeMap<String, serde_json::Value>,
 }
 
 /// The default [`AcpConfig::setup_timeout_secs`].

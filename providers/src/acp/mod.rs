@@ -71,13 +71,14 @@
 //! ([`AiCliProvider::resumable`] reads it from the run's `provider_data`), else the
 //! continuation is a new session carrying the context (`continuation.mode = "new_run"`).
 //! `session/resume` (claude-agent-acp, codex-acp, OpenCode) replays nothing;
-//! `session/load` replays the history first, which the decoder skips. **gemini-acp
-//! continues with a new run**: gemini 0.61 offers only `session/load`, which in the same
-//! wall-clock minute as the session's first turn answers "No previous sessions found"
+//! `session/load` replays the history first, which the decoder skips. **gemini-acp loads
+//! its session in a new minute**: gemini 0.61 offers only `session/load`, which in the
+//! same wall-clock minute as the session's last run answers "No previous sessions found"
 //! *and* overwrites the session's recording, losing its history for good
-//! (google-gemini/gemini-cli#28775; the file is named after the minute). A human answer
-//! usually comes minutes later, but a batch's answers and CI's do not, so the entry does
-//! not list `load`.
+//! (google-gemini/gemini-cli#28775; the file is named after the minute). The entry sets
+//! `load_in_a_new_minute`, so the engine waits for the next minute before a continuation
+//! that loads ([`AiCliProvider::resume_not_before`]): an answer given at once waits up to
+//! a minute; one given later does not wait.
 //!
 //! # The measured agents (2026-12-01, against the testkit's fake model APIs)
 //!
@@ -204,12 +205,53 @@ impl AiCliProvider for AcpProvider {
             })?;
             c.env.insert(var.clone(), found.display().to_string());
         }
+        for (var, contents) in &self.acp.env_files {
+            if c.env.contains_key(var) {
+                continue;
+            }
+            let file: String = var
+                .chars()
+                .map(|ch| {
+                    if ch.is_ascii_alphanumeric() {
+                        ch.to_ascii_lowercase()
+                    } else {
+                        '-'
+                    }
+                })
+                .collect();
+            let path = ctx.private_dir.join(format!("acp-{file}.json"));
+            c.env.insert(var.clone(), path.display().to_string());
+            c.files.push(crate::provider::FileSpec {
+                path,
+                contents: contents.to_string(),
+                mode: 0o600,
+            });
+        }
         c.stdin_open = true;
         Ok(c)
     }
 
     fn decoder(&self, ctx: &ParseContext) -> Box<dyn Decoder> {
         Box::new(AcpDecoder::new(self.clone(), ctx.clone()))
+    }
+
+    /// A load (`session/load`) of an entry with `load_in_a_new_minute` waits for the
+    /// first second of the minute after `ended`.
+    fn resume_not_before(
+        &self,
+        last: &SessionResult,
+        ended: std::time::SystemTime,
+    ) -> Option<std::time::SystemTime> {
+        let loads = last
+            .provider_data
+            .pointer("/acp/continue_with")
+            .and_then(serde_json::Value::as_str)
+            == Some(AcpContinue::Load.method());
+        if !(self.acp.load_in_a_new_minute && loads) {
+            return None;
+        }
+        let secs = ended.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+        Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs((secs / 60 + 1) * 60 + 1))
     }
 
     /// Where the last run's agent advertised a way the entry's `continue_with` allows.

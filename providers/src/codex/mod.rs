@@ -83,6 +83,8 @@ use std::path::Path;
 
 pub use argv::{mcp_config_override, toml_string};
 pub use decode::CodexDecoder;
+/// Codex's error texts -> kinds (codex-acp shows them as agent text).
+pub(crate) use classify::classify_message;
 
 use crate::config::ProviderConfig;
 use crate::decode::{Decoder, ExitStatus};

@@ -1,0 +1,91 @@
+//! The contract with `gemini --acp` (the `gemini-acp` entry; gemini 0.61.0, the CLI aicli
+//! already pins), through the engine.
+
+use aicli::providers::{ErrorKind, EventKind, PermissionMode, SessionStatus};
+use aicli_testkit::Script;
+
+use super::*;
+
+const AGENT: Agent = Agent::Gemini;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_acp_plain_answer() {
+    plain_answer(AGENT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_acp_shell_tool_runs_in_the_worktree() {
+    tool_in_worktree(AGENT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_acp_mcp_call_into_aicli() {
+    mcp_call(AGENT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_acp_question_blocks_and_the_answer_loads_the_session() {
+    question_then_answer(AGENT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_acp_401_is_auth() {
+    api_error(AGENT, 401, ErrorKind::Auth).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_acp_429_is_rate_limit_and_the_pool_backs_off() {
+    api_error(AGENT, 429, ErrorKind::RateLimit).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_acp_cancel_ends_the_turn_and_leaves_no_process() {
+    cancel(AGENT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_acp_resume_by_session_id() {
+    resume(AGENT).await;
+}
+
+/// gemini's modes: `plan` refuses the shell by its own policy (no request), `default`
+/// asks (a question); `accept_edits` (autoEdit) asks too for a shell command, and the
+/// answer "Allow" continues the session, whose repeated request is allowed. (`bypass`,
+/// yolo, runs it unasked: [`gemini_acp_shell_tool_runs_in_the_worktree`].)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_acp_permission_requests_follow_the_permission_mode() {
+    let t = start(AGENT, Script::new()).await;
+    let shell = |f: &str| Script::shell(format!("touch {f}")).then_quote_tool_result();
+
+    let ran = run_in(&t, "plan", PermissionMode::Plan, shell("plan.txt")).await;
+    let r = ran.only();
+    assert_eq!(r.status, SessionStatus::Succeeded, "{}", describe(r));
+    assert!(!made(r, "plan.txt"));
+    let record = recorded(&t, &ran.batch.batch_id, "plan", 0);
+    assert!(permission_requests(&record).is_empty(), "{record}");
+    assert!(
+        live_kinds(&ran)
+            .iter()
+            .any(|k| matches!(k, EventKind::ToolResult { is_error: true, .. })),
+        "plan mode did not refuse the shell"
+    );
+
+    let ran = run_in(&t, "default", PermissionMode::Default, shell("default.txt")).await;
+    let r = ran.only();
+    assert_eq!(r.status, SessionStatus::Blocked, "{}", describe(r));
+    let q = r.question.clone().expect("a question");
+    assert_eq!(q.question, "gemini-acp asks permission to run: touch default.txt");
+    assert_eq!(q.options, ["Allow for this session", "Allow", "Reject"]);
+    assert!(!made(r, "default.txt"));
+
+    permission_answered(
+        &t,
+        AGENT,
+        "edits",
+        PermissionMode::AcceptEdits,
+        shell("edits.txt"),
+        "edits.txt",
+    )
+    .await;
+    t.finish().await;
+}
