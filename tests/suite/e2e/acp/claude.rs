@@ -70,7 +70,7 @@ async fn claude_acp_permission_requests_follow_the_permission_mode() {
     assert_eq!(r.status, SessionStatus::Succeeded, "{}", describe(r));
     assert!(!made(r, "plan.txt"));
     let record = recorded(&t, &ran.batch.batch_id, "plan", 0);
-    assert_eq!(permission_requests(&record).len(), 1, "{record}");
+    assert_eq!(permission_requests(&record).len(), 1);
     let denied = r.provider_data["acp"]["permission_denied"]
         .as_array()
         .cloned()

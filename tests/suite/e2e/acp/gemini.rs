@@ -62,7 +62,7 @@ async fn gemini_acp_permission_requests_follow_the_permission_mode() {
     assert_eq!(r.status, SessionStatus::Succeeded, "{}", describe(r));
     assert!(!made(r, "plan.txt"));
     let record = recorded(&t, &ran.batch.batch_id, "plan", 0);
-    assert!(permission_requests(&record).is_empty(), "{record}");
+    assert!(permission_requests(&record).is_empty());
     assert!(
         live_kinds(&ran)
             .iter()
