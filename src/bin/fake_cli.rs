@@ -45,6 +45,9 @@
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
 //!   --record-stdin FILE      read stdin to its end and write it to FILE (first of all)
 //!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit
+//!   --acp MODE               be a minimal ACP agent on stdio instead (see the `acp`
+//!                            module: ok, garbage, unknown-id, early-notification,
+//!                            silent, hang)
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -52,8 +55,14 @@ use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
+mod acp;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--acp") {
+        acp::run(args.get(i + 1).map(String::as_str).unwrap_or("ok"));
+        return;
+    }
     if args.first().map(String::as_str) == Some("--sleeper") {
         sleeper(args.get(1).map(String::as_str) == Some("--ignore-sigterm"));
     }

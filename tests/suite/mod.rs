@@ -1,3 +1,4 @@
+mod acp_bad_input;
 mod cli;
 mod cli_env;
 mod e2e;

@@ -338,6 +338,13 @@ impl AcpDecoder {
     /// gets a failed result when the turn ends, in id order.
     pub(super) fn close_open_tools(&mut self) -> Vec<EventKind> {
         let open = std::mem::take(&mut self.tools);
+        let why = match self.cancelled {
+            Some(super::decode::CancelWhy::Question) => {
+                "not run: aicli ended the turn to ask a human first"
+            }
+            Some(super::decode::CancelWhy::Stop) => "not finished: the run was cancelled",
+            None => "the turn ended before the tool call finished",
+        };
         let mut kinds = Vec::new();
         for (id, t) in open {
             let (name, mcp_server) = split_mcp(&t.name, &self.mcp_servers);
@@ -352,7 +359,7 @@ impl AcpDecoder {
             kinds.push(EventKind::ToolResult {
                 id,
                 name: Some(name),
-                output: "the turn ended before the tool call finished".to_owned(),
+                output: why.to_owned(),
                 is_error: true,
                 exit_code: None,
             });
