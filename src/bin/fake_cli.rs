@@ -55,6 +55,7 @@ use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
+#[path = "fake_cli/acp.rs"]
 mod acp;
 
 fn main() {

@@ -14,14 +14,15 @@ use super::support::{collect_events, fake_cli, git_repo};
 /// The setup timeout of the entry (seconds): short, so that `silent` ends quickly.
 const SETUP_TIMEOUT: u64 = 2;
 
-/// An engine whose only extra provider is `fake-acp`: the fake agent in `mode`.
-fn engine(mode: &str) -> Engine {
+/// An engine whose only extra provider is `fake-acp`: the fake agent in `mode`, with
+/// `marker` in its argv (to find its processes).
+fn engine(mode: &str, marker: &str) -> Engine {
     let user = serde_json::json!({"providers": {"fake-acp": {
         "adapter": "acp",
         "package": "",
         "binary_name": "aicli-fake-cli",
         "binary_path": fake_cli(),
-        "extra_args": ["--acp", mode],
+        "extra_args": ["--acp", mode, "--marker", marker],
         "acp": {"setup_timeout_secs": SETUP_TIMEOUT},
     }}, "engine": {"kill_grace_ms": 300}});
     let config = AiCliConfig::from_user_json(&user.to_string(), "test.json").expect("config");
@@ -33,7 +34,8 @@ fn engine(mode: &str) -> Engine {
 /// One run of the fake agent in `mode`: its result and live events.
 async fn run(mode: &str) -> (SessionResult, Vec<BatchEvent>, Duration) {
     let repo = git_repo();
-    let engine = engine(mode);
+    let marker = format!("acp-bad-input-{}", uuid::Uuid::new_v4());
+    let engine = engine(mode, &marker);
     let mut opts = BatchOptions::new(repo.path());
     opts.provider = Some("fake-acp".to_owned());
     opts.timeout = Some(Duration::from_secs(30));
@@ -51,7 +53,28 @@ async fn run(mode: &str) -> (SessionResult, Vec<BatchEvent>, Duration) {
         .expect("batch");
     let took = started.elapsed();
     let events = collector.await.expect("events");
+    assert_no_process_with(&marker).await;
     (batch.tasks[0].clone(), events, took)
+}
+
+/// No process of this run is left: none has `marker` in its argv.
+async fn assert_no_process_with(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains(marker))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "processes left: {left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn protocol_messages(events: &[BatchEvent]) -> Vec<(String, String)> {
