@@ -221,6 +221,18 @@ fn last_tool_result(body: &Value) -> Option<(String, String)> {
 /// loaded by a `ToolSearch` result (a `tool_reference` to it in the messages). Claude
 /// Code 2.1.332 lists an MCP tool in `tools[]` only once ToolSearch found it, and then
 /// still with `defer_loading: true`.
+/// Whether the request declares a tool called `name` in `tools[]`, not deferred.
+fn declares(body: &Value, name: &str) -> bool {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            t.get("name").and_then(Value::as_str) == Some(name)
+                && t.get("defer_loading").and_then(Value::as_bool) != Some(true)
+        })
+}
+
 fn has_loaded_tool(body: &Value, name: &str) -> bool {
     let Some(tool) = body
         .get("tools")
@@ -327,6 +339,15 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
             input,
         } => {
             let full = format!("mcp__{server}__{tool}");
+            // A client that declares MCP tools directly under its own name (OpenCode:
+            // `<server>_<tool>`) gets the call at once, under that name.
+            let direct = format!("{server}_{tool}");
+            if declares(ctx.body, &direct) {
+                return Rendered::done(
+                    tool_call(ctx, None, &direct, input.clone()),
+                    format!("tool_use {direct}"),
+                );
+            }
             // After a search that did not load the tool, call it anyway: the CLI then
             // reports the unknown tool instead of the fake searching forever.
             let searched = matches!(last_tool_result(ctx.body), Some((n, _)) if n == "ToolSearch");
@@ -437,6 +458,19 @@ mod tests {
             .collect();
         assert_eq!(text, "Hello from the fake Anthropic API.");
         assert_eq!(ev[ev.len() - 2]["usage"]["output_tokens"], 7);
+    }
+
+    #[test]
+    fn an_mcp_tool_declared_directly_is_called_under_its_name() {
+        let step = Step::McpToolCall {
+            server: "aicli".into(),
+            tool: "askUser".into(),
+            input: json!({"question": "q"}),
+        };
+        let body = json!({"tools": [{"name": "bash"}, {"name": "aicli_askUser"}], "messages": []});
+        let r = render(&ctx(&body), &step);
+        assert_eq!(r.note, "tool_use aicli_askUser");
+        assert!(r.advance);
     }
 
     #[test]
