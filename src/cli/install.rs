@@ -56,10 +56,29 @@ pub(super) async fn install(
         let path = std::env::var("PATH").unwrap_or_default();
         let npm = install::find_npm(&path)?;
         let specs: Vec<String> = missing.iter().map(Pin::spec).collect();
+        for omit in [false, true] {
+            let group: Vec<String> = missing
+                .iter()
+                .filter(|p| p.omit_optional == omit)
+                .map(Pin::spec)
+                .collect();
+            if group.is_empty() {
+                continue;
+            }
+            let p = if omit {
+                install::slim_prefix(&prefix)
+            } else {
+                prefix.clone()
+            };
+            eprintln!(
+                "aicli install: npm install --prefix {}{} {}",
+                p.display(),
+                if omit { " --omit=optional" } else { "" },
+                group.join(" ")
+            );
+        }
         eprintln!(
-            "aicli install: npm install --prefix {} {} (about 1 GB and under a minute on a first install)",
-            prefix.display(),
-            specs.join(" ")
+            "aicli install: the three CLIs take about 1 GB and under a minute on a first install; the ACP wrappers 83 MB"
         );
         let started = Instant::now();
         let bar = std::io::stderr().is_terminal().then(|| {
