@@ -251,11 +251,22 @@ mod tests {
         let names: Vec<&str> = w.providers.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
-            ["claude", "claude-acp", "codex", "codex-acp", "gemini", "gemini-acp"]
+            [
+                "claude",
+                "claude-acp",
+                "codex",
+                "codex-acp",
+                "gemini",
+                "gemini-acp"
+            ]
         );
         // The ACP agents get their fake's variables, none of the CLIs' arguments.
         let codex_acp = &config.providers["codex-acp"];
-        assert!(codex_acp.extra_args.is_empty(), "{:?}", codex_acp.extra_args);
+        assert!(
+            codex_acp.extra_args.is_empty(),
+            "{:?}",
+            codex_acp.extra_args
+        );
         let cfg: serde_json::Value =
             serde_json::from_str(&codex_acp.env["CODEX_CONFIG"]).expect("CODEX_CONFIG");
         assert_eq!(cfg["model"], "gpt-5.5");

@@ -469,7 +469,10 @@ mod tests {
             .collect();
         assert_eq!(
             acp,
-            ["@agentclientprotocol/claude-agent-acp", "@anthropic-ai/claude-code"]
+            [
+                "@agentclientprotocol/claude-agent-acp",
+                "@anthropic-ai/claude-code"
+            ]
         );
         let one = pins(&c, &["gemini".into()]).expect("pins");
         assert_eq!(one[0].package, "@google/gemini-cli");

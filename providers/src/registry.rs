@@ -161,7 +161,14 @@ mod tests {
         let r = ProviderRegistry::from_config(&cfg).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             r.names(),
-            ["claude", "claude-acp", "codex", "codex-acp", "gemini", "gemini-acp"]
+            [
+                "claude",
+                "claude-acp",
+                "codex",
+                "codex-acp",
+                "gemini",
+                "gemini-acp"
+            ]
         );
         assert_eq!(
             r.get_or_default(None).map(|p| p.name().to_owned()).ok(),

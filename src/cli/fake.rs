@@ -165,7 +165,10 @@ mod tests {
         let e = script("nope").expect_err("bad").to_string();
         assert!(e.contains("ask:QUESTION"), "{e}");
         assert!(script("error:x").is_err());
-        match &script(r#"tool:Write:{"file_path":"a.txt"}"#).expect("tool").steps()[0] {
+        match &script(r#"tool:Write:{"file_path":"a.txt"}"#)
+            .expect("tool")
+            .steps()[0]
+        {
             Step::ToolCall { name, input, .. } => {
                 assert_eq!(name, "Write");
                 assert_eq!(input["file_path"], "a.txt");

@@ -272,7 +272,9 @@ pub(crate) fn is_side_call(body: &Value) -> bool {
         .get("tools")
         .and_then(Value::as_array)
         .is_none_or(Vec::is_empty);
-    let format = body.pointer("/output_config/format/type").and_then(Value::as_str);
+    let format = body
+        .pointer("/output_config/format/type")
+        .and_then(Value::as_str);
     no_tools && format == Some("json_schema")
 }
 

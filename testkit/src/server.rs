@@ -572,7 +572,9 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         };
         let api_key = api_key(&parts.headers, query);
         let (kind, step_index, rendered) = match route {
-            Route::Model { model } if vendor == Vendor::Anthropic && anthropic::is_side_call(&body) => {
+            Route::Model { model }
+                if vendor == Vendor::Anthropic && anthropic::is_side_call(&body) =>
+            {
                 let ctx = Ctx {
                     seq,
                     usage,

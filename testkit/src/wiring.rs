@@ -181,8 +181,10 @@ impl CliWiring {
         let mut w = CliWiring::for_fake(vendor, base_url, options);
         w.args.clear();
         if vendor == Vendor::OpenAi {
-            w.env
-                .insert("CODEX_CONFIG".to_owned(), codex_acp_config(base_url, options));
+            w.env.insert(
+                "CODEX_CONFIG".to_owned(),
+                codex_acp_config(base_url, options),
+            );
         }
         w
     }

@@ -82,7 +82,9 @@ fn protocol_messages(events: &[BatchEvent]) -> Vec<(String, String)> {
         .iter()
         .filter_map(|e| match e {
             BatchEvent::Agent { event, .. } => match &event.kind {
-                EventKind::Protocol { message, .. } => Some((message.clone(), event.raw.to_string())),
+                EventKind::Protocol { message, .. } => {
+                    Some((message.clone(), event.raw.to_string()))
+                }
                 _ => None,
             },
             _ => None,
@@ -142,7 +144,9 @@ async fn a_notification_before_initialize_is_a_protocol_error_that_keeps_the_res
     let msgs = protocol_messages(&events);
     assert_eq!(msgs.len(), 1, "{msgs:?}");
     assert!(
-        msgs[0].0.contains("session/update notification before the agent answered initialize"),
+        msgs[0]
+            .0
+            .contains("session/update notification before the agent answered initialize"),
         "{msgs:?}"
     );
 }
@@ -157,7 +161,10 @@ async fn an_agent_that_never_answers_initialize_times_out_and_is_killed() {
         err.contains("did not answer initialize within 2s") && err.contains("--acp"),
         "{err}"
     );
-    assert!(err.contains("providers.fake-acp.acp.setup_timeout_secs"), "{err}");
+    assert!(
+        err.contains("providers.fake-acp.acp.setup_timeout_secs"),
+        "{err}"
+    );
     assert!(
         took < Duration::from_secs(SETUP_TIMEOUT + 8),
         "the setup timeout took {took:?}"

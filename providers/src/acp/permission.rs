@@ -275,7 +275,15 @@ mod tests {
         // No reject option: the request is answered cancelled.
         let only_allow = &o[..2];
         assert!(matches!(
-            decide("a", PermissionMode::Plan, edit, "t", only_allow, None, false),
+            decide(
+                "a",
+                PermissionMode::Plan,
+                edit,
+                "t",
+                only_allow,
+                None,
+                false
+            ),
             Decision::Refuse { .. }
         ));
     }

@@ -89,7 +89,9 @@ fn claude_informational_chunks_are_not_the_answer() {
     let mut lines = setup(None);
     lines.push(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"**Warning:** auto mode"},
         "_meta":{"claudeCode":{"kind":"informational"}}})));
-    lines.push(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Done."}})));
+    lines.push(update(
+        json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Done."}}),
+    ));
     lines.push(json!({"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}).to_string());
     let r = replay(&p, &lines, &ParseContext::default());
     assert_eq!(r.response, "Done.");
@@ -99,8 +101,10 @@ fn claude_informational_chunks_are_not_the_answer() {
 fn a_session_cumulative_cost_is_reported_per_run_by_difference() {
     let p = provider("claude-acp");
     let mut lines = setup(Some("session/resume"));
-    lines.push(update(json!({"sessionUpdate":"usage_update","used":109,"size":1000000,
-        "cost":{"amount":0.0011076,"currency":"USD"}})));
+    lines.push(update(
+        json!({"sessionUpdate":"usage_update","used":109,"size":1000000,
+        "cost":{"amount":0.0011076,"currency":"USD"}}),
+    ));
     lines.push(
         json!({"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn",
         "usage":{"inputTokens":12,"outputTokens":7,"cachedReadTokens":56,"cachedWriteTokens":34,"totalTokens":109}}})
@@ -115,7 +119,10 @@ fn a_session_cumulative_cost_is_reported_per_run_by_difference() {
     };
     let r = replay(&p, &lines, &ctx);
     assert_eq!(r.cost_source, CostSource::Reported);
-    assert!((r.cost_usd.unwrap_or_default() - 0.0003692).abs() < 1e-12, "{r:?}");
+    assert!(
+        (r.cost_usd.unwrap_or_default() - 0.0003692).abs() < 1e-12,
+        "{r:?}"
+    );
     assert_eq!(
         r.session_totals.and_then(|t| t.cost_usd),
         Some(0.0011076),
@@ -142,12 +149,20 @@ fn a_rejection_that_ends_the_turn_as_cancelled_is_a_permission_failure() {
         json!({"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"cancel"},
         "_meta":{"aicli":{"why":"permission mode plan: nothing may change"}}}}),
     ));
-    lines.push(update(json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"failed"})));
-    lines.push(json!({"jsonrpc":"2.0","id":3,"result":{"stopReason":"cancelled","usage":null}}).to_string());
+    lines.push(update(
+        json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"failed"}),
+    ));
+    lines.push(
+        json!({"jsonrpc":"2.0","id":3,"result":{"stopReason":"cancelled","usage":null}})
+            .to_string(),
+    );
     let r = replay(&p, &lines, &ParseContext::default());
     assert_eq!(r.status, SessionStatus::Failed);
     assert_eq!(r.error_kind, Some(ErrorKind::Permission), "{r:?}");
-    assert_eq!(r.provider_data["acp"]["permission_denied"], json!(["touch x"]));
+    assert_eq!(
+        r.provider_data["acp"]["permission_denied"],
+        json!(["touch x"])
+    );
     assert_eq!(r.cost_source, CostSource::Unknown, "no usage, no estimate");
 }
 
@@ -184,9 +199,17 @@ fn a_run_that_ends_before_its_turn_keeps_what_it_saw() {
     // it crashed.
     let p = provider("claude-acp");
     let mut lines = setup(None);
-    lines.push(update(json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Half an "}})));
+    lines.push(update(
+        json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Half an "}}),
+    ));
     let text = lines.join("\n") + "\n";
-    let r = crate::replay::replay(&p, text.as_bytes(), "Segmentation fault", ExitStatus::Code(139), &ParseContext::default());
+    let r = crate::replay::replay(
+        &p,
+        text.as_bytes(),
+        "Segmentation fault",
+        ExitStatus::Code(139),
+        &ParseContext::default(),
+    );
     assert_eq!(r.status, SessionStatus::Failed);
     assert_eq!(r.response, "Half an");
     assert_eq!(r.session_id.as_deref(), Some("s1"));

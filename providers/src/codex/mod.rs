@@ -82,9 +82,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use argv::{mcp_config_override, toml_string};
-pub use decode::CodexDecoder;
 /// Codex's error texts -> kinds (codex-acp shows them as agent text).
 pub(crate) use classify::classify_message;
+pub use decode::CodexDecoder;
 
 use crate::config::ProviderConfig;
 use crate::decode::{Decoder, ExitStatus};

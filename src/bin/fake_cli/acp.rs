@@ -72,7 +72,10 @@ pub fn run(mode: &str) {
                     "garbage" => {
                         let _ = writeln!(out, "this line is not JSON-RPC");
                     }
-                    "unknown-id" => say(&mut out, &json!({"jsonrpc": "2.0", "id": 999, "result": {}})),
+                    "unknown-id" => say(
+                        &mut out,
+                        &json!({"jsonrpc": "2.0", "id": 999, "result": {}}),
+                    ),
                     _ => {}
                 }
                 say(&mut out, &chunk("over ACP."));

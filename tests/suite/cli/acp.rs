@@ -54,7 +54,9 @@ fn setup(provider: &str) -> Cli {
 
 /// The last JSON line (the result) of `out`.
 fn result_of(out: &std::process::Output) -> Value {
-    json_lines(out).pop().unwrap_or_else(|| panic!("no JSON output: {}", stderr(out)))
+    json_lines(out)
+        .pop()
+        .unwrap_or_else(|| panic!("no JSON output: {}", stderr(out)))
 }
 
 /// Runs `provider` through `aicli run`, `batch` (a question), `answer` and, after a
@@ -76,7 +78,10 @@ fn run_batch_answer_resume(provider: &str) {
     assert_eq!(r["response"], "Hello over ACP.", "{r}");
     assert_eq!(r["provider"], provider);
     assert!(r["session_id"].is_string(), "{r}");
-    assert!(r["canonical_usage"]["output_tokens"].as_u64() > Some(0), "{r}");
+    assert!(
+        r["canonical_usage"]["output_tokens"].as_u64() > Some(0),
+        "{r}"
+    );
 
     // batch: the agent asks through aicli's MCP server; the batch ends blocked (exit 3).
     let tasks = cli.file(
@@ -136,7 +141,8 @@ fn run_batch_answer_resume(provider: &str) {
             .flatten()
             .filter(|e| e.path().join("tasks/slow/events.ndjson").is_file())
             .find_map(|e| {
-                let text = std::fs::read_to_string(e.path().join("tasks/slow/events.ndjson")).ok()?;
+                let text =
+                    std::fs::read_to_string(e.path().join("tasks/slow/events.ndjson")).ok()?;
                 // The agent has started its answer: a chunk of it is in the record.
                 text.contains("agent_message_chunk").then(|| {
                     let sid = text
@@ -163,7 +169,10 @@ fn run_batch_answer_resume(provider: &str) {
     assert_eq!(t["status"], "succeeded", "{t}");
     assert_eq!(t["response"], "Done.", "{t}");
     assert_eq!(t["continuation"]["mode"], "resume", "{t}");
-    assert_eq!(t["session_id"], session, "the interrupted session continued: {t}");
+    assert_eq!(
+        t["session_id"], session,
+        "the interrupted session continued: {t}"
+    );
     let out = cli.run(&["runs", "--json"]);
     assert_eq!(
         json_lines(&out)[0].as_array().map_or(0, Vec::len),
@@ -215,7 +224,14 @@ fn parse_replays_a_recorded_acp_run_to_its_result() {
             &std::fs::read(fx.with_extension("result.json")).expect("result.json"),
         )
         .expect("json");
-        for k in ["status", "response", "session_id", "error_kind", "canonical_usage", "question"] {
+        for k in [
+            "status",
+            "response",
+            "session_id",
+            "error_kind",
+            "canonical_usage",
+            "question",
+        ] {
             assert_eq!(r[k], want[k], "{provider}/{scenario} {k}");
         }
     }

@@ -366,11 +366,9 @@ impl E2e {
             options = options.with_model(m);
         }
         let wiring = match agent {
-            Some(_) => aicli_testkit::CliWiring::for_acp_fake(
-                cli.vendor(),
-                &fake.base_url(),
-                &options,
-            ),
+            Some(_) => {
+                aicli_testkit::CliWiring::for_acp_fake(cli.vendor(), &fake.base_url(), &options)
+            }
             None => fake.wiring_with(&options),
         };
         // Not under /tmp (Codex warns about CODEX_HOME there) and short (Claude's socket

@@ -93,6 +93,17 @@ async fn start_to_first_event_and_exit_per_cli() {
     println!("{}", table.join("\n"));
 }
 
+/// One run's times: first agent line, first text, final event, `TaskFinished`.
+type Sample = (Duration, Duration, Duration, Duration);
+
+/// One path's row: its runs and what the last one reported.
+struct Row {
+    label: &'static str,
+    samples: Vec<Sample>,
+    usage: String,
+    cost: String,
+}
+
 /// Time from `TaskStarted` to the first event of the agent's own (not a record line of
 /// aicli's messages) and to its first text.
 fn agent_times(events: &[(Instant, BatchEvent)]) -> (Duration, Duration) {
@@ -133,7 +144,7 @@ async fn native_vs_acp() {
         let script = || Script::shell("touch timed.txt").then_quote_tool_result();
         let native = E2e::start(cli, script()).await;
         let acp = E2e::start_agent(agent, script(), Setup::default(), |_| {}).await;
-        let mut rows: Vec<(&str, Vec<(Duration, Duration, Duration, Duration)>, String, String)> = Vec::new();
+        let mut rows: Vec<Row> = Vec::new();
         for (label, t) in [("native", &native), ("ACP", &acp)] {
             let mut times_all = Vec::new();
             let mut usage = String::new();
@@ -150,14 +161,23 @@ async fn native_vs_acp() {
                 task.prompt = "Touch it".to_owned();
                 let ran = t.run_one(task).await;
                 let r = ran.only();
-                assert!(r.success, "{} {label}: {}", agent.provider(), super::describe(r));
+                assert!(
+                    r.success,
+                    "{} {label}: {}",
+                    agent.provider(),
+                    super::describe(r)
+                );
                 let x = times(&ran.events);
                 let (first, text) = agent_times(&ran.events);
                 times_all.push((first, text, x.final_event, x.finished));
                 let u = r.canonical_usage;
                 usage = format!(
                     "{} / {} / {} / {} / {}",
-                    u.input_tokens, u.output_tokens, u.cache_read, u.cache_write, u.reasoning_tokens
+                    u.input_tokens,
+                    u.output_tokens,
+                    u.cache_read,
+                    u.cache_write,
+                    u.reasoning_tokens
                 );
                 cost = format!(
                     "{} ({:?})",
@@ -165,16 +185,31 @@ async fn native_vs_acp() {
                     r.cost_source
                 );
             }
-            rows.push((label, times_all, usage, cost));
+            rows.push(Row {
+                label,
+                samples: times_all,
+                usage,
+                cost,
+            });
         }
         let served = cli.expected_usage(2);
-        for (label, times_all, usage, cost) in rows {
-            let mean = |f: fn(&(Duration, Duration, Duration, Duration)) -> Duration| {
-                times_all.iter().map(f).sum::<Duration>() / times_all.len() as u32
+        for Row {
+            label,
+            samples,
+            usage,
+            cost,
+        } in rows
+        {
+            let mean = |f: fn(&Sample) -> Duration| {
+                samples.iter().map(f).sum::<Duration>() / samples.len() as u32
             };
             table.push(format!(
                 "| {} | {label} | {} | {} | {} | {} | {usage} | {cost} | {} / {} / {} / {} / {} |",
-                if label == "native" { cli.provider() } else { agent.provider() },
+                if label == "native" {
+                    cli.provider()
+                } else {
+                    agent.provider()
+                },
                 ms(mean(|x| x.0)),
                 ms(mean(|x| x.1)),
                 ms(mean(|x| x.2)),

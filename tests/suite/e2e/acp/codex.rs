@@ -99,7 +99,18 @@ async fn codex_acp_permission_requests_follow_the_permission_mode() {
     assert!(made(r, "edits.txt"), "{}", describe(r));
     let record = recorded(&t, &ran.batch.batch_id, "edits", 0);
     assert!(permission_requests(&record).is_empty());
-    let ran = run_in(&t, "edits-escalated", PermissionMode::AcceptEdits, escalated("x.txt")).await;
-    assert_eq!(ran.only().status, SessionStatus::Blocked, "{}", describe(ran.only()));
+    let ran = run_in(
+        &t,
+        "edits-escalated",
+        PermissionMode::AcceptEdits,
+        escalated("x.txt"),
+    )
+    .await;
+    assert_eq!(
+        ran.only().status,
+        SessionStatus::Blocked,
+        "{}",
+        describe(ran.only())
+    );
     t.finish().await;
 }

@@ -67,9 +67,13 @@ async fn gemini_acp_permission_requests_follow_the_permission_mode() {
     // error back (quoted in the answer), and no tool call reaches ACP.
     assert!(r.response.contains("\"error\""), "{}", describe(r));
     assert!(
-        !live_kinds(&ran)
-            .iter()
-            .any(|k| matches!(k, EventKind::ToolResult { is_error: false, .. })),
+        !live_kinds(&ran).iter().any(|k| matches!(
+            k,
+            EventKind::ToolResult {
+                is_error: false,
+                ..
+            }
+        )),
         "a tool ran in plan mode"
     );
 
@@ -77,7 +81,10 @@ async fn gemini_acp_permission_requests_follow_the_permission_mode() {
     let r = ran.only();
     assert_eq!(r.status, SessionStatus::Blocked, "{}", describe(r));
     let q = r.question.clone().expect("a question");
-    assert_eq!(q.question, "gemini-acp asks permission to run: touch default.txt");
+    assert_eq!(
+        q.question,
+        "gemini-acp asks permission to run: touch default.txt"
+    );
     assert_eq!(q.options, ["Allow for this session", "Allow", "Reject"]);
     assert!(!made(r, "default.txt"));
 

@@ -251,7 +251,10 @@ pub async fn plain_answer(agent: Agent) {
     let printed = t.printed_session_id(&ran.batch.batch_id, "plain", 0);
     assert_eq!(r.session_id.as_deref(), Some(printed.as_str()));
     assert_eq!(r.model.as_deref(), Some(agent.cli().reported_model()));
-    assert_eq!(r.cli_version.as_deref(), Some(agent.pinned_version().as_str()));
+    assert_eq!(
+        r.cli_version.as_deref(),
+        Some(agent.pinned_version().as_str())
+    );
     let requests = t.model_requests(1).await;
     assert_eq!(requests.len(), 1, "{}", t.log());
     let usage = agent.expected_usage(1);
@@ -306,13 +309,20 @@ pub async fn tool_in_worktree(agent: Agent) {
         .clone()
         .unwrap_or_else(|| panic!("the worktree holds work: {}", describe(r)));
     assert!(wt.join(FILE).is_file(), "{FILE} is not in {}", wt.display());
-    assert!(!t.repo.path().join(FILE).exists(), "ran in the main checkout");
+    assert!(
+        !t.repo.path().join(FILE).exists(),
+        "ran in the main checkout"
+    );
     assert!(r.tool_calls >= 1, "{}", describe(r));
     let kinds = live_kinds(&ran);
     assert!(
-        kinds
-            .iter()
-            .any(|k| matches!(k, EventKind::ToolResult { is_error: false, .. })),
+        kinds.iter().any(|k| matches!(
+            k,
+            EventKind::ToolResult {
+                is_error: false,
+                ..
+            }
+        )),
         "no successful tool result: {kinds:?}"
     );
     let record = recorded(&t, &ran.batch.batch_id, "tool", 0);
@@ -357,8 +367,10 @@ pub async fn mcp_call(agent: Agent) {
     );
     let kinds = live_kinds(&ran);
     assert!(
-        kinds.iter().any(|k| matches!(k, EventKind::ToolCall { name, mcp_server: Some(s), .. }
-            if name == "getWorkspaceFiles" && s == MCP_SERVER)),
+        kinds.iter().any(
+            |k| matches!(k, EventKind::ToolCall { name, mcp_server: Some(s), .. }
+            if name == "getWorkspaceFiles" && s == MCP_SERVER)
+        ),
         "no MCP tool call event: {kinds:?}"
     );
     let record = recorded(&t, &ran.batch.batch_id, "mcp", 0);
@@ -371,7 +383,10 @@ pub async fn mcp_call(agent: Agent) {
             .into_iter()
             .find(|m| m.get("id") == Some(id) && m.get("result").is_some())
             .unwrap_or_else(|| panic!("no answer to {req}"));
-        assert_eq!(answer["result"]["outcome"]["outcome"], "selected", "{answer}");
+        assert_eq!(
+            answer["result"]["outcome"]["outcome"], "selected",
+            "{answer}"
+        );
     }
     assert!(r.question.is_none());
     let (_, replayed) = t.replay(&ran.batch.batch_id, "mcp", 0);
@@ -436,7 +451,11 @@ pub async fn question_then_answer(agent: Agent) {
                 );
             }
         }
-        assert_eq!(r2.session_id.as_deref(), Some(printed.as_str()), "same session");
+        assert_eq!(
+            r2.session_id.as_deref(),
+            Some(printed.as_str()),
+            "same session"
+        );
         let c = r2.continuation.as_ref().expect("continuation");
         assert_eq!(c.mode, ContinuationMode::Resume);
         let record = recorded(&t, &batch_id, "ask", attempt);
@@ -499,11 +518,21 @@ pub async fn api_error(agent: Agent, status: u16, kind: ErrorKind) {
     let ran = t.run_one(t.task("err", "Say hi")).await;
     let r = ran.only().clone();
     assert_eq!(r.status, SessionStatus::Failed, "{}", describe(&r));
-    assert_eq!(r.error_kind, Some(kind), "{}\nfake: {}", describe(&r), t.log());
+    assert_eq!(
+        r.error_kind,
+        Some(kind),
+        "{}\nfake: {}",
+        describe(&r),
+        t.log()
+    );
     assert!(r.error.as_deref().is_some_and(|e| !e.is_empty()));
     let rec = t.record(&ran.batch.batch_id, "err");
     let attempts = if kind.is_backoff() { 2 } else { 1 };
-    assert_eq!(rec.attempts.len(), attempts, "attempts of a task failing with {kind}");
+    assert_eq!(
+        rec.attempts.len(),
+        attempts,
+        "attempts of a task failing with {kind}"
+    );
     assert_eq!(ran.backoffs().len(), attempts - 1);
     for i in 0..rec.attempts.len() {
         let (a, replayed) = t.replay(&ran.batch.batch_id, "err", i);
@@ -552,7 +581,10 @@ pub async fn cancel(agent: Agent) {
         .into_iter()
         .find(|m| m.get("method").and_then(Value::as_str) == Some("session/cancel"))
         .unwrap_or_else(|| panic!("no session/cancel in {:?}", sent_methods(&record)));
-    assert_eq!(cancel_msg["params"]["sessionId"], r.session_id.clone().unwrap_or_default());
+    assert_eq!(
+        cancel_msg["params"]["sessionId"],
+        r.session_id.clone().unwrap_or_default()
+    );
     assert!(
         agent_lines(&record)
             .iter()
@@ -615,13 +647,21 @@ pub fn made(r: &aicli::providers::SessionResult, file: &str) -> bool {
 /// execute in `accept_edits`): blocked on "<agent> asks permission to run: <command>",
 /// the options the agent offered; the answer "Allow" continues the session, and the
 /// same request, asked again, is allowed: the command runs.
-pub async fn permission_answered(t: &E2e, agent: Agent, id: &str, mode: PermissionMode, script: Script, file: &str) {
+pub async fn permission_answered(
+    t: &E2e,
+    agent: Agent,
+    id: &str,
+    mode: PermissionMode,
+    script: Script,
+    file: &str,
+) {
     let ran = run_in(t, id, mode, script.clone()).await;
     let r = ran.only();
     assert_eq!(r.status, SessionStatus::Blocked, "{}", describe(r));
     let q = r.question.clone().expect("question");
     assert!(
-        q.question.starts_with(&format!("{} asks permission to run: ", agent.provider())),
+        q.question
+            .starts_with(&format!("{} asks permission to run: ", agent.provider())),
         "{q:?}"
     );
     assert!(q.question.contains(file), "{q:?}");
@@ -634,6 +674,10 @@ pub async fn permission_answered(t: &E2e, agent: Agent, id: &str, mode: Permissi
     t.set_script(script);
     let r2 = t.answer(id, "Allow").await;
     assert_eq!(r2.status, SessionStatus::Succeeded, "{}", describe(&r2));
-    assert!(made(&r2, file), "the allowed command did not run: {}", describe(&r2));
+    assert!(
+        made(&r2, file),
+        "the allowed command did not run: {}",
+        describe(&r2)
+    );
     assert_eq!(r2.session_id, r.session_id, "same session");
 }
