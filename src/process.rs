@@ -96,7 +96,8 @@ struct TailBuf {
 }
 
 impl StderrTail {
-    fn new(cap: usize) -> StderrTail {
+    /// A tail keeping the last `cap` bytes.
+    pub(crate) fn new(cap: usize) -> StderrTail {
         StderrTail {
             inner: Arc::new(Mutex::new(TailBuf {
                 buf: Vec::new(),
@@ -528,7 +529,8 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|b| *b == needle)
 }
 
-async fn drain_stderr<R: AsyncRead + Unpin>(
+/// Drains `err` into `tail`, teeing up to `file_cap` bytes into `tee`.
+pub(crate) async fn drain_stderr<R: AsyncRead + Unpin>(
     mut err: R,
     tail: StderrTail,
     mut tee: Option<File>,

@@ -76,6 +76,9 @@ pub struct TaskSpec {
     pub skills: Vec<String>,
     /// Credential names the agent may read through MCP.
     pub credentials: Vec<String>,
+    /// Where the task runs (`local` or `docker`), overriding the batch's and the
+    /// provider's runner.
+    pub runner: Option<crate::docker_config::RunnerKind>,
 }
 
 impl TaskSpec {

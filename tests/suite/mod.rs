@@ -1,6 +1,7 @@
 mod acp_bad_input;
-mod cli;
+pub mod cli;
 mod cli_env;
+mod docker;
 mod e2e;
 mod engine;
 mod human;

@@ -47,6 +47,7 @@ fn argv_for(
         budget_remaining_usd: remaining,
         is_root,
         search_path: None,
+        in_container: false,
     };
     p.command(&ctx)
 }
@@ -89,6 +90,7 @@ fn argv_with_every_flag_and_the_prompt_on_stdin() {
         budget_remaining_usd: Some(0.5),
         is_root: true,
         search_path: None,
+        in_container: false,
     };
     let c = p.command(&ctx).unwrap();
     assert_eq!(
