@@ -1434,6 +1434,16 @@ impl Shared {
             Some(task),
         );
         let kind = self.engine.runner_kind(task, &provider);
+        if provider.two_way() && kind != RunnerKind::Local {
+            return Self::never_ran(
+                provider.name(),
+                ErrorKind::BadRequest,
+                format!(
+                    "provider {} speaks to its agent on stdin (ACP), which the {kind} runner cannot keep open: run it with the local runner (`--runner local`, or the provider's `runner`)",
+                    provider.name()
+                ),
+            );
+        }
         let runner = match self.engine.runner(kind).await {
             Ok(r) => r,
             Err(e) => {

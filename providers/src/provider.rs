@@ -395,6 +395,13 @@ pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
         self.config().supports.contains(&feature)
     }
 
+    /// Whether the CLI is spoken to while it runs (its commands keep stdin open for the
+    /// decoder's messages, [`CommandSpec::stdin_open`]): an ACP agent. Such a provider
+    /// needs a runner that keeps a CLI's stdin open (the local one). Default: `false`.
+    fn two_way(&self) -> bool {
+        false
+    }
+
     /// Whether a later run can resume the session `last` ran in (an answer, a
     /// recovery), as far as the provider knows from that run: the default is
     /// [`Feature::Resume`]; an ACP agent says at `initialize` which ways it offers.

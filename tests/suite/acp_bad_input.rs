@@ -170,3 +170,37 @@ async fn an_agent_that_never_answers_initialize_times_out_and_is_killed() {
         "the setup timeout took {took:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_under_the_docker_runner_is_refused_before_anything_starts() {
+    // A container's stdin cannot be kept open for the conversation: the run says to use
+    // the local runner, and nothing is started (no Docker engine is even asked).
+    let repo = git_repo();
+    let marker = format!("acp-docker-{}", uuid::Uuid::new_v4());
+    let user = serde_json::json!({"providers": {"fake-acp": {
+        "adapter": "acp", "package": "", "binary_name": "aicli-fake-cli",
+        "binary_path": fake_cli(), "extra_args": ["--acp", "ok", "--marker", marker],
+        "runner": "docker",
+    }}});
+    let config = AiCliConfig::from_user_json(&user.to_string(), "test.json").expect("config");
+    let registry = aicli::providers::ProviderRegistry::from_config(&config).expect("registry");
+    let engine = Engine::new(config, registry).with_env(std::env::vars().collect());
+    let mut opts = BatchOptions::new(repo.path());
+    opts.provider = Some("fake-acp".to_owned());
+    let task = TaskSpec {
+        id: "t".into(),
+        prompt: "Say hi".into(),
+        ..TaskSpec::default()
+    };
+    let (tx, collector) = collect_events();
+    let batch = engine
+        .run_batch(vec![task], opts, tx, CancellationToken::new())
+        .await
+        .expect("batch");
+    let _ = collector.await;
+    let r = &batch.tasks[0];
+    assert_eq!(r.error_kind, Some(ErrorKind::BadRequest), "{r:?}");
+    let err = r.error.clone().unwrap_or_default();
+    assert!(err.contains("local runner"), "{err}");
+    assert_eq!(r.exit_code, None, "nothing started");
+}

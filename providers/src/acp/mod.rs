@@ -231,6 +231,10 @@ impl AiCliProvider for AcpProvider {
         Ok(c)
     }
 
+    fn two_way(&self) -> bool {
+        true
+    }
+
     fn decoder(&self, ctx: &ParseContext) -> Box<dyn Decoder> {
         Box::new(AcpDecoder::new(self.clone(), ctx.clone()))
     }
