@@ -33,6 +33,8 @@ struct RecordFile {
     mid_line: bool,
     /// Record lines waiting for that line to end.
     pending: Vec<u8>,
+    /// The CLI's stdout has ended (a line in progress never ends by itself now).
+    ended: bool,
 }
 
 impl From<Option<File>> for StdoutRecord {
@@ -43,6 +45,7 @@ impl From<Option<File>> for StdoutRecord {
                     file,
                     mid_line: false,
                     pending: Vec::new(),
+                    ended: false,
                 }))
             }),
         }
@@ -70,6 +73,11 @@ impl StdoutRecord {
     /// CLI's output is at a line boundary, else right after the line in progress.
     pub fn note(&self, line: &str) {
         self.with(|r| {
+            if r.mid_line && r.ended {
+                // The CLI's last line was cut and nothing will end it.
+                r.file.write_all(b"\n")?;
+                r.mid_line = false;
+            }
             if r.mid_line {
                 r.pending.extend_from_slice(line.as_bytes());
                 r.pending.push(b'\n');
@@ -81,10 +89,15 @@ impl StdoutRecord {
         });
     }
 
-    /// The CLI's stdout ended: a last line without `\n` is ended here, so that the
-    /// record lines still waiting (and any later) are lines of their own.
+    /// The CLI's stdout ended. A last line without `\n` stays as it was printed,
+    /// unless record lines of aicli's wait for it (or come later): then it is ended
+    /// here, so that they are lines of their own.
     pub fn end_of_stdout(&self) {
         self.with(|r| {
+            r.ended = true;
+            if r.pending.is_empty() {
+                return Ok(());
+            }
             if r.mid_line {
                 r.file.write_all(b"\n")?;
                 r.mid_line = false;
@@ -197,5 +210,20 @@ mod tests {
             text,
             "{\"aicli_stdin\":1}\n{\"a\":1}\n{\"b\":2}\n{\"aicli_stdin\":2}\n{\"c\":\n{\"aicli_stdin\":3}\n{\"aicli_stdin\":4}\n"
         );
+    }
+
+    #[test]
+    fn a_cut_last_line_stays_as_printed_when_nothing_of_aicli_s_follows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("events.ndjson");
+        let rec = StdoutRecord::from(Some(File::create(&path).expect("file")));
+        rec.write(b"{\"a\":1}\n{\"type\":\"res");
+        rec.end_of_stdout();
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(text, "{\"a\":1}\n{\"type\":\"res");
+        // A message after the end still gets a line of its own.
+        rec.note("{\"aicli_stdin\":1}");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(text, "{\"a\":1}\n{\"type\":\"res\n{\"aicli_stdin\":1}\n");
     }
 }

@@ -9,6 +9,8 @@
 //! | [`config`] | the entry's `acp` section: model option, modes, continuation, timeouts |
 //! | `wire` | JSON-RPC 2.0 framing: a line into an envelope, messages built from the crate's types |
 //! | `decode` | the decoder's state; the agent's lines and aicli's recorded lines folded alike |
+//! | `responses` | the agent's responses to aicli's requests: capabilities, the session, the turn's end |
+//! | `outgoing` | aicli's own messages (recorded or live): requests sent, cancel, answers to the agent |
 //! | `live` | what aicli says in a live run: the setup, the prompt, answers, cancel, deadlines |
 //! | `updates` | `session/update` -> events |
 //! | `permission` | the answer to `session/request_permission`, by permission mode |
@@ -107,7 +109,9 @@ mod classify;
 pub mod config;
 mod decode;
 mod live;
+mod outgoing;
 mod permission;
+mod responses;
 mod result;
 mod updates;
 mod usage;

@@ -139,9 +139,16 @@ impl Agent {
     }
 }
 
-/// A fresh engine over the agent's entry.
+/// A fresh engine over the agent's entry. The idle watchdog allows a minute: an agent
+/// is silent until it has answered `initialize`, which took gemini and OpenCode over
+/// 30 s with the whole suite on this 2-core machine.
 pub async fn start(agent: Agent, script: Script) -> E2e {
-    E2e::start_agent(agent, script, Setup::default(), |_| {}).await
+    let setup = Setup {
+        idle_timeout: Duration::from_secs(60),
+        timeout: Duration::from_secs(90),
+        ..Setup::default()
+    };
+    E2e::start_agent(agent, script, setup, |_| {}).await
 }
 
 /// The run record's stdout of attempt `index`, as text.
@@ -557,13 +564,17 @@ pub async fn cancel(agent: Agent) {
     let (tx, collector) = timed_events();
     let mut opts = aicli::BatchOptions::new(t.repo.path());
     opts.provider = Some(agent.provider().to_owned());
-    opts.timeout = Some(Duration::from_secs(60));
-    opts.idle_timeout = Some(Duration::from_secs(30));
+    opts.timeout = Some(Duration::from_secs(90));
+    opts.idle_timeout = Some(Duration::from_secs(60));
     let engine = t.engine.clone();
     let task = t.task("stop", "Say hi");
     let c = cancel.clone();
     let run = tokio::spawn(async move { engine.run_batch(vec![task], opts, tx, c).await });
-    t.model_requests(1).await;
+    // The agent's start-up under load can take longer than the usual request wait.
+    t.fake
+        .wait_for_requests(1, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let cancelled_at = Instant::now();
     cancel.cancel();
     let batch: BatchResult = tokio::time::timeout(BATCH_LIMIT, run)
