@@ -1202,24 +1202,42 @@ impl Shared {
         task_id: &Arc<str>,
         cancel: &CancellationToken,
     ) {
-        // The run being continued: this task's last attempt, else the origin's.
-        let (last, ended) = match (planned.rec.attempts.last(), &planned.origin) {
-            (Some(a), _) => (a.result.clone(), a.finished_at.clone()),
-            (None, Some(o)) => (Some(o.result.clone()), o.finished_at.clone()),
-            (None, None) => (None, None),
+        let Some((sid, _)) = &planned.resume else {
+            return;
         };
+        // The run being continued: this task's last attempt, else the origin's.
+        let last = planned
+            .rec
+            .attempts
+            .last()
+            .and_then(|a| a.result.clone())
+            .or_else(|| planned.origin.as_ref().map(|o| o.result.clone()));
         let Some(last) = last else { return };
-        let ended = ended
+        // The run that began the session: the first attempt that ran in it (of the
+        // origin's task, else of this one); its end bounds when the session began (a
+        // later run it continued only makes the bound later, so the wait longer).
+        let first_in = |attempts: &[AttemptRecord]| {
+            attempts
+                .iter()
+                .find(|a| a.result.as_ref().and_then(|r| r.session_id.as_deref()) == Some(sid))
+                .map(|a| a.finished_at.clone())
+        };
+        let began = planned
+            .origin
+            .as_ref()
+            .and_then(|o| first_in(&o.task.attempts))
+            .or_else(|| first_in(&planned.rec.attempts))
+            .flatten()
             .and_then(|t| humantime::parse_rfc3339_weak(&t).ok())
             .unwrap_or_else(std::time::SystemTime::now);
-        let Some(until) = provider.resume_not_before(&last, ended) else {
+        let Some(until) = provider.resume_not_before(&last, began) else {
             return;
         };
         let Ok(wait) = until.duration_since(std::time::SystemTime::now()) else {
             return;
         };
         let message = format!(
-            "waiting {:.0}s before continuing the session: {} must not load a session in the wall-clock minute its last run ended (providers.{}.acp.load_in_a_new_minute)",
+            "waiting {:.0}s before continuing the session: {} must not load a session in the wall-clock minute it began (providers.{}.acp.load_in_a_new_minute)",
             wait.as_secs_f64(),
             provider.name(),
             provider.name()

@@ -304,8 +304,6 @@ pub struct SessionRun {
     /// The result of the attempt that ran the session last (its `session_totals` are the
     /// session's cumulative figures at its end).
     pub result: SessionResult,
-    /// When that attempt ended (RFC 3339), if it did.
-    pub finished_at: Option<String>,
 }
 
 /// A line of `aicli runs`.
@@ -421,12 +419,10 @@ impl RunStore {
                             spec.batch_id.clone(),
                             a.attempt,
                         );
-                        (key, (r.clone(), a.finished_at.clone()))
+                        (key, r.clone())
                     })
                 });
-                let Some((key, (result, finished_at))) = found else {
-                    continue;
-                };
+                let Some((key, result)) = found else { continue };
                 if best.as_ref().is_some_and(|(k, _)| *k >= key) {
                     continue;
                 }
@@ -437,7 +433,6 @@ impl RunStore {
                         worktrees: spec.worktrees,
                         task,
                         result,
-                        finished_at,
                     },
                 ));
             }

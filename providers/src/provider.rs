@@ -411,14 +411,14 @@ pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
     }
 
     /// The earliest time a later run may continue the session `last` ran in, when the
-    /// CLI needs a pause after a run (the ACP entry's `load_in_a_new_minute`); `ended`
-    /// is when that run ended. Default: no pause.
+    /// CLI needs one (the ACP entry's `load_in_a_new_minute`); `began` is a time the
+    /// session had begun by (the end of the run that began it). Default: no pause.
     fn resume_not_before(
         &self,
         last: &crate::result::SessionResult,
-        ended: std::time::SystemTime,
+        began: std::time::SystemTime,
     ) -> Option<std::time::SystemTime> {
-        let _ = (last, ended);
+        let _ = (last, began);
         None
     }
 

@@ -32,12 +32,12 @@ pub struct AcpConfig {
     /// skipped). Empty: a continuation is a new session whose prompt carries the
     /// context (`continuation.mode = "new_run"`).
     pub continue_with: Vec<AcpContinue>,
-    /// `session/load` only in a later wall-clock minute than the session's last run
-    /// ended: gemini 0.61 names a session's recording after the minute it starts one,
-    /// and a load in that same minute starts a new recording over the old one, answers
-    /// "No previous sessions found" and loses the history for good
+    /// `session/load` only in a later wall-clock minute than the session began: gemini
+    /// 0.61 names a session's recording after the minute it starts one, and a load in
+    /// the session's first minute starts a new recording over the session's own file,
+    /// answers "No previous sessions found" and loses the history for good
     /// (google-gemini/gemini-cli#28775). With this set, a continuation that loads waits
-    /// for the next minute first (at most a minute; the task's record says so).
+    /// for the next minute first (at most a minute; the live stream says so).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub load_in_a_new_minute: bool,
     /// Seconds the agent has to answer each setup request (`initialize`,

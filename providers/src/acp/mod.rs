@@ -74,13 +74,18 @@
 //! continuation is a new session carrying the context (`continuation.mode = "new_run"`).
 //! `session/resume` (claude-agent-acp, codex-acp, OpenCode) replays nothing;
 //! `session/load` replays the history first, which the decoder skips. **gemini-acp loads
-//! its session in a new minute**: gemini 0.61 offers only `session/load`, which in the
-//! same wall-clock minute as the session's last run answers "No previous sessions found"
-//! *and* overwrites the session's recording, losing its history for good
-//! (google-gemini/gemini-cli#28775; the file is named after the minute). The entry sets
-//! `load_in_a_new_minute`, so the engine waits for the next minute before a continuation
-//! that loads ([`AiCliProvider::resume_not_before`]): an answer given at once waits up to
-//! a minute; one given later does not wait.
+//! its session in a later minute than it began**: gemini 0.61 offers only `session/load`,
+//! which starts a new recording named after the wall-clock minute before it reads the
+//! session; in the minute the session began, that is the session's own file, so the load
+//! answers "No previous sessions found" *and* has overwritten the history for good
+//! (google-gemini/gemini-cli#28775). The entry sets `load_in_a_new_minute`, so the
+//! engine waits for the next minute before such a load
+//! ([`AiCliProvider::resume_not_before`]): an answer given at once waits up to a minute;
+//! later ones do not wait. Each load also leaves a recording of the session with no
+//! content, and gemini's session cleanup at the next start deletes every file of a
+//! session that has one: the entry turns that cleanup off for its runs (`env_files`,
+//! `GEMINI_CLI_SYSTEM_DEFAULTS_PATH`; gemini reads the file only where no directory above
+//! it is world-writable).
 //!
 //! # The measured agents (2026-12-01, against the testkit's fake model APIs)
 //!
@@ -244,11 +249,11 @@ impl AiCliProvider for AcpProvider {
     }
 
     /// A load (`session/load`) of an entry with `load_in_a_new_minute` waits for the
-    /// first second of the minute after `ended`.
+    /// first second of the minute after `began`.
     fn resume_not_before(
         &self,
         last: &SessionResult,
-        ended: std::time::SystemTime,
+        began: std::time::SystemTime,
     ) -> Option<std::time::SystemTime> {
         let loads = last
             .provider_data
@@ -258,7 +263,7 @@ impl AiCliProvider for AcpProvider {
         if !(self.acp.load_in_a_new_minute && loads) {
             return None;
         }
-        let secs = ended.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+        let secs = began.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
         Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs((secs / 60 + 1) * 60 + 1))
     }
 
