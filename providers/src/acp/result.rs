@@ -71,7 +71,9 @@ pub(super) fn finish(d: AcpDecoder, stderr: &str, exit: ExitStatus) -> SessionRe
         "load_session": agent.map(|a| a.load_session),
         "resume": agent.map(|a| a.resume),
         "mcp_http": agent.map(|a| a.mcp_http),
-        "continue_with": continue_with(&d).map(AcpContinue::method),
+        // A session whose turn never began (aicli was stopped before the prompt) has
+        // nothing to continue, and gemini cannot load one.
+        "continue_with": continue_with(&d).filter(|_| d.prompted).map(AcpContinue::method),
         "stop_reason": d.turn.as_ref().and_then(|t| t.stop.as_ref()).and_then(|s| serde_json::to_value(s).ok()),
         "usage_source": d.turn.as_ref().and_then(|t| t.usage.as_ref()).map(|(_, s)| s.as_str()),
         "context": d.context.map(|(used, size)| json!({"used": used, "size": size})),

@@ -215,3 +215,21 @@ fn a_run_that_ends_before_its_turn_keeps_what_it_saw() {
     assert_eq!(r.session_id.as_deref(), Some("s1"));
     assert!(r.error_kind.is_some(), "{r:?}");
 }
+
+#[test]
+fn a_session_whose_turn_never_began_is_not_continued() {
+    // aicli was stopped after session/new, before the prompt: nothing to resume (and
+    // gemini cannot load a session without a turn), so a recovery starts anew.
+    let p = provider("claude-acp");
+    let mut lines = setup(None);
+    lines.pop(); // no session/prompt
+    let r = replay(&p, &lines, &ParseContext::default());
+    assert_eq!(r.session_id.as_deref(), Some("s1"));
+    assert_eq!(r.provider_data["acp"]["continue_with"], Value::Null);
+    assert!(!crate::AiCliProvider::resumable(&p, &r));
+    let mut lines = setup(None);
+    lines.push(json!({"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn"}}).to_string());
+    let r = replay(&p, &lines, &ParseContext::default());
+    assert_eq!(r.provider_data["acp"]["continue_with"], "session/resume");
+    assert!(crate::AiCliProvider::resumable(&p, &r));
+}

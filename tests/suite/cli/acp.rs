@@ -143,8 +143,10 @@ fn run_batch_answer_resume(provider: &str) {
             .find_map(|e| {
                 let text =
                     std::fs::read_to_string(e.path().join("tasks/slow/events.ndjson")).ok()?;
-                // The agent has started its answer: a chunk of it is in the record.
-                text.contains("agent_message_chunk").then(|| {
+                // The agent has started its answer: a chunk of it is in the record after
+                // the prompt (gemini says its mode as a chunk before it).
+                let after_prompt = &text[text.find("\"method\":\"session/prompt\"")?..];
+                after_prompt.contains("agent_message_chunk").then(|| {
                     let sid = text
                         .lines()
                         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
