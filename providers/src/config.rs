@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ConfigError;
+use crate::mcp_tools::{McpToolConfig, McpUpstreamConfig};
 use crate::provider::Feature;
 use crate::task::PermissionMode;
 use crate::usage::PriceTable;
@@ -46,6 +47,13 @@ pub struct AiCliConfig {
     /// Engine settings (parallelism, timeouts, retries, records, MCP server).
     #[serde(default)]
     pub engine: EngineConfig,
+    /// Command-backed tools aicli's MCP server offers to the tasks granted them, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_tools: BTreeMap<String, McpToolConfig>,
+    /// Upstream MCP servers whose tools aicli's MCP server offers (as
+    /// `<upstream>__<tool>`) to the tasks granted them, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_upstreams: BTreeMap<String, McpUpstreamConfig>,
 }
 
 /// One provider entry: facts about a CLI and the defaults its runs get.
@@ -207,6 +215,9 @@ pub struct EngineConfig {
     pub skills_dir: Option<PathBuf>,
     /// Skills connected to every task, besides each task's own.
     pub skills: Vec<String>,
+    /// Names in `mcp_tools` or `mcp_upstreams` granted to every task, besides each
+    /// task's own `mcp_tools`.
+    pub mcp_tools: Vec<String>,
     /// A JSON file of credential name -> value for the MCP `getCredential` tool (values
     /// are otherwise read from the environment).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -297,6 +308,7 @@ impl Default for EngineConfig {
             worktrees_dir: None,
             skills_dir: None,
             skills: Vec::new(),
+            mcp_tools: Vec::new(),
             credentials_file: None,
             mcp: McpServerConfig::default(),
             notify_hook: Vec::new(),
@@ -549,6 +561,15 @@ impl AiCliConfig {
                 ));
             }
         }
+        let path = std::env::var("PATH").ok();
+        crate::mcp_tools::check(
+            &self.mcp_tools,
+            &self.mcp_upstreams,
+            &self.engine.mcp_tools,
+            path.as_deref(),
+            &invalid,
+            &|patterns, at| check_env_patterns(patterns, at, &invalid),
+        )?;
         for (name, p) in &self.providers {
             check_env_patterns(
                 &p.env_passthrough,
@@ -594,6 +615,12 @@ impl AiCliConfig {
             }
         }
         Ok(())
+    }
+
+    /// The first of `grants` (a task's `mcp_tools`) that names neither a configured tool
+    /// nor an upstream: its index and what is wrong.
+    pub fn unknown_mcp_grant(&self, grants: &[String]) -> Option<(usize, String)> {
+        crate::mcp_tools::unknown_grant(&self.mcp_tools, &self.mcp_upstreams, grants)
     }
 
     /// The entry of provider `name`, or an error listing the known ones.

@@ -13,6 +13,7 @@
 //! | [`event`] | the normalized [`AgentEvent`] model (every event keeps its raw line) |
 //! | [`usage`] | [`CanonicalUsage`], prices, cost estimation |
 //! | [`task`] | [`TaskSpec`], the vendor-neutral task |
+//! | [`mcp_tools`] | command-backed MCP tools and upstream MCP servers in the config, their checks |
 //! | [`result`] | [`SessionResult`], the normalized outcome of one run |
 //! | [`error`] | the [`ErrorKind`] taxonomy and this crate's errors |
 //! | [`replay`] | bytes -> lines -> events; replaying a recorded transcript |
@@ -45,6 +46,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod gemini;
+pub mod mcp_tools;
 pub mod provider;
 pub mod registry;
 pub mod replay;
@@ -55,6 +57,7 @@ pub mod usage;
 pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel};
+pub use mcp_tools::{InputSchema, McpToolConfig, McpUpstreamConfig};
 pub use provider::{
     AiCliProvider, AuthStatus, BinaryLocation, CommandSpec, Feature, FileSpec, LaunchContext,
     LinkSpec, McpEndpoint, McpWiring, SharedProvider,

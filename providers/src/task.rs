@@ -76,6 +76,9 @@ pub struct TaskSpec {
     pub skills: Vec<String>,
     /// Credential names the agent may read through MCP.
     pub credentials: Vec<String>,
+    /// Names in the config's `mcp_tools` or `mcp_upstreams` the agent may call through
+    /// aicli's MCP server (besides `engine.mcp_tools`, granted to every task).
+    pub mcp_tools: Vec<String>,
 }
 
 impl TaskSpec {
