@@ -250,7 +250,7 @@ pub(super) async fn start_engine(
             fake,
         });
     }
-    let opts = McpServerOptions::from_config(&engine.config().engine, repo);
+    let opts = McpServerOptions::from_config(engine.config(), repo);
     let server = Arc::new(McpServer::start(opts, cancel.child_token()).await?);
     tracing::info!(url = %server.url(), "agent MCP server listening");
     Ok(Running {

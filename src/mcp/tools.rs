@@ -16,9 +16,13 @@ use axum::http::request::Parts;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{Extension, ToolCallContext};
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock};
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ResultType,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -26,20 +30,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::Caller;
 use super::calls::CallRecord;
+use super::granted::Target;
+use super::record::McpCallRecord;
 use super::server::Shared;
 use super::skills;
 use super::workspace::{self, FilesRequest};
 
-/// The tools' exact names, in the order `tools/list` shows them.
-pub const TOOL_NAMES: &[&str] = &[
-    "askUser",
-    "ask_user",
-    "broadcastLog",
-    "getCredential",
-    "getSkill",
-    "getWorkspaceFiles",
-    "listSkills",
-];
+/// The built-in tools' exact names, in the order `tools/list` shows them (before the
+/// tools a token was granted).
+pub const TOOL_NAMES: &[&str] = aicli_providers::mcp_tools::BUILTIN_MCP_TOOLS;
 
 /// What `askUser` answers the agent. The model reads it: it must stop and end its turn,
 /// because the engine ends the run as blocked and resumes the session with the answer.
@@ -480,12 +479,145 @@ impl AgentTools {
     }
 }
 
-#[tool_handler(
-    router = self.router,
-    name = "aicli",
-    instructions = "aicli's tools for the agent of one task: read your workspace (getWorkspaceFiles), the skills connected to your task (listSkills, getSkill) and the credentials granted to it (getCredential); publish progress (broadcastLog); ask the human a question and then end your turn (askUser, also named ask_user)."
-)]
+const INSTRUCTIONS: &str = "aicli's tools for the agent of one task: read your workspace (getWorkspaceFiles), the skills connected to your task (listSkills, getSkill) and the credentials granted to it (getCredential); publish progress (broadcastLog); ask the human a question and then end your turn (askUser, also named ask_user). Other tools listed here were granted to your task by its configuration.";
+
+/// What a call produced, for the record: its response, and a command's exit code.
+struct Outcome {
+    res: Result<CallToolResponse, ErrorData>,
+    exit_code: Option<i32>,
+}
+
+impl AgentTools {
+    /// Runs a call: a built-in through the router, a granted tool through its target;
+    /// anything else gets the router's answer for an unknown tool.
+    async fn dispatch(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+        who: Option<&Caller>,
+    ) -> Outcome {
+        let builtin = self.router.has_route(request.name.as_ref());
+        let target = match who {
+            Some(c) if !builtin => self.shared.resolve(&c.ctx, request.name.as_ref()).await,
+            Some(_) | None => None,
+        };
+        let (Some(target), Some(c)) = (target, who) else {
+            let tcc = ToolCallContext::new(self, request, context);
+            return Outcome {
+                res: self.router.call(tcc).await,
+                exit_code: None,
+            };
+        };
+        // Killed when the client cancels, and when the task's token is revoked.
+        let cancel = c.cancel.child_token();
+        let _on_request_cancel = {
+            let ct = context.ct.clone();
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                ct.cancelled().await;
+                cancel.cancel();
+            })
+        };
+        let out = match target {
+            Target::Command(tool) => {
+                match super::command::call(&tool, request.arguments, &c.ctx, &self.shared.tool_env, &cancel).await {
+                    Ok(ran) => Outcome {
+                        res: Ok(ran.result.into()),
+                        exit_code: ran.exit_code,
+                    },
+                    Err(e) => Outcome {
+                        res: Err(e),
+                        exit_code: None,
+                    },
+                }
+            }
+            Target::Upstream(inst, tool) => Outcome {
+                res: inst.call(&tool, request, &cancel).await,
+                exit_code: None,
+            },
+        };
+        _on_request_cancel.abort();
+        out
+    }
+}
+
+/// A response as text for the record (never a credential's value).
+fn result_text(tool: &str, res: &Result<CallToolResponse, ErrorData>) -> String {
+    if tool == "getCredential" {
+        return "[not recorded: getCredential's answer]".to_owned();
+    }
+    match res {
+        Ok(CallToolResponse::Complete(r)) => {
+            let mut parts: Vec<String> = r
+                .content
+                .iter()
+                .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+                .collect();
+            if parts.is_empty()
+                && let Some(v) = &r.structured_content
+            {
+                parts.push(v.to_string());
+            }
+            parts.join("\n")
+        }
+        Ok(other) => format!("{other:?}"),
+        Err(e) => format!("error {}: {}", e.code.0, e.message),
+    }
+}
+
 impl ServerHandler for AgentTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("aicli", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS.to_owned())
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.router.get(name).cloned()
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let mut tools = self.router.list_all();
+        if let Some(c) = context
+            .extensions
+            .get::<Parts>()
+            .and_then(|p| p.extensions.get::<Caller>())
+        {
+            tools.extend(self.shared.granted_tools(c).await);
+        }
+        let hints = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        Ok(ListToolsResult {
+            result_type: Some(ResultType::COMPLETE),
+            tools,
+            meta: None,
+            next_cursor: None,
+            ttl_ms: hints.then_some(0),
+            // The list depends on the caller's token: no one else may reuse it.
+            cache_scope: hints.then_some(CacheScope::Private),
+        })
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(c) = context
+            .extensions
+            .get::<Parts>()
+            .and_then(|p| p.extensions.get::<Caller>())
+        {
+            self.shared.peers.register(c, context.peer.clone());
+        }
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -499,17 +631,31 @@ impl ServerHandler for AgentTools {
             .get::<Parts>()
             .and_then(|p| p.extensions.get::<Caller>())
             .cloned();
-        let tcc = ToolCallContext::new(self, request, context);
-        let res = self.router.call(tcc).await;
+        let Outcome { res, exit_code } = self.dispatch(request, context, who.as_ref()).await;
         let ok = matches!(&res, Ok(CallToolResponse::Complete(r)) if r.is_error != Some(true));
         let duration = started.elapsed();
         if let Some(c) = who {
             tracing::debug!(token = %c.prefix, task_id = %c.ctx.task_id, tool = %tool, ok, elapsed_us = duration.as_micros() as u64, "MCP tool call");
+            if let Some(dir) = &c.ctx.record_dir {
+                let rec = McpCallRecord {
+                    attempt: c.ctx.attempt,
+                    at: humantime::format_rfc3339_millis(at).to_string(),
+                    tool: tool.clone(),
+                    duration_ms: duration.as_millis() as u64,
+                    ok,
+                    exit_code,
+                    result: String::new(),
+                    truncated: false,
+                }
+                .with_result(&result_text(&tool, &res));
+                super::record::append(dir, &rec);
+            }
             self.shared.calls.push(CallRecord {
                 batch_id: c.ctx.batch_id.clone(),
                 task_id: c.ctx.task_id.clone(),
                 tool,
                 ok,
+                exit_code,
                 at,
                 duration,
             });

@@ -40,8 +40,9 @@ impl Asker {
     }
 }
 
+#[async_trait::async_trait]
 impl AgentServer for Asker {
-    fn grant(&self, scope: TaskScope, _host: &str) -> AgentGrant {
+    async fn grant(&self, scope: TaskScope, _host: &str) -> AgentGrant {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         if let Some(Some((question, options))) = self.questions.lock().unwrap().pop_front() {
             tx.send(AgentEvent::synthetic(EventKind::Question {

@@ -159,7 +159,7 @@ impl Fixture {
                 ])),
                 file: Some(root.join("creds.json")),
             },
-            limits: Default::default(),
+            ..McpServerOptions::default()
         };
         tweak(&mut opts);
         let cancel = CancellationToken::new();
@@ -185,6 +185,9 @@ impl Fixture {
                 workspace: self.ws.clone(),
                 skills: vec!["pdf-tools".into()],
                 credentials: vec!["API_KEY".into(), "ENV_TOKEN".into()],
+                tools: vec![],
+                record_dir: None,
+                attempt: 1,
                 events,
             },
             rx,

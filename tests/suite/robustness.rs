@@ -40,8 +40,9 @@ impl PerTask {
     }
 }
 
+#[async_trait::async_trait]
 impl AgentServer for PerTask {
-    fn grant(&self, scope: TaskScope, _host: &str) -> AgentGrant {
+    async fn grant(&self, scope: TaskScope, _host: &str) -> AgentGrant {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let q = self
             .questions

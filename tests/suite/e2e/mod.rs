@@ -390,7 +390,7 @@ impl E2e {
         let cancel = CancellationToken::new();
         let server = Arc::new(
             McpServer::start(
-                McpServerOptions::from_config(&config.engine, repo.path()),
+                McpServerOptions::from_config(&config, repo.path()),
                 cancel.clone(),
             )
             .await
