@@ -5,6 +5,7 @@ mod engine;
 mod human;
 mod mcp;
 mod mcp_limits;
+mod mcp_tools;
 mod new_vendor;
 mod orphans;
 mod private_modes;
