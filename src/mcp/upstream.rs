@@ -227,10 +227,9 @@ impl Instance {
             State::Failed(m) => Err(m.clone()),
             State::Stopped => Err(format!("MCP upstream {} was stopped", self.name)),
             State::Idle => match self.connect().await {
+                // (No tools/list_changed: whoever lists tools waits for this start.)
                 Ok(conn) => {
                     *st = State::Up(conn);
-                    drop(st);
-                    (self.on_change)(&self.batch, &self.name, None);
                     Ok(())
                 }
                 Err(e) => {

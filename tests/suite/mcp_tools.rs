@@ -35,7 +35,6 @@ pub struct Harness {
     pub dir: tempfile::TempDir,
     pub engine: Engine,
     pub server: Arc<McpServer>,
-    pub env: BTreeMap<String, String>,
     _stop: tokio_util::sync::DropGuard,
 }
 
@@ -68,7 +67,7 @@ impl Harness {
         let server = Arc::new(McpServer::start(opts, cancel.clone()).await.unwrap());
         let registry = ProviderRegistry::from_config(&config).unwrap();
         let engine = Engine::new(config, registry)
-            .with_env(env.clone())
+            .with_env(env)
             .with_auth_precheck(false)
             .with_agent_server(server.clone());
         Harness {
@@ -76,7 +75,6 @@ impl Harness {
             dir,
             engine,
             server,
-            env,
             _stop: cancel.drop_guard(),
         }
     }
