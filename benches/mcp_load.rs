@@ -77,6 +77,9 @@ fn serve_rust() -> Result<()> {
             workspace: dir.path().to_path_buf(),
             skills: Vec::new(),
             credentials: Vec::new(),
+            tools: Vec::new(),
+            record_dir: None,
+            attempt: 1,
             events,
         });
         println!("URL {}", server.url());

@@ -108,7 +108,8 @@ mod tests {
             f.check_grants(&config, "t.json").unwrap_err(),
             "t.json: at tasks[1].mcp_tools[1]: unknown MCP tool \"deploy\": not in mcp_tools or mcp_upstreams (run_tests)"
         );
-        let ok = TasksFile::parse(r#"[{"prompt": "a", "mcp_tools": ["run_tests"]}]"#, "t.json").unwrap();
+        let ok =
+            TasksFile::parse(r#"[{"prompt": "a", "mcp_tools": ["run_tests"]}]"#, "t.json").unwrap();
         assert_eq!(ok.check_grants(&config, "t.json"), Ok(()));
     }
 }

@@ -178,7 +178,9 @@ impl InputSchema {
         };
         match obj.get("type") {
             Some(Value::String(t)) if t == "object" => {}
-            _ => return Err("must have \"type\": \"object\" (tool arguments are an object)".into()),
+            _ => {
+                return Err("must have \"type\": \"object\" (tool arguments are an object)".into());
+            }
         }
         jsonschema::meta::validate(schema).map_err(|e| {
             let at = e.instance_path.to_string();
@@ -234,7 +236,9 @@ fn check_name(name: &str) -> Result<(), String> {
         ));
     }
     if BUILTIN_MCP_TOOLS.contains(&name) {
-        return Err(format!("{name:?} is the name of one of aicli's own MCP tools"));
+        return Err(format!(
+            "{name:?} is the name of one of aicli's own MCP tools"
+        ));
     }
     Ok(())
 }
@@ -288,6 +292,9 @@ fn check_env_names(
     Ok(())
 }
 
+/// Checks a list of `env_passthrough` patterns at a JSON path.
+pub(crate) type EnvPatternCheck<'a> = &'a dyn Fn(&[String], &str) -> Result<(), ConfigError>;
+
 /// Checks both maps and the engine's grants. `path` is the `PATH` a bare program name is
 /// looked up on (aicli's own, unless a tool's `env` sets one); `env_patterns` checks
 /// `env_passthrough` lists.
@@ -297,7 +304,7 @@ pub(crate) fn check(
     grants: &[String],
     path: Option<&str>,
     invalid: &dyn Fn(String, String) -> ConfigError,
-    env_patterns: &dyn Fn(&[String], &str) -> Result<(), ConfigError>,
+    env_patterns: EnvPatternCheck<'_>,
 ) -> Result<(), ConfigError> {
     for (name, t) in tools {
         let at = format!("mcp_tools.{name}");
@@ -361,7 +368,8 @@ pub(crate) fn check(
                 if !u.headers.is_empty() {
                     return Err(invalid(
                         format!("{at}.headers"),
-                        "headers apply to an HTTP upstream (`url`) only; a stdio server gets `env`".into(),
+                        "headers apply to an HTTP upstream (`url`) only; a stdio server gets `env`"
+                            .into(),
                     ));
                 }
                 if let Some(cwd) = &u.cwd
@@ -392,9 +400,8 @@ pub(crate) fn check(
                 }
                 for h in u.headers.keys() {
                     let ok = !h.is_empty()
-                        && h.bytes().all(|b| {
-                            b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-                        });
+                        && h.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
                     if !ok {
                         return Err(invalid(
                             format!("{at}.headers.{h}"),
@@ -465,7 +472,9 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(s.check(&json!({"filter": "x", "n": 2})), Ok(()));
-        let errs = s.check(&json!({"filter": 3, "n": 0, "extra": true})).unwrap_err();
+        let errs = s
+            .check(&json!({"filter": 3, "n": 0, "extra": true}))
+            .unwrap_err();
         let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
         assert!(paths.contains(&"/filter"), "{errs:?}");
         assert!(paths.contains(&"/n"), "{errs:?}");
@@ -494,7 +503,11 @@ mod tests {
         assert!(check_name("").is_err());
         assert!(check_name("a b").unwrap_err().contains("' '"));
         assert!(check_name("a__b").unwrap_err().contains("__"));
-        assert!(check_name("getCredential").unwrap_err().contains("aicli's own"));
+        assert!(
+            check_name("getCredential")
+                .unwrap_err()
+                .contains("aicli's own")
+        );
         assert!(check_name(&"x".repeat(65)).is_err());
     }
 
@@ -513,25 +526,44 @@ mod tests {
         assert!(e.contains("mcp_tools.getCredential"), "{e}");
         assert!(e.contains("aicli's own MCP tools"), "{e}");
         let e = load_err(json!({"mcp_tools": {"t": {"description": "no command"}}}));
-        assert!(e.contains("/home/u/aicli.json") && e.contains("mcp_tools.t.command"), "{e}");
+        assert!(
+            e.contains("/home/u/aicli.json") && e.contains("mcp_tools.t.command"),
+            "{e}"
+        );
         let e = load_err(json!({"mcp_tools": {"t": {"command": ["/nonexistent/bin/x"]}}}));
-        assert!(e.contains("mcp_tools.t.command[0]") && e.contains("does not exist"), "{e}");
+        assert!(
+            e.contains("mcp_tools.t.command[0]") && e.contains("does not exist"),
+            "{e}"
+        );
         let e = load_err(json!({"mcp_tools": {"t": {"command": ["no-such-program-4d1f"]}}}));
-        assert!(e.contains("mcp_tools.t.command[0]") && e.contains("not found on PATH"), "{e}");
+        assert!(
+            e.contains("mcp_tools.t.command[0]") && e.contains("not found on PATH"),
+            "{e}"
+        );
         let e = load_err(json!({"mcp_tools": {"t": {"command": sh,
             "input_schema": {"type": "object", "properties": {"x": {"type": "nope"}}}}}}));
-        assert!(e.contains("/home/u/aicli.json") && e.contains("mcp_tools.t.input_schema"), "{e}");
+        assert!(
+            e.contains("/home/u/aicli.json") && e.contains("mcp_tools.t.input_schema"),
+            "{e}"
+        );
         let e = load_err(json!({"mcp_tools": {"t": {"command": sh}},
             "engine": {"mcp_tools": ["t", "nope"]}}));
-        assert!(e.contains("/home/u/aicli.json") && e.contains("engine.mcp_tools[1]"), "{e}");
+        assert!(
+            e.contains("/home/u/aicli.json") && e.contains("engine.mcp_tools[1]"),
+            "{e}"
+        );
         assert!(e.contains("\"nope\"") && e.contains("(t)"), "{e}");
-        let e = load_err(json!({"mcp_upstreams": {"u": {"command": sh, "url": "http://127.0.0.1:1/mcp"}}}));
+        let e = load_err(
+            json!({"mcp_upstreams": {"u": {"command": sh, "url": "http://127.0.0.1:1/mcp"}}}),
+        );
         assert!(e.contains("mcp_upstreams.u") && e.contains("both"), "{e}");
         let e = load_err(json!({"mcp_upstreams": {"u": {"url": "ftp://x"}}}));
         assert!(e.contains("mcp_upstreams.u.url"), "{e}");
         let e = load_err(json!({"mcp_upstreams": {"u": {"command": sh, "headers": {"A": "b"}}}}));
         assert!(e.contains("mcp_upstreams.u.headers"), "{e}");
-        let e = load_err(json!({"mcp_tools": {"u": {"command": sh}}, "mcp_upstreams": {"u": {"command": sh}}}));
+        let e = load_err(
+            json!({"mcp_tools": {"u": {"command": sh}}, "mcp_upstreams": {"u": {"command": sh}}}),
+        );
         assert!(e.contains("mcp_tools.u") && e.contains("upstream"), "{e}");
         let e = load_err(json!({"mcp_tools": {"t": {"command": sh, "bogus": 1}}}));
         assert!(e.contains("mcp_tools.t") && e.contains("bogus"), "{e}");
@@ -545,6 +577,10 @@ mod tests {
         assert_eq!(c.mcp_tools["t"].cwd, "workspace");
         assert_eq!(c.mcp_tools["t"].input_schema, json!({"type": "object"}));
         assert_eq!(c.unknown_mcp_grant(&["t".into(), "u".into()]), None);
-        assert_eq!(c.unknown_mcp_grant(&["t".into(), "x".into()]).map(|(i, _)| i), Some(1));
+        assert_eq!(
+            c.unknown_mcp_grant(&["t".into(), "x".into()])
+                .map(|(i, _)| i),
+            Some(1)
+        );
     }
 }

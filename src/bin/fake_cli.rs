@@ -443,7 +443,9 @@ fn probe(args: &[String]) -> String {
     let values = env.iter().filter(|(k, _)| *k != "PATH").map(|(_, v)| v);
     for v in args.iter().chain(values) {
         // `-c key={url="..."}` and `A=B` forms hide paths too: every piece that looks like one.
-        for piece in v.split(|c: char| c == '=' || c == '"' || c == ',' || c == ':' || c.is_whitespace()) {
+        for piece in
+            v.split(|c: char| c == '=' || c == '"' || c == ',' || c == ':' || c.is_whitespace())
+        {
             if piece.starts_with('/') {
                 paths.push(piece.into());
             }
@@ -454,8 +456,14 @@ fn probe(args: &[String]) -> String {
         if budget == 0 {
             break;
         }
-        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
-        if meta.is_dir() && !p.starts_with("/proc") && !p.starts_with("/sys") && !p.starts_with("/usr") {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir()
+            && !p.starts_with("/proc")
+            && !p.starts_with("/sys")
+            && !p.starts_with("/usr")
+        {
             // Only the files a run was handed: its own (private) directories, not the system's.
             if p.components().count() <= 2 {
                 continue;
@@ -541,7 +549,11 @@ mod mcp {
     }
 
     /// One request on a new session: the whole JSON-RPC response.
-    async fn request(mcp_config: Option<&str>, method: &str, params: Value) -> Result<Value, String> {
+    async fn request(
+        mcp_config: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, String> {
         let (url, token) = endpoint(mcp_config)?;
         let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
         let post = |sid: Option<String>, body: Value| {

@@ -76,7 +76,10 @@ pub(super) async fn serve(
         "health:           {}",
         server.url().replace("/mcp", "/healthz")
     );
-    outln!("tools:            {}", server.endpoint(&token).tools.join(", "));
+    outln!(
+        "tools:            {}",
+        server.endpoint(&token).tools.join(", ")
+    );
     outln!("(Ctrl-C stops it)");
     loop {
         tokio::select! {

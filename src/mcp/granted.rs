@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use aicli_providers::mcp_tools::UPSTREAM_SEPARATOR;
+use rmcp::RoleServer;
 use rmcp::model::Tool;
 use rmcp::service::Peer;
-use rmcp::RoleServer;
 
 use super::TaskContext;
 use super::auth::Caller;
@@ -117,7 +117,8 @@ impl Shared {
     /// granted it are told to list their tools again; on a failure, each live task
     /// granted it gets the message in its event stream.
     pub(crate) fn on_upstream_change(&self, batch: &str, upstream: &str, failure: Option<&str>) {
-        let granted = |ctx: &TaskContext| ctx.batch_id == batch && ctx.tools.iter().any(|g| g == upstream);
+        let granted =
+            |ctx: &TaskContext| ctx.batch_id == batch && ctx.tools.iter().any(|g| g == upstream);
         self.peers.notify(&granted);
         if let Some(m) = failure {
             for c in self.tokens.callers() {
@@ -139,8 +140,11 @@ impl Shared {
 /// session, with its token's context.
 #[derive(Default)]
 pub(crate) struct Peers {
-    list: Mutex<Vec<(u64, Arc<TaskContext>, Peer<RoleServer>)>>,
+    list: Mutex<Vec<SessionPeer>>,
 }
+
+/// An initialized session: its token's id and context, and the way to notify it.
+type SessionPeer = (u64, Arc<TaskContext>, Peer<RoleServer>);
 
 impl Peers {
     /// Remembers an initialized session of `caller`.

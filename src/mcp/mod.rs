@@ -94,9 +94,9 @@ use aicli_providers::AgentEvent;
 
 pub use calls::{CALL_LOG_CAPACITY, CallRecord};
 pub use command::TOOL_STDERR_TAIL;
-pub use record::{MCP_CALLS_FILE, McpCallRecord, RECORDED_RESULT_CHARS, read_calls};
 pub use credentials::{CredentialError, CredentialSource, EnvLookup};
 pub use error::McpError;
+pub use record::{MCP_CALLS_FILE, McpCallRecord, RECORDED_RESULT_CHARS, read_calls};
 pub use server::{McpServer, McpServerOptions};
 pub use tools::{ASK_USER_REPLY, MAX_LOG_CHARS, TOOL_NAMES};
 pub use workspace::{MAX_ENTRIES, READ_BUDGET};

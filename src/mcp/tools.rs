@@ -520,7 +520,15 @@ impl AgentTools {
         };
         let out = match target {
             Target::Command(tool) => {
-                match super::command::call(&tool, request.arguments, &c.ctx, &self.shared.tool_env, &cancel).await {
+                match super::command::call(
+                    &tool,
+                    request.arguments,
+                    &c.ctx,
+                    &self.shared.tool_env,
+                    &cancel,
+                )
+                .await
+                {
                     Ok(ran) => Outcome {
                         res: Ok(ran.result.into()),
                         exit_code: ran.exit_code,

@@ -179,7 +179,7 @@ enum State {
     /// Not started yet.
     Idle,
     /// Connected.
-    Up(Conn),
+    Up(Box<Conn>),
     /// Failed for good (the message says why).
     Failed(String),
     /// The batch ended.
@@ -229,7 +229,7 @@ impl Instance {
             State::Idle => match self.connect().await {
                 // (No tools/list_changed: whoever lists tools waits for this start.)
                 Ok(conn) => {
-                    *st = State::Up(conn);
+                    *st = State::Up(Box::new(conn));
                     Ok(())
                 }
                 Err(e) => {
@@ -355,7 +355,7 @@ impl Instance {
         let cmd = CommandSpec {
             program,
             args: c.command[1..].to_vec(),
-            env: env,
+            env,
             env_remove: Vec::new(),
             env_clear: true,
             stdin: None,
@@ -369,7 +369,8 @@ impl Instance {
             pid_file: self.pid_file.clone(),
             ..OutputOptions::default()
         };
-        let mut p = LocalProcess::spawn_in(&cmd, out, self.env.cgroups).map_err(|e| e.to_string())?;
+        let mut p =
+            LocalProcess::spawn_in(&cmd, out, self.env.cgroups).map_err(|e| e.to_string())?;
         let (Some(r), Some(w)) = (p.take_stdout(), p.take_stdin()) else {
             p.shutdown(self.env.kill_grace).await;
             return Err("its pipes are missing".into());
@@ -401,8 +402,9 @@ impl Instance {
         let url = self.config.url.clone().unwrap_or_default();
         let mut headers = HashMap::new();
         for (k, v) in &self.config.headers {
-            let value = expand(v, &self.env.source)
-                .map_err(|var| format!("header {k}: ${{{var}}} is not set in aicli's environment"))?;
+            let value = expand(v, &self.env.source).map_err(|var| {
+                format!("header {k}: ${{{var}}} is not set in aicli's environment")
+            })?;
             let name = HeaderName::try_from(k.as_str()).map_err(|e| format!("header {k}: {e}"))?;
             let mut value = HeaderValue::try_from(value)
                 .map_err(|_| format!("header {k}: the value is not a valid header value"))?;
@@ -446,7 +448,11 @@ impl Instance {
                 reason.push_str(&format!("; its stderr: {}", tail.trim()));
             }
         }
-        let before: Vec<String> = self.tools_now().iter().map(|t| t.name.to_string()).collect();
+        let before: Vec<String> = self
+            .tools_now()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
         if let Ok(mut t) = self.tools.write() {
             *t = Arc::new(Vec::new());
         }
@@ -454,10 +460,13 @@ impl Instance {
             tracing::warn!(upstream = %self.name, batch = %self.batch, %reason, "MCP upstream died; restarting it once");
             match self.connect().await {
                 Ok(c) => {
-                    *st = State::Up(c);
+                    *st = State::Up(Box::new(c));
                     drop(st);
-                    let after: Vec<String> =
-                        self.tools_now().iter().map(|t| t.name.to_string()).collect();
+                    let after: Vec<String> = self
+                        .tools_now()
+                        .iter()
+                        .map(|t| t.name.to_string())
+                        .collect();
                     if after != before {
                         (self.on_change)(&self.batch, &self.name, None);
                     }
@@ -468,7 +477,10 @@ impl Instance {
         } else {
             reason = format!("{reason} (after its one restart)");
         }
-        let m = format!("MCP upstream {} died: {reason}; its tools are gone", self.name);
+        let m = format!(
+            "MCP upstream {} died: {reason}; its tools are gone",
+            self.name
+        );
         tracing::error!(upstream = %self.name, batch = %self.batch, "{m}");
         *st = State::Failed(m.clone());
         drop(st);
@@ -545,7 +557,10 @@ mod tests {
         let env = BTreeMap::from([("TOKEN".to_owned(), "s3cret".to_owned())]);
         assert_eq!(expand("Bearer ${TOKEN}", &env).unwrap(), "Bearer s3cret");
         assert_eq!(expand("plain", &env).unwrap(), "plain");
-        assert_eq!(expand("a${TOKEN}b${TOKEN}", &env).unwrap(), "as3cretbs3cret");
+        assert_eq!(
+            expand("a${TOKEN}b${TOKEN}", &env).unwrap(),
+            "as3cretbs3cret"
+        );
         assert_eq!(expand("${NOPE}", &env).unwrap_err(), "NOPE");
         assert_eq!(expand("${open", &env).unwrap(), "${open");
     }

@@ -116,8 +116,8 @@ impl Harness {
     /// A JSON file the stand-in CLI wrote.
     pub fn json(&self, name: &str) -> Value {
         let path = self.path(name);
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"))
     }
 
@@ -151,7 +151,12 @@ pub fn task(id: &str, tools: &[&str], args: Vec<String>) -> TaskSpec {
 
 /// `--mcp-call TOOL ARGS FILE` as argv.
 pub fn call(h: &Harness, tool: &str, args: Value, file: &str) -> Vec<String> {
-    vec!["--mcp-call".into(), tool.into(), args.to_string(), h.p(file)]
+    vec![
+        "--mcp-call".into(),
+        tool.into(),
+        args.to_string(),
+        h.p(file),
+    ]
 }
 
 /// The text blocks of a tool result, joined.
@@ -192,7 +197,7 @@ fn echo_tool(ran: &Path) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_command_tool_is_listed_and_runs_and_an_ungranted_task_neither_sees_nor_calls_it()
- {
+{
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
     let h = Harness::new(json!({"mcp_tools": {"echo_args": echo_tool(&ran)}}), &[]).await;
@@ -265,7 +270,10 @@ async fn a_granted_command_tool_is_listed_and_runs_and_an_ungranted_task_neither
 
     // Claude's allowlist names the granted tool, and only for the granted task.
     let allowed = allowed_tools(&h.argv("granted-argv"));
-    assert!(allowed.contains(&"mcp__aicli__echo_args".to_owned()), "{allowed:?}");
+    assert!(
+        allowed.contains(&"mcp__aicli__echo_args".to_owned()),
+        "{allowed:?}"
+    );
     assert!(allowed.contains(&"mcp__aicli__getWorkspaceFiles".to_owned()));
     let other = allowed_tools(&h.argv("other-argv"));
     assert!(!other.iter().any(|t| t.contains("echo_args")), "{other:?}");
@@ -306,8 +314,18 @@ async fn arguments_that_miss_the_schema_get_a_json_rpc_error_and_run_nothing() {
     let mut args = Vec::new();
     args.extend(call(&h, "echo_args", json!({"filter": 3}), "wrong-type"));
     args.extend(call(&h, "echo_args", json!({}), "missing"));
-    args.extend(call(&h, "echo_args", json!({"filter": "a", "rm": "-rf"}), "extra"));
-    args.extend(call(&h, "echo_args", json!({"filter": "a", "n": 0}), "too-small"));
+    args.extend(call(
+        &h,
+        "echo_args",
+        json!({"filter": "a", "rm": "-rf"}),
+        "extra",
+    ));
+    args.extend(call(
+        &h,
+        "echo_args",
+        json!({"filter": "a", "n": 0}),
+        "too-small",
+    ));
     let batch = h.run(vec![task("t", &["echo_args"], args)]).await;
     assert_eq!(batch.tasks[0].status, SessionStatus::Succeeded);
     for (file, at) in [
@@ -329,7 +347,10 @@ async fn arguments_that_miss_the_schema_get_a_json_rpc_error_and_run_nothing() {
     assert!(!ran.exists(), "the tool ran for a refused call");
     let calls = aicli::mcp::read_calls(&h.task_dir(&batch, "t"));
     assert_eq!(calls.len(), 4, "{calls:?}");
-    assert!(calls.iter().all(|c| !c.ok && c.exit_code.is_none()), "{calls:?}");
+    assert!(
+        calls.iter().all(|c| !c.ok && c.exit_code.is_none()),
+        "{calls:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,7 +374,11 @@ async fn a_hanging_tool_is_killed_at_its_timeout_and_one_outliving_its_task_with
         &[],
     )
     .await;
-    let mut long = task("outlived", &["slow"], call(&h, "slow", json!({}), "slow-call"));
+    let mut long = task(
+        "outlived",
+        &["slow"],
+        call(&h, "slow", json!({}), "slow-call"),
+    );
     long.timeout_secs = Some(3);
     let started = std::time::Instant::now();
     let batch = h
@@ -379,7 +404,11 @@ async fn a_hanging_tool_is_killed_at_its_timeout_and_one_outliving_its_task_with
         c.duration_ms
     );
     // The task that ended (its timeout) while its tool ran took the tool with it.
-    let outlived = batch.tasks.iter().find(|t| t.task_id == "outlived").unwrap();
+    let outlived = batch
+        .tasks
+        .iter()
+        .find(|t| t.task_id == "outlived")
+        .unwrap();
     assert_eq!(outlived.status, SessionStatus::Failed, "{outlived:?}");
     assert_all_gone(&dir.path().join("slow.pids"), Duration::from_secs(5)).await;
     assert!(started.elapsed() < Duration::from_secs(30));
@@ -427,7 +456,7 @@ async fn a_flooding_tool_is_capped_and_a_failing_one_reports_its_stderr() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_wide_grants_reach_every_task_and_an_unknown_grant_is_refused_before_anything_runs()
- {
+{
     let h = Harness::new(
         json!({"mcp_tools": {
             "everyone": {"command": ["/bin/sh", "-c", "echo for all"]},

@@ -32,8 +32,9 @@ const HTTP_SECRET: &str = "http-upstream-token-93d7c2";
 
 fn everything_js() -> PathBuf {
     need(
-        cache_dir()
-            .join("mcp-upstreams/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+        cache_dir().join(
+            "mcp-upstreams/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        ),
         "@modelcontextprotocol/server-everything",
     )
 }
@@ -71,7 +72,11 @@ async fn http_upstream() -> HttpUpstream {
         .expect("the HTTP upstream prints its port")
         .unwrap()
         .unwrap_or_default();
-    let port = line.strip_prefix("PORT ").expect("PORT <n>").trim().to_owned();
+    let port = line
+        .strip_prefix("PORT ")
+        .expect("PORT <n>")
+        .trim()
+        .to_owned();
     HttpUpstream {
         _child: child,
         url: format!("http://127.0.0.1:{port}/mcp"),
@@ -90,8 +95,7 @@ fn processes_with_env(needle: &str) -> Vec<u32> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_holds_their_secrets()
-{
+async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_holds_their_secrets() {
     let http = http_upstream().await;
     let h = Harness::new(
         json!({"mcp_upstreams": {
@@ -102,7 +106,11 @@ async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_hol
         &[("TRACKER_TOKEN", HTTP_SECRET)],
     )
     .await;
-    assert_eq!(h.server.running_upstreams(), 0, "started before any task needed it");
+    assert_eq!(
+        h.server.running_upstreams(),
+        0,
+        "started before any task needed it"
+    );
     let granted = |id: &str| {
         let mut a = vec![
             "--probe".into(),
@@ -112,10 +120,30 @@ async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_hol
             "--mcp-list".into(),
             h.p(&format!("{id}-list")),
         ];
-        a.extend(call(&h, "everything__echo", json!({"message": "hello upstream"}), &format!("{id}-echo")));
-        a.extend(call(&h, "everything__get-env", json!({}), &format!("{id}-env")));
-        a.extend(call(&h, "tracker__whoami", json!({}), &format!("{id}-whoami")));
-        a.extend(call(&h, "tracker__add", json!({"a": 2, "b": 40}), &format!("{id}-add")));
+        a.extend(call(
+            &h,
+            "everything__echo",
+            json!({"message": "hello upstream"}),
+            &format!("{id}-echo"),
+        ));
+        a.extend(call(
+            &h,
+            "everything__get-env",
+            json!({}),
+            &format!("{id}-env"),
+        ));
+        a.extend(call(
+            &h,
+            "tracker__whoami",
+            json!({}),
+            &format!("{id}-whoami"),
+        ));
+        a.extend(call(
+            &h,
+            "tracker__add",
+            json!({"a": 2, "b": 40}),
+            &format!("{id}-add"),
+        ));
         task(id, &["everything", "tracker"], a)
     };
     let mut other = vec![
@@ -124,8 +152,18 @@ async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_hol
         "--mcp-list".into(),
         h.p("other-list"),
     ];
-    other.extend(call(&h, "everything__echo", json!({"message": "x"}), "other-echo"));
-    other.extend(call(&h, "everything__no-such-tool", json!({"message": "x"}), "other-unknown"));
+    other.extend(call(
+        &h,
+        "everything__echo",
+        json!({"message": "x"}),
+        "other-echo",
+    ));
+    other.extend(call(
+        &h,
+        "everything__no-such-tool",
+        json!({"message": "x"}),
+        "other-unknown",
+    ));
     let batch = h
         .run(vec![granted("a"), granted("b"), task("other", &[], other)])
         .await;
@@ -135,7 +173,12 @@ async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_hol
 
     // Under the prefix, for the granted tasks only.
     let listed = h.listed("a-list");
-    for t in ["everything__echo", "everything__get-env", "tracker__whoami", "tracker__add"] {
+    for t in [
+        "everything__echo",
+        "everything__get-env",
+        "tracker__whoami",
+        "tracker__add",
+    ] {
         assert!(listed.contains(&t.to_owned()), "{t} not in {listed:?}");
     }
     assert!(
@@ -145,8 +188,14 @@ async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_hol
     );
     // Claude's allowlist names them (they were listed when the run started).
     let allowed = allowed_tools(&h.argv("a-argv"));
-    assert!(allowed.contains(&"mcp__aicli__everything__echo".to_owned()), "{allowed:?}");
-    assert!(allowed.contains(&"mcp__aicli__tracker__whoami".to_owned()), "{allowed:?}");
+    assert!(
+        allowed.contains(&"mcp__aicli__everything__echo".to_owned()),
+        "{allowed:?}"
+    );
+    assert!(
+        allowed.contains(&"mcp__aicli__tracker__whoami".to_owned()),
+        "{allowed:?}"
+    );
 
     // Forwarded: the stdio server got its env, the HTTP server its header.
     for id in ["a", "b"] {
@@ -180,17 +229,28 @@ async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_hol
     for id in ["a", "b", "other"] {
         let probe = h.json(&format!("{id}-probe"));
         let all = probe.to_string();
-        assert!(!all.contains(STDIO_SECRET), "{id}: the stdio upstream's secret reached the CLI");
-        assert!(!all.contains(HTTP_SECRET), "{id}: the HTTP upstream's token reached the CLI");
         assert!(
-            !probe["env"].as_object().unwrap().contains_key("TRACKER_TOKEN"),
+            !all.contains(STDIO_SECRET),
+            "{id}: the stdio upstream's secret reached the CLI"
+        );
+        assert!(
+            !all.contains(HTTP_SECRET),
+            "{id}: the HTTP upstream's token reached the CLI"
+        );
+        assert!(
+            !probe["env"]
+                .as_object()
+                .unwrap()
+                .contains_key("TRACKER_TOKEN"),
             "{id}: TRACKER_TOKEN is in the CLI's environment"
         );
         if id != "other" {
             // The probe did see the MCP config the CLI was given (aicli's URL and token).
             let files = probe["files"].as_object().unwrap();
             assert!(
-                files.iter().any(|(_, c)| c.as_str().is_some_and(|c| c.contains("mcpServers"))),
+                files
+                    .iter()
+                    .any(|(_, c)| c.as_str().is_some_and(|c| c.contains("mcpServers"))),
                 "{id}: the MCP config was not probed: {:?}",
                 files.keys().collect::<Vec<_>>()
             );
@@ -245,14 +305,21 @@ async fn an_upstream_that_dies_is_restarted_once_then_reported_and_list_changed_
             .map(|t| t.as_str().or(t["name"].as_str()).unwrap().to_owned())
             .collect()
     };
-    assert!(names(c.hello()).contains(&"dying__pid".to_owned()), "{}", c.hello());
+    assert!(
+        names(c.hello()).contains(&"dying__pid".to_owned()),
+        "{}",
+        c.hello()
+    );
     assert!(!names(o.hello()).iter().any(|t| t.starts_with("dying")));
 
     let pid = |r: &Value| -> u32 { r["text"][0].as_str().unwrap().parse().unwrap() };
     let first = c.call("dying__pid", json!({})).await;
     let p1 = pid(&first);
     let died = c.call("dying__die", json!({})).await;
-    assert!(died["isError"] == true || died["error"].is_string(), "{died}");
+    assert!(
+        died["isError"] == true || died["error"].is_string(),
+        "{died}"
+    );
     // Restarted once: a new process answers (give the restart a moment).
     let mut p2 = None;
     for _ in 0..100 {
@@ -265,17 +332,28 @@ async fn an_upstream_that_dies_is_restarted_once_then_reported_and_list_changed_
     }
     let p2 = p2.expect("the upstream was not restarted");
     assert_ne!(p1, p2);
-    assert!(!super::support::alive(p1), "the dead upstream's process is still there");
+    assert!(
+        !super::support::alive(p1),
+        "the dead upstream's process is still there"
+    );
     // Dies again: reported, its tools gone, and the granted session told so.
     let _ = c.call("dying__die", json!({})).await;
-    let changed = c.send(json!({"op": "wait_list_changed", "seconds": 20})).await;
+    let changed = c
+        .send(json!({"op": "wait_list_changed", "seconds": 20}))
+        .await;
     assert_eq!(changed["list_changed"], true, "{changed}");
     let listed = c.send(json!({"op": "list"})).await;
-    assert!(!names(&listed).iter().any(|t| t.starts_with("dying")), "{listed}");
+    assert!(
+        !names(&listed).iter().any(|t| t.starts_with("dying")),
+        "{listed}"
+    );
     let after = c.call("dying__pid", json!({})).await;
     assert_eq!(after["isError"], true, "{after}");
     let m = after["text"][0].as_str().unwrap();
-    assert!(m.contains("MCP upstream dying died") && m.contains("after its one restart"), "{m}");
+    assert!(
+        m.contains("MCP upstream dying died") && m.contains("after its one restart"),
+        "{m}"
+    );
     assert!(m.contains("dying on request"), "its stderr is quoted: {m}");
     // The task's stream got the report.
     let mut reported = false;
@@ -286,12 +364,17 @@ async fn an_upstream_that_dies_is_restarted_once_then_reported_and_list_changed_
     }
     assert!(reported, "no report in the task's event stream");
     // The session not granted it was never told anything about it.
-    let quiet = o.send(json!({"op": "wait_list_changed", "seconds": 1})).await;
+    let quiet = o
+        .send(json!({"op": "wait_list_changed", "seconds": 1}))
+        .await;
     assert_eq!(quiet["list_changed"], false, "{quiet}");
     assert!(!super::support::alive(p2));
     // The record has every call.
     let calls = aicli::mcp::read_calls(&task_dir);
-    assert!(calls.iter().filter(|c| c.tool == "dying__pid").count() >= 3, "{calls:?}");
+    assert!(
+        calls.iter().filter(|c| c.tool == "dying__pid").count() >= 3,
+        "{calls:?}"
+    );
     c.close().await;
     o.close().await;
     server.revoke(&granted);

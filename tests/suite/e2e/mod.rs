@@ -949,7 +949,9 @@ pub async fn mcp_command_tool(cli: Cli) {
     assert_eq!(r.status, SessionStatus::Succeeded, "{}", describe(r));
     let requests = t.fake.model_requests();
     assert!(
-        requests.iter().any(|q| declares_mcp_tool(cli, q, "run_tests")),
+        requests
+            .iter()
+            .any(|q| declares_mcp_tool(cli, q, "run_tests")),
         "{} never offered run_tests to the model: {}",
         cli.provider(),
         t.log()
@@ -962,7 +964,9 @@ pub async fn mcp_command_tool(cli: Cli) {
     assert_eq!(tools, [("run_tests", true, Some(0))], "{}", t.log());
     let last = requests.last().expect("requests");
     assert!(
-        body_mentions(last, MARKER) && body_mentions(last, "parser") && body_mentions(last, "in=cmdtool"),
+        body_mentions(last, MARKER)
+            && body_mentions(last, "parser")
+            && body_mentions(last, "in=cmdtool"),
         "the tool's output did not reach the model: {}",
         t.log()
     );
