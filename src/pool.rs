@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::time::Duration;
 
+use aicli_providers::SessionResult;
 use aicli_providers::config::RetryConfig;
-use aicli_providers::{EventKind, SessionResult};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -85,17 +85,7 @@ pub fn backoff_delay(
 
 /// The latest reset time (Unix seconds) a rate-limit event of the run announced.
 pub fn reset_time(outcome: &SessionOutcome) -> Option<i64> {
-    outcome
-        .events
-        .iter()
-        .filter_map(|e| {
-            if let EventKind::RateLimit { resets_at, .. } = &e.kind {
-                *resets_at
-            } else {
-                None
-            }
-        })
-        .max()
+    outcome.reset_at
 }
 
 fn wants_backoff(r: &SessionResult) -> bool {
@@ -248,7 +238,7 @@ mod tests {
         }
         SessionOutcome {
             result: r,
-            events: Vec::new(),
+            reset_at: None,
             argv: Vec::new(),
         }
     }

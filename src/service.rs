@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aicli_providers::{
-    AgentEvent, AiCliConfig, Continuation, ContinuationMode, ErrorKind, Feature, McpEndpoint,
-    ParseContext, PendingQuestion, ProviderRegistry, SessionResult, SessionStatus, SessionTotals,
-    SharedProvider, TaskSpec,
+    AgentEvent, AiCliConfig, Continuation, ContinuationMode, ErrorKind, EventKind, Feature,
+    McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, SessionResult, SessionStatus,
+    SessionTotals, SharedProvider, TaskSpec,
 };
 use async_trait::async_trait;
 use tokio::sync::{broadcast, mpsc};
@@ -681,13 +681,21 @@ impl Engine {
             model: attempt.model.clone(),
             prior: attempt.prior,
         };
-        let (events, mut result) = aicli_providers::replay::replay(
+        // aicli stopped while the CLI ran: how it ended is not known. The stream is read
+        // through the decoder once, noting whether the CLI said its last word.
+        let mut saw_final = false;
+        let mut result = aicli_providers::replay::decode_reader(
             provider.as_ref(),
-            &stdout,
-            &String::from_utf8_lossy(&stderr),
-            None,
+            &stdout[..],
+            aicli_providers::replay::DEFAULT_LINE_CAP,
             &ctx,
-        );
+            &String::from_utf8_lossy(&stderr),
+            aicli_providers::ExitStatus::Unknown,
+            |e| saw_final |= matches!(e.kind, EventKind::Final { .. }),
+        )
+        .unwrap_or_else(|e| {
+            SessionResult::not_started(provider.name(), ErrorKind::Unknown, e.to_string())
+        });
         result.task_id = rec.task.id.clone();
         result.prompt = rec.task.prompt.clone();
         attempt.finished_at = Some(now_rfc3339());
@@ -695,7 +703,7 @@ impl Engine {
         attempt.stderr_end = Some(attempt.stderr_start + stderr.len() as u64);
         // (A final "slow down" error is not an end: the pool would have retried it.)
         let retryable = result.error_kind.is_some_and(|k| k.is_backoff());
-        if events.iter().any(|e| provider.is_final_event(e)) && !retryable {
+        if saw_final && !retryable {
             if let Some(q) =
                 questions_since(&dir.join("aicli-events.ndjson"), attempt.aicli_events_start).pop()
             {
@@ -1136,7 +1144,7 @@ impl Shared {
     fn never_ran(provider: &str, kind: ErrorKind, message: String) -> SessionOutcome {
         SessionOutcome {
             result: SessionResult::not_started(provider, kind, message),
-            events: Vec::new(),
+            reset_at: None,
             argv: Vec::new(),
         }
     }
@@ -1280,7 +1288,7 @@ impl Shared {
         self.persist(index, true).await;
         SessionOutcome {
             result,
-            events: outcome.events,
+            reset_at: outcome.reset_at,
             argv: outcome.argv,
         }
     }

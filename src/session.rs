@@ -15,10 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aicli_providers::replay::{over_long_line, parse_line_bytes};
 use aicli_providers::{
-    AgentEvent, ErrorKind, EventKind, LaunchContext, LinkSpec, McpEndpoint, ParseContext,
-    PendingQuestion, SessionResult, SharedProvider, TaskSpec,
+    AgentEvent, ErrorKind, EventKind, ExitStatus, LaunchContext, Line, LinkSpec, McpEndpoint,
+    ParseContext, PendingQuestion, SessionResult, SharedProvider, TaskSpec,
 };
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -101,13 +100,14 @@ pub struct SessionIo {
     pub cancel: CancellationToken,
 }
 
-/// What a run produced.
+/// What a run produced. The events went to the live stream and the record as they
+/// passed; none is kept here.
 #[derive(Debug, Clone)]
 pub struct SessionOutcome {
     /// The normalized result.
     pub result: SessionResult,
-    /// Every event, CLI and aicli-made, in arrival order.
-    pub events: Vec<AgentEvent>,
+    /// The latest reset time (Unix seconds) a rate-limit event of the run announced.
+    pub reset_at: Option<i64>,
     /// The command that ran (program and arguments; secrets live in files and env,
     /// never here), empty when nothing was started.
     pub argv: Vec<String>,
@@ -136,7 +136,7 @@ pub async fn run_session(spec: SessionSpec, io: SessionIo, runner: &dyn Runner) 
         Ok(o) => o,
         Err(result) => SessionOutcome {
             result: *result,
-            events: Vec::new(),
+            reset_at: None,
             argv: Vec::new(),
         },
     };
@@ -203,11 +203,11 @@ async fn prepare_and_run(
         is_root,
     };
     let mut cmd = provider
-        .headless_argv(&ctx)
+        .command(&ctx)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
     // A clean, explicit environment: the base one (picked from aicli's, see
     // `crate::env`) minus what the provider removes, then the provider's and the task's
-    // variables (which headless_argv put in `cmd.env`). Nothing else of aicli's process.
+    // variables (which `command` put in `cmd.env`). Nothing else of aicli's process.
     let mut full_env = spec.base_env.clone();
     for k in &cmd.env_remove {
         full_env.remove(k);
@@ -220,10 +220,21 @@ async fn prepare_and_run(
         .get("HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/"));
-    if spec.auth_precheck
-        && let Some(msg) = provider.auth_precheck(&cmd.env, &home, &cmd.args).await
-    {
-        return Err(not_started(spec, ErrorKind::Auth, msg));
+    if spec.auth_precheck {
+        // A few file reads: off the async threads.
+        let (p, env, dir, args) = (
+            provider.clone(),
+            cmd.env.clone(),
+            home.clone(),
+            cmd.args.clone(),
+        );
+        let found = tokio::task::spawn_blocking(move || p.auth_precheck(&env, &dir, &args))
+            .await
+            .ok()
+            .flatten();
+        if let Some(msg) = found {
+            return Err(not_started(spec, ErrorKind::Auth, msg));
+        }
     }
     // The private directory exists only when the run needs files or links there.
     if !cmd.files.is_empty() || !cmd.links.is_empty() {
@@ -375,31 +386,40 @@ async fn supervise(
     let wall_deadline = start + limits.timeout;
     let mut idle_deadline = start + limits.idle_timeout;
     let mut final_deadline: Option<tokio::time::Instant> = None;
-    let mut cli_events: Vec<AgentEvent> = Vec::new();
-    let mut all_events: Vec<AgentEvent> = Vec::new();
     let mut questions: Vec<PendingQuestion> = Vec::new();
     let mut injected = io.injected.take();
     let line_cap = limits.line_cap;
+    // One decoder for the run: each line is decoded once as it arrives; the live stream
+    // gets the events, the record already has the bytes, the decoder keeps what the
+    // result needs. Nothing here keeps the events.
+    let mut decoder = provider.decoder(&spec.parse_ctx);
+    let mut saw_final = false;
+    let mut reset_at: Option<i64> = None;
 
-    let on_line = |line: StdoutLine,
-                   cli_events: &mut Vec<AgentEvent>,
-                   all: &mut Vec<AgentEvent>|
-     -> bool {
-        let evs = match line {
-            StdoutLine::Line(bytes) => parse_line_bytes(provider.as_ref(), &bytes, line_cap),
-            StdoutLine::Overlong { len, prefix } => vec![over_long_line(len, &prefix, line_cap)],
+    let mut on_line = |line: StdoutLine, decoder: &mut Box<dyn aicli_providers::Decoder>| {
+        let evs = match &line {
+            StdoutLine::Line(bytes) => decoder.line(Line::Bytes(bytes)),
+            StdoutLine::Overlong { len, prefix } => decoder.line(Line::Overlong {
+                len: *len,
+                prefix,
+                cap: line_cap,
+            }),
         };
-        let mut is_final = false;
         for ev in evs {
-            is_final |= provider.is_final_event(&ev);
+            if let EventKind::Final { .. } = &ev.kind {
+                saw_final = true;
+            }
+            if let EventKind::RateLimit {
+                resets_at: Some(t), ..
+            } = &ev.kind
+            {
+                reset_at = Some(reset_at.map_or(*t, |r| r.max(*t)));
+            }
             let _ = io.live.send(BatchEvent::Agent {
                 task_id: task_id.clone(),
-                event: ev.clone(),
+                event: ev,
             });
-            cli_events.push(ev.clone());
-            all.push(ev);
         }
-        is_final
     };
 
     let mut lines = handle.take_lines();
@@ -432,7 +452,12 @@ async fn supervise(
             line = lines.recv() => match line {
                 Some(line) => {
                     idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
-                    if on_line(line, &mut cli_events, &mut all_events) && final_deadline.is_none() {
+                    on_line(line, &mut decoder);
+                    // The CLI said its last word: a short grace to exit. It may take it
+                    // back (a background agent of Claude's goes on): then wait again.
+                    if !decoder.finished() {
+                        final_deadline = None;
+                    } else if final_deadline.is_none() {
                         final_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
                     }
                 }
@@ -444,7 +469,7 @@ async fn supervise(
             }
             _ = pipe_sleep => break EndReason::Exited,
             ev = injected_recv => match ev {
-                Some(ev) => take_injected(ev, &mut aicli_log, &mut questions, &io.live, &task_id, &mut all_events),
+                Some(ev) => take_injected(ev, &mut aicli_log, &mut questions, &io.live, &task_id),
                 None => injected = None,
             },
             _ = final_sleep => break EndReason::Final,
@@ -483,7 +508,7 @@ async fn supervise(
     // end offsets are taken.
     let rest = async {
         while let Some(line) = lines.recv().await {
-            on_line(line, &mut cli_events, &mut all_events);
+            on_line(line, &mut decoder);
         }
     };
     if tokio::time::timeout(Duration::from_secs(5), rest)
@@ -496,22 +521,13 @@ async fn supervise(
     let _ = tokio::time::timeout(Duration::from_secs(2), handle.drain()).await;
     if let Some(rx) = injected.as_mut() {
         while let Ok(ev) = rx.try_recv() {
-            take_injected(
-                ev,
-                &mut aicli_log,
-                &mut questions,
-                &io.live,
-                &task_id,
-                &mut all_events,
-            );
+            take_injected(ev, &mut aicli_log, &mut questions, &io.live, &task_id);
         }
     }
     crate::process::sync_off_thread(aicli_log.file.take()).await;
 
     let stderr = handle.stderr().text();
-    let mut result =
-        provider.event_to_session_result(&cli_events, &stderr, exit_code, &spec.parse_ctx);
-    let saw_final = cli_events.iter().any(|e| provider.is_final_event(e));
+    let mut result = decoder.finish(&stderr, ExitStatus::of_wait(exit_code));
     match reason {
         EndReason::Cancelled if !saw_final => {
             result.fail(ErrorKind::Cancelled, "the run was cancelled")
@@ -547,7 +563,7 @@ async fn supervise(
     result.exit_code = exit_code;
     SessionOutcome {
         result,
-        events: all_events,
+        reset_at,
         argv: Vec::new(),
     }
 }
@@ -570,14 +586,13 @@ fn last_words(r: &SessionResult, exit_code: Option<i32>) -> String {
 }
 
 /// An event aicli's MCP server made for this run: recorded, a question noted,
-/// published, kept.
+/// published.
 fn take_injected(
     ev: AgentEvent,
     log: &mut AicliLog,
     questions: &mut Vec<PendingQuestion>,
     live: &broadcast::Sender<BatchEvent>,
     task_id: &Arc<str>,
-    all: &mut Vec<AgentEvent>,
 ) {
     log.append(&ev);
     if let EventKind::Question { question, options } = &ev.kind {
@@ -589,9 +604,8 @@ fn take_injected(
     }
     let _ = live.send(BatchEvent::Agent {
         task_id: task_id.clone(),
-        event: ev.clone(),
+        event: ev,
     });
-    all.push(ev);
 }
 
 /// `aicli-events.ndjson` of a run, opened (created) with the first event aicli makes.

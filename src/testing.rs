@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use aicli_providers::{
-    AgentEvent, AiCliProvider, CanonicalUsage, CommandSpec, LaunchContext, McpEndpoint, McpWiring,
-    ParseContext, ProviderConfig, ProviderError, SessionResult, SharedProvider,
+    AgentEvent, AiCliProvider, CanonicalUsage, CommandSpec, Decoder, ExitStatus, LaunchContext,
+    Line, McpEndpoint, ParseContext, ProviderConfig, ProviderError, SessionResult, SharedProvider,
 };
 
 /// Runs `aicli-fake-cli` instead of a real CLI and parses its output with `inner`.
@@ -64,7 +64,6 @@ fn with_ext(stem: &Path, ext: &str) -> String {
     format!("{}.{ext}", stem.display())
 }
 
-#[async_trait::async_trait]
 impl AiCliProvider for ReplayProvider {
     fn config(&self) -> &ProviderConfig {
         &self.config
@@ -72,7 +71,7 @@ impl AiCliProvider for ReplayProvider {
     fn name(&self) -> &str {
         &self.name
     }
-    fn headless_argv(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError> {
+    fn command(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError> {
         let mut c = CommandSpec::new(ctx.binary, ctx.workdir);
         if let Some(f) = &self.fixture
             && !ctx.task.extra_args.iter().any(|a| a == "--replay")
@@ -101,12 +100,6 @@ impl AiCliProvider for ReplayProvider {
         c.args(["--prompt".to_owned(), ctx.task.prompt.clone()]);
         Ok(c)
     }
-    fn mcp_wiring(&self, e: &McpEndpoint, _dir: &Path) -> Result<McpWiring, ProviderError> {
-        let mut w = McpWiring::default();
-        w.env.insert("AICLI_MCP_URL".into(), e.url.clone());
-        w.env.insert("AICLI_MCP_TOKEN".into(), e.token.clone());
-        Ok(w)
-    }
     fn ide_lockfile(
         &self,
         endpoint: &McpEndpoint,
@@ -116,34 +109,33 @@ impl AiCliProvider for ReplayProvider {
     ) -> Option<(String, String)> {
         self.inner.ide_lockfile(endpoint, port, workspace, pid)
     }
-    fn detect_auth_error(
-        &self,
-        stderr: &str,
-        exit_code: Option<i32>,
-        events: &[AgentEvent],
-    ) -> Option<String> {
-        self.inner.detect_auth_error(stderr, exit_code, events)
+    fn decoder(&self, ctx: &ParseContext) -> Box<dyn Decoder> {
+        Box::new(Renamed {
+            inner: self.inner.decoder(ctx),
+            name: self.name.clone(),
+        })
     }
-    fn parse_event(&self, line: &str) -> Vec<AgentEvent> {
-        self.inner.parse_event(line)
+}
+
+/// The inner provider's decoder, its result under this provider's name.
+struct Renamed {
+    inner: Box<dyn Decoder>,
+    name: String,
+}
+
+impl Decoder for Renamed {
+    fn line(&mut self, line: Line<'_>) -> Vec<AgentEvent> {
+        self.inner.line(line)
     }
-    fn is_final_event(&self, event: &AgentEvent) -> bool {
-        self.inner.is_final_event(event)
+    fn usage(&self) -> CanonicalUsage {
+        self.inner.usage()
     }
-    fn event_to_session_result(
-        &self,
-        events: &[AgentEvent],
-        stderr: &str,
-        exit_code: Option<i32>,
-        ctx: &ParseContext,
-    ) -> SessionResult {
-        let mut r = self
-            .inner
-            .event_to_session_result(events, stderr, exit_code, ctx);
-        r.provider = self.name.clone();
+    fn finished(&self) -> bool {
+        self.inner.finished()
+    }
+    fn finish(self: Box<Self>, stderr: &str, exit: ExitStatus) -> SessionResult {
+        let mut r = self.inner.finish(stderr, exit);
+        r.provider = self.name;
         r
-    }
-    fn canonical_usage(&self, events: &[AgentEvent], ctx: &ParseContext) -> CanonicalUsage {
-        self.inner.canonical_usage(events, ctx)
     }
 }

@@ -57,6 +57,17 @@ impl AgentEvent {
         }
     }
 
+    /// A protocol violation of a line of `line_bytes` bytes, of which `raw` was kept.
+    pub fn protocol_with(message: impl Into<String>, line_bytes: u64, raw: Arc<str>) -> AgentEvent {
+        AgentEvent {
+            kind: EventKind::Protocol {
+                message: message.into(),
+                line_bytes,
+            },
+            raw,
+        }
+    }
+
     /// The short name of the event's type (`assistant_text`, ...).
     pub fn type_name(&self) -> &'static str {
         self.kind.type_name()
@@ -162,14 +173,59 @@ pub enum EventKind {
         #[serde(default)]
         exit_code: Option<i64>,
     },
-    /// Token usage reported mid-run (the totals are in [`EventKind::Final`] where the CLI
-    /// gives them there).
+    /// Tokens the run used since the previous `Usage` event of the same run, as the CLI
+    /// reports them while it runs. The events are increments: their sum over a run, per
+    /// model, is the run's usage so far, and after the last line it equals the result's
+    /// `canonical_usage` (and, per model, its `usage_by_model`). For live spend and
+    /// token displays; see the crate docs ("Live usage").
     Usage {
-        /// The usage, in the canonical meaning.
+        /// The increment, in the canonical meaning.
         usage: CanonicalUsage,
-        /// Whether the figures are cumulative over the whole session (Codex on resume).
+        /// The model that used the tokens, where known.
         #[serde(default)]
-        cumulative: bool,
+        model: Option<String>,
+    },
+    /// What the CLI says it is doing: a turn or an API request started (Codex
+    /// `turn.started`, Claude `system/status`), or the framing of a streamed message
+    /// (Claude `stream_event` `message_start`, `content_block_start`, ...).
+    Status {
+        /// The CLI's word for it (`turn_started`, `requesting`, `message_start`, ...).
+        status: String,
+    },
+    /// The agent's plan or to-do list, as it stands now (Codex `todo_list` items).
+    Plan {
+        /// The steps, in order.
+        items: Vec<PlanItem>,
+    },
+    /// A background task or subagent of the CLI (Claude `system/task_*`) started,
+    /// progressed or ended.
+    Subtask {
+        /// The CLI's id of the task.
+        task_id: String,
+        /// `started`, `running`, `completed`, `failed`, `stopped`, ... (the CLI's word).
+        status: String,
+        /// What the task does, where the line says.
+        #[serde(default)]
+        description: Option<String>,
+        /// The tool call that started it, where the line says.
+        #[serde(default)]
+        tool_call_id: Option<String>,
+        /// Tokens the task used so far, where the line says.
+        #[serde(default)]
+        total_tokens: Option<u64>,
+    },
+    /// A hook of the CLI (Claude `system/hook_started`, `hook_response`) ran.
+    Hook {
+        /// The hook event (`PreToolUse`, `Stop`, ...).
+        hook: String,
+        /// `started` or `response`.
+        phase: String,
+        /// How it ended (`success`, `error`, ...), for a response.
+        #[serde(default)]
+        outcome: Option<String>,
+        /// The hook command's exit code, for a response.
+        #[serde(default)]
+        exit_code: Option<i64>,
     },
     /// The CLI is retrying a failed API request.
     Retry {
@@ -223,7 +279,8 @@ pub enum EventKind {
         #[serde(default)]
         http_status: Option<u16>,
     },
-    /// The CLI's last word on the run.
+    /// The CLI's last word on the run, or on one turn of it (Claude prints a `result`
+    /// line per turn; with background agents there may be several in one run).
     Final {
         /// Whether the run succeeded, by the structured signals (never by `subtype`).
         success: bool,
@@ -236,10 +293,11 @@ pub enum EventKind {
         /// The failure's message, when not a success.
         #[serde(default)]
         error: Option<String>,
-        /// Per-run usage, where the line carries it.
+        /// The usage this line reports, where it carries any (for a run's totals add up
+        /// the [`EventKind::Usage`] events, or read the result).
         #[serde(default)]
         usage: Option<CanonicalUsage>,
-        /// Per-run cost in USD the CLI reported, where it does.
+        /// The cost in USD this line reports for its turn, where it does.
         #[serde(default)]
         cost_usd: Option<f64>,
         /// Turns the CLI counted, where it does.
@@ -294,6 +352,10 @@ impl EventKind {
             EventKind::ToolCall { .. } => "tool_call",
             EventKind::ToolResult { .. } => "tool_result",
             EventKind::Usage { .. } => "usage",
+            EventKind::Status { .. } => "status",
+            EventKind::Plan { .. } => "plan",
+            EventKind::Subtask { .. } => "subtask",
+            EventKind::Hook { .. } => "hook",
             EventKind::Retry { .. } => "retry",
             EventKind::RateLimit { .. } => "rate_limit",
             EventKind::PermissionDenied { .. } => "permission_denied",
@@ -305,6 +367,16 @@ impl EventKind {
             EventKind::Unknown { .. } => "unknown",
         }
     }
+}
+
+/// One step of a [`EventKind::Plan`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PlanItem {
+    /// What the step is.
+    pub text: String,
+    /// Whether it is done.
+    #[serde(default)]
+    pub completed: bool,
 }
 
 /// An MCP server as the CLI reported it at start.

@@ -7,7 +7,9 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`provider`] | the trait, [`Feature`], [`LaunchContext`] -> [`CommandSpec`], MCP wiring types |
+//! | [`provider`] | the [`AiCliProvider`] trait (core: name, config, command, decoder), [`Feature`], [`LaunchContext`] -> [`CommandSpec`] |
+//! | [`decode`] | the streaming [`Decoder`] contract, [`Line`], [`ExitStatus`], the shared fold [`Tally`] |
+//! | [`wire`] | one-pass reading of `type`-tagged JSON lines into the vendors' serde enums |
 //! | [`registry`] | [`ProviderRegistry`]: names -> providers, adapters -> factories |
 //! | [`config`] | `ai_cli_providers.json`: types, loading, merging, validation |
 //! | [`event`] | the normalized [`AgentEvent`] model (every event keeps its raw line) |
@@ -16,12 +18,42 @@
 //! | [`mcp_tools`] | command-backed MCP tools and upstream MCP servers in the config, their checks |
 //! | [`result`] | [`SessionResult`], the normalized outcome of one run |
 //! | [`error`] | the [`ErrorKind`] taxonomy and this crate's errors |
-//! | [`replay`] | bytes -> lines -> events; replaying a recorded transcript |
-//! | [`common`] | helpers the adapters share |
-//! | [`claude`], [`codex`], [`gemini`] | one adapter per vendor: pure functions, no process I/O |
+//! | [`replay`] | a capped line reader, and recorded transcripts through a decoder |
+//! | [`shared`] | what the adapters share: argument merging, error tables, text helpers |
+//! | [`claude`], [`codex`], [`gemini`] | one adapter per vendor: `wire` (the vendor's line types), `argv`, `decode`, `classify`, `result`; pure, no process I/O |
+//!
+//! # Decoding: one pass, one fold
+//!
+//! ```text
+//! provider.command(ctx)          -> CommandSpec      (argv, env, stdin = the prompt, files)
+//! provider.decoder(parse_ctx)    -> Box<dyn Decoder>  (one per run)
+//! decoder.line(bytes)            -> the line's events (typed wire enum -> AgentEvent)
+//! decoder.finish(stderr, exit)   -> SessionResult     (a fold over what it saw)
+//! ```
+//!
+//! Each line is read once, into the vendor's wire enum; the decoder keeps only what the
+//! result needs, so memory does not grow with the stream (apart from the response text).
+//!
+//! # Live usage
+//!
+//! As lines pass, decoders emit [`EventKind::Usage`] events: **increments** of the run's
+//! canonical usage, each with the model that used the tokens where the CLI says. Their
+//! sum over a run is the run's usage so far ([`Decoder::usage`]); after the last line it
+//! equals the result's `canonical_usage`, and per model its `usage_by_model`. So a live
+//! budget or token display adds them up (and prices each at its model's price):
+//!
+//! - Claude: a new model response gives its `message_start` snapshot (input, cache
+//!   reads and writes, one request; from the `assistant` line, or the `stream_event`
+//!   `message_start` with `--include-partial-messages`); `stream_event` `message_delta`
+//!   gives the output increment; each `result` line the rest of what the CLI billed so
+//!   far (side models and subagents from `modelUsage`).
+//! - Codex: `turn.completed` gives the turn's usage (per run: the thread-cumulative
+//!   figure minus what the resumed session had), with the model the run asked for.
+//! - Gemini: `result` gives the run's usage per model, and the requests counted from
+//!   the stream.
 //!
 //! ```
-//! use aicli_providers::{AiCliConfig, ProviderRegistry, ParseContext, replay};
+//! use aicli_providers::{AiCliConfig, ExitStatus, ProviderRegistry, ParseContext, replay};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let registry = ProviderRegistry::from_config(&AiCliConfig::builtin()?)?;
 //! let codex = registry.get("codex")?;
@@ -30,7 +62,7 @@
 //! {"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"Hi."}}
 //! {"type":"turn.completed","usage":{"input_tokens":120,"cached_input_tokens":30,"output_tokens":9,"reasoning_output_tokens":4}}
 //! "#;
-//! let (_events, result) = replay::replay(codex.as_ref(), stream, "", Some(0), &ParseContext::default());
+//! let result = replay::replay(codex.as_ref(), stream, "", ExitStatus::Code(0), &ParseContext::default());
 //! assert!(result.success);
 //! assert_eq!(result.response, "Hi.");
 //! assert_eq!(result.session_id.as_deref(), Some("t-1"));
@@ -41,8 +73,8 @@
 
 pub mod claude;
 pub mod codex;
-pub mod common;
 pub mod config;
+pub mod decode;
 pub mod error;
 pub mod event;
 pub mod gemini;
@@ -51,12 +83,15 @@ pub mod provider;
 pub mod registry;
 pub mod replay;
 pub mod result;
+pub mod shared;
 pub mod task;
 pub mod usage;
+pub mod wire;
 
 pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
+pub use decode::{Decoder, ExitStatus, Line, Tally};
 pub use error::{ConfigError, ErrorKind, ProviderError};
-pub use event::{AgentEvent, EventKind, LogLevel};
+pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
 pub use mcp_tools::{InputSchema, McpToolConfig, McpUpstreamConfig};
 pub use provider::{
     AiCliProvider, AuthStatus, BinaryLocation, CommandSpec, Feature, FileSpec, LaunchContext,

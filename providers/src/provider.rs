@@ -3,7 +3,7 @@
 //! [`McpEndpoint`], [`McpWiring`], [`AuthStatus`].
 //!
 //! A provider is pure where it can be: it turns a task into a command to run and the
-//! CLI's lines into events and a result. It never spawns processes or awaits I/O except
+//! CLI's lines into events and a result. It never spawns processes or does I/O except
 //! for the small local checks named below (finding the binary, a pre-flight look for
 //! credentials); the engine runs what the provider describes.
 
@@ -11,16 +11,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ProviderConfig;
+use crate::decode::{Decoder, ExitStatus};
 use crate::error::ProviderError;
-use crate::event::{AgentEvent, EventKind};
-use crate::result::{ParseContext, SessionResult};
+use crate::result::ParseContext;
 use crate::task::{PermissionMode, TaskSpec};
-use crate::usage::CanonicalUsage;
 
 /// Something a CLI may or may not support.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -201,7 +199,7 @@ pub struct LaunchContext<'a> {
     pub env: &'a BTreeMap<String, String>,
 }
 
-/// A command to run: the output of [`AiCliProvider::headless_argv`].
+/// A command to run: the output of [`AiCliProvider::command`].
 #[derive(Clone, PartialEq)]
 pub struct CommandSpec {
     /// The executable.
@@ -215,7 +213,8 @@ pub struct CommandSpec {
     /// Start from an empty environment (then `env`) instead of inheriting aicli's. The
     /// engine sets it with `env` holding the whole, explicit environment of the run.
     pub env_clear: bool,
-    /// What to write to stdin (then close it); stdin is null when `None`.
+    /// What to write to stdin (then close it); stdin is null when `None`. The prompt
+    /// goes here, never into `args` (which any user of the machine can read).
     pub stdin: Option<String>,
     /// The working directory.
     pub cwd: PathBuf,
@@ -309,97 +308,45 @@ pub enum AuthStatus {
 
 /// A CLI vendor: everything vendor-specific about running one AI coding CLI headlessly.
 ///
-/// The engine holds providers as `Arc<dyn AiCliProvider>` and never names a vendor. Most
-/// methods have defaults driven by the provider's [`ProviderConfig`]; an adapter must
-/// supply the config, the argv, the line parser and the result builder.
-///
-/// The object-safety of this trait is part of its contract (async methods go through
-/// `async_trait`).
-#[async_trait]
+/// The engine holds providers as `Arc<dyn AiCliProvider>` and never names a vendor. The
+/// required core is four methods: [`name`](AiCliProvider::name),
+/// [`config`](AiCliProvider::config), [`command`](AiCliProvider::command) (the command
+/// for a task: argv, env, stdin, files) and [`decoder`](AiCliProvider::decoder) (one
+/// streaming [`Decoder`] per run). Everything else has a default from the config.
 pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
-    /// This provider's config entry (facts and defaults).
-    fn config(&self) -> &ProviderConfig;
-
     /// The provider's name (its key in the config).
     fn name(&self) -> &str;
 
-    /// The npm package that ships the CLI.
-    fn package_name(&self) -> &str {
-        &self.config().package
-    }
+    /// This provider's config entry (facts and defaults).
+    fn config(&self) -> &ProviderConfig;
 
-    /// The executable's name.
-    fn binary_name(&self) -> &str {
-        &self.config().binary_name
-    }
+    /// The command that runs `ctx.task` headlessly with NDJSON output: argv, env, stdin
+    /// (the prompt: never in argv), files (MCP wiring included when `ctx.mcp` is set).
+    /// Pure: no I/O.
+    fn command(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError>;
 
-    /// The env var through which the CLI finds an IDE lockfile's port, if it uses one.
-    fn ide_lock_env_var(&self) -> Option<&str> {
-        self.config().ide_lock_env_var.as_deref()
-    }
-
-    /// Where the CLI looks for IDE lockfiles, relative to the home directory.
-    fn ide_lockfile_dir(&self) -> Option<&str> {
-        self.config().ide_lockfile_dir.as_deref()
-    }
-
-    /// The IDE lockfile to write for a run (file name and JSON contents), given the MCP
-    /// endpoint's port and the workspace. `None` when the CLI uses none.
-    fn ide_lockfile(
-        &self,
-        _endpoint: &McpEndpoint,
-        _port: u16,
-        _workspace: &Path,
-        _pid: u32,
-    ) -> Option<(String, String)> {
-        None
-    }
+    /// A decoder for one run: it reads the run's lines as they arrive and gives the
+    /// result at the end. `ctx` says what the lines do not (the model asked for, the
+    /// prior session totals of a resumed session).
+    fn decoder(&self, ctx: &ParseContext) -> Box<dyn Decoder>;
 
     /// Finds the executable: the configured `binary_path`, else `binary_name` on
-    /// `search_path` (the process `PATH` when `None`), else `npx --yes <package>@<version>` when `npx_fallback` is
-    /// on, else a [`ProviderError::NotInstalled`] naming the npm package.
+    /// `search_path` (the process `PATH` when `None`), else `npx --yes
+    /// <package>@<version>` when `npx_fallback` is on, else a
+    /// [`ProviderError::NotInstalled`] naming the npm package.
     fn binary_path(&self, search_path: Option<&str>) -> Result<BinaryLocation, ProviderError> {
         default_binary_path(self.name(), self.config(), search_path)
     }
 
-    /// The command that runs `ctx.task` headlessly with NDJSON output: argv, env, stdin,
-    /// files (MCP wiring included when `ctx.mcp` is set). Pure: no I/O.
-    fn headless_argv(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError>;
-
-    /// How to wire `endpoint` into this CLI for one run; files go under `private_dir`.
-    fn mcp_wiring(
-        &self,
-        _endpoint: &McpEndpoint,
-        _private_dir: &Path,
-    ) -> Result<McpWiring, ProviderError> {
-        Err(ProviderError::Unsupported {
-            provider: self.name().to_owned(),
-            what: "MCP servers at run time".to_owned(),
-        })
-    }
-
-    /// argv (after the binary) that logs in interactively.
-    fn login_argv(&self) -> Vec<String> {
-        self.config().login_argv.clone()
-    }
-
-    /// argv (after the binary) that prints the auth status, if the CLI has one.
-    fn auth_status_argv(&self) -> Option<Vec<String>> {
-        let a = &self.config().auth_status_argv;
-        (!a.is_empty()).then(|| a.clone())
-    }
-
-    /// Reads the status probe's output.
+    /// Reads the output of the auth-status probe (`config().auth_status_argv`). The
+    /// default goes by the exit code.
     fn parse_auth_status(&self, stdout: &str, stderr: &str, exit_code: Option<i32>) -> AuthStatus {
         let _ = (stdout, stderr);
+        let c = self.config();
         match exit_code {
             Some(0) => AuthStatus::LoggedIn { method: None },
             Some(_) => AuthStatus::LoggedOut {
-                hint: format!(
-                    "run: {} {}",
-                    self.binary_name(),
-                    self.login_argv().join(" ")
-                ),
+                hint: format!("run: {} {}", c.binary_name, c.login_argv.join(" ")),
             },
             None => AuthStatus::Unknown {
                 detail: "the status probe was killed".to_owned(),
@@ -407,101 +354,96 @@ pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
         }
     }
 
-    /// A quick look for credentials before spawning (no network): `Some(message)` when
-    /// there are certainly none. `env` is the run's full environment, `home` its home
-    /// directory, `args` the CLI's arguments as built (they may configure where the key
+    /// A quick look for credentials before spawning (local files and `env`, no
+    /// network; blocking, so the engine calls it off its async threads): `Some(message)`
+    /// when there are certainly none. `env` is the run's full environment, `home` its
+    /// home directory, `args` the CLI's arguments as built (they may say where the key
     /// comes from). The default looks for any of `auth_env_vars` and `auth_files`, and
     /// says nothing when the config lists neither.
-    async fn auth_precheck(
+    fn auth_precheck(
         &self,
         env: &BTreeMap<String, String>,
         home: &Path,
         args: &[String],
     ) -> Option<String> {
         let _ = args;
-        let c = self.config();
-        if c.auth_env_vars.is_empty() && c.auth_files.is_empty() {
-            return None;
-        }
-        if c.auth_env_vars
-            .iter()
-            .any(|v| env.get(v).is_some_and(|s| !s.is_empty()))
-        {
-            return None;
-        }
-        for f in &c.auth_files {
-            if home.join(f).exists() {
-                return None;
-            }
-        }
-        let login = self.login_argv();
-        let fix = if login.is_empty() {
-            format!(
-                "set one of {} or log in once with `{}` interactively",
-                c.auth_env_vars.join(", "),
-                self.binary_name()
-            )
-        } else {
-            format!("run: {} {}", self.binary_name(), login.join(" "))
-        };
-        Some(format!(
-            "not logged in: none of {} is set and no login file ({}) exists under {}; {fix}",
-            c.auth_env_vars.join(", "),
-            c.auth_files.join(", "),
-            home.display(),
-        ))
+        default_auth_precheck(self.config(), env, home)
     }
 
-    /// An auth failure, from stderr, the exit code and the events (Claude reports auth
-    /// failures on stdout with exit 1 and empty stderr). `Some(message)` when found.
-    fn detect_auth_error(
-        &self,
-        stderr: &str,
-        exit_code: Option<i32>,
-        events: &[AgentEvent],
-    ) -> Option<String>;
-
-    /// Parses one line (without its newline) into events. Never fails: a malformed line
-    /// is a [`EventKind::Protocol`] event, an unknown one [`EventKind::Unknown`].
-    fn parse_event(&self, line: &str) -> Vec<AgentEvent>;
-
-    /// Whether `event` is the CLI's last word (the engine stops waiting after it).
-    fn is_final_event(&self, event: &AgentEvent) -> bool {
-        matches!(event.kind, EventKind::Final { .. })
+    /// An auth failure the CLI's stderr and exit status show (the decoder also reads
+    /// the structured signals of the stream). `Some(message)` when found.
+    fn detect_auth_error(&self, stderr: &str, exit: ExitStatus) -> Option<String> {
+        let _ = (stderr, exit);
+        None
     }
 
-    /// Builds the run's result from all its events, stderr and exit code.
-    fn event_to_session_result(
-        &self,
-        events: &[AgentEvent],
-        stderr: &str,
-        exit_code: Option<i32>,
-        ctx: &ParseContext,
-    ) -> SessionResult;
-
-    /// The run's usage in the canonical meaning, per run (not per session).
-    fn canonical_usage(&self, events: &[AgentEvent], ctx: &ParseContext) -> CanonicalUsage;
-
-    /// Whether the CLI supports `feature`.
+    /// Whether the CLI supports `feature` (the config's `supports`).
     fn supports(&self, feature: Feature) -> bool {
         self.config().supports.contains(&feature)
     }
 
+    /// The IDE lockfile to write for a run (file name and JSON contents), given the MCP
+    /// endpoint's port and the workspace. `None` when the CLI uses none.
+    fn ide_lockfile(
+        &self,
+        endpoint: &McpEndpoint,
+        port: u16,
+        workspace: &Path,
+        pid: u32,
+    ) -> Option<(String, String)> {
+        let _ = (endpoint, port, workspace, pid);
+        None
+    }
+}
+
+/// Conveniences that read a provider's config.
+impl dyn AiCliProvider {
+    /// The npm package that ships the CLI.
+    pub fn package_name(&self) -> &str {
+        &self.config().package
+    }
+
+    /// The executable's name.
+    pub fn binary_name(&self) -> &str {
+        &self.config().binary_name
+    }
+
+    /// argv (after the binary) that logs in interactively.
+    pub fn login_argv(&self) -> Vec<String> {
+        self.config().login_argv.clone()
+    }
+
+    /// argv (after the binary) that prints the auth status, if the CLI has one.
+    pub fn auth_status_argv(&self) -> Option<Vec<String>> {
+        let a = &self.config().auth_status_argv;
+        (!a.is_empty()).then(|| a.clone())
+    }
+
+    /// The env var through which the CLI finds an IDE lockfile's port, if it uses one.
+    pub fn ide_lock_env_var(&self) -> Option<&str> {
+        self.config().ide_lock_env_var.as_deref()
+    }
+
+    /// Where the CLI looks for IDE lockfiles, relative to the home directory.
+    pub fn ide_lockfile_dir(&self) -> Option<&str> {
+        self.config().ide_lockfile_dir.as_deref()
+    }
+
     /// The permission mode a task runs with.
-    fn permission_mode(&self, task: &TaskSpec) -> PermissionMode {
+    pub fn permission_mode(&self, task: &TaskSpec) -> PermissionMode {
         task.permission_mode
             .unwrap_or(self.config().permission_mode)
     }
 
     /// The model a task runs with, when one is chosen.
-    fn model_for(&self, task: &TaskSpec) -> Option<String> {
+    pub fn model_for(&self, task: &TaskSpec) -> Option<String> {
         task.model
             .clone()
             .or_else(|| self.config().default_model.clone())
     }
 
     /// Reads a `--version` output into a version string.
-    fn parse_version(&self, stdout: &str) -> Option<String> {
+    pub fn parse_version(&self, stdout: &str) -> Option<String> {
         stdout
             .split_whitespace()
             .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
@@ -510,6 +452,41 @@ pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
                     .to_owned()
             })
     }
+}
+
+/// The default credentials look (see [`AiCliProvider::auth_precheck`]).
+pub fn default_auth_precheck(
+    c: &ProviderConfig,
+    env: &BTreeMap<String, String>,
+    home: &Path,
+) -> Option<String> {
+    if c.auth_env_vars.is_empty() && c.auth_files.is_empty() {
+        return None;
+    }
+    if c.auth_env_vars
+        .iter()
+        .any(|v| env.get(v).is_some_and(|s| !s.is_empty()))
+    {
+        return None;
+    }
+    if c.auth_files.iter().any(|f| home.join(f).exists()) {
+        return None;
+    }
+    let fix = if c.login_argv.is_empty() {
+        format!(
+            "set one of {} or log in once with `{}` interactively",
+            c.auth_env_vars.join(", "),
+            c.binary_name
+        )
+    } else {
+        format!("run: {} {}", c.binary_name, c.login_argv.join(" "))
+    };
+    Some(format!(
+        "not logged in: none of {} is set and no login file ({}) exists under {}; {fix}",
+        c.auth_env_vars.join(", "),
+        c.auth_files.join(", "),
+        home.display(),
+    ))
 }
 
 /// The default binary discovery (see [`AiCliProvider::binary_path`]).

@@ -1,5 +1,6 @@
 //! The normalized outcome of one CLI run ([`SessionResult`]).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use schemars::JsonSchema;
@@ -117,6 +118,10 @@ pub struct SessionResult {
     pub tool_calls: u32,
     /// Per-run token usage.
     pub canonical_usage: CanonicalUsage,
+    /// `canonical_usage` split by model (side models and subagents included), where the
+    /// CLI says which model used what; empty when it does not.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub usage_by_model: BTreeMap<String, CanonicalUsage>,
     /// Session-cumulative figures the CLI reported, kept for a later resume.
     pub session_totals: Option<SessionTotals>,
     /// The CLI's exit code (null when killed by a signal or never started).
@@ -156,6 +161,7 @@ impl Default for SessionResult {
             num_turns: None,
             tool_calls: 0,
             canonical_usage: CanonicalUsage::default(),
+            usage_by_model: BTreeMap::new(),
             session_totals: None,
             exit_code: None,
             branch: None,

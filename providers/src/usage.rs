@@ -38,7 +38,9 @@ pub struct CanonicalUsage {
 impl CanonicalUsage {
     /// All input tokens, cached or not.
     pub fn total_input(&self) -> u64 {
-        self.input_tokens + self.cache_read + self.cache_write
+        self.input_tokens
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write)
     }
 
     /// Whether every counter is zero.
@@ -71,13 +73,14 @@ impl Add for CanonicalUsage {
 }
 
 impl AddAssign for CanonicalUsage {
+    /// Saturating: a CLI's absurd counter never overflows the sum.
     fn add_assign(&mut self, rhs: CanonicalUsage) {
-        self.input_tokens += rhs.input_tokens;
-        self.output_tokens += rhs.output_tokens;
-        self.cache_read += rhs.cache_read;
-        self.cache_write += rhs.cache_write;
-        self.reasoning_tokens += rhs.reasoning_tokens;
-        self.request_count += rhs.request_count;
+        self.input_tokens = self.input_tokens.saturating_add(rhs.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(rhs.output_tokens);
+        self.cache_read = self.cache_read.saturating_add(rhs.cache_read);
+        self.cache_write = self.cache_write.saturating_add(rhs.cache_write);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(rhs.reasoning_tokens);
+        self.request_count = self.request_count.saturating_add(rhs.request_count);
     }
 }
 

@@ -1,7 +1,7 @@
 //! A `null` where a CLI normally prints a number or a flag must not cost the run its
 //! final event: the value reads as absent (its default) and the rest of the line counts.
 
-use aicli_providers::{AiCliConfig, ParseContext, ProviderRegistry, replay};
+use aicli_providers::{AiCliConfig, ExitStatus, ParseContext, ProviderRegistry, replay};
 
 fn fixture(provider: &str, scenario: &str) -> String {
     let p = format!(
@@ -20,13 +20,15 @@ fn run(provider: &str, stream: &str, model: Option<&str>) -> aicli_providers::Se
         model: model.map(str::to_owned),
         prior: None,
     };
-    replay::replay(p.as_ref(), stream.as_bytes(), "", Some(0), &ctx).1
+    replay::replay(p.as_ref(), stream.as_bytes(), "", ExitStatus::Code(0), &ctx)
 }
 
 #[test]
 fn claude_result_with_null_token_counts_still_finishes_the_run() {
-    let s = fixture("claude", "text").replace("\"input_tokens\":12,", "\"input_tokens\":null,");
-    assert!(s.contains("\"input_tokens\":null"));
+    let s = fixture("claude", "text")
+        .replace("\"input_tokens\":12,", "\"input_tokens\":null,")
+        .replace("\"inputTokens\":12,", "\"inputTokens\":null,");
+    assert!(s.contains("\"input_tokens\":null") && s.contains("\"inputTokens\":null"));
     let r = run("claude", &s, None);
     assert!(r.success, "{r:?}");
     assert_eq!(r.protocol_errors, 0);

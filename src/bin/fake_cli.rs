@@ -50,6 +50,7 @@
 //!                            on: the daemon's parent died at once, the CLI lives on
 //!   --touch FILE             create FILE (relative to the cwd) — "the tool ran"
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
+//!   --record-stdin FILE      read stdin to its end and write it to FILE (first of all)
 //!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -109,6 +110,7 @@ fn main() {
             "--double-fork-daemon" => o.double_fork = Some(val()),
             "--once" => o.once = Some(val()),
             "--record-argv" => o.record_argv = Some(val()),
+            "--record-stdin" => o.record_stdin = Some(val()),
             "--timeline" => o.timeline = Some(val()),
             // Anything else (the provider's own flags, the prompt) is accepted and ignored.
             _ => {}
@@ -143,6 +145,7 @@ struct Opts {
     record_env: Vec<(String, String)>,
     touch: Vec<String>,
     record_argv: Option<String>,
+    record_stdin: Option<String>,
     timeline: Option<String>,
     dump_env: Option<String>,
     mcp_calls: Vec<(String, String, String)>,
@@ -192,6 +195,11 @@ fn hang() -> ! {
 }
 
 fn run(mut o: Opts, args: &[String]) {
+    if let Some(f) = &o.record_stdin {
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut text).unwrap();
+        std::fs::write(f, text).unwrap();
+    }
     timeline(&o.timeline, "start");
     if let Some(f) = &o.once {
         if std::path::Path::new(f).exists() {

@@ -99,8 +99,30 @@ pub fn event_line(ev: &AgentEvent) -> Option<String> {
             }
         ),
         EventKind::Protocol { message, .. } => format!("! protocol: {message}"),
+        EventKind::Plan { items } => format!(
+            "plan: {}",
+            items
+                .iter()
+                .map(|i| format!("[{}] {}", if i.completed { "x" } else { " " }, i.text))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        EventKind::Subtask {
+            task_id,
+            status,
+            description,
+            ..
+        } => format!(
+            "task {task_id}: {status}{}",
+            description
+                .as_deref()
+                .map(|d| format!(" ({})", first_line(d, 120)))
+                .unwrap_or_default()
+        ),
         EventKind::UserMessage { .. }
         | EventKind::Usage { .. }
+        | EventKind::Status { .. }
+        | EventKind::Hook { .. }
         | EventKind::Final { .. }
         | EventKind::Unknown { .. } => return None,
     })
@@ -108,7 +130,7 @@ pub fn event_line(ev: &AgentEvent) -> Option<String> {
 
 fn first_line(s: &str, max: usize) -> String {
     let line = s.lines().next().unwrap_or_default();
-    aicli::providers::common::truncate_chars(line, max)
+    aicli::providers::shared::text::truncate_chars(line, max)
 }
 
 /// `$0.0004`, `~$0.0004` (estimated), `unknown`.

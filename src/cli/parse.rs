@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use aicli::providers::replay;
-use aicli::providers::{ParseContext, SessionResult};
+use aicli::providers::{ExitStatus, ParseContext, SessionResult};
 use aicli::store::read_range;
 use anyhow::Context;
 use clap::Args;
@@ -66,20 +66,23 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
                 .last()
                 .with_context(|| format!("{} has no attempts", dir.display()))?,
         };
-        let stdout = read_range(
-            &dir.join("events.ndjson"),
+        let stdout = (
+            dir.join("events.ndjson"),
             attempt.events_start,
             attempt.events_end,
-        )?;
+        );
         let stderr = read_range(
             &dir.join("stderr.log"),
             attempt.stderr_start,
             attempt.stderr_end,
         )
         .unwrap_or_default();
-        let exit = a
-            .exit_code
-            .or(attempt.result.as_ref().and_then(|r| r.exit_code));
+        // A finished attempt's result says how the CLI ended (no code: a signal).
+        let exit = match (a.exit_code, &attempt.result) {
+            (Some(c), _) => ExitStatus::Code(c),
+            (None, Some(r)) => ExitStatus::of_wait(r.exit_code),
+            (None, None) => ExitStatus::Unknown,
+        };
         let ctx = ParseContext {
             model: a.model.clone().or(attempt.model.clone()),
             prior: attempt.prior,
@@ -100,8 +103,7 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
                 reg.names().join(", ")
             )));
         };
-        let stdout =
-            std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+        let stdout = (a.file.clone(), 0, None);
         let stderr = match &a.stderr {
             Some(f) => std::fs::read_to_string(f)
                 .with_context(|| format!("cannot read {}", f.display()))?,
@@ -111,7 +113,8 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
             p,
             stdout,
             stderr,
-            a.exit_code,
+            // Without --exit-code nothing is known about how the CLI ended.
+            a.exit_code.map_or(ExitStatus::Unknown, ExitStatus::Code),
             ParseContext {
                 model: a.model.clone(),
                 prior: None,
@@ -125,22 +128,47 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
             .or_else(|| provider.config().default_model.clone()),
         ..ctx
     };
-    let (events, mut result) = replay::replay(provider.as_ref(), &stdout, &stderr, exit_code, &ctx);
+    // Streamed: one line in memory at a time, each event written as its line passes.
+    let (path, start, end) = stdout;
+    let reader =
+        open_range(&path, start, end).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut written: std::io::Result<()> = Ok(());
+    let mut result = replay::decode_reader(
+        provider.as_ref(),
+        reader,
+        config.engine.line_cap_bytes,
+        &ctx,
+        &stderr,
+        exit_code,
+        |e| {
+            if a.events && written.is_ok() {
+                written = serde_json::to_writer(&mut out, &e)
+                    .map_err(std::io::Error::from)
+                    .and_then(|()| out.write_all(b"\n"));
+            }
+        },
+    )
+    .with_context(|| format!("cannot read {}", path.display()))?;
+    written?;
     if let Some(v) = &verdict {
         with_engine_verdict(&mut result, v);
     }
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    if a.events {
-        for e in &events {
-            serde_json::to_writer(&mut out, e)?;
-            out.write_all(b"\n")?;
-        }
-    } else {
+    if !a.events {
         serde_json::to_writer(&mut out, &result)?;
         out.write_all(b"\n")?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Bytes `start..end` of `path` (to its end when `end` is `None`), buffered.
+fn open_range(path: &Path, start: u64, end: Option<u64>) -> std::io::Result<impl std::io::BufRead> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    f.seek(SeekFrom::Start(start))?;
+    let len = end.map_or(u64::MAX, |e| e.saturating_sub(start));
+    Ok(std::io::BufReader::with_capacity(256 * 1024, f.take(len)))
 }
 
 /// The engine's own verdict on a recorded attempt, over what the CLI's stream alone

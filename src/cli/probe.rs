@@ -87,7 +87,7 @@ async fn auth_status(
         }
         None => {
             let home = PathBuf::from(env.get("HOME").cloned().unwrap_or_default());
-            match p.auth_precheck(env, &home, &p.config().extra_args).await {
+            match p.auth_precheck(env, &home, &p.config().extra_args) {
                 Some(msg) => AuthStatus::LoggedOut { hint: msg },
                 None => AuthStatus::Unknown {
                     detail: "the CLI has no status command; credentials seem present".into(),

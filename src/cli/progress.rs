@@ -221,19 +221,9 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
                         }
                     }
                     EventKind::ToolCall { name, .. } => line.last_tool = name.clone(),
-                    EventKind::Usage { usage, cumulative } => {
-                        if *cumulative {
-                            line.usage = *usage;
-                        } else {
-                            line.usage += *usage;
-                        }
-                    }
-                    EventKind::Final {
-                        usage, cost_usd, ..
-                    } => {
-                        if let Some(u) = usage {
-                            line.usage = *u;
-                        }
+                    // Usage events are increments of the run's usage.
+                    EventKind::Usage { usage, .. } => line.usage += *usage,
+                    EventKind::Final { cost_usd, .. } => {
                         if cost_usd.is_some() {
                             line.reported_cost = *cost_usd;
                         }
@@ -250,6 +240,10 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
                     | EventKind::PermissionDenied { .. }
                     | EventKind::Error { .. }
                     | EventKind::Log { .. }
+                    | EventKind::Status { .. }
+                    | EventKind::Plan { .. }
+                    | EventKind::Subtask { .. }
+                    | EventKind::Hook { .. }
                     | EventKind::Protocol { .. }
                     | EventKind::Unknown { .. } => continue,
                 }

@@ -169,11 +169,11 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
         model: attempt.model.clone(),
         prior: attempt.prior,
     };
-    let (events, mut result) = replay::replay(
+    let (events, mut result) = replay::replay_events(
         provider.as_ref(),
         &stdout,
         &String::from_utf8_lossy(&stderr),
-        exit,
+        aicli::providers::ExitStatus::of_wait(exit),
         &ctx,
     );
     server.cancellation_token().cancel();

@@ -109,7 +109,7 @@ pub(super) fn runs(
                 );
                 outln!(
                     "  prompt: {}",
-                    aicli::providers::common::truncate_chars(&t.task.prompt, 120)
+                    aicli::providers::shared::text::truncate_chars(&t.task.prompt, 120)
                 );
                 let calls = aicli::mcp::read_calls(&b.task_dir(&t.task.id));
                 for at in &t.attempts {
@@ -168,7 +168,7 @@ fn call_line(c: &aicli::mcp::McpCallRecord) -> String {
         .map(|e| format!(" exit {e}"))
         .unwrap_or_default();
     let result: String = c.result.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut shown = aicli::providers::common::truncate_chars(&result, 100);
+    let mut shown = aicli::providers::shared::text::truncate_chars(&result, 100);
     if c.truncated && !shown.ends_with('…') {
         shown.push('…');
     }

@@ -11,6 +11,7 @@ mod new_vendor;
 mod orphans;
 mod private_modes;
 mod process;
+mod prompt_privacy;
 mod resume_finished;
 mod robustness;
 mod schemas;

@@ -3,22 +3,24 @@
 //! selects it through a config file, parses its transcript, and runs it end to end
 //! through the engine (a real process replaying the transcript, a real git worktree).
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
 
-use aicli::providers::common::{assistant_text, base_result, basics, json_object};
+use aicli::providers::decode::SimpleDecoder;
 use aicli::providers::{
-    AgentEvent, AiCliConfig, AiCliProvider, CanonicalUsage, CommandSpec, Cost, ErrorKind,
-    EventKind, LaunchContext, ParseContext, ProviderConfig, ProviderError, ProviderRegistry,
-    SessionResult, replay,
+    AiCliConfig, AiCliProvider, CanonicalUsage, CommandSpec, Decoder, EventKind, ExitStatus,
+    LaunchContext, ParseContext, ProviderConfig, ProviderError, ProviderRegistry, replay,
+    tagged_enum,
 };
 use aicli::{BatchOptions, Engine};
+use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::support::{collect_events, fake_cli, git_repo};
 
-/// The Acme CLI: `acme --json "PROMPT"` prints `{"kind": "start" | "say" | "tool" |
-/// "done", ...}` lines.
+/// The Acme CLI: `acme --json` reads the prompt on stdin and prints `{"kind": "start" |
+/// "say" | "tool" | "done", ...}` lines.
 #[derive(Debug)]
 struct Acme {
     name: String,
@@ -26,127 +28,103 @@ struct Acme {
 }
 
 impl AiCliProvider for Acme {
-    fn config(&self) -> &ProviderConfig {
-        &self.config
-    }
     fn name(&self) -> &str {
         &self.name
     }
-    fn headless_argv(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError> {
+    fn config(&self) -> &ProviderConfig {
+        &self.config
+    }
+    fn command(&self, ctx: &LaunchContext<'_>) -> Result<CommandSpec, ProviderError> {
         let mut c = CommandSpec::new(ctx.binary, ctx.workdir);
-        c.args(self.config.extra_args.iter().cloned());
-        c.args(["--json".to_owned(), ctx.task.prompt.clone()]);
+        c.args(self.config.extra_args.iter().cloned())
+            .args(["--json"]);
+        c.stdin = Some(ctx.task.prompt.clone());
         Ok(c)
     }
-    fn detect_auth_error(&self, stderr: &str, _: Option<i32>, _: &[AgentEvent]) -> Option<String> {
-        stderr
-            .contains("ACME_KEY missing")
-            .then(|| "set ACME_KEY".to_owned())
+    fn decoder(&self, ctx: &ParseContext) -> Box<dyn Decoder> {
+        let auth = |stderr: &str| {
+            stderr
+                .contains("ACME_KEY missing")
+                .then(|| "set ACME_KEY".into())
+        };
+        Box::new(SimpleDecoder::new(
+            &self.name,
+            &self.config,
+            ctx.model.clone(),
+            acme_line,
+            auth,
+        ))
     }
-    fn parse_event(&self, line: &str) -> Vec<AgentEvent> {
-        let raw: Arc<str> = Arc::from(line);
-        let m = match json_object(line) {
-            Ok(m) => m,
-            Err(msg) => return vec![AgentEvent::protocol(msg, raw)],
-        };
-        let s = |k: &str| {
-            m.get(k)
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let kind = match m.get("kind").and_then(|v| v.as_str()) {
-            Some("start") => EventKind::SessionStarted {
-                session_id: s("sid"),
-                model: Some(s("model")),
+}
+
+/// Acme's lines, tagged by `kind`.
+#[derive(Deserialize)]
+#[serde(remote = "Self")]
+enum AcmeLine<'a> {
+    #[serde(rename = "start")]
+    Start { sid: String, model: String },
+    #[serde(rename = "say")]
+    Say { text: String },
+    #[serde(rename = "tool")]
+    Tool {
+        id: String,
+        name: String,
+        args: serde_json::Value,
+    },
+    #[serde(rename = "done")]
+    Done { ok: bool, tokens: Tokens },
+    #[serde(rename = "__other")]
+    Other(#[serde(borrow)] Cow<'a, str>),
+}
+tagged_enum!(AcmeLine, "kind");
+
+#[derive(Deserialize)]
+struct Tokens {
+    #[serde(rename = "in")]
+    input: u64,
+    cached: u64,
+    out: u64,
+}
+
+fn acme_line(line: &str) -> Result<Vec<EventKind>, String> {
+    Ok(vec![
+        match serde_json::from_str(line).map_err(|e| e.to_string())? {
+            AcmeLine::Start { sid, model } => EventKind::SessionStarted {
+                session_id: sid,
+                model: Some(model),
                 cwd: None,
                 tools: vec![],
                 mcp_servers: vec![],
                 cli_version: None,
             },
-            Some("say") => EventKind::AssistantText {
-                text: s("text"),
-                delta: true,
-            },
-            Some("tool") => EventKind::ToolCall {
-                id: s("id"),
-                name: s("name"),
-                input: m.get("args").cloned().unwrap_or_default(),
+            AcmeLine::Say { text } => EventKind::AssistantText { text, delta: true },
+            AcmeLine::Tool { id, name, args } => EventKind::ToolCall {
+                id,
+                name,
+                input: args,
                 mcp_server: None,
             },
-            Some("done") => {
-                let t = m.get("tokens").cloned().unwrap_or_default();
-                let n = |k: &str| t.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-                let ok = m.get("ok").and_then(|v| v.as_bool()).unwrap_or(false);
-                EventKind::Final {
-                    success: ok,
-                    text: None,
-                    error_kind: (!ok).then_some(ErrorKind::Unknown),
-                    error: None,
-                    usage: Some(CanonicalUsage {
-                        input_tokens: n("in") - n("cached"),
-                        cache_read: n("cached"),
-                        output_tokens: n("out"),
-                        request_count: 1,
-                        ..CanonicalUsage::default()
-                    }),
-                    cost_usd: None,
-                    num_turns: None,
-                    duration_ms: None,
-                }
-            }
-            other => EventKind::Unknown {
-                vendor_type: other.map(str::to_owned),
+            AcmeLine::Done { ok, tokens } => EventKind::Final {
+                success: ok,
+                text: None,
+                error_kind: None,
+                error: (!ok).then(|| "acme said no".into()),
+                usage: Some(CanonicalUsage {
+                    input_tokens: tokens.input - tokens.cached,
+                    cache_read: tokens.cached,
+                    output_tokens: tokens.out,
+                    request_count: 1,
+                    ..CanonicalUsage::default()
+                }),
+                cost_usd: None,
+                num_turns: None,
+                duration_ms: None,
             },
-        };
-        vec![AgentEvent::new(kind, raw)]
-    }
-    fn event_to_session_result(
-        &self,
-        events: &[AgentEvent],
-        stderr: &str,
-        exit_code: Option<i32>,
-        ctx: &ParseContext,
-    ) -> SessionResult {
-        let b = basics(events);
-        let mut r = base_result(&self.name, &b);
-        r.exit_code = exit_code;
-        r.response = assistant_text(events);
-        r.canonical_usage = self.canonical_usage(events, ctx);
-        let model = b.model.clone().or(ctx.model.clone()).unwrap_or_default();
-        r.set_cost(Cost::estimated(
-            self.config
-                .prices
-                .estimate([(model.as_str(), &r.canonical_usage)]),
-        ));
-        match events.iter().find_map(|e| match &e.kind {
-            EventKind::Final { success, .. } => Some(*success),
-            _ => None,
-        }) {
-            Some(true) => r.succeed(),
-            Some(false) => r.fail(ErrorKind::Unknown, "acme said no"),
-            None => {
-                let (k, m) = aicli::providers::common::classify_without_final(
-                    "Acme",
-                    &b,
-                    stderr,
-                    exit_code,
-                    self.detect_auth_error(stderr, exit_code, events),
-                );
-                r.fail(k, m);
-            }
-        }
-        r
-    }
-    fn canonical_usage(&self, events: &[AgentEvent], _: &ParseContext) -> CanonicalUsage {
-        events
-            .iter()
-            .find_map(|e| match &e.kind {
-                EventKind::Final { usage, .. } => *usage,
-                _ => None,
-            })
-            .unwrap_or_default()
-    }
+            AcmeLine::Other(t) => EventKind::Unknown {
+                vendor_type: Some(t.into_owned()),
+            },
+        },
+    ])
 }
 
 fn acme_data() -> std::path::PathBuf {
@@ -190,14 +168,15 @@ fn a_vendor_registered_from_outside_parses_its_transcript() {
     let acme = registry.get_or_default(None).unwrap();
     let data = acme_data();
     let stdout = std::fs::read(data.with_extension("ndjson")).unwrap();
-    let (events, r) = replay::replay(
+    let (events, r) = replay::replay_events(
         acme.as_ref(),
         &stdout,
         "",
-        Some(0),
+        ExitStatus::Code(0),
         &ParseContext::default(),
     );
-    assert_eq!(events.len(), 6);
+    // Six lines; the last one's usage is also a Usage event.
+    assert_eq!(events.len(), 7);
     assert!(
         matches!(&events[4].kind, EventKind::Unknown { vendor_type: Some(t) } if t == "telemetry")
     );

@@ -143,7 +143,6 @@ async fn codex_without_credentials_or_network_is_ended_by_the_idle_watchdog() {
     let precheck = t
         .provider()
         .auth_precheck(&t.env, &t.dirs.home, &[])
-        .await
         .expect("the pre-check finds no credentials");
     assert!(precheck.contains("CODEX_API_KEY"), "{precheck}");
     t.finish().await;

@@ -551,11 +551,11 @@ impl E2e {
             prior: a.prior,
         };
         let exit = a.result.as_ref().and_then(|r| r.exit_code);
-        let (_, result) = aicli::providers::replay::replay(
+        let result = aicli::providers::replay::replay(
             self.provider().as_ref(),
             &stdout,
             &String::from_utf8_lossy(&stderr),
-            exit,
+            aicli::providers::ExitStatus::of_wait(exit),
             &ctx,
         );
         (a, result)

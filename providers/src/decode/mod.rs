@@ -1,0 +1,200 @@
+//! The streaming decoder contract: one [`Decoder`] per run turns the CLI's lines into
+//! events as they arrive and folds what the result needs; [`Decoder::finish`] gives the
+//! [`SessionResult`]. [`Tally`] is the part of that fold every vendor shares.
+
+mod simple;
+mod tally;
+
+use std::sync::Arc;
+
+pub use simple::SimpleDecoder;
+pub use tally::Tally;
+
+use crate::event::{AgentEvent, EventKind};
+use crate::result::SessionResult;
+use crate::usage::CanonicalUsage;
+
+/// How much of an over-long or non-UTF-8 line is kept in its protocol event.
+pub const PROTOCOL_RAW_PREFIX: usize = 4096;
+
+/// One line of a CLI's stdout, as the reader framed it.
+#[derive(Debug, Clone, Copy)]
+pub enum Line<'a> {
+    /// A whole line without its `\n` (or the last bytes before EOF).
+    Bytes(&'a [u8]),
+    /// A line longer than the reader's cap: its size and the first bytes kept.
+    Overlong {
+        /// The line's length in bytes.
+        len: u64,
+        /// Its first bytes.
+        prefix: &'a [u8],
+        /// The cap it exceeded.
+        cap: usize,
+    },
+}
+
+impl<'a> From<&'a [u8]> for Line<'a> {
+    fn from(b: &'a [u8]) -> Line<'a> {
+        Line::Bytes(b)
+    }
+}
+
+impl<'a> From<&'a str> for Line<'a> {
+    fn from(s: &'a str) -> Line<'a> {
+        Line::Bytes(s.as_bytes())
+    }
+}
+
+impl<'a> Line<'a> {
+    /// The line as text: `Ok(None)` for a blank line (a trailing `\r` is ignored),
+    /// `Err` with a protocol event (which keeps the first 4 KiB) for a line over the cap
+    /// or not UTF-8.
+    pub fn text(self) -> Result<Option<&'a str>, Box<AgentEvent>> {
+        match self {
+            Line::Overlong { len, prefix, cap } => {
+                let kept = &prefix[..PROTOCOL_RAW_PREFIX.min(prefix.len())];
+                Err(Box::new(AgentEvent::protocol_with(
+                    format!(
+                        "line of {len} bytes exceeds the cap of {cap} bytes; kept its first {} bytes",
+                        kept.len()
+                    ),
+                    len,
+                    Arc::from(String::from_utf8_lossy(kept).as_ref()),
+                )))
+            }
+            Line::Bytes(b) => {
+                let b = b.strip_suffix(b"\r").unwrap_or(b);
+                if b.iter().all(u8::is_ascii_whitespace) {
+                    return Ok(None);
+                }
+                match std::str::from_utf8(b) {
+                    Ok(s) => Ok(Some(s)),
+                    Err(e) => {
+                        let kept = &b[..PROTOCOL_RAW_PREFIX.min(b.len())];
+                        Err(Box::new(AgentEvent::protocol_with(
+                            format!(
+                                "line is not valid UTF-8 (invalid byte at offset {})",
+                                e.valid_up_to()
+                            ),
+                            b.len() as u64,
+                            Arc::from(String::from_utf8_lossy(kept).as_ref()),
+                        )))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How the CLI process ended, as far as the caller knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal killed it.
+    Signal,
+    /// Not known (a transcript parsed without its exit code).
+    Unknown,
+}
+
+impl ExitStatus {
+    /// From a process wait: `None` means a signal ended it.
+    pub fn of_wait(code: Option<i32>) -> ExitStatus {
+        code.map_or(ExitStatus::Signal, ExitStatus::Code)
+    }
+
+    /// The exit code, when there was one.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            ExitStatus::Code(c) => Some(c),
+            ExitStatus::Signal | ExitStatus::Unknown => None,
+        }
+    }
+
+    /// `" (exit code 1)"`, `" (killed by a signal)"`, or nothing when unknown.
+    pub fn in_parens(self) -> String {
+        match self {
+            ExitStatus::Code(c) => format!(" (exit code {c})"),
+            ExitStatus::Signal => " (killed by a signal)".to_owned(),
+            ExitStatus::Unknown => String::new(),
+        }
+    }
+
+    /// `", exit code 1"`, `", killed by a signal"`, or nothing.
+    fn after_comma(self) -> String {
+        match self {
+            ExitStatus::Code(c) => format!(", exit code {c}"),
+            ExitStatus::Signal => ", killed by a signal".to_owned(),
+            ExitStatus::Unknown => String::new(),
+        }
+    }
+}
+
+/// Decodes one run of a CLI: made by [`crate::AiCliProvider::decoder`], fed every line
+/// of the run's stdout in order, finished once.
+///
+/// A decoder keeps only what the result needs (ids, the response text, usage
+/// accumulators, error facts), never the lines or the events: memory does not grow
+/// with the stream, apart from the response text.
+pub trait Decoder: Send {
+    /// The events of one line. Never fails: a malformed line is a
+    /// [`EventKind::Protocol`] event, a line of a type the vendor does not know
+    /// [`EventKind::Unknown`]. Every event keeps the line in `raw`.
+    fn line(&mut self, line: Line<'_>) -> Vec<AgentEvent>;
+
+    /// The run's usage so far, per run, in the canonical meaning (the sum of the
+    /// [`EventKind::Usage`] events given so far).
+    fn usage(&self) -> CanonicalUsage;
+
+    /// Whether the CLI has said its last word: the engine then gives it a short grace
+    /// to exit before it shuts the run down. The default never says so (the engine
+    /// waits for the CLI to exit).
+    fn finished(&self) -> bool {
+        false
+    }
+
+    /// The run's result, from what the lines said, the CLI's stderr and how it ended.
+    fn finish(self: Box<Self>, stderr: &str, exit: ExitStatus) -> SessionResult;
+}
+
+/// The events of one line, each with the line as its `raw`, folded into `tally`.
+pub fn events_of(tally: &mut Tally, raw: &str, kinds: Vec<EventKind>) -> Vec<AgentEvent> {
+    let raw: Arc<str> = Arc::from(raw);
+    let mut out = Vec::with_capacity(kinds.len());
+    for k in kinds {
+        let ev = AgentEvent::new(k, raw.clone());
+        tally.see(&ev);
+        out.push(ev);
+    }
+    out
+}
+
+/// The one event of a line, with the line as its `raw`, folded into `tally`.
+pub fn event_of(tally: &mut Tally, raw: &str, kind: EventKind) -> Vec<AgentEvent> {
+    let ev = AgentEvent::new(kind, Arc::from(raw));
+    tally.see(&ev);
+    vec![ev]
+}
+
+/// A protocol event for a line that is not the vendor's shape, folded into `tally`.
+pub fn protocol_of(tally: &mut Tally, raw: &str, message: String) -> Vec<AgentEvent> {
+    let ev = AgentEvent::protocol(message, Arc::from(raw));
+    tally.see(&ev);
+    vec![ev]
+}
+
+/// What was wrong with a line that a vendor's wire enum could not read.
+pub fn malformed(vendor: &str, text: &str, e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof => format!("malformed JSON: {e}"),
+        Category::Io | Category::Data => match text.trim_start().as_bytes().first() {
+            Some(b'{') => format!("a {vendor} line that does not have the expected shape: {e}"),
+            Some(b'[') => "expected a JSON object, got an array".to_owned(),
+            Some(b'"') => "expected a JSON object, got a string".to_owned(),
+            Some(b't' | b'f') => "expected a JSON object, got a boolean".to_owned(),
+            Some(b'n') => "expected a JSON object, got null".to_owned(),
+            _ => "expected a JSON object, got a number".to_owned(),
+        },
+    }
+}

@@ -1,0 +1,120 @@
+//! Text helpers: clipping, the last line of stderr, a tool's output as text.
+
+use std::fmt;
+
+use serde::Deserializer;
+use serde::de::{self, Visitor};
+use serde_json::Value;
+
+/// At most `max` characters of `s`, with an ellipsis when cut.
+pub fn truncate_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((i, _)) => format!("{}…", &s[..i]),
+    }
+}
+
+/// The last non-empty line of stderr, trimmed to 500 characters.
+pub fn stderr_last_line(stderr: &str) -> Option<String> {
+    let line = stderr
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())?;
+    Some(truncate_chars(line, 500))
+}
+
+/// A tool's output as text: a string as it is, `[{type: text, text}]` blocks joined by
+/// newlines, anything else as compact JSON, `null` as nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolOutput(pub String);
+
+impl<'de> serde::Deserialize<'de> for ToolOutput {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ToolOutput;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a tool's output")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ToolOutput, E> {
+                Ok(ToolOutput(s.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<ToolOutput, E> {
+                Ok(ToolOutput(s))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<ToolOutput, E> {
+                Ok(ToolOutput(String::new()))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<ToolOutput, E> {
+                Ok(ToolOutput(String::new()))
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<ToolOutput, E> {
+                Ok(ToolOutput(b.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<ToolOutput, E> {
+                Ok(ToolOutput(n.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<ToolOutput, E> {
+                Ok(ToolOutput(n.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<ToolOutput, E> {
+                Ok(ToolOutput(Value::from(n).to_string()))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<ToolOutput, A::Error> {
+                let mut items = Vec::new();
+                while let Some(v) = a.next_element::<Value>()? {
+                    items.push(v);
+                }
+                Ok(ToolOutput(blocks_text(&items)))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, a: A) -> Result<ToolOutput, A::Error> {
+                let v: Value =
+                    serde::Deserialize::deserialize(de::value::MapAccessDeserializer::new(a))?;
+                Ok(ToolOutput(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Text blocks joined by newlines, or the whole array as compact JSON when one is not
+/// a text block.
+pub fn blocks_text(items: &[Value]) -> String {
+    let texts: Vec<&str> = items
+        .iter()
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect();
+    if texts.len() == items.len() {
+        texts.join("\n")
+    } else {
+        Value::Array(items.to_vec()).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_output_joins_text_blocks_and_keeps_the_rest_as_json() {
+        let read = |s: &str| serde_json::from_str::<ToolOutput>(s).map(|o| o.0).ok();
+        assert_eq!(read(r#""x""#).as_deref(), Some("x"));
+        assert_eq!(
+            read(r#"[{"type":"text","text":"a"},{"type":"text","text":"b"}]"#).as_deref(),
+            Some("a\nb")
+        );
+        assert_eq!(read(r#"{"k":1}"#).as_deref(), Some(r#"{"k":1}"#));
+        assert_eq!(read("null").as_deref(), Some(""));
+        assert_eq!(
+            read(r#"[{"type":"image"}]"#).as_deref(),
+            Some(r#"[{"type":"image"}]"#)
+        );
+    }
+
+    #[test]
+    fn truncate_keeps_char_boundaries() {
+        assert_eq!(truncate_chars("héllo", 2), "hé…");
+        assert_eq!(truncate_chars("hi", 5), "hi");
+    }
+}
