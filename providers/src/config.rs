@@ -405,6 +405,10 @@ pub struct McpLimits {
     pub pattern_chars: usize,
     /// `getSkill`'s and `getCredential`'s `name`, characters.
     pub name_chars: usize,
+    /// The arguments of a call to a granted tool (a command-backed tool of `mcp_tools`,
+    /// or an upstream's tool), bytes of their JSON; a larger call is refused with a
+    /// JSON-RPC error and nothing runs or is forwarded.
+    pub tool_argument_bytes: usize,
 }
 
 impl Default for McpLimits {
@@ -424,13 +428,14 @@ impl Default for McpLimits {
             path_chars: 4_096,
             pattern_chars: 1_024,
             name_chars: 256,
+            tool_argument_bytes: 64 * 1024,
         }
     }
 }
 
 impl McpLimits {
     /// Each limit by its config name, for validation and messages.
-    pub fn named(&self) -> [(&'static str, u64); 14] {
+    pub fn named(&self) -> [(&'static str, u64); 15] {
         [
             ("header_read_timeout_secs", self.header_read_timeout_secs),
             ("idle_timeout_secs", self.idle_timeout_secs),
@@ -446,6 +451,7 @@ impl McpLimits {
             ("path_chars", self.path_chars as u64),
             ("pattern_chars", self.pattern_chars as u64),
             ("name_chars", self.name_chars as u64),
+            ("tool_argument_bytes", self.tool_argument_bytes as u64),
         ]
     }
 }

@@ -26,6 +26,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::ConfigError;
+use crate::shared::text::truncate_chars;
+
+/// Characters of one argument error's message (it quotes the value it refuses).
+const MAX_ERROR_CHARS: usize = 300;
+/// Characters of one argument error's JSON pointer.
+const MAX_ERROR_PATH_CHARS: usize = 200;
 
 /// The tools aicli's MCP server always serves; a configured tool or upstream may not
 /// take one of these names.
@@ -197,15 +203,16 @@ impl InputSchema {
         Ok(InputSchema { validator })
     }
 
-    /// Checks a call's arguments; every mismatch (at most 20) when they do not fit.
+    /// Checks a call's arguments; every mismatch (at most 20) when they do not fit, each
+    /// message cut to a few hundred characters (they quote the offending value).
     pub fn check(&self, args: &Value) -> Result<(), Vec<ArgumentError>> {
         let errors: Vec<ArgumentError> = self
             .validator
             .iter_errors(args)
             .take(20)
             .map(|e| ArgumentError {
-                path: e.instance_path.to_string(),
-                message: e.to_string(),
+                path: truncate_chars(&e.instance_path.to_string(), MAX_ERROR_PATH_CHARS),
+                message: truncate_chars(&e.to_string(), MAX_ERROR_CHARS),
             })
             .collect();
         if errors.is_empty() {
@@ -489,6 +496,16 @@ mod tests {
                 .unwrap_err()
                 .starts_with("is not a valid JSON Schema")
         );
+        // An error quotes the value it refuses, cut short.
+        let long = s
+            .check(&json!({"filter": "x", "n": "y".repeat(100_000)}))
+            .unwrap_err();
+        assert!(
+            long[0].message.chars().count() <= 301,
+            "{}",
+            long[0].message.len()
+        );
+        assert!(long[0].message.ends_with('…'));
         // A remote reference is never fetched.
         let remote = InputSchema::compile(&json!({
             "type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/x.json"}}

@@ -508,6 +508,23 @@ impl AgentTools {
                 exit_code: None,
             };
         };
+        // A granted tool's arguments have a size too: too many bytes and nothing runs
+        // (a command never starts, an upstream is never asked).
+        let limit = self.shared.limits.tool_argument_bytes;
+        let size = request.arguments.as_ref().map_or(0, json_size);
+        if size > limit {
+            tracing::info!(task_id = %c.ctx.task_id, tool = %request.name, size, limit, "refused a tool call: its arguments are too large");
+            return Outcome {
+                res: Err(ErrorData::invalid_params(
+                    format!(
+                        "invalid arguments for tool {}: {size} bytes of JSON; at most {limit} are accepted (mcp.limits.tool_argument_bytes)",
+                        request.name
+                    ),
+                    Some(json!({"tool": request.name, "bytes": size, "limit": limit})),
+                )),
+                exit_code: None,
+            };
+        }
         // Killed when the client cancels, and when the task's token is revoked.
         let cancel = c.cancel.child_token();
         let _on_request_cancel = {
@@ -547,6 +564,24 @@ impl AgentTools {
         _on_request_cancel.abort();
         out
     }
+}
+
+/// The length of `args` as compact JSON, counted without building the text.
+fn json_size(args: &rmcp::model::JsonObject) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    // Writing a JSON value to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut n, args);
+    n.0
 }
 
 /// A response as text for the record (never a credential's value).

@@ -310,9 +310,28 @@ async fn a_granted_command_tool_is_listed_and_runs_and_an_ungranted_task_neither
 async fn arguments_that_miss_the_schema_get_a_json_rpc_error_and_run_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
-    let h = Harness::new(json!({"mcp_tools": {"echo_args": echo_tool(&ran)}}), &[]).await;
+    let h = Harness::new(
+        json!({"mcp_tools": {"echo_args": echo_tool(&ran)},
+               "engine": {"mcp": {"limits": {"tool_argument_bytes": 1000}}}}),
+        &[],
+    )
+    .await;
     let mut args = Vec::new();
     args.extend(call(&h, "echo_args", json!({"filter": 3}), "wrong-type"));
+    // Too large (over mcp.limits.tool_argument_bytes), though the schema would take it.
+    args.extend(call(
+        &h,
+        "echo_args",
+        json!({"filter": "y".repeat(1000)}),
+        "too-large",
+    ));
+    // The refusal quotes a refused value only in part.
+    args.extend(call(
+        &h,
+        "echo_args",
+        json!({"filter": "a", "n": "z".repeat(900)}),
+        "long-value",
+    ));
     args.extend(call(&h, "echo_args", json!({}), "missing"));
     args.extend(call(
         &h,
@@ -333,6 +352,8 @@ async fn arguments_that_miss_the_schema_get_a_json_rpc_error_and_run_nothing() {
         ("missing", "filter"),
         ("extra", "rm"),
         ("too-small", "/n"),
+        ("too-large", "mcp.limits.tool_argument_bytes"),
+        ("long-value", "/n"),
     ] {
         let e = &h.json(file)["rpc_error"];
         assert_eq!(e["code"], -32602, "{file}: {e}");
@@ -343,10 +364,19 @@ async fn arguments_that_miss_the_schema_get_a_json_rpc_error_and_run_nothing() {
         );
         assert!(m.contains(at), "{file}: {m}");
         assert_eq!(e["data"]["tool"], "echo_args", "{e}");
+        assert!(
+            e.to_string().len() < 1500,
+            "{file}: the refusal echoes the arguments: {e}"
+        );
     }
+    let large = h.json("too-large")["rpc_error"]["message"].clone();
+    assert_eq!(
+        large,
+        "invalid arguments for tool echo_args: 1013 bytes of JSON; at most 1000 are accepted (mcp.limits.tool_argument_bytes)"
+    );
     assert!(!ran.exists(), "the tool ran for a refused call");
     let calls = aicli::mcp::read_calls(&h.task_dir(&batch, "t"));
-    assert_eq!(calls.len(), 4, "{calls:?}");
+    assert_eq!(calls.len(), 6, "{calls:?}");
     assert!(
         calls.iter().all(|c| !c.ok && c.exit_code.is_none()),
         "{calls:?}"

@@ -102,7 +102,7 @@ async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_hol
             "everything": {"command": [node(), everything_js(), "stdio"],
                            "env": {"UPSTREAM_SECRET": STDIO_SECRET}},
             "tracker": {"url": http.url, "headers": {"Authorization": "Bearer ${TRACKER_TOKEN}"}},
-        }}),
+        }, "engine": {"mcp": {"limits": {"tool_argument_bytes": 4096}}}}),
         &[("TRACKER_TOKEN", HTTP_SECRET)],
     )
     .await;
@@ -143,6 +143,13 @@ async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_hol
             "tracker__add",
             json!({"a": 2, "b": 40}),
             &format!("{id}-add"),
+        ));
+        // Over mcp.limits.tool_argument_bytes: refused, never forwarded.
+        a.extend(call(
+            &h,
+            "tracker__add",
+            json!({"a": 1, "b": 2, "pad": "p".repeat(5000)}),
+            &format!("{id}-large"),
         ));
         task(id, &["everything", "tracker"], a)
     };
@@ -206,6 +213,15 @@ async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_hol
         assert!(text(&whoami).starts_with("authorized"), "{whoami}");
         assert_eq!(text(&h.json(&format!("{id}-add"))), "42");
         assert!(text(&h.json(&format!("{id}-env"))).contains(STDIO_SECRET));
+        let large = &h.json(&format!("{id}-large"))["rpc_error"];
+        assert_eq!(large["code"], -32602, "{large}");
+        assert!(
+            large["message"]
+                .as_str()
+                .unwrap()
+                .ends_with("at most 4096 are accepted (mcp.limits.tool_argument_bytes)"),
+            "{large}"
+        );
     }
     // One instance served both tasks of the batch (the same run marker), and it is gone
     // now that the batch ended.

@@ -986,6 +986,77 @@ pub async fn mcp_command_tool(cli: Cli) {
     t.finish().await;
 }
 
+/// 3c. An upstream MCP server from the config (`mcp_upstreams`: the reference
+///    `server-everything` from npm, on stdio, with a secret in its `env`), granted to the
+///    task: the real CLI is offered the upstream's tool as `everything__echo` on aicli's
+///    server, the model calls it, aicli forwards the call, and the answer reaches the
+///    model. The upstream's secret appears in nothing the CLI sent the model, and the
+///    upstream is gone when the batch is.
+pub async fn mcp_upstream_tool(cli: Cli) {
+    const MARKER: &str = "UPSTREAM-ECHO-7b41";
+    const SECRET: &str = "e2e-upstream-secret-c95d";
+    let everything = super::mcp::need(
+        super::mcp::cache_dir().join(
+            "mcp-upstreams/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        ),
+        "@modelcontextprotocol/server-everything",
+    );
+    let node = which::which("node").expect("node on PATH");
+    let t = E2e::start_with(
+        cli,
+        Script::mcp_tool_call(MCP_SERVER, "everything__echo", json!({"message": MARKER}))
+            .then_quote_tool_result(),
+        Setup::default(),
+        |config| {
+            config.mcp_upstreams.insert(
+                "everything".into(),
+                serde_json::from_value(json!({
+                    "command": [node, everything, "stdio"],
+                    "env": {"UPSTREAM_SECRET": SECRET},
+                }))
+                .expect("upstream config"),
+            );
+        },
+    )
+    .await;
+    let mut task = t.task("upstream", "Echo the marker through the upstream");
+    task.mcp_tools = vec!["everything".into()];
+    let ran = t.run_one(task).await;
+    let r = ran.only();
+    assert_eq!(r.status, SessionStatus::Succeeded, "{}", describe(r));
+    let requests = t.fake.model_requests();
+    assert!(
+        requests
+            .iter()
+            .any(|q| declares_mcp_tool(cli, q, "everything__echo")),
+        "{} never offered everything__echo to the model: {}",
+        cli.provider(),
+        t.log()
+    );
+    let calls = t.server.calls_for("upstream");
+    let tools: Vec<(&str, bool)> = calls.iter().map(|c| (c.tool.as_str(), c.ok)).collect();
+    assert_eq!(tools, [("everything__echo", true)], "{}", t.log());
+    let last = requests.last().expect("requests");
+    assert!(
+        body_mentions(last, &format!("Echo: {MARKER}")),
+        "the upstream's answer did not reach the model: {}",
+        t.log()
+    );
+    assert!(r.response.contains(MARKER), "{}", describe(r));
+    assert!(
+        !requests.iter().any(|q| body_mentions(q, SECRET)),
+        "the upstream's secret reached the model"
+    );
+    assert!(!t.env.values().any(|v| v.contains(SECRET)));
+    assert_eq!(
+        t.server.running_upstreams(),
+        0,
+        "the upstream outlived its batch"
+    );
+    t.assert_only_model_traffic();
+    t.finish().await;
+}
+
 /// 4. `askUser` (aicli's question tool) through the real CLI: the task ends blocked with the question and the
 ///    session id; answering resumes the same CLI session, which sees the answer in its
 ///    history, and finishes.
