@@ -30,7 +30,7 @@ const STDIO_SECRET: &str = "stdio-upstream-secret-6a1e0b";
 /// `${TRACKER_TOKEN}`).
 const HTTP_SECRET: &str = "http-upstream-token-93d7c2";
 
-fn everything_js() -> PathBuf {
+pub(super) fn everything_js() -> PathBuf {
     need(
         cache_dir().join(
             "mcp-upstreams/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
@@ -84,7 +84,7 @@ async fn http_upstream() -> HttpUpstream {
 }
 
 /// Every live process on the machine whose environment holds `needle`.
-fn processes_with_env(needle: &str) -> Vec<u32> {
+pub(super) fn processes_with_env(needle: &str) -> Vec<u32> {
     aicli::process::all_processes()
         .into_keys()
         .filter(|p| {

@@ -995,12 +995,7 @@ pub async fn mcp_command_tool(cli: Cli) {
 pub async fn mcp_upstream_tool(cli: Cli) {
     const MARKER: &str = "UPSTREAM-ECHO-7b41";
     const SECRET: &str = "e2e-upstream-secret-c95d";
-    let everything = super::mcp::need(
-        super::mcp::cache_dir().join(
-            "mcp-upstreams/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        ),
-        "@modelcontextprotocol/server-everything",
-    );
+    let everything = super::mcp_upstreams::everything_js();
     let node = which::which("node").expect("node on PATH");
     let t = E2e::start_with(
         cli,
