@@ -13,7 +13,8 @@
 //! | `server` | [`McpServer`], [`McpServerOptions`]: bind, the axum router, the token API, session expiry, graceful shutdown |
 //! | `listener` | the HTTP/1.1 accept loop: connection limit, header-read and idle timeouts, TCP_NODELAY |
 //! | `auth` | tokens (mint, constant-time check, revoke), session -> token binding, Host/Origin checks, the middleware in front of rmcp, 401/403/404 bodies |
-//! | `tools` | the rmcp handler: `getWorkspaceFiles`, `listSkills`, `getSkill`, `getCredential`, `broadcastLog`, `ask_user` (also `askUser`, the name Gemini CLI can see) (names in [`TOOL_NAMES`]), then the token's granted tools |
+//! | `tools` | the built-in tools: `getWorkspaceFiles`, `listSkills`, `getSkill`, `getCredential`, `broadcastLog`, `ask_user` (also `askUser`, the name Gemini CLI can see) (names in [`TOOL_NAMES`]) |
+//! | `handler` | the rmcp handler: `tools/list` (built-ins, then the token's granted tools), `tools/call` (a built-in, or a granted tool after its size check), the call log and record |
 //! | `granted` | per token: the granted command tools and upstream tools in `tools/list`, where a call goes, `tools/list_changed` to the sessions granted an upstream |
 //! | `command` | command-backed tools (`mcp_tools`): arguments checked against `input_schema`, one supervised process per call, output capped |
 //! | `upstream` | upstream MCP servers (`mcp_upstreams`, stdio or HTTP) behind aicli's auth: started lazily per batch, shared by its tasks, restarted once, stopped with the batch |
@@ -80,6 +81,7 @@ mod command;
 mod credentials;
 mod error;
 mod granted;
+mod handler;
 mod listener;
 mod record;
 mod server;
