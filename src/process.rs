@@ -102,7 +102,8 @@ struct TailBuf {
 }
 
 impl StderrTail {
-    fn new(cap: usize) -> StderrTail {
+    /// A tail keeping the last `cap` bytes.
+    pub(crate) fn new(cap: usize) -> StderrTail {
         StderrTail {
             inner: Arc::new(Mutex::new(TailBuf {
                 buf: Vec::new(),
@@ -408,7 +409,8 @@ impl Drop for LocalProcess {
     }
 }
 
-async fn read_lines<R: AsyncRead + Unpin>(
+/// Reads `stdout` into capped lines on `tx`, teeing every byte into `tee`.
+pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
     stdout: R,
     cap: usize,
     mut tee: Option<File>,
@@ -543,7 +545,8 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|b| *b == needle)
 }
 
-async fn drain_stderr<R: AsyncRead + Unpin>(
+/// Drains `err` into `tail`, teeing up to `file_cap` bytes into `tee`.
+pub(crate) async fn drain_stderr<R: AsyncRead + Unpin>(
     mut err: R,
     tail: StderrTail,
     mut tee: Option<File>,

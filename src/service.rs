@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use aicli_providers::{
     AgentEvent, AiCliConfig, Continuation, ContinuationMode, ErrorKind, EventKind, Feature,
-    McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, SessionResult, SessionStatus,
-    SessionTotals, SharedProvider, TaskSpec,
+    McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, RunnerKind, SessionResult,
+    SessionStatus, SessionTotals, SharedProvider, TaskSpec,
 };
 use async_trait::async_trait;
 use tokio::sync::{broadcast, mpsc};
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::BatchEvent;
 use crate::pool::{self, Backoff, Control, PoolOwner};
-use crate::runner::{LocalRunner, Runner};
+use crate::runner::{AgentReach, LocalRunner, PlaceRequest, Placement, Runner};
 use crate::session::{SessionIo, SessionLimits, SessionOutcome, SessionSpec, run_session};
 use crate::store::{
     AnswerRecord, AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec, RunStore,
@@ -66,10 +66,18 @@ pub struct AgentGrant {
 /// and hears when a batch ends (what it started for the batch stops then).
 #[async_trait]
 pub trait AgentServer: Send + Sync + std::fmt::Debug {
-    /// A token bound to `scope`; `host` is the address the CLI uses to reach us.
-    async fn grant(&self, scope: TaskScope, host: &str) -> AgentGrant;
+    /// A token bound to `scope`, for a CLI that reaches the server as `reach` says (over
+    /// loopback when `None`; else the server listens on `reach.bind` too, and the URL
+    /// names `reach.url_host`). Errors say why the server cannot be reached that way.
+    async fn grant(
+        &self,
+        scope: TaskScope,
+        reach: Option<&AgentReach>,
+    ) -> Result<AgentGrant, String>;
     /// Revokes a token: the next request with it is refused.
     fn revoke(&self, token: &str);
+    /// From now on only requests from `peer` may use `token`.
+    fn restrict(&self, token: &str, peer: std::net::IpAddr);
     /// Every task of `batch_id` is done (in this process): stop what serves only it.
     async fn end_batch(&self, _batch_id: &str) {}
 }
@@ -136,6 +144,8 @@ pub struct BatchOptions {
     pub worktrees: bool,
     /// Use this batch id instead of a new one.
     pub batch_id: Option<String>,
+    /// Where tasks that name no runner run (before the provider's and the config's).
+    pub runner: Option<RunnerKind>,
 }
 
 impl BatchOptions {
@@ -152,16 +162,25 @@ impl BatchOptions {
             base_ref: "HEAD".to_owned(),
             worktrees: true,
             batch_id: None,
+            runner: None,
         }
     }
 }
 
-/// The engine: config, providers, a runner, and optionally an agent server.
+/// The runners an engine starts CLIs with: local processes, and containers (connected to
+/// their engines on first use).
+#[derive(Debug, Clone)]
+struct Runners {
+    local: Arc<dyn Runner>,
+    docker: Arc<tokio::sync::OnceCell<Result<Arc<dyn Runner>, String>>>,
+}
+
+/// The engine: config, providers, runners, and optionally an agent server.
 #[derive(Debug, Clone)]
 pub struct Engine {
     config: Arc<AiCliConfig>,
     registry: Arc<ProviderRegistry>,
-    runner: Arc<dyn Runner>,
+    runners: Runners,
     agent_server: Option<Arc<dyn AgentServer>>,
     search_path: Option<String>,
     /// The environment a CLI's variables are taken from (aicli's own by default); a CLI
@@ -178,7 +197,10 @@ impl Engine {
         Engine {
             config: Arc::new(config),
             registry: Arc::new(registry),
-            runner: Arc::new(LocalRunner::new(cgroups)),
+            runners: Runners {
+                local: Arc::new(LocalRunner::new(cgroups)),
+                docker: Arc::new(tokio::sync::OnceCell::new()),
+            },
             agent_server: None,
             search_path: None,
             source_env: crate::env::process_env(),
@@ -186,10 +208,43 @@ impl Engine {
         }
     }
 
-    /// Uses `runner` to start CLIs.
-    pub fn with_runner(mut self, runner: Arc<dyn Runner>) -> Engine {
-        self.runner = runner;
+    /// Uses `runner` for the tasks that run on `kind` (instead of the built-in one).
+    pub fn with_runner(mut self, kind: RunnerKind, runner: Arc<dyn Runner>) -> Engine {
+        match kind {
+            RunnerKind::Local => self.runners.local = runner,
+            RunnerKind::Docker => {
+                self.runners.docker = Arc::new(tokio::sync::OnceCell::new_with(Some(Ok(runner))))
+            }
+        }
         self
+    }
+
+    /// Where a task runs: its own runner, else its provider's, else the config's.
+    pub fn runner_kind(&self, task: &TaskSpec, provider: &SharedProvider) -> RunnerKind {
+        task.runner
+            .or(provider.config().runner)
+            .unwrap_or(self.config.engine.runner)
+    }
+
+    /// The runner of `kind` (the Docker runner connects to its engines on first use).
+    pub async fn runner(&self, kind: RunnerKind) -> Result<Arc<dyn Runner>, String> {
+        match kind {
+            RunnerKind::Local => Ok(self.runners.local.clone()),
+            RunnerKind::Docker => self
+                .runners
+                .docker
+                .get_or_init(|| async {
+                    crate::runner::DockerRunner::connect(
+                        &self.config.engine.docker,
+                        &self.source_env,
+                    )
+                    .await
+                    .map(|r| Arc::new(r) as Arc<dyn Runner>)
+                    .map_err(|e| e.to_string())
+                })
+                .await
+                .clone(),
+        }
     }
 
     /// Attaches an agent (MCP) server: each run gets a token and the wiring.
@@ -288,6 +343,11 @@ impl Engine {
                     message: format!("mcp_tools[{j}]: {message}"),
                 });
             }
+        }
+        // The batch's runner goes into each task that names none: answers and resumes
+        // run where the task ran.
+        for t in &mut tasks {
+            t.runner = t.runner.or(opts.runner);
         }
         let default_provider = opts
             .provider
@@ -562,6 +622,7 @@ impl Engine {
                 TaskState::Running | TaskState::Interrupted => {
                     self.kill_leftovers(&record, &rec.task.id).await;
                     let provider = self.registry.get(&rec.provider)?;
+                    self.remove_containers(&record, &rec.task, &provider).await;
                     let partial = match self.settle_unfinished(&record, &mut rec, &provider) {
                         Found::Finished(result) => {
                             // The CLI had printed its last word: the run is over and was
@@ -651,6 +712,29 @@ impl Engine {
         }
         if !killed.is_empty() {
             tracing::warn!(task = %task_id, pids = ?killed, "killed processes left by an interrupted run");
+        }
+    }
+
+    /// Removes the containers an interrupted run of `task` left (when it runs in
+    /// containers), bringing a remote run's work back first.
+    async fn remove_containers(
+        &self,
+        record: &BatchRecord,
+        task: &TaskSpec,
+        provider: &SharedProvider,
+    ) {
+        if self.runner_kind(task, provider) == RunnerKind::Local {
+            return;
+        }
+        match self.runner(self.runner_kind(task, provider)).await {
+            Ok(r) => {
+                for line in r.remove_leftovers(&record.batch_id(), &task.id).await {
+                    tracing::warn!(task = %task.id, "{line}");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(task = %task.id, error = %e, "cannot look for the containers of the interrupted run")
+            }
         }
     }
 
@@ -1146,6 +1230,7 @@ impl Shared {
             result: SessionResult::not_started(provider, kind, message),
             reset_at: None,
             argv: Vec::new(),
+            place: None,
         }
     }
 
@@ -1205,6 +1290,7 @@ impl Shared {
             prior,
             resumed_session: task.resume_session_id.clone(),
             argv: Vec::new(),
+            place: None,
             result: None,
         });
         planned.rec.state = TaskState::Running;
@@ -1234,12 +1320,17 @@ impl Shared {
                 format!("cannot create the worktree: {e}"),
             ),
             Ok(workdir) => {
-                let workdir = match &task.cwd {
-                    Some(sub) => workdir.join(sub),
-                    None => workdir,
-                };
-                self.session(&task, provider.clone(), workdir, prior, attempt_no, cancel)
-                    .await
+                let branch = planned.rec.branch.clone();
+                self.session(
+                    &task,
+                    provider.clone(),
+                    workdir,
+                    branch,
+                    prior,
+                    attempt_no,
+                    cancel,
+                )
+                .await
             }
         };
 
@@ -1280,6 +1371,7 @@ impl Shared {
                 a.stderr_end = Some(stderr_end);
                 a.result = Some(result.clone());
                 a.argv = outcome.argv.clone();
+                a.place = outcome.place.clone();
             }
             p.rec.state = provisional;
             // Later attempts of this invocation are plain retries of the same run.
@@ -1290,44 +1382,119 @@ impl Shared {
             result,
             reset_at: outcome.reset_at,
             argv: outcome.argv,
+            place: outcome.place,
         }
     }
 
+    /// The directory of task `task_id` kept across its attempts (a container run's
+    /// home: the CLI's sessions and login copies).
+    fn task_home(&self, task_id: &str) -> PathBuf {
+        self.record
+            .dir()
+            .join("private")
+            .join(format!("{task_id}-home"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn session(
         &self,
         task: &TaskSpec,
         provider: SharedProvider,
-        workdir: PathBuf,
+        workspace: PathBuf,
+        branch: Option<String>,
         prior: Option<SessionTotals>,
         attempt_no: u32,
         cancel: CancellationToken,
     ) -> SessionOutcome {
+        let workdir = match &task.cwd {
+            Some(sub) => workspace.join(sub),
+            None => workspace.clone(),
+        };
         let private_dir = self
             .record
             .dir()
             .join("private")
             .join(format!("{}-{attempt_no}", task.id));
+        let task_home = self.task_home(&task.id);
+        let base_env = crate::env::cli_env(
+            &self.engine.source_env,
+            &self.engine.config.engine.env_passthrough,
+            provider.config(),
+            Some(task),
+        );
+        let kind = self.engine.runner_kind(task, &provider);
+        let runner = match self.engine.runner(kind).await {
+            Ok(r) => r,
+            Err(e) => {
+                return Self::never_ran(
+                    provider.name(),
+                    ErrorKind::Crashed,
+                    format!("the {kind} runner is not available: {e}"),
+                );
+            }
+        };
+        let request = PlaceRequest {
+            batch_id: &self.spec.batch_id,
+            task_id: &task.id,
+            attempt: attempt_no,
+            provider: &provider,
+            workspace: &workspace,
+            workdir: &workdir,
+            private_dir: &private_dir,
+            task_home: &task_home,
+            branch: branch.as_deref(),
+            inherited_env: &base_env,
+        };
+        let placed = tokio::select! {
+            p = runner.place(&request) => p,
+            _ = cancel.cancelled() => {
+                return Self::never_ran(provider.name(), ErrorKind::Cancelled, "the run was cancelled before it started".into());
+            }
+        };
+        let mut placement: Box<dyn Placement> = match placed {
+            Ok(p) => p,
+            Err(e) => {
+                let kind = match &e {
+                    crate::runner::RunnerError::Missing { .. } => ErrorKind::NotInstalled,
+                    crate::runner::RunnerError::Spawn(_)
+                    | crate::runner::RunnerError::Backend { .. } => ErrorKind::Crashed,
+                };
+                let _ = std::fs::remove_dir_all(&private_dir);
+                return Self::never_ran(provider.name(), kind, e.to_string());
+            }
+        };
         let mut skills = self.engine.config.engine.skills.clone();
         skills.extend(task.skills.iter().cloned());
         let mut tools = self.engine.config.engine.mcp_tools.clone();
         tools.extend(task.mcp_tools.iter().cloned());
-        let grant = match self.engine.agent_server.as_ref() {
-            Some(s) => Some(
-                s.grant(
-                    TaskScope {
-                        batch_id: self.spec.batch_id.clone(),
-                        task_id: task.id.clone(),
-                        workspace: workdir.clone(),
-                        skills,
-                        credentials: task.credentials.clone(),
-                        tools,
-                        record_dir: Some(self.record.task_dir(&task.id)),
-                        attempt: attempt_no,
-                    },
-                    &self.engine.runner.host_address(),
-                )
-                .await,
-            ),
+        let grant = match &self.engine.agent_server {
+            Some(s) => {
+                let scope = TaskScope {
+                    batch_id: self.spec.batch_id.clone(),
+                    task_id: task.id.clone(),
+                    workspace: workspace.clone(),
+                    skills,
+                    credentials: task.credentials.clone(),
+                    tools,
+                    record_dir: Some(self.record.task_dir(&task.id)),
+                    attempt: attempt_no,
+                };
+                match s.grant(scope, placement.agent_reach()).await {
+                    Ok(g) => Some(g),
+                    Err(e) => {
+                        let _ = placement.finish().await;
+                        let _ = std::fs::remove_dir_all(&private_dir);
+                        return Self::never_ran(
+                            provider.name(),
+                            ErrorKind::Crashed,
+                            format!(
+                                "aicli's MCP server cannot be reached from {}: {e}",
+                                placement.describe()
+                            ),
+                        );
+                    }
+                }
+            }
             None => None,
         };
         let (mcp, injected, token) = match grant {
@@ -1337,12 +1504,20 @@ impl Shared {
             }
             None => (None, None, None),
         };
-        let base_env = crate::env::cli_env(
-            &self.engine.source_env,
-            &self.engine.config.engine.env_passthrough,
-            provider.config(),
-            Some(task),
-        );
+        let restrict_token = match (
+            &self.engine.agent_server,
+            &token,
+            placement.agent_reach().map(|r| r.restrict_to_peer),
+        ) {
+            (Some(server), Some(t), Some(true)) => {
+                let server = server.clone();
+                let t = t.clone();
+                Some(crate::session::TokenRestriction(Arc::new(
+                    move |ip: std::net::IpAddr| server.restrict(&t, ip),
+                )))
+            }
+            _ => None,
+        };
         let spec = SessionSpec {
             limits: self.engine.limits(&self.opts, task),
             parse_ctx: ParseContext {
@@ -1359,13 +1534,22 @@ impl Shared {
             search_path: self.engine.search_path.clone(),
             base_env,
             auth_precheck: self.engine.auth_precheck,
+            restrict_token,
         };
         let io = SessionIo {
             live: self.live.clone(),
             injected,
             cancel,
         };
-        let outcome = run_session(spec, io, self.engine.runner.as_ref()).await;
+        let mut outcome = run_session(spec, io, placement.as_mut()).await;
+        outcome.place = Some(placement.describe());
+        // However the run ended: its work comes back (a remote engine), its place is
+        // released, its container removed.
+        if let Err(e) = placement.finish().await {
+            tracing::warn!(task = %task.id, error = %e, "the run's work was not brought back");
+            outcome.result.fail(ErrorKind::Crashed, e.to_string());
+        }
+        drop(placement);
         if let (Some(s), Some(t)) = (&self.engine.agent_server, &token) {
             s.revoke(t);
         }
@@ -1414,6 +1598,10 @@ impl Shared {
             }
         }
         let state = TaskState::of(&result);
+        if matches!(state, TaskState::Succeeded | TaskState::Failed) {
+            // Nothing will resume this task's CLI session: its home (login copies) goes.
+            let _ = std::fs::remove_dir_all(self.task_home(&result.task_id));
+        }
         let final_result = result.clone();
         self.update(index, |p| {
             if drop_worktree {
@@ -1654,6 +1842,7 @@ impl PoolOwner for Owner {
                 prior: None,
                 resumed_session: None,
                 argv: Vec::new(),
+                place: None,
                 result: Some(result),
             });
         });

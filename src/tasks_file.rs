@@ -25,6 +25,9 @@ pub struct TasksFile {
     /// The repository the tasks run against (relative to this file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo: Option<PathBuf>,
+    /// Where tasks that name no runner run (`local` or `docker`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<aicli_providers::RunnerKind>,
     /// The tasks.
     pub tasks: Vec<TaskSpec>,
 }

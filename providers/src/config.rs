@@ -18,6 +18,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::docker_config::{DockerConfig, RunnerKind};
 use crate::error::ConfigError;
 use crate::mcp_tools::{McpToolConfig, McpUpstreamConfig};
 use crate::provider::Feature;
@@ -139,6 +140,15 @@ pub struct ProviderConfig {
     /// reports none.
     #[serde(default)]
     pub prices: PriceTable,
+    /// Where this provider's tasks run when the task and the batch name no runner
+    /// (`engine.runner` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<RunnerKind>,
+    /// Files under the user's home (relative paths) that hold this CLI's login: a
+    /// container run gets a private copy of each that exists, in the task's own home
+    /// (never in an image).
+    #[serde(default)]
+    pub container_home_files: Vec<String>,
 }
 
 fn default_version_argv() -> Vec<String> {
@@ -182,6 +192,8 @@ impl ProviderConfig {
             ide_lock_env_var: None,
             ide_lockfile_dir: None,
             prices: PriceTable::default(),
+            runner: None,
+            container_home_files: Vec::new(),
         }
     }
 }
@@ -230,6 +242,10 @@ pub struct EngineConfig {
     /// config names), and fail the run as `auth` at once when there are none. Turn off
     /// for credentials aicli cannot see (an OS keychain).
     pub auth_precheck: bool,
+    /// Where tasks run when neither the task, the batch nor the provider names a runner.
+    pub runner: RunnerKind,
+    /// The Docker runner: engines, images, limits.
+    pub docker: DockerConfig,
     /// The variables every CLI gets from aicli's environment (names, or prefixes ending
     /// in `*`): the base a program needs to run (paths, locale, terminal, time zone,
     /// proxies, CA bundles). A CLI's environment is built from nothing: this set, then its
@@ -313,6 +329,8 @@ impl Default for EngineConfig {
             mcp: McpServerConfig::default(),
             notify_hook: Vec::new(),
             auth_precheck: true,
+            runner: RunnerKind::Local,
+            docker: DockerConfig::default(),
             env_passthrough: default_env_passthrough(),
             cgroups: CgroupMode::Auto,
         }
@@ -554,6 +572,9 @@ impl AiCliConfig {
                 "must be at least 1024".into(),
             ));
         }
+        if let Err((path, message)) = self.engine.docker.check() {
+            return Err(invalid(format!("engine.docker.{path}"), message));
+        }
         check_env_patterns(
             &self.engine.env_passthrough,
             "engine.env_passthrough",
@@ -587,6 +608,17 @@ impl AiCliConfig {
                 &format!("providers.{name}.auth_env_vars"),
                 &invalid,
             )?;
+            if let Some(f) = p.container_home_files.iter().find(|f| {
+                let p = Path::new(f);
+                p.is_absolute()
+                    || p.components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir))
+            }) {
+                return Err(invalid(
+                    format!("providers.{name}.container_home_files"),
+                    format!("'{f}' must be a relative path inside the home directory"),
+                ));
+            }
             if p.binary_name.trim().is_empty() {
                 return Err(invalid(
                     format!("providers.{name}.binary_name"),

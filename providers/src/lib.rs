@@ -12,6 +12,7 @@
 //! | [`wire`] | one-pass reading of `type`-tagged JSON lines into the vendors' serde enums |
 //! | [`registry`] | [`ProviderRegistry`]: names -> providers, adapters -> factories |
 //! | [`config`] | `ai_cli_providers.json`: types, loading, merging, validation |
+//! | [`docker_config`] | [`RunnerKind`] and the `engine.docker` section (engines, images, limits) |
 //! | [`event`] | the normalized [`AgentEvent`] model (every event keeps its raw line) |
 //! | [`usage`] | [`CanonicalUsage`], prices, cost estimation |
 //! | [`task`] | [`TaskSpec`], the vendor-neutral task |
@@ -75,6 +76,7 @@ pub mod claude;
 pub mod codex;
 pub mod config;
 pub mod decode;
+pub mod docker_config;
 pub mod error;
 pub mod event;
 pub mod gemini;
@@ -90,6 +92,7 @@ pub mod wire;
 
 pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
 pub use decode::{Decoder, ExitStatus, Line, Tally};
+pub use docker_config::{DockerConfig, DockerHostConfig, DockerTls, RunnerKind};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
 pub use mcp_tools::{InputSchema, McpToolConfig, McpUpstreamConfig};

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use aicli::providers::TaskSpec;
+use aicli::providers::{RunnerKind, TaskSpec};
 use aicli::{BatchEvent, BatchOptions};
 use anyhow::bail;
 use clap::Args;
@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
-use super::common::{ctrl_c_cancels, finish, start_engine, task_repo, worktree_base};
+use super::common::{ctrl_c_cancels, finish, parse_runner, start_engine, task_repo, worktree_base};
 use super::fake::FakeApiArgs;
 
 /// `aicli run`.
@@ -59,6 +59,10 @@ pub struct RunArgs {
     /// worktree (as a commit on the task's branch); without it the task starts from HEAD.
     #[arg(long)]
     pub include_uncommitted: bool,
+    /// Where the CLI runs: `local` (a child process) or `docker` (a container; see
+    /// engine.docker in the config). Default: the provider's, else engine.runner.
+    #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
+    pub runner: Option<RunnerKind>,
     #[command(flatten)]
     pub fake: FakeApiArgs,
 }
@@ -75,7 +79,8 @@ pub(super) async fn run(
         Some(worktree_base(&repo, a.include_uncommitted).await?)
     };
     let cancel = CancellationToken::new();
-    let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, &cancel).await?;
+    let docker = a.runner == Some(RunnerKind::Docker);
+    let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
     if let Some((_, m)) = running.engine.config().unknown_mcp_grant(&a.mcp_tool) {
         running.stop();
         return Err(super::common::usage(format!("--mcp-tool: {m}")));
@@ -100,6 +105,7 @@ pub(super) async fn run(
     opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
     opts.runs_dir = r.runs_dir.clone();
     opts.worktrees = !a.no_worktree;
+    opts.runner = a.runner;
     if let Some(b) = base {
         opts.base_ref = b;
     }

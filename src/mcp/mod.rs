@@ -146,10 +146,19 @@ impl crate::service::AgentServer for McpServer {
     async fn grant(
         &self,
         scope: crate::service::TaskScope,
-        host: &str,
-    ) -> crate::service::AgentGrant {
+        reach: Option<&crate::runner::AgentReach>,
+    ) -> Result<crate::service::AgentGrant, String> {
+        // Where the CLI reaches us: loopback (the bound address), or an address such as
+        // the bridge gateway that the server must then listen on too.
+        let (url, port) = match reach {
+            None => (self.url(), self.local_addr().port()),
+            Some(r) => {
+                let port = self.listen_on(r.bind).await.map_err(|e| e.to_string())?;
+                (server::url_for(&r.url_host, port), port)
+            }
+        };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let token = self.mint(TaskContext {
+        let ctx = TaskContext {
             batch_id: scope.batch_id,
             task_id: scope.task_id,
             workspace: scope.workspace,
@@ -159,7 +168,13 @@ impl crate::service::AgentServer for McpServer {
             record_dir: scope.record_dir,
             attempt: scope.attempt,
             events: tx.clone(),
-        });
+        };
+        // A container's token works only from its address, known once it has started:
+        // until then its requests wait.
+        let token = match reach {
+            Some(r) if r.restrict_to_peer => self.mint_pending(ctx),
+            Some(_) | None => self.mint(ctx),
+        };
         // The granted upstreams start now (once per batch), so that the CLI's allowlist
         // can name their tools; one that cannot start is reported in the task's stream.
         for m in self.start_upstreams(&token).await {
@@ -170,20 +185,20 @@ impl crate::service::AgentServer for McpServer {
             }));
         }
         let mut endpoint = self.endpoint(&token);
-        // A CLI that reaches us under another name (a container through the bridge).
-        let ip = self.local_addr().ip();
-        if ip.is_unspecified() || (host != "127.0.0.1" && host != ip.to_string()) {
-            endpoint.url = self.url_for_host(host);
-        }
-        crate::service::AgentGrant {
+        endpoint.url = url;
+        Ok(crate::service::AgentGrant {
             endpoint,
-            port: self.local_addr().port(),
+            port,
             events: rx,
-        }
+        })
     }
 
     fn revoke(&self, token: &str) {
         McpServer::revoke(self, token);
+    }
+
+    fn restrict(&self, token: &str, peer: std::net::IpAddr) {
+        McpServer::restrict(self, token, peer);
     }
 
     async fn end_batch(&self, batch_id: &str) {

@@ -1,9 +1,9 @@
 //! [`McpServer`]: binding, the axum router around rmcp, the token API and shutdown.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aicli_providers::{
@@ -177,6 +177,14 @@ pub struct McpServer {
     url_host: String,
     cancel: CancellationToken,
     serve: Option<JoinHandle<()>>,
+    /// The router, to serve on more addresses ([`McpServer::listen_on`]).
+    app: Router,
+    /// The connection limits of each address served.
+    conn_limits: ConnLimits,
+    /// Addresses served besides the bound one, and their ports.
+    extra: tokio::sync::Mutex<HashMap<IpAddr, u16>>,
+    /// Their serving tasks.
+    extra_serves: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -325,7 +333,7 @@ impl McpServer {
         };
         let serve = tokio::spawn(listener::serve(
             listener,
-            app,
+            app.clone(),
             conn_limits,
             conns,
             cancel.clone(),
@@ -339,7 +347,55 @@ impl McpServer {
             url_host,
             cancel,
             serve: Some(serve),
+            app,
+            conn_limits,
+            extra: tokio::sync::Mutex::new(HashMap::new()),
+            extra_serves: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Serves on `ip` too (an ephemeral port) and returns the port; the bound address's
+    /// port when `ip` is the bound one (or the server listens on all addresses). For
+    /// containers on a bridge: the server listens on the bridge gateway, never on all
+    /// interfaces. The `Host` a request names must still be allowed.
+    pub async fn listen_on(&self, ip: IpAddr) -> Result<u16, McpError> {
+        if ip == self.addr.ip() || self.addr.ip().is_unspecified() {
+            return Ok(self.addr.port());
+        }
+        let mut extra = self.extra.lock().await;
+        if let Some(port) = extra.get(&ip) {
+            return Ok(*port);
+        }
+        let bind = SocketAddr::new(ip, 0).to_string();
+        let listener = TcpListener::bind(&bind)
+            .await
+            .map_err(|source| McpError::Bind {
+                bind: bind.clone(),
+                source,
+            })?;
+        let port = listener
+            .local_addr()
+            .map_err(|source| McpError::Bind { bind, source })?
+            .port();
+        let handle = tokio::spawn(listener::serve(
+            listener,
+            self.app.clone(),
+            self.conn_limits,
+            self.shared.conns.clone(),
+            self.cancel.clone(),
+        ));
+        if let Ok(mut v) = self.extra_serves.lock() {
+            v.push(handle);
+        }
+        extra.insert(ip, port);
+        tracing::info!(addr = %SocketAddr::new(ip, port), "MCP server listening");
+        Ok(port)
+    }
+
+    /// Restricts `token` to requests from `peer` (see the auth module); false when the
+    /// token is not live.
+    pub fn restrict(&self, token: &str, peer: IpAddr) -> bool {
+        self.shared.tokens.restrict(token, peer)
     }
 
     /// The streamable HTTP endpoint: `http://HOST:PORT/mcp`.
@@ -350,7 +406,7 @@ impl McpServer {
     /// The endpoint as reached through another host name, e.g. `host.docker.internal`
     /// from a container (that name must be in [`McpServerOptions::allowed_hosts`]).
     pub fn url_for_host(&self, host: &str) -> String {
-        format!("http://{host}:{}/mcp", self.addr.port())
+        url_for(host, self.addr.port())
     }
 
     /// The bound address.
@@ -367,7 +423,16 @@ impl McpServer {
     /// A new bearer token bound to `ctx`: 32 random bytes as 64 hex characters. A grant
     /// in `ctx.tools` that names no configured tool or upstream is ignored (with a
     /// warning).
-    pub fn mint(&self, mut ctx: TaskContext) -> String {
+    pub fn mint(&self, ctx: TaskContext) -> String {
+        let ctx = self.known_grants(ctx);
+        self.shared
+            .tokens
+            .mint(ctx, self.shared.cancel.child_token())
+    }
+
+    /// `ctx` with its grants sorted, deduplicated, and without those that name no
+    /// configured tool or upstream (each ignored with a warning).
+    fn known_grants(&self, mut ctx: TaskContext) -> TaskContext {
         ctx.tools.retain(|g| {
             let known = self.shared.commands.contains_key(g) || self.shared.upstreams.is_configured(g);
             if !known {
@@ -377,9 +442,18 @@ impl McpServer {
         });
         ctx.tools.sort();
         ctx.tools.dedup();
-        self.shared
-            .tokens
-            .mint(ctx, self.shared.cancel.child_token())
+        ctx
+    }
+
+    /// A new token for `ctx` whose requests wait until [`McpServer::restrict`] names the
+    /// one address they may come from (a container that is starting).
+    pub fn mint_pending(&self, ctx: TaskContext) -> String {
+        let ctx = self.known_grants(ctx);
+        self.shared.tokens.mint_with(
+            ctx,
+            super::auth::PeerRule::Pending,
+            self.shared.cancel.child_token(),
+        )
     }
 
     /// Starts the upstreams the task of `token` was granted that are not running yet
@@ -482,6 +556,16 @@ impl McpServer {
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
         self.shared.upstreams.stop_all().await;
+        let extra: Vec<JoinHandle<()>> = self
+            .extra_serves
+            .lock()
+            .map(|mut v| v.drain(..).collect())
+            .unwrap_or_default();
+        for mut h in extra {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut h).await.is_err() {
+                h.abort();
+            }
+        }
         if let Some(mut serve) = self.serve.take()
             && tokio::time::timeout(SHUTDOWN_GRACE, &mut serve)
                 .await
@@ -499,6 +583,15 @@ impl Drop for McpServer {
     fn drop(&mut self) {
         // A safety net: a server dropped without shutdown() still stops serving.
         self.cancel.cancel();
+    }
+}
+
+/// `http://HOST:PORT/mcp` (an IPv6 host in brackets).
+pub(crate) fn url_for(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("http://[{host}]:{port}/mcp")
+    } else {
+        format!("http://{host}:{port}/mcp")
     }
 }
 

@@ -1,5 +1,6 @@
-mod cli;
+pub mod cli;
 mod cli_env;
+mod docker;
 mod e2e;
 mod engine;
 mod human;

@@ -256,6 +256,10 @@ pub struct Setup {
     pub idle_timeout: Duration,
     /// The engine's wall-clock limit.
     pub timeout: Duration,
+    /// Run the CLI in containers (its image built when missing), the fake model API on
+    /// the address they reach this machine under, as `host.docker.internal` (see
+    /// `suite::docker`).
+    pub docker: Option<super::docker::support::DockerSetup>,
 }
 
 impl Default for Setup {
@@ -266,6 +270,17 @@ impl Default for Setup {
             max_attempts: 2,
             idle_timeout: IDLE_TIMEOUT,
             timeout: RUN_TIMEOUT,
+            docker: None,
+        }
+    }
+}
+
+impl Setup {
+    /// The defaults, in containers as `docker` says.
+    pub fn in_docker(docker: super::docker::support::DockerSetup) -> Setup {
+        Setup {
+            docker: Some(docker),
+            ..Setup::default()
         }
     }
 }
@@ -320,6 +335,11 @@ impl Ran {
 }
 
 impl E2e {
+    /// A fake answering `script`, the CLI wired to it, with `setup`.
+    pub async fn start_in(setup: Setup, cli: Cli, script: Script) -> E2e {
+        E2e::start_with(cli, script, setup, |_| {}).await
+    }
+
     /// A fake answering `script`, the CLI wired to it, default [`Setup`].
     pub async fn start(cli: Cli, script: Script) -> E2e {
         E2e::start_with(cli, script, Setup::default(), |_| {}).await
@@ -333,23 +353,52 @@ impl E2e {
         tweak: impl FnOnce(&mut AiCliConfig),
     ) -> E2e {
         let binary = cli.binary();
-        let fake = FakeApi::start(cli.vendor(), script.with_usage(cli.served()))
+        // In containers the fake listens on the bridge gateway (what host.docker.internal
+        // names there), on loopback otherwise.
+        let gateway = setup.docker.as_ref().map(|d| d.gateway);
+        let fake = match gateway {
+            Some(ip) => FakeApi::start_at(
+                cli.vendor(),
+                script.with_usage(cli.served()),
+                std::net::SocketAddr::new(ip, 0),
+            )
             .await
-            .expect("fake API starts");
+            .expect("fake API starts on the bridge"),
+            None => FakeApi::start(cli.vendor(), script.with_usage(cli.served()))
+                .await
+                .expect("fake API starts"),
+        };
         // No retries by the CLI itself: one model request per attempt, errors in a second.
         let mut options = aicli_testkit::WiringOptions::default().with_max_retries(0);
         if let Some(m) = cli.model() {
             options = options.with_model(m);
         }
-        let wiring = fake.wiring_with(&options);
+        let wiring = match gateway {
+            Some(_) => aicli_testkit::CliWiring::for_fake(
+                cli.vendor(),
+                &format!("http://host.docker.internal:{}", fake.addr().port()),
+                &options,
+            ),
+            None => fake.wiring_with(&options),
+        };
         // Not under /tmp (Codex warns about CODEX_HOME there) and short (Claude's socket
         // under $TMPDIR/cc-socks must fit in 107 bytes).
         let dirs = RunDirs::new_in(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e2e"))
             .expect("run dirs");
         wiring.write_files(&dirs.home).expect("wiring files");
-        let mut env = dirs.env_with(&wiring);
+        // A container gets no variable of aicli's environment but the API keys it passes
+        // on: the wiring goes in through the provider's config instead.
+        let mut env = match &setup.docker {
+            Some(_) => dirs.base_env(),
+            None => dirs.env_with(&wiring),
+        };
+        let mut provider_env = match &setup.docker {
+            Some(_) => wiring.env.clone(),
+            None => BTreeMap::new(),
+        };
         if !setup.credentials {
             env.remove(cli.key_var());
+            provider_env.remove(cli.key_var());
         }
 
         let mut config = AiCliConfig::builtin().expect("built-in config");
@@ -383,18 +432,29 @@ impl E2e {
                 }
             }
             p.extra_args = extra;
+            p.env.extend(provider_env);
+        }
+        if let Some(docker) = &setup.docker {
+            docker.prepare(&config, cli.provider()).await;
+            config.engine.runner = aicli::providers::RunnerKind::Docker;
+            config.engine.docker.hosts = docker.hosts.clone();
         }
         tweak(&mut config);
 
         let repo = git_repo();
         let cancel = CancellationToken::new();
+        let mut mcp_options = McpServerOptions::from_config(&config, repo.path());
+        if setup.docker.is_some() {
+            mcp_options
+                .allowed_hosts
+                .extend(aicli::runner::docker::container_hosts(
+                    &config.engine.docker,
+                ));
+        }
         let server = Arc::new(
-            McpServer::start(
-                McpServerOptions::from_config(&config, repo.path()),
-                cancel.clone(),
-            )
-            .await
-            .expect("MCP server starts"),
+            McpServer::start(mcp_options, cancel.clone())
+                .await
+                .expect("MCP server starts"),
         );
         let registry = ProviderRegistry::from_config(&config).expect("registry");
         let engine = Engine::new(config.clone(), registry)
@@ -628,6 +688,9 @@ impl E2e {
     /// token was revoked; then the server and the fake stop.
     pub async fn finish(self) {
         assert_no_process_with_home(&self.dirs.home).await;
+        if let Some(docker) = &self.setup.docker {
+            docker.assert_clean(self.repo.path()).await;
+        }
         assert_eq!(
             self.server.live_tokens(),
             0,
@@ -776,8 +839,13 @@ pub fn describe(r: &SessionResult) -> String {
 /// 1. A plain answer: success, the exact text, the session id the CLI printed, usage and
 ///    cost of one answer, and the run record re-parses to the same result.
 pub async fn plain_answer(cli: Cli) {
+    plain_answer_with(cli, Setup::default()).await;
+}
+
+/// [`plain_answer`] with a setup (in containers, say).
+pub async fn plain_answer_with(cli: Cli, setup: Setup) {
     const ANSWER: &str = "The plain answer, exactly.";
-    let t = E2e::start(cli, Script::text(ANSWER)).await;
+    let t = E2e::start_in(setup, cli, Script::text(ANSWER)).await;
     let ran = t.run_one(t.task("plain", "Say something")).await;
     let r = ran.only();
     assert_eq!(r.status, SessionStatus::Succeeded, "{}", describe(r));
@@ -813,8 +881,14 @@ pub async fn plain_answer(cli: Cli) {
 /// 2. The CLI's own shell tool runs in the task's worktree: the file it creates is
 ///    there (so the worktree is kept) and the call is counted.
 pub async fn builtin_tool(cli: Cli) {
+    builtin_tool_with(cli, Setup::default()).await;
+}
+
+/// [`builtin_tool`] with a setup (in containers, say).
+pub async fn builtin_tool_with(cli: Cli, setup: Setup) {
     const FILE: &str = "created_by_the_agent.txt";
-    let t = E2e::start(
+    let t = E2e::start_in(
+        setup,
         cli,
         Script::shell(format!("touch {FILE}")).then_quote_tool_result(),
     )
@@ -856,7 +930,13 @@ pub async fn builtin_tool(cli: Cli) {
 ///    step the CLI needs); the real CLI calls it with the task's token; the tool's answer
 ///    (a listing of the worktree) reaches the model.
 pub async fn mcp_workspace_files(cli: Cli) {
-    let t = E2e::start(
+    mcp_workspace_files_with(cli, Setup::default()).await;
+}
+
+/// [`mcp_workspace_files`] with a setup (in containers, say).
+pub async fn mcp_workspace_files_with(cli: Cli, setup: Setup) {
+    let t = E2e::start_in(
+        setup,
         cli,
         Script::mcp_tool_call(MCP_SERVER, "getWorkspaceFiles", json!({})).then_quote_tool_result(),
     )
@@ -1056,10 +1136,16 @@ pub async fn mcp_upstream_tool(cli: Cli) {
 ///    session id; answering resumes the same CLI session, which sees the answer in its
 ///    history, and finishes.
 pub async fn question_then_answer(cli: Cli) {
+    question_then_answer_with(cli, Setup::default()).await;
+}
+
+/// [`question_then_answer`] with a setup (in containers, say).
+pub async fn question_then_answer_with(cli: Cli, setup: Setup) {
     const QUESTION: &str = "Which database should the service use?";
     const PROMPT: &str = "Set up the storage layer";
     const ANSWER: &str = "Postgres, version 17";
-    let t = E2e::start(
+    let t = E2e::start_in(
+        setup,
         cli,
         Script::mcp_tool_call(
             MCP_SERVER,
@@ -1380,9 +1466,13 @@ pub async fn no_credentials(cli: Cli, precheck: bool) -> (E2e, SessionResult) {
 ///    engine's idle watchdog ends the run within seconds as `timeout`, and nothing of it
 ///    is left running. The fake did receive the request (`wait_for_requests`).
 pub async fn silent_api_ends_by_the_idle_watchdog(cli: Cli) {
-    // Long enough for a CLI to start under load (Gemini prints nothing for ~1 s on an idle
-    // machine, several under CI load): the silence that ends the run is the model's.
-    let idle = Duration::from_secs(6);
+    // Long enough for a CLI to start under load (Gemini, a node bundle, starts in ~3 s
+    // on an idle machine and took over 6 s with the whole suite, real CLIs in containers
+    // included, on 2 cores): the silence that ends the run is the model's.
+    let idle = Duration::from_secs(match cli {
+        Cli::Gemini => 12,
+        Cli::Claude | Cli::Codex => 6,
+    });
     let setup = Setup {
         idle_timeout: idle,
         timeout: Duration::from_secs(30),
