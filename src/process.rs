@@ -66,6 +66,12 @@ pub struct OutputOptions {
     /// Where the run's leader, marker and cgroup are written while it lives (the run
     /// record's `pid`), so that `aicli resume` can kill what is left if aicli itself dies.
     pub pid_file: Option<std::path::PathBuf>,
+    /// Hand stdin and stdout to the caller ([`LocalProcess::take_stdin`],
+    /// [`LocalProcess::take_stdout`]) instead of writing the command's stdin text and
+    /// reading stdout as lines: for a child that speaks a protocol on its pipes (an MCP
+    /// server on stdio) or whose output is read as bytes (a command-backed tool). stderr
+    /// is drained into the tail as always.
+    pub raw_pipes: bool,
 }
 
 impl Default for OutputOptions {
@@ -77,6 +83,7 @@ impl Default for OutputOptions {
             stderr_tee: None,
             stderr_file_cap: 16 * 1024 * 1024,
             pid_file: None,
+            raw_pipes: false,
         }
     }
 }
@@ -155,8 +162,11 @@ pub enum SpawnError {
 pub struct LocalProcess {
     child: Child,
     pid: u32,
-    /// Closed when stdout reaches EOF.
+    /// Closed when stdout reaches EOF (at once with [`OutputOptions::raw_pipes`]).
     pub lines: mpsc::Receiver<StdoutLine>,
+    /// The pipes handed to the caller with [`OutputOptions::raw_pipes`].
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: Option<tokio::process::ChildStdout>,
     /// The stderr tail.
     pub stderr: StderrTail,
     readers: Vec<JoinHandle<()>>,
@@ -222,7 +232,7 @@ impl LocalProcess {
         };
         c.args(&cmd.args)
             .current_dir(&cmd.cwd)
-            .stdin(if cmd.stdin.is_some() {
+            .stdin(if cmd.stdin.is_some() || out.raw_pipes {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -280,6 +290,11 @@ impl LocalProcess {
         let pid = child.id().unwrap_or(0);
         let tree = RunTree::started(pid, marker, cgroup, out.pid_file.clone());
         let mut readers = Vec::new();
+        let (mut raw_stdin, mut raw_stdout) = (None, None);
+        if out.raw_pipes {
+            raw_stdin = child.stdin.take();
+            raw_stdout = child.stdout.take();
+        }
         if let (Some(text), Some(mut stdin)) = (cmd.stdin.clone(), child.stdin.take()) {
             readers.push(tokio::spawn(async move {
                 // A child that exits without reading its stdin is not an error here.
@@ -305,6 +320,8 @@ impl LocalProcess {
             child,
             pid,
             lines: rx,
+            stdin: raw_stdin,
+            stdout: raw_stdout,
             stderr,
             readers,
             exit: None,
@@ -316,6 +333,16 @@ impl LocalProcess {
     /// The child's pid (also its process-group id).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The child's stdin, once ([`OutputOptions::raw_pipes`] only).
+    pub fn take_stdin(&mut self) -> Option<tokio::process::ChildStdin> {
+        self.stdin.take()
+    }
+
+    /// The child's stdout, once ([`OutputOptions::raw_pipes`] only).
+    pub fn take_stdout(&mut self) -> Option<tokio::process::ChildStdout> {
+        self.stdout.take()
     }
 
     /// Waits for the child to exit; `Some(code)`, or `None` when a signal ended it.

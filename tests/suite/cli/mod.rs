@@ -5,6 +5,7 @@
 
 mod frictions;
 mod newcomer;
+mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
