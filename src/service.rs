@@ -335,6 +335,11 @@ impl Engine {
             return Err(EngineError::NoTasks);
         }
         assign_ids(&mut tasks)?;
+        // The batch's runner goes into each task that names none: answers and resumes
+        // run where the task ran.
+        for t in &mut tasks {
+            t.runner = t.runner.or(opts.runner);
+        }
         for (i, t) in tasks.iter().enumerate() {
             if let Some((j, message)) = self.config.unknown_mcp_grant(&t.mcp_tools) {
                 return Err(EngineError::InvalidTask {
@@ -343,11 +348,6 @@ impl Engine {
                     message: format!("mcp_tools[{j}]: {message}"),
                 });
             }
-        }
-        // The batch's runner goes into each task that names none: answers and resumes
-        // run where the task ran.
-        for t in &mut tasks {
-            t.runner = t.runner.or(opts.runner);
         }
         let default_provider = opts
             .provider

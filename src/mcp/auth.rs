@@ -63,11 +63,11 @@ pub(crate) struct Caller {
     pub prefix: Arc<str>,
     /// The task the token was minted for.
     pub ctx: Arc<TaskContext>,
+    /// Where requests with this token may come from.
+    pub peer: PeerRule,
     /// Cancelled when the token is revoked (its task run ended) or the server stops:
     /// what its tool calls are still running is killed then.
     pub cancel: tokio_util::sync::CancellationToken,
-    /// Where requests with this token may come from.
-    pub peer: PeerRule,
 }
 
 /// Where requests with a token may come from.
@@ -147,17 +147,9 @@ impl Tokens {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A fresh token for `ctx`: 32 random bytes, hex. `cancel` is the token's own
-    /// cancellation (a child of the server's), cancelled when it is revoked.
-    pub(crate) fn mint(
-        &self,
-        ctx: TaskContext,
-        cancel: tokio_util::sync::CancellationToken,
-    ) -> String {
-        self.mint_with(ctx, PeerRule::Any, cancel)
-    }
-
-    /// A fresh token for `ctx` usable from where `peer` says.
+    /// A fresh token for `ctx` (32 random bytes, hex) usable from where `peer` says.
+    /// `cancel` is the token's own cancellation (a child of the server's), cancelled
+    /// when it is revoked.
     pub(crate) fn mint_with(
         &self,
         ctx: TaskContext,
@@ -176,8 +168,8 @@ impl Tokens {
             token_id: id,
             prefix: Arc::from(token_prefix(&token)),
             ctx: Arc::new(ctx),
-            cancel,
             peer,
+            cancel,
         };
         tracing::debug!(token = %caller.prefix, task_id = %caller.ctx.task_id, batch_id = %caller.ctx.batch_id, "minted MCP token");
         inner
@@ -704,7 +696,11 @@ mod tests {
     #[test]
     fn mint_authenticate_revoke() {
         let tokens = Tokens::default();
-        let t = tokens.mint(ctx(), tokio_util::sync::CancellationToken::new());
+        let t = tokens.mint_with(
+            ctx(),
+            PeerRule::Any,
+            tokio_util::sync::CancellationToken::new(),
+        );
         assert_eq!(t.len(), 64);
         assert!(t.bytes().all(|b| b.is_ascii_hexdigit()));
         let c = tokens.authenticate(&bearer(&t)).unwrap();
@@ -783,7 +779,11 @@ mod tests {
             tokens.authenticate(&bearer(&t)).unwrap().peer,
             PeerRule::Only(ip)
         );
-        let plain = tokens.mint(ctx(), tokio_util::sync::CancellationToken::new());
+        let plain = tokens.mint_with(
+            ctx(),
+            PeerRule::Any,
+            tokio_util::sync::CancellationToken::new(),
+        );
         assert_eq!(
             tokens.authenticate(&bearer(&plain)).unwrap().peer,
             PeerRule::Any

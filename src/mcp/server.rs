@@ -424,15 +424,10 @@ impl McpServer {
     /// in `ctx.tools` that names no configured tool or upstream is ignored (with a
     /// warning).
     pub fn mint(&self, ctx: TaskContext) -> String {
-        let ctx = self.known_grants(ctx);
-        self.shared
-            .tokens
-            .mint(ctx, self.shared.cancel.child_token())
+        self.mint_with(ctx, super::auth::PeerRule::Any)
     }
 
-    /// `ctx` with its grants sorted, deduplicated, and without those that name no
-    /// configured tool or upstream (each ignored with a warning).
-    fn known_grants(&self, mut ctx: TaskContext) -> TaskContext {
+    fn mint_with(&self, mut ctx: TaskContext, peer: super::auth::PeerRule) -> String {
         ctx.tools.retain(|g| {
             let known = self.shared.commands.contains_key(g) || self.shared.upstreams.is_configured(g);
             if !known {
@@ -442,18 +437,15 @@ impl McpServer {
         });
         ctx.tools.sort();
         ctx.tools.dedup();
-        ctx
+        self.shared
+            .tokens
+            .mint_with(ctx, peer, self.shared.cancel.child_token())
     }
 
     /// A new token for `ctx` whose requests wait until [`McpServer::restrict`] names the
     /// one address they may come from (a container that is starting).
     pub fn mint_pending(&self, ctx: TaskContext) -> String {
-        let ctx = self.known_grants(ctx);
-        self.shared.tokens.mint_with(
-            ctx,
-            super::auth::PeerRule::Pending,
-            self.shared.cancel.child_token(),
-        )
+        self.mint_with(ctx, super::auth::PeerRule::Pending)
     }
 
     /// Starts the upstreams the task of `token` was granted that are not running yet
@@ -555,7 +547,6 @@ impl McpServer {
     /// upstream.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
-        self.shared.upstreams.stop_all().await;
         let extra: Vec<JoinHandle<()>> = self
             .extra_serves
             .lock()
@@ -566,6 +557,7 @@ impl McpServer {
                 h.abort();
             }
         }
+        self.shared.upstreams.stop_all().await;
         if let Some(mut serve) = self.serve.take()
             && tokio::time::timeout(SHUTDOWN_GRACE, &mut serve)
                 .await
