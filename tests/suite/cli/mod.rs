@@ -6,6 +6,7 @@
 mod acp;
 mod frictions;
 mod newcomer;
+mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

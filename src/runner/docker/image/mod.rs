@@ -477,15 +477,41 @@ pub async fn inspect(docker: &Docker, host: &str, image: &str, binary: &str) -> 
         }
     }
     match probe(docker, image, &format!("{binary} --version")).await {
-        Ok(out) => r.version_inside = Some(out.lines().last().unwrap_or("").trim().to_owned()),
+        Ok(out) => r.version_inside = Some(version_line(&out).to_owned()),
         Err(e) => r.problem = Some(e.to_string()),
     }
     r
 }
 
+/// The line of a `--version` output that names the version: a CLI may print warnings
+/// beside it (codex warns "failed to clean up stale arg0 temp dirs" in containers).
+fn version_line(out: &str) -> &str {
+    let lines = || out.lines().rev().map(str::trim).filter(|l| !l.is_empty());
+    lines()
+        .filter(|l| !l.to_ascii_lowercase().starts_with("warning"))
+        .find(|l| {
+            l.split_whitespace()
+                .any(|w| w.starts_with(|c: char| c.is_ascii_digit()) && w.contains('.'))
+        })
+        .or_else(|| lines().next())
+        .unwrap_or("")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_line_is_found_among_warnings() {
+        let out = "codex-cli 0.171.0\nWARNING: failed to clean up stale arg0 temp dirs: Cross-device link (os error 18)\n";
+        assert_eq!(version_line(out), "codex-cli 0.171.0");
+        assert_eq!(
+            version_line("2.1.332 (Claude Code)\n"),
+            "2.1.332 (Claude Code)"
+        );
+        assert_eq!(version_line("no version here\n"), "no version here");
+        assert_eq!(version_line(""), "");
+    }
 
     #[test]
     fn the_closure_takes_dependencies_and_present_optional_ones() {
