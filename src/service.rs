@@ -724,10 +724,11 @@ impl Engine {
         task: &TaskSpec,
         provider: &SharedProvider,
     ) {
-        if self.runner_kind(task, provider) == RunnerKind::Local {
+        let kind = self.runner_kind(task, provider);
+        if kind == RunnerKind::Local {
             return;
         }
-        match self.runner(self.runner_kind(task, provider)).await {
+        match self.runner(kind).await {
             Ok(r) => {
                 for line in r.remove_leftovers(&record.batch_id(), &task.id).await {
                     tracing::warn!(task = %task.id, "{line}");
@@ -1538,13 +1539,8 @@ impl Shared {
         let mut placement: Box<dyn Placement> = match placed {
             Ok(p) => p,
             Err(e) => {
-                let kind = match &e {
-                    crate::runner::RunnerError::Missing { .. } => ErrorKind::NotInstalled,
-                    crate::runner::RunnerError::Spawn(_)
-                    | crate::runner::RunnerError::Backend { .. } => ErrorKind::Crashed,
-                };
                 let _ = std::fs::remove_dir_all(&private_dir);
-                return Self::never_ran(provider.name(), kind, e.to_string());
+                return Self::never_ran(provider.name(), e.kind(), e.to_string());
             }
         };
         let mut skills = self.engine.config.engine.skills.clone();

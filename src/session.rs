@@ -399,16 +399,7 @@ async fn prepare_and_run(
                 lockfiles::release(l);
             }
             remove_links(&cmd.links);
-            let kind = match &e {
-                crate::runner::RunnerError::Spawn(crate::process::SpawnError::Start {
-                    source,
-                    ..
-                }) if source.kind() == std::io::ErrorKind::NotFound => ErrorKind::NotInstalled,
-                crate::runner::RunnerError::Missing { .. } => ErrorKind::NotInstalled,
-                crate::runner::RunnerError::Spawn(_)
-                | crate::runner::RunnerError::Backend { .. } => ErrorKind::Crashed,
-            };
-            return Err(not_started(spec, kind, e.to_string()));
+            return Err(not_started(spec, e.kind(), e.to_string()));
         }
     };
     let mut outcome = supervise(spec, &ctx, cmd.stdin_open, io, handle, task_id, aicli_log).await;

@@ -147,24 +147,9 @@ pub(crate) async fn call(
         ),
     ]);
     let vars = env.for_process(&c.env_passthrough, &c.env, &extra);
-    let Some(program) = c.command.first() else {
-        return Ok(failed(format!("tool {} has no command", tool.name)));
-    };
-    let program = match resolve_program(program, &cwd, vars.get("PATH").map(String::as_str)) {
-        Ok(p) => p,
+    let cmd = match process_spec(&c.command, vars, cwd.clone()) {
+        Ok(cmd) => cmd,
         Err(m) => return Ok(failed(format!("cannot start tool {}: {m}", tool.name))),
-    };
-    let cmd = CommandSpec {
-        program,
-        args: c.command[1..].to_vec(),
-        env: vars,
-        env_remove: Vec::new(),
-        env_clear: true,
-        stdin: None,
-        stdin_open: false,
-        cwd: cwd.clone(),
-        files: Vec::new(),
-        links: Vec::new(),
     };
     let out = OutputOptions {
         stderr_tail: TOOL_STDERR_TAIL,
@@ -274,6 +259,29 @@ fn failed(message: String) -> Ran {
 
 /// A program name as the process will be started: a bare name looked up on the tool's
 /// own `PATH`, a relative path against its working directory.
+/// The process of a command-backed tool or a stdio upstream: `argv[0]` resolved on
+/// `env`'s PATH (a relative path from `cwd`), run in `cwd` with `env` only.
+pub(super) fn process_spec(
+    argv: &[String],
+    env: BTreeMap<String, String>,
+    cwd: PathBuf,
+) -> Result<CommandSpec, String> {
+    let (program, args) = argv.split_first().ok_or_else(|| "no command".to_owned())?;
+    let program = resolve_program(program, &cwd, env.get("PATH").map(String::as_str))?;
+    Ok(CommandSpec {
+        program,
+        args: args.to_vec(),
+        env,
+        env_remove: Vec::new(),
+        env_clear: true,
+        stdin: None,
+        stdin_open: false,
+        cwd,
+        files: Vec::new(),
+        links: Vec::new(),
+    })
+}
+
 fn resolve_program(program: &str, cwd: &Path, path: Option<&str>) -> Result<PathBuf, String> {
     let p = Path::new(program);
     if p.is_absolute() {
@@ -282,8 +290,7 @@ fn resolve_program(program: &str, cwd: &Path, path: Option<&str>) -> Result<Path
     if program.contains('/') {
         return Ok(cwd.join(p));
     }
-    which::which_in(program, path, cwd)
-        .map_err(|_| format!("{program:?} is not found on the tool's PATH"))
+    which::which_in(program, path, cwd).map_err(|_| format!("{program:?} is not found on its PATH"))
 }
 
 /// What a tool printed: the first `cap` bytes, and how many it printed in all.

@@ -109,6 +109,13 @@ impl AgentTools {
     }
 }
 
+/// The caller the auth middleware put in front of the request (none without a token).
+fn caller_of(extensions: &rmcp::model::Extensions) -> Option<&Caller> {
+    extensions
+        .get::<Parts>()
+        .and_then(|p| p.extensions.get::<Caller>())
+}
+
 /// The length of `args` as compact JSON, counted without building the text.
 fn json_size(args: &rmcp::model::JsonObject) -> usize {
     struct Count(usize);
@@ -173,11 +180,7 @@ impl ServerHandler for AgentTools {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let mut tools = self.router.list_all();
-        if let Some(c) = context
-            .extensions
-            .get::<Parts>()
-            .and_then(|p| p.extensions.get::<Caller>())
-        {
+        if let Some(c) = caller_of(&context.extensions) {
             tools.extend(self.shared.granted_tools(c).await);
         }
         let hints = context
@@ -195,11 +198,7 @@ impl ServerHandler for AgentTools {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        if let Some(c) = context
-            .extensions
-            .get::<Parts>()
-            .and_then(|p| p.extensions.get::<Caller>())
-        {
+        if let Some(c) = caller_of(&context.extensions) {
             self.shared.peers.register(c, context.peer.clone());
         }
     }
@@ -212,11 +211,7 @@ impl ServerHandler for AgentTools {
         let at = SystemTime::now();
         let started = Instant::now();
         let tool = request.name.to_string();
-        let who = context
-            .extensions
-            .get::<Parts>()
-            .and_then(|p| p.extensions.get::<Caller>())
-            .cloned();
+        let who = caller_of(&context.extensions).cloned();
         let Outcome { res, exit_code } = self.dispatch(request, context, who.as_ref()).await;
         let ok = matches!(&res, Ok(CallToolResponse::Complete(r)) if r.is_error != Some(true));
         let duration = started.elapsed();

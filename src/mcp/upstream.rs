@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use aicli_providers::{CommandSpec, McpUpstreamConfig};
+use aicli_providers::McpUpstreamConfig;
 use axum::http::{HeaderName, HeaderValue};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientConfig, ContentBlock,
@@ -346,24 +346,7 @@ impl Instance {
             .env
             .for_process(&c.env_passthrough, &c.env, &BTreeMap::new());
         let cwd = c.cwd.clone().unwrap_or_else(|| self.env.repo.clone());
-        let program = match c.command.first() {
-            Some(p) if p.contains('/') => PathBuf::from(p),
-            Some(p) => which::which_in(p, env.get("PATH"), &cwd)
-                .map_err(|_| format!("{p:?} is not found on its PATH"))?,
-            None => return Err("no command".into()),
-        };
-        let cmd = CommandSpec {
-            program,
-            args: c.command[1..].to_vec(),
-            env,
-            env_remove: Vec::new(),
-            env_clear: true,
-            stdin: None,
-            stdin_open: false,
-            cwd: cwd.clone(),
-            files: Vec::new(),
-            links: Vec::new(),
-        };
+        let cmd = super::command::process_spec(&c.command, env, cwd)?;
         let out = OutputOptions {
             stderr_tail: UPSTREAM_STDERR_TAIL,
             raw_pipes: true,

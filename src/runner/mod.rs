@@ -57,6 +57,23 @@ pub enum RunnerError {
     },
 }
 
+impl RunnerError {
+    /// The task error a run that could not be placed or started ends with: a missing
+    /// executable or image is `not_installed`, anything else `crashed`.
+    pub fn kind(&self) -> aicli_providers::ErrorKind {
+        use aicli_providers::ErrorKind;
+        match self {
+            RunnerError::Spawn(SpawnError::Start { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                ErrorKind::NotInstalled
+            }
+            RunnerError::Missing { .. } => ErrorKind::NotInstalled,
+            RunnerError::Spawn(_) | RunnerError::Backend { .. } => ErrorKind::Crashed,
+        }
+    }
+}
+
 /// What a runner needs to know to place one run.
 #[derive(Debug, Clone, Copy)]
 pub struct PlaceRequest<'a> {

@@ -335,6 +335,16 @@ git --version
     Ok(tag)
 }
 
+/// The PATH an image's config sets, else [`DEFAULT_PATH`].
+pub fn path_in(image: &bollard::models::ImageInspect) -> String {
+    image
+        .config
+        .as_ref()
+        .and_then(|c| c.env.as_ref())
+        .and_then(|env| env.iter().find_map(|kv| kv.strip_prefix("PATH=")))
+        .map_or_else(|| DEFAULT_PATH.to_owned(), str::to_owned)
+}
+
 /// An image `tag` made of `from` plus files of this machine (`(source, path in the
 /// image)`), checked by running `check` (a shell line) in it as root.
 pub async fn files_image(
@@ -347,13 +357,7 @@ pub async fn files_image(
     let path = docker
         .inspect_image(from)
         .await
-        .ok()
-        .and_then(|i| i.config)
-        .and_then(|c| c.env)
-        .unwrap_or_default()
-        .into_iter()
-        .find_map(|kv| kv.strip_prefix("PATH=").map(str::to_owned))
-        .unwrap_or_else(|| DEFAULT_PATH.to_owned());
+        .map_or_else(|_| DEFAULT_PATH.to_owned(), |i| path_in(&i));
     let add = move |w: &mut TarWriter| -> std::io::Result<()> {
         for (src, dst) in &files {
             let dst = dst.trim_start_matches('/');
