@@ -189,7 +189,7 @@ async fn first_event(
         let repo = repo();
         let cancel = CancellationToken::new();
         let _stop = cancel.clone().drop_guard();
-        let mut mo = McpServerOptions::from_config(&config.engine, repo.path());
+        let mut mo = McpServerOptions::from_config(&config, repo.path());
         mo.allowed_hosts
             .extend(aicli::runner::docker::container_hosts(
                 &config.engine.docker,

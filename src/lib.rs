@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod cgroup;
+pub mod conversation;
 pub mod env;
 pub mod events;
 pub mod fake_api;
@@ -19,6 +20,7 @@ pub mod runner;
 pub mod schema;
 pub mod service;
 pub mod session;
+pub mod stdin;
 pub mod store;
 pub mod tasks_file;
 pub mod testing;

@@ -30,6 +30,7 @@ pub use crate::cgroup::CgroupMode;
 pub use crate::proctree::{
     ProcStat, RUN_MARKER_VAR, RunTree, all_processes, group_is_empty, kill_leftovers, proc_stat,
 };
+pub use crate::stdin::{StdinWriter, StdoutRecord};
 
 /// One line of a child's stdout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +67,12 @@ pub struct OutputOptions {
     /// Where the run's leader, marker and cgroup are written while it lives (the run
     /// record's `pid`), so that `aicli resume` can kill what is left if aicli itself dies.
     pub pid_file: Option<std::path::PathBuf>,
+    /// Hand stdin and stdout to the caller ([`LocalProcess::take_stdin`],
+    /// [`LocalProcess::take_stdout`]) instead of writing the command's stdin text and
+    /// reading stdout as lines: for a child that speaks a protocol on its pipes (an MCP
+    /// server on stdio) or whose output is read as bytes (a command-backed tool). stderr
+    /// is drained into the tail as always.
+    pub raw_pipes: bool,
 }
 
 impl Default for OutputOptions {
@@ -77,6 +84,7 @@ impl Default for OutputOptions {
             stderr_tee: None,
             stderr_file_cap: 16 * 1024 * 1024,
             pid_file: None,
+            raw_pipes: false,
         }
     }
 }
@@ -155,8 +163,13 @@ pub enum SpawnError {
 pub struct LocalProcess {
     child: Child,
     pid: u32,
-    /// Closed when stdout reaches EOF.
+    /// A two-way run's stdin ([`CommandSpec::stdin_open`]), until taken.
+    pub stdin_writer: Option<StdinWriter>,
+    /// Closed when stdout reaches EOF (at once with [`OutputOptions::raw_pipes`]).
     pub lines: mpsc::Receiver<StdoutLine>,
+    /// The pipes handed to the caller with [`OutputOptions::raw_pipes`].
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: Option<tokio::process::ChildStdout>,
     /// The stderr tail.
     pub stderr: StderrTail,
     readers: Vec<JoinHandle<()>>,
@@ -222,7 +235,7 @@ impl LocalProcess {
         };
         c.args(&cmd.args)
             .current_dir(&cmd.cwd)
-            .stdin(if cmd.stdin.is_some() {
+            .stdin(if cmd.stdin.is_some() || cmd.stdin_open || out.raw_pipes {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -280,18 +293,32 @@ impl LocalProcess {
         let pid = child.id().unwrap_or(0);
         let tree = RunTree::started(pid, marker, cgroup, out.pid_file.clone());
         let mut readers = Vec::new();
-        if let (Some(text), Some(mut stdin)) = (cmd.stdin.clone(), child.stdin.take()) {
-            readers.push(tokio::spawn(async move {
-                // A child that exits without reading its stdin is not an error here.
-                let _ = stdin.write_all(text.as_bytes()).await;
-                let _ = stdin.shutdown().await;
-            }));
+        let (mut raw_stdin, mut raw_stdout) = (None, None);
+        if out.raw_pipes {
+            raw_stdin = child.stdin.take();
+            raw_stdout = child.stdout.take();
+        }
+        let record = StdoutRecord::from(out.stdout_tee);
+        let mut stdin_writer = None;
+        match (cmd.stdin_open, child.stdin.take()) {
+            (true, Some(stdin)) => {
+                stdin_writer = Some(StdinWriter::spawn(stdin, record.clone(), cmd.stdin.clone()));
+            }
+            (false, Some(mut stdin)) => {
+                if let Some(text) = cmd.stdin.clone() {
+                    readers.push(tokio::spawn(async move {
+                        // A child that exits without reading its stdin is not an error here.
+                        let _ = stdin.write_all(text.as_bytes()).await;
+                        let _ = stdin.shutdown().await;
+                    }));
+                }
+            }
+            (_, None) => {}
         }
         let (tx, rx) = mpsc::channel(256);
         if let Some(stdout) = child.stdout.take() {
             let cap = out.line_cap;
-            let tee = out.stdout_tee;
-            readers.push(tokio::spawn(read_lines(stdout, cap, tee, tx)));
+            readers.push(tokio::spawn(read_lines(stdout, cap, record, tx)));
         }
         let stderr = StderrTail::new(out.stderr_tail);
         if let Some(err) = child.stderr.take() {
@@ -304,7 +331,10 @@ impl LocalProcess {
         Ok(LocalProcess {
             child,
             pid,
+            stdin_writer,
             lines: rx,
+            stdin: raw_stdin,
+            stdout: raw_stdout,
             stderr,
             readers,
             exit: None,
@@ -316,6 +346,16 @@ impl LocalProcess {
     /// The child's pid (also its process-group id).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The child's stdin, once ([`OutputOptions::raw_pipes`] only).
+    pub fn take_stdin(&mut self) -> Option<tokio::process::ChildStdin> {
+        self.stdin.take()
+    }
+
+    /// The child's stdout, once ([`OutputOptions::raw_pipes`] only).
+    pub fn take_stdout(&mut self) -> Option<tokio::process::ChildStdout> {
+        self.stdout.take()
     }
 
     /// Waits for the child to exit; `Some(code)`, or `None` when a signal ended it.
@@ -382,13 +422,15 @@ impl Drop for LocalProcess {
     }
 }
 
-/// Reads `stdout` into capped lines on `tx`, teeing every byte into `tee`.
+/// Reads `stdout` into capped lines on `tx`, every byte going to `tee` (the run
+/// record) as it is read.
 pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
     stdout: R,
     cap: usize,
-    mut tee: Option<File>,
+    tee: impl Into<StdoutRecord>,
     tx: mpsc::Sender<StdoutLine>,
 ) {
+    let tee: StdoutRecord = tee.into();
     let mut reader = BufReader::with_capacity(64 * 1024, stdout);
     let mut line: Vec<u8> = Vec::new();
     // While skipping an over-long line: its length so far.
@@ -404,12 +446,7 @@ pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
         if chunk.is_empty() {
             break;
         }
-        if let Some(f) = tee.as_mut()
-            && let Err(e) = f.write_all(chunk)
-        {
-            tracing::warn!(error = %e, "writing the stdout record failed; stopped recording");
-            tee = None;
-        }
+        tee.write(chunk);
         let n = chunk.len();
         let mut start = 0;
         let mut out = Vec::new();
@@ -473,7 +510,8 @@ pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
     } else if !line.is_empty() {
         let _ = tx.send(StdoutLine::Line(line)).await;
     }
-    sync_off_thread(tee).await;
+    tee.end_of_stdout();
+    sync_off_thread(tee.file_for_sync()).await;
 }
 
 /// `setpriv` (util-linux) when it is installed and supports `--pdeathsig`.

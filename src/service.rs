@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aicli_providers::{
-    AgentEvent, AiCliConfig, Continuation, ContinuationMode, ErrorKind, EventKind, Feature,
-    McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, RunnerKind, SessionResult,
-    SessionStatus, SessionTotals, SharedProvider, TaskSpec,
+    AgentEvent, AiCliConfig, AnsweredQuestion, Continuation, ContinuationMode, ErrorKind,
+    EventKind, Feature, McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, RunnerKind,
+    SessionResult, SessionStatus, SessionTotals, SharedProvider, TaskSpec,
 };
 use async_trait::async_trait;
 use tokio::sync::{broadcast, mpsc};
@@ -43,6 +43,12 @@ pub struct TaskScope {
     pub skills: Vec<String>,
     /// Credential names the task may read.
     pub credentials: Vec<String>,
+    /// MCP tools and upstreams the task may use (`engine.mcp_tools` and its own).
+    pub tools: Vec<String>,
+    /// The task's record directory (the server logs tool calls there).
+    pub record_dir: Option<PathBuf>,
+    /// The attempt (1-based).
+    pub attempt: u32,
 }
 
 /// A token granted to one run.
@@ -56,7 +62,8 @@ pub struct AgentGrant {
     pub events: mpsc::UnboundedReceiver<AgentEvent>,
 }
 
-/// The agent server as the engine sees it: grants a token per run, revokes it after.
+/// The agent server as the engine sees it: grants a token per run, revokes it after,
+/// and hears when a batch ends (what it started for the batch stops then).
 #[async_trait]
 pub trait AgentServer: Send + Sync + std::fmt::Debug {
     /// A token bound to `scope`, for a CLI that reaches the server as `reach` says (over
@@ -71,6 +78,8 @@ pub trait AgentServer: Send + Sync + std::fmt::Debug {
     fn revoke(&self, token: &str);
     /// From now on only requests from `peer` may use `token`.
     fn restrict(&self, token: &str, peer: std::net::IpAddr);
+    /// Every task of `batch_id` is done (in this process): stop what serves only it.
+    async fn end_batch(&self, _batch_id: &str) {}
 }
 
 /// Errors that stop a batch before any task runs.
@@ -331,6 +340,15 @@ impl Engine {
         for t in &mut tasks {
             t.runner = t.runner.or(opts.runner);
         }
+        for (i, t) in tasks.iter().enumerate() {
+            if let Some((j, message)) = self.config.unknown_mcp_grant(&t.mcp_tools) {
+                return Err(EngineError::InvalidTask {
+                    index: i + 1,
+                    id: t.id.clone(),
+                    message: format!("mcp_tools[{j}]: {message}"),
+                });
+            }
+        }
         let default_provider = opts
             .provider
             .clone()
@@ -487,10 +505,7 @@ impl Engine {
                 )));
             }
         }
-        let (resume, prompt, continuation) = match (
-            &last.session_id,
-            provider.supports(Feature::Resume),
-        ) {
+        let (resume, prompt, continuation) = match (&last.session_id, provider.resumable(&last)) {
             (Some(sid), true) => (
                 Some((sid.clone(), last.session_totals)),
                 format!(
@@ -585,6 +600,13 @@ impl Engine {
                 busy.join("; ")
             )));
         }
+        // The batch's MCP upstreams the dead aicli had started.
+        for f in pid_files(record.dir(), "pid.upstream-") {
+            let killed = crate::proctree::kill_leftovers(&f).await;
+            if !killed.is_empty() {
+                tracing::warn!(pids = ?killed, "killed an MCP upstream left by an interrupted batch");
+            }
+        }
         let mut plan = Vec::new();
         for mut rec in tasks {
             let lock = locks.remove(&rec.task.id).map(Arc::new);
@@ -617,9 +639,13 @@ impl Engine {
                         }
                         Found::Interrupted(partial) => partial,
                     };
+                    let resumable = partial.as_ref().map_or_else(
+                        || provider.supports(Feature::Resume),
+                        |p| provider.resumable(p),
+                    );
                     let (resume, prompt, continuation) = match (
                         partial.and_then(|p| p.session_id.map(|s| (s, p.session_totals))),
-                        provider.supports(Feature::Resume),
+                        resumable,
                     ) {
                         (Some((sid, totals)), true) => (
                             Some((sid.clone(), totals)),
@@ -676,10 +702,15 @@ impl Engine {
         self.execute(spec, record, plan, opts, live, cancel).await
     }
 
-    /// Kills what is left of an interrupted run of task `task_id` (its process group, as
-    /// recorded in the task's `pid` file).
+    /// Kills what is left of an interrupted run of task `task_id`: its CLI's process
+    /// tree, as recorded in the task's `pid` file, and those of the MCP tool calls it
+    /// had running (`pid.tool-*`).
     async fn kill_leftovers(&self, record: &BatchRecord, task_id: &str) {
-        let killed = crate::proctree::kill_leftovers(&record.task_dir(task_id).join("pid")).await;
+        let dir = record.task_dir(task_id);
+        let mut killed = crate::proctree::kill_leftovers(&dir.join("pid")).await;
+        for f in pid_files(&dir, "pid.tool-") {
+            killed.extend(crate::proctree::kill_leftovers(&f).await);
+        }
         if !killed.is_empty() {
             tracing::warn!(task = %task_id, pids = ?killed, "killed processes left by an interrupted run");
         }
@@ -693,10 +724,11 @@ impl Engine {
         task: &TaskSpec,
         provider: &SharedProvider,
     ) {
-        if self.runner_kind(task, provider) == RunnerKind::Local {
+        let kind = self.runner_kind(task, provider);
+        if kind == RunnerKind::Local {
             return;
         }
-        match self.runner(self.runner_kind(task, provider)).await {
+        match self.runner(kind).await {
             Ok(r) => {
                 for line in r.remove_leftovers(&record.batch_id(), &task.id).await {
                     tracing::warn!(task = %task.id, "{line}");
@@ -734,6 +766,7 @@ impl Engine {
         let ctx = ParseContext {
             model: attempt.model.clone(),
             prior: attempt.prior,
+            answered: None,
         };
         // aicli stopped while the CLI ran: how it ended is not known. The stream is read
         // through the decoder once, noting whether the CLI said its last word.
@@ -883,6 +916,9 @@ impl Engine {
             .await;
         }
         owner.wait_finalizers().await;
+        if let Some(s) = &self.agent_server {
+            s.end_batch(&spec.batch_id).await;
+        }
         let result = shared.batch_result(started.elapsed());
         record
             .write_result(&result)
@@ -892,6 +928,18 @@ impl Engine {
             })?;
         Ok(result)
     }
+}
+
+/// The files in `dir` whose names start with `prefix`.
+fn pid_files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// What `resume` found of an attempt that was running when aicli stopped.
@@ -1189,6 +1237,68 @@ impl Shared {
         }
     }
 
+    /// Waits as long as the provider needs between a session's last run and its
+    /// continuation ([`aicli_providers::AiCliProvider::resume_not_before`]; gemini's
+    /// `session/load` in a new minute), saying so on the live stream; a cancel ends the
+    /// wait (the session then ends at once, cancelled).
+    async fn pause_before_resume(
+        &self,
+        planned: &Planned,
+        provider: &SharedProvider,
+        task_id: &Arc<str>,
+        cancel: &CancellationToken,
+    ) {
+        let Some((sid, _)) = &planned.resume else {
+            return;
+        };
+        // The run being continued: this task's last attempt, else the origin's.
+        let last = planned
+            .rec
+            .attempts
+            .last()
+            .and_then(|a| a.result.clone())
+            .or_else(|| planned.origin.as_ref().map(|o| o.result.clone()));
+        let Some(last) = last else { return };
+        // The run that began the session: the first attempt that ran in it (of the
+        // origin's task, else of this one); its end bounds when the session began (a
+        // later run it continued only makes the bound later, so the wait longer).
+        let first_in = |attempts: &[AttemptRecord]| {
+            attempts
+                .iter()
+                .find(|a| a.result.as_ref().and_then(|r| r.session_id.as_deref()) == Some(sid))
+                .map(|a| a.finished_at.clone())
+        };
+        let began = planned
+            .origin
+            .as_ref()
+            .and_then(|o| first_in(&o.task.attempts))
+            .or_else(|| first_in(&planned.rec.attempts))
+            .flatten()
+            .and_then(|t| humantime::parse_rfc3339_weak(&t).ok())
+            .unwrap_or_else(std::time::SystemTime::now);
+        let Some(until) = provider.resume_not_before(&last, began) else {
+            return;
+        };
+        let Ok(wait) = until.duration_since(std::time::SystemTime::now()) else {
+            return;
+        };
+        let message = format!(
+            "waiting {:.0}s before continuing the session: {} must not load a session in the wall-clock minute it began (providers.{}.acp.load_in_a_new_minute)",
+            wait.as_secs_f64(),
+            provider.name(),
+            provider.name()
+        );
+        tracing::info!(task = %task_id, "{message}");
+        let _ = self.live.send(BatchEvent::Agent {
+            task_id: task_id.clone(),
+            event: AgentEvent::synthetic(EventKind::Status { status: message }),
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = cancel.cancelled() => {}
+        }
+    }
+
     /// One attempt: worktree, record, token, session, record again.
     async fn run_attempt(
         &self,
@@ -1224,6 +1334,10 @@ impl Shared {
         if let Some((sid, totals)) = &planned.resume {
             task.resume_session_id = Some(sid.clone());
             prior = *totals;
+        }
+        if planned.resume.is_some() {
+            self.pause_before_resume(&planned, &provider, &task_id, &cancel)
+                .await;
         }
         let attempt_no = planned.rec.attempts.len() as u32 + 1;
         let kind = if attempt_in_run > 1 {
@@ -1276,12 +1390,18 @@ impl Shared {
             ),
             Ok(workdir) => {
                 let branch = planned.rec.branch.clone();
+                // The human's latest answer to this task: a decoder that asked the
+                // question itself (an ACP permission request) answers it the same way.
+                let answered = planned.rec.answers.last().map(|a| AnsweredQuestion {
+                    question: a.question.clone(),
+                    answer: a.answer.clone(),
+                });
                 self.session(
                     &task,
                     provider.clone(),
                     workdir,
                     branch,
-                    prior,
+                    (prior, answered),
                     attempt_no,
                     cancel,
                 )
@@ -1357,7 +1477,7 @@ impl Shared {
         provider: SharedProvider,
         workspace: PathBuf,
         branch: Option<String>,
-        prior: Option<SessionTotals>,
+        (prior, answered): (Option<SessionTotals>, Option<AnsweredQuestion>),
         attempt_no: u32,
         cancel: CancellationToken,
     ) -> SessionOutcome {
@@ -1378,6 +1498,16 @@ impl Shared {
             Some(task),
         );
         let kind = self.engine.runner_kind(task, &provider);
+        if provider.two_way() && kind != RunnerKind::Local {
+            return Self::never_ran(
+                provider.name(),
+                ErrorKind::BadRequest,
+                format!(
+                    "provider {} speaks to its agent on stdin (ACP), which the {kind} runner cannot keep open: run it with the local runner (`--runner local`, or the provider's `runner`)",
+                    provider.name()
+                ),
+            );
+        }
         let runner = match self.engine.runner(kind).await {
             Ok(r) => r,
             Err(e) => {
@@ -1409,17 +1539,14 @@ impl Shared {
         let mut placement: Box<dyn Placement> = match placed {
             Ok(p) => p,
             Err(e) => {
-                let kind = match &e {
-                    crate::runner::RunnerError::Missing { .. } => ErrorKind::NotInstalled,
-                    crate::runner::RunnerError::Spawn(_)
-                    | crate::runner::RunnerError::Backend { .. } => ErrorKind::Crashed,
-                };
                 let _ = std::fs::remove_dir_all(&private_dir);
-                return Self::never_ran(provider.name(), kind, e.to_string());
+                return Self::never_ran(provider.name(), e.kind(), e.to_string());
             }
         };
         let mut skills = self.engine.config.engine.skills.clone();
         skills.extend(task.skills.iter().cloned());
+        let mut tools = self.engine.config.engine.mcp_tools.clone();
+        tools.extend(task.mcp_tools.iter().cloned());
         let grant = match &self.engine.agent_server {
             Some(s) => {
                 let scope = TaskScope {
@@ -1428,6 +1555,9 @@ impl Shared {
                     workspace: workspace.clone(),
                     skills,
                     credentials: task.credentials.clone(),
+                    tools,
+                    record_dir: Some(self.record.task_dir(&task.id)),
+                    attempt: attempt_no,
                 };
                 match s.grant(scope, placement.agent_reach()).await {
                     Ok(g) => Some(g),
@@ -1473,6 +1603,7 @@ impl Shared {
             parse_ctx: ParseContext {
                 model: provider.model_for(task),
                 prior,
+                answered,
             },
             task: task.clone(),
             provider,

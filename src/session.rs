@@ -22,6 +22,7 @@ use aicli_providers::{
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use crate::conversation::{Conversation, sleep_until};
 use crate::events::BatchEvent;
 use crate::process::{OutputOptions, StdoutLine};
 use crate::runner::{Placement, RunHandle};
@@ -201,10 +202,11 @@ async fn prepare_and_run(
     // in aicli's cache (`aicli install`); an engine's explicit search path is taken as
     // it is).
     let base_env = placement.env(&spec.base_env);
+    let mut search_path = None;
     let binary = match placement.binary() {
         Some(b) => b,
         None => {
-            let search_path = match &spec.search_path {
+            let path = match &spec.search_path {
                 Some(p) => p.clone(),
                 None => crate::install::search_path_with_cache(
                     &base_env
@@ -214,9 +216,11 @@ async fn prepare_and_run(
                         .unwrap_or_default(),
                 ),
             };
-            provider
-                .binary_path(Some(&search_path))
-                .map_err(|e| not_started(spec, e.kind(), e.to_string()))?
+            let b = provider
+                .binary_path(Some(&path))
+                .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
+            search_path = Some(path);
+            b
         }
     };
 
@@ -230,6 +234,7 @@ async fn prepare_and_run(
         mcp: spec.mcp.as_ref().map(|(e, _)| e),
         budget_remaining_usd: spec.budget_remaining_usd,
         is_root,
+        search_path: search_path.as_deref(),
         in_container: placement.agent_reach().is_some(),
     };
     let mut cmd = provider
@@ -394,19 +399,10 @@ async fn prepare_and_run(
                 lockfiles::release(l);
             }
             remove_links(&cmd.links);
-            let kind = match &e {
-                crate::runner::RunnerError::Spawn(crate::process::SpawnError::Start {
-                    source,
-                    ..
-                }) if source.kind() == std::io::ErrorKind::NotFound => ErrorKind::NotInstalled,
-                crate::runner::RunnerError::Missing { .. } => ErrorKind::NotInstalled,
-                crate::runner::RunnerError::Spawn(_)
-                | crate::runner::RunnerError::Backend { .. } => ErrorKind::Crashed,
-            };
-            return Err(not_started(spec, kind, e.to_string()));
+            return Err(not_started(spec, e.kind(), e.to_string()));
         }
     };
-    let mut outcome = supervise(spec, io, handle, task_id, aicli_log).await;
+    let mut outcome = supervise(spec, &ctx, cmd.stdin_open, io, handle, task_id, aicli_log).await;
     outcome.argv = std::iter::once(cmd.program.display().to_string())
         .chain(cmd.args.iter().cloned())
         .collect();
@@ -422,6 +418,8 @@ async fn prepare_and_run(
 
 async fn supervise(
     spec: &SessionSpec,
+    launch: &LaunchContext<'_>,
+    two_way: bool,
     mut io: SessionIo,
     mut handle: Box<dyn RunHandle>,
     task_id: Arc<str>,
@@ -443,20 +441,9 @@ async fn supervise(
     let mut saw_final = false;
     let mut reset_at: Option<i64> = None;
 
-    // The events of the line at hand (one buffer for the run).
-    let mut evs = Vec::new();
-    let mut on_line = |line: StdoutLine, decoder: &mut Box<dyn aicli_providers::Decoder>| {
-        match &line {
-            StdoutLine::Line(bytes) => decoder.decode(Line::Bytes(bytes), &mut evs),
-            StdoutLine::Overlong { len, prefix } => decoder.decode(
-                Line::Overlong {
-                    len: *len,
-                    prefix,
-                    cap: line_cap,
-                },
-                &mut evs,
-            ),
-        }
+    // Questions the decoder itself asked a human (an ACP permission request).
+    let mut asked: Vec<PendingQuestion> = Vec::new();
+    let mut publish = |evs: &mut Vec<AgentEvent>| {
         for ev in evs.drain(..) {
             if let EventKind::Final { .. } = &ev.kind {
                 saw_final = true;
@@ -467,12 +454,65 @@ async fn supervise(
             {
                 reset_at = Some(reset_at.map_or(*t, |r| r.max(*t)));
             }
+            if let EventKind::Question { question, options } = &ev.kind {
+                asked.push(PendingQuestion {
+                    question: question.clone(),
+                    options: options.clone(),
+                    asked_at: crate::util::now_rfc3339(),
+                });
+            }
             let _ = io.live.send(BatchEvent::Agent {
                 task_id: task_id.clone(),
                 event: ev,
             });
         }
     };
+    // The events of the line at hand (one buffer for the run).
+    let mut evs = Vec::new();
+    let decode = |line: StdoutLine,
+                  decoder: &mut Box<dyn aicli_providers::Decoder>,
+                  evs: &mut Vec<AgentEvent>| match &line {
+        StdoutLine::Line(bytes) => decoder.decode(Line::Bytes(bytes), evs),
+        StdoutLine::Overlong { len, prefix } => decoder.decode(
+            Line::Overlong {
+                len: *len,
+                prefix,
+                cap: line_cap,
+            },
+            evs,
+        ),
+    };
+
+    // A two-way CLI is spoken to: its stdin stays open for what the decoder says.
+    let mut conversation = None;
+    if two_way {
+        match handle.take_stdin() {
+            Some(writer) => {
+                let mut c = Conversation::new(writer);
+                publish(&mut decoder.connect(launch));
+                c.pump(decoder.as_mut());
+                conversation = Some(c);
+            }
+            None => {
+                let _ = handle.shutdown(limits.kill_grace).await;
+                let mut result = SessionResult::not_started(
+                    provider.name(),
+                    ErrorKind::BadRequest,
+                    format!(
+                        "provider {} speaks to its CLI on stdin (an ACP agent), which this runner cannot keep open: run it with the local runner (`--runner local`, or the provider's `runner`)",
+                        provider.name()
+                    ),
+                );
+                result.exit_code = None;
+                return SessionOutcome {
+                    result,
+                    reset_at: None,
+                    argv: Vec::new(),
+                    place: None,
+                };
+            }
+        }
+    }
 
     let mut lines = handle.take_lines();
     // The CLI exited while something of its tree still holds its stdout open: a short
@@ -480,18 +520,11 @@ async fn supervise(
     let mut child_exit: Option<Option<i32>> = None;
     let mut pipe_deadline: Option<tokio::time::Instant> = None;
     let reason = loop {
-        let pipe_sleep = async {
-            match pipe_deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        let final_sleep = async {
-            match final_deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
+        let pipe_sleep = sleep_until(pipe_deadline);
+        let final_sleep = sleep_until(final_deadline);
+        let wait_sleep = sleep_until(conversation.as_ref().and_then(Conversation::deadline));
+        let stop_sleep = sleep_until(conversation.as_ref().and_then(Conversation::stop_deadline));
+        let stopping = conversation.as_ref().is_some_and(Conversation::stopping);
         let injected_recv = async {
             match injected.as_mut() {
                 Some(rx) => rx.recv().await,
@@ -500,11 +533,28 @@ async fn supervise(
         };
         tokio::select! {
             biased;
-            _ = io.cancel.cancelled() => break EndReason::Cancelled,
+            _ = io.cancel.cancelled(), if !stopping => {
+                // A two-way CLI is asked to stop first (ACP `session/cancel`); it has the
+                // kill grace to end its turn, then the process group is killed as for any.
+                let asked_to_stop = conversation
+                    .as_mut()
+                    .is_some_and(|c| c.stop(decoder.as_mut(), limits.kill_grace));
+                if !asked_to_stop {
+                    break EndReason::Cancelled;
+                }
+            }
+            _ = stop_sleep => break EndReason::Cancelled,
             line = lines.recv() => match line {
                 Some(line) => {
                     idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
-                    on_line(line, &mut decoder);
+                    decode(line, &mut decoder, &mut evs);
+                    publish(&mut evs);
+                    if let Some(c) = conversation.as_mut() {
+                        c.pump(decoder.as_mut());
+                    }
+                    if stopping && decoder.finished() {
+                        break EndReason::Cancelled;
+                    }
                     // The CLI said its last word: a short grace to exit. It may take it
                     // back (a background agent of Claude's goes on): then wait again.
                     if !decoder.finished() {
@@ -515,6 +565,14 @@ async fn supervise(
                 }
                 None => break EndReason::Eof,
             },
+            _ = wait_sleep => {
+                if let Some(c) = conversation.as_mut() {
+                    publish(&mut c.overdue(decoder.as_mut()));
+                }
+                if decoder.finished() && final_deadline.is_none() {
+                    final_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
+                }
+            }
             code = handle.wait(), if child_exit.is_none() => {
                 child_exit = Some(code);
                 pipe_deadline = Some(tokio::time::Instant::now() + PIPE_GRACE);
@@ -558,9 +616,14 @@ async fn supervise(
     // Lines still in flight: keep taking them until the reader is done (it may be
     // waiting for room in the channel), so the record is complete when the attempt's
     // end offsets are taken.
+    if let Some(c) = conversation.as_mut() {
+        c.close();
+    }
+    drop(conversation);
     let rest = async {
         while let Some(line) = lines.recv().await {
-            on_line(line, &mut decoder);
+            decode(line, &mut decoder, &mut evs);
+            publish(&mut evs);
         }
     };
     if tokio::time::timeout(Duration::from_secs(5), rest)
@@ -577,6 +640,7 @@ async fn supervise(
         }
     }
     crate::process::sync_off_thread(aicli_log.file.take()).await;
+    questions.append(&mut asked);
 
     let stderr = handle.stderr().text();
     let mut result = decoder.finish(&stderr, ExitStatus::of_wait(exit_code));

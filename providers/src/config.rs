@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::docker_config::{DockerConfig, RunnerKind};
 use crate::error::ConfigError;
+use crate::mcp_tools::{McpToolConfig, McpUpstreamConfig};
 use crate::provider::Feature;
 use crate::task::PermissionMode;
 use crate::usage::PriceTable;
@@ -47,6 +48,13 @@ pub struct AiCliConfig {
     /// Engine settings (parallelism, timeouts, retries, records, MCP server).
     #[serde(default)]
     pub engine: EngineConfig,
+    /// Command-backed tools aicli's MCP server offers to the tasks granted them, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_tools: BTreeMap<String, McpToolConfig>,
+    /// Upstream MCP servers whose tools aicli's MCP server offers (as
+    /// `<upstream>__<tool>`) to the tasks granted them, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_upstreams: BTreeMap<String, McpUpstreamConfig>,
 }
 
 /// One provider entry: facts about a CLI and the defaults its runs get.
@@ -132,6 +140,15 @@ pub struct ProviderConfig {
     /// reports none.
     #[serde(default)]
     pub prices: PriceTable,
+    /// `aicli install` installs the package with `npm install --omit=optional`, into a
+    /// prefix of its own (`<cache>/slim`), so that the other CLIs' optional native
+    /// packages stay: for wrappers whose optional dependency is a whole CLI that aicli
+    /// already pins (claude-agent-acp bundles Claude Code, codex-acp Codex).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub npm_omit_optional: bool,
+    /// How aicli drives an ACP agent (entries with `"adapter": "acp"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acp: Option<crate::acp::AcpConfig>,
     /// Where this provider's tasks run when the task and the batch name no runner
     /// (`engine.runner` when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,6 +201,8 @@ impl ProviderConfig {
             ide_lock_env_var: None,
             ide_lockfile_dir: None,
             prices: PriceTable::default(),
+            npm_omit_optional: false,
+            acp: None,
             runner: None,
             container_home_files: Vec::new(),
         }
@@ -219,6 +238,9 @@ pub struct EngineConfig {
     pub skills_dir: Option<PathBuf>,
     /// Skills connected to every task, besides each task's own.
     pub skills: Vec<String>,
+    /// Names in `mcp_tools` or `mcp_upstreams` granted to every task, besides each
+    /// task's own `mcp_tools`.
+    pub mcp_tools: Vec<String>,
     /// A JSON file of credential name -> value for the MCP `getCredential` tool (values
     /// are otherwise read from the environment).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -313,6 +335,7 @@ impl Default for EngineConfig {
             worktrees_dir: None,
             skills_dir: None,
             skills: Vec::new(),
+            mcp_tools: Vec::new(),
             credentials_file: None,
             mcp: McpServerConfig::default(),
             notify_hook: Vec::new(),
@@ -411,6 +434,10 @@ pub struct McpLimits {
     pub pattern_chars: usize,
     /// `getSkill`'s and `getCredential`'s `name`, characters.
     pub name_chars: usize,
+    /// The arguments of a call to a granted tool (a command-backed tool of `mcp_tools`,
+    /// or an upstream's tool), bytes of their JSON; a larger call is refused with a
+    /// JSON-RPC error and nothing runs or is forwarded.
+    pub tool_argument_bytes: usize,
 }
 
 impl Default for McpLimits {
@@ -430,13 +457,14 @@ impl Default for McpLimits {
             path_chars: 4_096,
             pattern_chars: 1_024,
             name_chars: 256,
+            tool_argument_bytes: 64 * 1024,
         }
     }
 }
 
 impl McpLimits {
     /// Each limit by its config name, for validation and messages.
-    pub fn named(&self) -> [(&'static str, u64); 14] {
+    pub fn named(&self) -> [(&'static str, u64); 15] {
         [
             ("header_read_timeout_secs", self.header_read_timeout_secs),
             ("idle_timeout_secs", self.idle_timeout_secs),
@@ -452,6 +480,7 @@ impl McpLimits {
             ("path_chars", self.path_chars as u64),
             ("pattern_chars", self.pattern_chars as u64),
             ("name_chars", self.name_chars as u64),
+            ("tool_argument_bytes", self.tool_argument_bytes as u64),
         ]
     }
 }
@@ -570,6 +599,15 @@ impl AiCliConfig {
                 ));
             }
         }
+        let path = std::env::var("PATH").ok();
+        crate::mcp_tools::check(
+            &self.mcp_tools,
+            &self.mcp_upstreams,
+            &self.engine.mcp_tools,
+            path.as_deref(),
+            &invalid,
+            &|patterns, at| check_env_patterns(patterns, at, &invalid),
+        )?;
         for (name, p) in &self.providers {
             check_env_patterns(
                 &p.env_passthrough,
@@ -626,6 +664,12 @@ impl AiCliConfig {
             }
         }
         Ok(())
+    }
+
+    /// The first of `grants` (a task's `mcp_tools`) that names neither a configured tool
+    /// nor an upstream: its index and what is wrong.
+    pub fn unknown_mcp_grant(&self, grants: &[String]) -> Option<(usize, String)> {
+        crate::mcp_tools::unknown_grant(&self.mcp_tools, &self.mcp_upstreams, grants)
     }
 
     /// The entry of provider `name`, or an error listing the known ones.
@@ -841,7 +885,7 @@ mod tests {
             .unwrap_or_default();
         assert!(
             err.contains(
-                "at default_provider: 'claud' is not one of the providers (claude, codex, gemini)"
+                "at default_provider: 'claud' is not one of the providers (claude, claude-acp, codex, codex-acp, gemini, gemini-acp)"
             ),
             "{err}"
         );

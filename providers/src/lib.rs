@@ -16,11 +16,13 @@
 //! | [`event`] | the normalized [`AgentEvent`] model (every event keeps its raw line) |
 //! | [`usage`] | [`CanonicalUsage`], prices, cost estimation |
 //! | [`task`] | [`TaskSpec`], the vendor-neutral task |
+//! | [`mcp_tools`] | command-backed MCP tools and upstream MCP servers in the config, their checks |
 //! | [`result`] | [`SessionResult`], the normalized outcome of one run |
 //! | [`error`] | the [`ErrorKind`] taxonomy and this crate's errors |
 //! | [`replay`] | a capped line reader, and recorded transcripts through a decoder |
 //! | [`shared`] | what the adapters share: argument merging, error tables, text helpers |
 //! | [`claude`], [`codex`], [`gemini`] | one adapter per vendor: `wire` (the vendor's line types), `argv`, `decode`, `classify`, `result`; pure, no process I/O |
+//! | [`acp`] | the Agent Client Protocol adapter: any ACP agent from its config entry, a two-way decoder |
 //!
 //! # Decoding: one pass, one fold
 //!
@@ -33,6 +35,12 @@
 //!
 //! Each line is read once, into the vendor's wire enum; the decoder keeps only what the
 //! result needs, so memory does not grow with the stream (apart from the response text).
+//!
+//! A two-way CLI (an ACP agent, [`CommandSpec::stdin_open`]) is also spoken to: the
+//! engine connects the decoder ([`Decoder::connect`]), writes what it says after each
+//! line ([`Decoder::take_stdin`]) and records each message behind a direction marker
+//! among the CLI's own lines, so a recorded run replays through the same decoder. One-way
+//! CLIs keep the defaults of those methods.
 //!
 //! # Live usage
 //!
@@ -71,6 +79,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod acp;
 pub mod claude;
 pub mod codex;
 pub mod config;
@@ -79,6 +88,7 @@ pub mod docker_config;
 pub mod error;
 pub mod event;
 pub mod gemini;
+pub mod mcp_tools;
 pub mod provider;
 pub mod registry;
 pub mod replay;
@@ -89,18 +99,19 @@ pub mod usage;
 pub mod wire;
 
 pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
-pub use decode::{Decoder, ExitStatus, Line, Tally};
+pub use decode::{Decoder, ExitStatus, Line, STDIN_RECORD_KEY, StdinMessage, Tally};
 pub use docker_config::{DockerConfig, DockerHostConfig, DockerTls, RunnerKind};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
+pub use mcp_tools::{InputSchema, McpToolConfig, McpUpstreamConfig};
 pub use provider::{
     AiCliProvider, AuthStatus, BinaryLocation, CommandSpec, Feature, FileSpec, LaunchContext,
     LinkSpec, McpEndpoint, McpWiring, SharedProvider,
 };
 pub use registry::ProviderRegistry;
 pub use result::{
-    Continuation, ContinuationMode, ParseContext, PendingQuestion, SessionResult, SessionStatus,
-    SessionTotals,
+    AnsweredQuestion, Continuation, ContinuationMode, ParseContext, PendingQuestion, SessionResult,
+    SessionStatus, SessionTotals,
 };
 pub use task::{PermissionMode, TaskSpec};
 pub use usage::{CanonicalUsage, Cost, CostSource, ModelPrice, PriceTable};

@@ -119,6 +119,11 @@ pub(super) async fn batch(
             )));
         }
     }
+    // ... and an MCP tool the config does not define.
+    if let Err(m) = file.check_grants(running.engine.config(), &tasks_path.display().to_string()) {
+        running.stop();
+        return Err(usage(m));
+    }
     let mut opts = BatchOptions::new(repo);
     opts.runner = runner;
     opts.provider = a.provider.clone().or(file.provider.clone());

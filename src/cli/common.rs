@@ -260,7 +260,7 @@ pub(super) async fn start_engine(
             fake,
         });
     }
-    let mut opts = McpServerOptions::from_config(&engine.config().engine, repo);
+    let mut opts = McpServerOptions::from_config(engine.config(), repo);
     if containers {
         // Containers name aicli's machine host.docker.internal (or a configured address).
         opts.allowed_hosts

@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// (repeatable; the CLI's environment never carries it).
     #[arg(long, value_name = "NAME")]
     pub credential: Vec<String>,
+    /// A tool of the config's `mcp_tools`, or an upstream of its `mcp_upstreams`, the
+    /// agent may call through aicli's MCP server (repeatable; besides `engine.mcp_tools`).
+    #[arg(long = "mcp-tool", value_name = "NAME")]
+    pub mcp_tool: Vec<String>,
     /// Carry the repository's uncommitted changes and untracked files into the task's
     /// worktree (as a commit on the task's branch); without it the task starts from HEAD.
     #[arg(long)]
@@ -77,6 +81,10 @@ pub(super) async fn run(
     let cancel = CancellationToken::new();
     let docker = a.runner == Some(RunnerKind::Docker);
     let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
+    if let Some((_, m)) = running.engine.config().unknown_mcp_grant(&a.mcp_tool) {
+        running.stop();
+        return Err(super::common::usage(format!("--mcp-tool: {m}")));
+    }
     // Each run is a batch of its own; its task gets an id of its own too, so answers and
     // hints can name it alone.
     let batch_id = aicli::util::new_batch_id();
@@ -87,6 +95,7 @@ pub(super) async fn run(
         max_turns: a.max_turns,
         max_budget_usd: a.budget,
         credentials: a.credential.clone(),
+        mcp_tools: a.mcp_tool.clone(),
         ..TaskSpec::default()
     };
     let mut opts = BatchOptions::new(repo);

@@ -65,6 +65,9 @@ pub(crate) struct Caller {
     pub ctx: Arc<TaskContext>,
     /// Where requests with this token may come from.
     pub peer: PeerRule,
+    /// Cancelled when the token is revoked (its task run ended) or the server stops:
+    /// what its tool calls are still running is killed then.
+    pub cancel: tokio_util::sync::CancellationToken,
 }
 
 /// Where requests with a token may come from.
@@ -144,13 +147,15 @@ impl Tokens {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A fresh token for `ctx`: 32 random bytes, hex.
-    pub(crate) fn mint(&self, ctx: TaskContext) -> String {
-        self.mint_with(ctx, PeerRule::Any)
-    }
-
-    /// A fresh token for `ctx` usable from where `peer` says.
-    pub(crate) fn mint_with(&self, ctx: TaskContext, peer: PeerRule) -> String {
+    /// A fresh token for `ctx` (32 random bytes, hex) usable from where `peer` says.
+    /// `cancel` is the token's own cancellation (a child of the server's), cancelled
+    /// when it is revoked.
+    pub(crate) fn mint_with(
+        &self,
+        ctx: TaskContext,
+        peer: PeerRule,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> String {
         let mut secret = [0u8; TOKEN_BYTES];
         rand::rng().fill_bytes(&mut secret);
         let token = hex::encode(secret);
@@ -164,6 +169,7 @@ impl Tokens {
             prefix: Arc::from(token_prefix(&token)),
             ctx: Arc::new(ctx),
             peer,
+            cancel,
         };
         tracing::debug!(token = %caller.prefix, task_id = %caller.ctx.task_id, batch_id = %caller.ctx.batch_id, "minted MCP token");
         inner
@@ -174,7 +180,32 @@ impl Tokens {
         token
     }
 
-    /// Drops `token`; returns its sessions (now unbound) for the caller to close.
+    /// The caller of a live `token`, if it is one.
+    pub(crate) fn caller_of(&self, token: &str) -> Option<Caller> {
+        let secret = parse_token(token).ok()?;
+        let mut prefix = [0u8; PREFIX_BYTES];
+        prefix.copy_from_slice(&secret[..PREFIX_BYTES]);
+        let inner = self.read();
+        inner
+            .by_prefix
+            .get(&prefix)?
+            .iter()
+            .find(|e| bool::from(e.secret.ct_eq(&secret)))
+            .map(|e| e.caller.clone())
+    }
+
+    /// Every live token's caller.
+    pub(crate) fn callers(&self) -> Vec<Caller> {
+        self.read()
+            .by_prefix
+            .values()
+            .flatten()
+            .map(|e| e.caller.clone())
+            .collect()
+    }
+
+    /// Drops `token` (cancelling its calls); returns its sessions (now unbound) for the
+    /// caller to close.
     pub(crate) fn revoke(&self, token: &str) -> Vec<String> {
         let Ok(secret) = parse_token(token) else {
             return Vec::new();
@@ -197,6 +228,7 @@ impl Tokens {
         let Some(entry) = removed else {
             return Vec::new();
         };
+        entry.caller.cancel.cancel();
         inner.pending.remove(&entry.id);
         let sessions: Vec<String> = inner
             .sessions_by_token
@@ -645,6 +677,9 @@ mod tests {
             workspace: "/tmp".into(),
             skills: vec![],
             credentials: vec![],
+            tools: vec![],
+            record_dir: None,
+            attempt: 1,
             events: tx,
         }
     }
@@ -661,7 +696,11 @@ mod tests {
     #[test]
     fn mint_authenticate_revoke() {
         let tokens = Tokens::default();
-        let t = tokens.mint(ctx());
+        let t = tokens.mint_with(
+            ctx(),
+            PeerRule::Any,
+            tokio_util::sync::CancellationToken::new(),
+        );
         assert_eq!(t.len(), 64);
         assert!(t.bytes().all(|b| b.is_ascii_hexdigit()));
         let c = tokens.authenticate(&bearer(&t)).unwrap();
@@ -725,7 +764,11 @@ mod tests {
     #[test]
     fn a_pending_token_gets_one_address() {
         let tokens = Tokens::default();
-        let t = tokens.mint_with(ctx(), PeerRule::Pending);
+        let t = tokens.mint_with(
+            ctx(),
+            PeerRule::Pending,
+            tokio_util::sync::CancellationToken::new(),
+        );
         assert_eq!(
             tokens.authenticate(&bearer(&t)).unwrap().peer,
             PeerRule::Pending
@@ -736,7 +779,11 @@ mod tests {
             tokens.authenticate(&bearer(&t)).unwrap().peer,
             PeerRule::Only(ip)
         );
-        let plain = tokens.mint(ctx());
+        let plain = tokens.mint_with(
+            ctx(),
+            PeerRule::Any,
+            tokio_util::sync::CancellationToken::new(),
+        );
         assert_eq!(
             tokens.authenticate(&bearer(&plain)).unwrap().peer,
             PeerRule::Any

@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::{AgentReach, PlaceRequest, Placement, RunHandle, Runner, RunnerError};
-use crate::process::{CgroupMode, LocalProcess, OutputOptions, StderrTail, StdoutLine};
+use crate::process::{
+    CgroupMode, LocalProcess, OutputOptions, StderrTail, StdinWriter, StdoutLine,
+};
 
 /// Runs CLIs as child processes of aicli.
 #[derive(Debug, Clone, Default)]
@@ -111,5 +113,8 @@ impl RunHandle for LocalHandle {
     }
     async fn drain(&mut self) {
         self.0.drain().await
+    }
+    fn take_stdin(&mut self) -> Option<StdinWriter> {
+        self.0.stdin_writer.take()
     }
 }

@@ -24,7 +24,7 @@ use aicli_providers::{BinaryLocation, CommandSpec, SharedProvider};
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::process::{OutputOptions, SpawnError, StderrTail, StdoutLine};
+use crate::process::{OutputOptions, SpawnError, StderrTail, StdinWriter, StdoutLine};
 
 pub mod docker;
 pub mod local;
@@ -55,6 +55,23 @@ pub enum RunnerError {
         /// What failed.
         message: String,
     },
+}
+
+impl RunnerError {
+    /// The task error a run that could not be placed or started ends with: a missing
+    /// executable or image is `not_installed`, anything else `crashed`.
+    pub fn kind(&self) -> aicli_providers::ErrorKind {
+        use aicli_providers::ErrorKind;
+        match self {
+            RunnerError::Spawn(SpawnError::Start { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                ErrorKind::NotInstalled
+            }
+            RunnerError::Missing { .. } => ErrorKind::NotInstalled,
+            RunnerError::Spawn(_) | RunnerError::Backend { .. } => ErrorKind::Crashed,
+        }
+    }
 }
 
 /// What a runner needs to know to place one run.
@@ -171,4 +188,9 @@ pub trait RunHandle: Send + std::fmt::Debug {
     async fn shutdown(&mut self, grace: Duration) -> Option<i32>;
     /// Waits until its output is fully read and recorded.
     async fn drain(&mut self);
+    /// A two-way run's stdin ([`CommandSpec::stdin_open`]), taken once; `None` when the
+    /// command did not ask for it, or the runner cannot keep a CLI's stdin open.
+    fn take_stdin(&mut self) -> Option<StdinWriter> {
+        None
+    }
 }

@@ -1,3 +1,4 @@
+mod acp_bad_input;
 pub mod cli;
 mod cli_env;
 mod docker;
@@ -6,6 +7,8 @@ mod engine;
 mod human;
 mod mcp;
 mod mcp_limits;
+mod mcp_tools;
+mod mcp_upstreams;
 mod new_vendor;
 mod orphans;
 mod private_modes;

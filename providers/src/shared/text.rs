@@ -74,8 +74,7 @@ impl<'de> Deserialize<'de> for ToolOutput {
                 Ok(ToolOutput(raw_blocks_text(&items)))
             }
             fn visit_map<A: de::MapAccess<'de>>(self, a: A) -> Result<ToolOutput, A::Error> {
-                let v: Value =
-                    Deserialize::deserialize(de::value::MapAccessDeserializer::new(a))?;
+                let v: Value = Deserialize::deserialize(de::value::MapAccessDeserializer::new(a))?;
                 Ok(ToolOutput(v.to_string()))
             }
         }
@@ -150,11 +149,16 @@ mod tests {
         );
         // Escapes decoded; a repeated key reads as its last value, as in a tree.
         assert_eq!(
-            read(r#"[{"text":"a
-b"},{"text":"x","text":"c"}]"#).as_deref(),
-            Some("a
+            read(
+                r#"[{"text":"a
+b"},{"text":"x","text":"c"}]"#
+            )
+            .as_deref(),
+            Some(
+                "a
 b
-c")
+c"
+            )
         );
         assert_eq!(read("[]").as_deref(), Some(""));
     }

@@ -171,13 +171,7 @@ impl DockerRunner {
                 message: other.to_string(),
             },
         })?;
-        let path = inspect
-            .config
-            .and_then(|c| c.env)
-            .unwrap_or_default()
-            .into_iter()
-            .find_map(|kv| kv.strip_prefix("PATH=").map(str::to_owned))
-            .unwrap_or_else(|| image::DEFAULT_PATH.to_owned());
+        let path = image::path_in(&inspect);
         if let Ok(mut m) = self.images.lock() {
             m.insert(key, path.clone());
         }

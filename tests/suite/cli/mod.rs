@@ -3,8 +3,10 @@
 //! (`frictions.rs`), or the real CLIs against the embedded fake model APIs
 //! (`newcomer.rs`: install, demo, `--fake-api`).
 
+mod acp;
 mod frictions;
 mod newcomer;
+mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -89,7 +89,7 @@ async fn a_container_cannot_use_another_tasks_token_nor_another_address() {
     let other = other_address().expect("a non-loopback address of this machine");
     let repo = git_repo();
     let config = docker_config(vec![local_host()], &image);
-    let mut opts = McpServerOptions::from_config(&config.engine, repo.path());
+    let mut opts = McpServerOptions::from_config(&config, repo.path());
     opts.allowed_hosts
         .extend(aicli::runner::docker::container_hosts(
             &config.engine.docker,

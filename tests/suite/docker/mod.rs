@@ -7,7 +7,8 @@
 //! `clis.rs`: the three real CLIs in containers against the fake model APIs;
 //! `mcp.rs`: tokens and addresses from inside containers; `prompt.rs`: the prompt on
 //! stdin and the environment a container gets; `images.rs`: `aicli image build` and
-//! `aicli doctor` on the engine.
+//! `aicli doctor` on the engine; `tools.rs`: task-scoped MCP tools called from a
+//! container.
 
 pub mod clis;
 mod fake_api;
@@ -18,3 +19,4 @@ mod prompt;
 mod remote;
 pub mod remote_engine;
 pub mod support;
+mod tools;

@@ -132,16 +132,7 @@ async fn the_prompt_goes_in_on_stdin_and_the_env_is_the_base_minus_host_paths() 
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
     let registry = ProviderRegistry::from_config(&config).unwrap();
-    let image_path = docker
-        .inspect_image(&fake_image)
-        .await
-        .unwrap()
-        .config
-        .and_then(|c| c.env)
-        .unwrap_or_default()
-        .into_iter()
-        .find_map(|kv| kv.strip_prefix("PATH=").map(str::to_owned))
-        .unwrap_or_else(|| image::DEFAULT_PATH.to_owned());
+    let image_path = image::path_in(&docker.inspect_image(&fake_image).await.unwrap());
     let engine = Engine::new(config, registry).with_env(env);
     let marker = format!("secret-prompt-{}", uuid::Uuid::new_v4().simple());
     let prompt = |v: &str| {

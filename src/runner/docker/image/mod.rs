@@ -335,6 +335,16 @@ git --version
     Ok(tag)
 }
 
+/// The PATH an image's config sets, else [`DEFAULT_PATH`].
+pub fn path_in(image: &bollard::models::ImageInspect) -> String {
+    image
+        .config
+        .as_ref()
+        .and_then(|c| c.env.as_ref())
+        .and_then(|env| env.iter().find_map(|kv| kv.strip_prefix("PATH=")))
+        .map_or_else(|| DEFAULT_PATH.to_owned(), str::to_owned)
+}
+
 /// An image `tag` made of `from` plus files of this machine (`(source, path in the
 /// image)`), checked by running `check` (a shell line) in it as root.
 pub async fn files_image(
@@ -347,13 +357,7 @@ pub async fn files_image(
     let path = docker
         .inspect_image(from)
         .await
-        .ok()
-        .and_then(|i| i.config)
-        .and_then(|c| c.env)
-        .unwrap_or_default()
-        .into_iter()
-        .find_map(|kv| kv.strip_prefix("PATH=").map(str::to_owned))
-        .unwrap_or_else(|| DEFAULT_PATH.to_owned());
+        .map_or_else(|_| DEFAULT_PATH.to_owned(), |i| path_in(&i));
     let add = move |w: &mut TarWriter| -> std::io::Result<()> {
         for (src, dst) in &files {
             let dst = dst.trim_start_matches('/');
@@ -477,15 +481,41 @@ pub async fn inspect(docker: &Docker, host: &str, image: &str, binary: &str) -> 
         }
     }
     match probe(docker, image, &format!("{binary} --version")).await {
-        Ok(out) => r.version_inside = Some(out.lines().last().unwrap_or("").trim().to_owned()),
+        Ok(out) => r.version_inside = Some(version_line(&out).to_owned()),
         Err(e) => r.problem = Some(e.to_string()),
     }
     r
 }
 
+/// The line of a `--version` output that names the version: a CLI may print warnings
+/// beside it (codex warns "failed to clean up stale arg0 temp dirs" in containers).
+fn version_line(out: &str) -> &str {
+    let lines = || out.lines().rev().map(str::trim).filter(|l| !l.is_empty());
+    lines()
+        .filter(|l| !l.to_ascii_lowercase().starts_with("warning"))
+        .find(|l| {
+            l.split_whitespace()
+                .any(|w| w.starts_with(|c: char| c.is_ascii_digit()) && w.contains('.'))
+        })
+        .or_else(|| lines().next())
+        .unwrap_or("")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_line_is_found_among_warnings() {
+        let out = "codex-cli 0.171.0\nWARNING: failed to clean up stale arg0 temp dirs: Cross-device link (os error 18)\n";
+        assert_eq!(version_line(out), "codex-cli 0.171.0");
+        assert_eq!(
+            version_line("2.1.332 (Claude Code)\n"),
+            "2.1.332 (Claude Code)"
+        );
+        assert_eq!(version_line("no version here\n"), "no version here");
+        assert_eq!(version_line(""), "");
+    }
 
     #[test]
     fn the_closure_takes_dependencies_and_present_optional_ones() {
