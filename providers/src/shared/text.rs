@@ -149,16 +149,8 @@ mod tests {
         );
         // Escapes decoded; a repeated key reads as its last value, as in a tree.
         assert_eq!(
-            read(
-                r#"[{"text":"a
-b"},{"text":"x","text":"c"}]"#
-            )
-            .as_deref(),
-            Some(
-                "a
-b
-c"
-            )
+            read(r#"[{"text":"a\nb"},{"text":"x","text":"c"}]"#).as_deref(),
+            Some("a\nb\nc")
         );
         assert_eq!(read("[]").as_deref(), Some(""));
     }
