@@ -5,9 +5,6 @@ use std::fmt;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
-use serde_json::value::RawValue;
-
-use crate::wire::Str;
 
 /// At most `max` characters of `s`, with an ellipsis when cut.
 pub fn truncate_chars(s: &str, max: usize) -> String {
@@ -65,13 +62,11 @@ impl<'de> Deserialize<'de> for ToolOutput {
                 Ok(ToolOutput(Value::from(n).to_string()))
             }
             fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<ToolOutput, A::Error> {
-                // Each block kept as a slice of the line: their texts are read from the
-                // slices, and a tree is built only for an array that is not all text.
-                let mut items: Vec<&'de RawValue> = Vec::new();
-                while let Some(v) = a.next_element::<&'de RawValue>()? {
+                let mut items = Vec::new();
+                while let Some(v) = a.next_element::<Value>()? {
                     items.push(v);
                 }
-                Ok(ToolOutput(raw_blocks_text(&items)))
+                Ok(ToolOutput(blocks_text(&items)))
             }
             fn visit_map<A: de::MapAccess<'de>>(self, a: A) -> Result<ToolOutput, A::Error> {
                 let v: Value = Deserialize::deserialize(de::value::MapAccessDeserializer::new(a))?;
@@ -80,34 +75,6 @@ impl<'de> Deserialize<'de> for ToolOutput {
         }
         d.deserialize_any(V)
     }
-}
-
-/// [`blocks_text`] of blocks kept as slices of a line, without building a tree unless
-/// one is not a text block.
-fn raw_blocks_text(items: &[&RawValue]) -> String {
-    /// A block's `text`, when it is a string (an object with another `text`, or
-    /// not an object, fails to read; duplicate keys too, which the tree below reads).
-    #[derive(Deserialize)]
-    struct Text<'a> {
-        #[serde(borrow)]
-        text: Option<Str<'a>>,
-    }
-    let texts: Vec<Str<'_>> = items
-        .iter()
-        .map_while(|raw| serde_json::from_str::<Text<'_>>(raw.get()).ok()?.text)
-        .collect();
-    if texts.len() == items.len() {
-        let mut out = String::new();
-        for (i, t) in texts.iter().enumerate() {
-            if i > 0 {
-                out.push('\n');
-            }
-            out.push_str(t.as_str());
-        }
-        return out;
-    }
-    let values: Vec<Value> = items.iter().map(|raw| crate::wire::value_of(raw)).collect();
-    blocks_text(&values)
 }
 
 /// Text blocks joined by newlines, or the whole array as compact JSON when one is not
