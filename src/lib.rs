@@ -6,11 +6,13 @@
 //! vendor.
 #![deny(missing_docs)]
 
+pub mod budget;
 pub mod cgroup;
 pub mod env;
 pub mod events;
 pub mod fake_api;
 pub mod install;
+pub mod live;
 pub mod mcp;
 pub mod pool;
 pub mod process;
@@ -26,6 +28,7 @@ pub mod util;
 pub mod worktree;
 
 pub use events::BatchEvent;
+pub use live::{LiveReceiver, LiveSender};
 pub use service::{BatchOptions, Engine, EngineError, run_batch};
 pub use store::BatchResult;
 

@@ -418,7 +418,7 @@ impl Engine {
         let provider = self.registry.get(&rec.provider)?;
         let spec = record.spec().map_err(EngineError::NotFound)?;
         if let Some(budget) = spec.budget_usd {
-            let spent = record.spent_usd();
+            let spent = record.charged_usd();
             if spent >= budget {
                 return Err(EngineError::Refused(format!(
                     "batch {} has spent ${spent:.4} of its ${budget:.4} budget: the answer would start a new run",
@@ -722,7 +722,7 @@ impl Engine {
         } else {
             None
         };
-        let spent_before = record.spent_usd();
+        let spent_before = record.charged_usd();
         // Only this process runs these tasks until each is settled.
         let mut plan = plan;
         let mut busy = Vec::new();
@@ -1160,6 +1160,7 @@ impl Shared {
             resumed_session: task.resume_session_id.clone(),
             argv: Vec::new(),
             result: None,
+            budget: None,
         });
         planned.rec.state = TaskState::Running;
         if attempt_in_run == 1
@@ -1467,6 +1468,9 @@ impl Shared {
             wall_clock_ms: wall.as_millis() as u64,
             budget_usd: self.spec.budget_usd,
             budget_remaining_usd: self.spec.budget_usd.map(|b| (b - total).max(0.0)),
+            estimated_cost_usd: 0.0,
+            budget_charged_usd: None,
+            budget_reserved_usd: None,
             runs_dir: self.record.dir().to_path_buf(),
         }
     }
@@ -1600,6 +1604,7 @@ impl PoolOwner for Owner {
                 resumed_session: None,
                 argv: Vec::new(),
                 result: Some(result),
+                budget: None,
             });
         });
         self.finalizers

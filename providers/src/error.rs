@@ -192,6 +192,15 @@ pub enum ProviderError {
         /// What was asked for.
         what: String,
     },
+    /// The run may spend nothing: its budget (the task's limit, or its reservation of
+    /// the batch budget) is 0, and the CLI would read a 0 cap as "no limit".
+    #[error("no budget for this run of {provider}: {message}")]
+    NoBudget {
+        /// The provider's name.
+        provider: String,
+        /// Which limit is 0.
+        message: String,
+    },
     /// The task spec is invalid for this provider.
     #[error("invalid task for provider {provider}: {message}")]
     InvalidTask {
@@ -212,6 +221,7 @@ impl ProviderError {
             ProviderError::Unsupported { .. } | ProviderError::InvalidTask { .. } => {
                 ErrorKind::BadRequest
             }
+            ProviderError::NoBudget { .. } => ErrorKind::Budget,
         }
     }
 }

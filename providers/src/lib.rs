@@ -100,4 +100,4 @@ pub use result::{
     SessionTotals,
 };
 pub use task::{PermissionMode, TaskSpec};
-pub use usage::{CanonicalUsage, Cost, CostSource, ModelPrice, PriceTable};
+pub use usage::{CanonicalUsage, Cost, CostSource, LiveSpend, ModelPrice, PriceTable};

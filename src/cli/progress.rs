@@ -277,6 +277,7 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
                 main.inc(1);
                 main.set_message(summary(spent));
             }
+            BatchEvent::TaskSpend { .. } => {}
             BatchEvent::BudgetSpent {
                 spent_usd,
                 budget_usd,

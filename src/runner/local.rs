@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use aicli_providers::CommandSpec;
 use async_trait::async_trait;
-use tokio::sync::mpsc;
 
 use super::{RunHandle, Runner, RunnerError};
-use crate::process::{CgroupMode, LocalProcess, OutputOptions, StderrTail, StdoutLine};
+use crate::process::{CgroupMode, LineReceiver, LocalProcess, OutputOptions, StderrTail};
 
 /// Runs CLIs as child processes of aicli.
 #[derive(Debug, Clone, Default)]
@@ -48,8 +47,8 @@ struct LocalHandle(LocalProcess);
 
 #[async_trait]
 impl RunHandle for LocalHandle {
-    fn take_lines(&mut self) -> mpsc::Receiver<StdoutLine> {
-        std::mem::replace(&mut self.0.lines, mpsc::channel(1).1)
+    fn take_lines(&mut self) -> LineReceiver {
+        std::mem::replace(&mut self.0.lines, LineReceiver::closed())
     }
     fn stderr(&self) -> StderrTail {
         self.0.stderr.clone()

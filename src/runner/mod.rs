@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use aicli_providers::CommandSpec;
 use async_trait::async_trait;
-use tokio::sync::mpsc;
-
-use crate::process::{OutputOptions, SpawnError, StderrTail, StdoutLine};
+use crate::process::{LineReceiver, OutputOptions, SpawnError, StderrTail};
 
 pub mod local;
 
@@ -53,9 +51,10 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
 /// A started run.
 #[async_trait]
 pub trait RunHandle: Send + std::fmt::Debug {
-    /// Stdout lines as they arrive; closed at EOF. Taken once (later calls get a closed
-    /// channel), so a session can wait for lines and for the exit at the same time.
-    fn take_lines(&mut self) -> mpsc::Receiver<StdoutLine>;
+    /// Stdout lines as they arrive (bounded in bytes: [`crate::process::line_channel`]);
+    /// closed at EOF. Taken once (later calls get a closed channel), so a session can
+    /// wait for lines and for the exit at the same time.
+    fn take_lines(&mut self) -> LineReceiver;
     /// The stderr tail.
     fn stderr(&self) -> StderrTail;
     /// The process id on this machine, when there is one.

@@ -1,5 +1,6 @@
 //! A whole decoder for CLIs whose lines each map to events on their own.
 
+use crate::shared::text::push_capped;
 use super::{Decoder, ExitStatus, Line, Tally, events_of, protocol_of};
 use crate::error::ErrorKind;
 use crate::event::{AgentEvent, EventKind};
@@ -75,9 +76,9 @@ where
                 EventKind::SessionStarted { model: Some(m), .. } => self.model = Some(m.clone()),
                 EventKind::AssistantText { text, delta } => {
                     if !(self.text.is_empty() || *delta && self.prev_delta) {
-                        self.text.push_str("\n\n");
+                        push_capped(&mut self.text, "\n\n");
                     }
-                    self.text.push_str(text);
+                    push_capped(&mut self.text, text);
                     self.prev_delta = *delta;
                 }
                 EventKind::Final {
