@@ -233,7 +233,12 @@ impl BudgetPool {
                     run.streamed, run.reserved, self.budget
                 )
             };
-            tracing::info!(run = id, streamed = run.streamed, allowed, "budget: stopping a run");
+            tracing::info!(
+                run = id,
+                streamed = run.streamed,
+                allowed,
+                "budget: stopping a run"
+            );
             run.why = Some(why);
             run.stop.cancel();
         }
@@ -401,7 +406,10 @@ mod tests {
         let (p, c) = (pool.clone(), cancel.clone());
         let third = tokio::spawn(async move { p.reserve(0.05, &c).await.map(|r| r.amount()) });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(order.lock().unwrap().is_empty(), "someone overtook the first");
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "someone overtook the first"
+        );
         cancel.cancel();
         assert_eq!(third.await.unwrap(), Err(Refusal::Cancelled));
         a.settle(0.2);
@@ -419,7 +427,11 @@ mod tests {
         a.streamed(0.55);
         assert!(a.stop_reason().is_none());
         a.streamed(0.6);
-        assert!(a.stop_reason().unwrap().contains("past its reservation of $0.4000"));
+        assert!(
+            a.stop_reason()
+                .unwrap()
+                .contains("past its reservation of $0.4000")
+        );
         tokio::time::timeout(Duration::from_secs(1), a.stopped())
             .await
             .unwrap();
@@ -429,7 +441,11 @@ mod tests {
         assert!(b.stop_reason().is_none());
         // Everything spent or streamed reaches the budget: b stops too.
         b.streamed(0.4);
-        assert!(b.stop_reason().unwrap().contains("budget of $1.0000 was reached"));
+        assert!(
+            b.stop_reason()
+                .unwrap()
+                .contains("budget of $1.0000 was reached")
+        );
     }
 
     #[tokio::test]

@@ -161,9 +161,9 @@ impl Subscriber {
             }
             BatchEvent::TaskSpend { task_id, .. } => {
                 // The newest figure replaces one not read yet.
-                let pending = q.events.iter_mut().find(|(e, _)| {
-                    matches!(e, BatchEvent::TaskSpend { task_id: t, .. } if t == task_id)
-                });
+                let pending = q.events.iter_mut().find(
+                    |(e, _)| matches!(e, BatchEvent::TaskSpend { task_id: t, .. } if t == task_id),
+                );
                 if let Some((slot, _)) = pending {
                     *slot = event;
                     return;

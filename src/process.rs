@@ -676,7 +676,9 @@ mod tests {
         let (tx, mut rx) = line_channel(1000);
         let reader = tokio::spawn(async move {
             for i in 0..10 {
-                tx.send(StdoutLine::Line(vec![b'a' + i; 400])).await.unwrap();
+                tx.send(StdoutLine::Line(vec![b'a' + i; 400]))
+                    .await
+                    .unwrap();
             }
             // Longer than the whole bound: it takes all the room, and passes alone.
             tx.send(StdoutLine::Line(vec![b'z'; 5000])).await.unwrap();
@@ -690,7 +692,10 @@ mod tests {
             got.push(l.len());
             assert!(rx.rx.len() <= 2, "more queued than the bound");
         }
-        assert_eq!(got, [400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 5000]);
+        assert_eq!(
+            got,
+            [400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 5000]
+        );
         reader.await.unwrap();
     }
 

@@ -16,7 +16,9 @@ use aicli_providers::{
     SessionTotals, SharedProvider, TaskSpec,
 };
 use async_trait::async_trait;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
+
+use crate::live::LiveSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::BatchEvent;
@@ -263,7 +265,7 @@ impl Engine {
         &self,
         mut tasks: Vec<TaskSpec>,
         opts: BatchOptions,
-        live: broadcast::Sender<BatchEvent>,
+        live: LiveSender,
         cancel: CancellationToken,
     ) -> Result<BatchResult, EngineError> {
         if tasks.is_empty() {
@@ -388,7 +390,7 @@ impl Engine {
         store: &RunStore,
         task_ref: &str,
         answer: &str,
-        live: broadcast::Sender<BatchEvent>,
+        live: LiveSender,
         cancel: CancellationToken,
     ) -> Result<SessionResult, EngineError> {
         let (record, task_id) = find_blocked(store, task_ref)?;
@@ -497,7 +499,7 @@ impl Engine {
         &self,
         store: &RunStore,
         batch_id: &str,
-        live: broadcast::Sender<BatchEvent>,
+        live: LiveSender,
         cancel: CancellationToken,
     ) -> Result<BatchResult, EngineError> {
         let record = store.open_batch(batch_id).map_err(EngineError::NotFound)?;
@@ -713,7 +715,7 @@ impl Engine {
         record: BatchRecord,
         plan: Vec<Planned>,
         opts: BatchOptions,
-        live: broadcast::Sender<BatchEvent>,
+        live: LiveSender,
         cancel: CancellationToken,
     ) -> Result<BatchResult, EngineError> {
         let started = Instant::now();
@@ -985,7 +987,7 @@ struct Shared {
     record: BatchRecord,
     repo: Option<Repo>,
     opts: BatchOptions,
-    live: broadcast::Sender<BatchEvent>,
+    live: LiveSender,
     tasks: Mutex<Vec<Planned>>,
     /// One lock per task: record writes of a task happen one at a time, each writing the
     /// task's state as it is when the write starts, so the last write is the newest.
@@ -1176,7 +1178,7 @@ impl Shared {
             p.worktree_lock = wt_lock;
         });
         self.persist(index, false).await;
-        let _ = self.live.send(BatchEvent::TaskStarted {
+        self.live.send(BatchEvent::TaskStarted {
             task_id: task_id.clone(),
             provider: Arc::from(provider.name()),
             attempt: attempt_no,
@@ -1379,13 +1381,13 @@ impl Shared {
         });
         let task_id: Arc<str> = Arc::from(result.task_id.as_str());
         if let (SessionStatus::Blocked, Some(q)) = (result.status, &result.question) {
-            let _ = self.live.send(BatchEvent::TaskBlocked {
+            self.live.send(BatchEvent::TaskBlocked {
                 task_id: task_id.clone(),
                 question: q.clone(),
             });
             self.notify_blocked(&result, q).await;
         }
-        let _ = self.live.send(BatchEvent::TaskFinished {
+        self.live.send(BatchEvent::TaskFinished {
             task_id,
             result: Arc::new(result),
         });
@@ -1532,7 +1534,7 @@ impl PoolOwner for Owner {
         };
         match s.spec.budget_usd {
             Some(b) if spent >= b => {
-                let _ = s.live.send(BatchEvent::BudgetSpent {
+                s.live.send(BatchEvent::BudgetSpent {
                     spent_usd: spent,
                     budget_usd: b,
                 });
@@ -1555,7 +1557,7 @@ impl PoolOwner for Owner {
             .map(|p| p.rec.task.id)
             .unwrap_or_default();
         tracing::info!(task = %task_id, delay_ms = b.delay.as_millis() as u64, parallelism = b.parallelism, reason = %b.reason, "backing off");
-        let _ = self.shared.live.send(BatchEvent::Backoff {
+        self.shared.live.send(BatchEvent::Backoff {
             task_id: Arc::from(task_id.as_str()),
             attempt: b.attempt,
             delay_ms: b.delay.as_millis() as u64,
@@ -1621,7 +1623,7 @@ pub async fn run_batch(
     mut options: BatchOptions,
 ) -> Result<BatchResult, EngineError> {
     options.provider = Some(provider.to_owned());
-    let (tx, _rx) = broadcast::channel(1024);
+    let tx = LiveSender::new(crate::live::DEFAULT_QUEUE_BYTES);
     engine
         .run_batch(tasks, options, tx, CancellationToken::new())
         .await

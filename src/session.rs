@@ -19,7 +19,9 @@ use aicli_providers::{
     AgentEvent, ErrorKind, EventKind, ExitStatus, LaunchContext, Line, LinkSpec, McpEndpoint,
     ParseContext, PendingQuestion, SessionResult, SharedProvider, TaskSpec,
 };
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
+
+use crate::live::LiveSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::BatchEvent;
@@ -93,7 +95,7 @@ pub struct SessionSpec {
 #[derive(Debug)]
 pub struct SessionIo {
     /// Live events go here.
-    pub live: broadcast::Sender<BatchEvent>,
+    pub live: LiveSender,
     /// Events aicli's MCP server made for this task (logs, questions).
     pub injected: Option<mpsc::UnboundedReceiver<AgentEvent>>,
     /// Cancels the run.
@@ -415,7 +417,7 @@ async fn supervise(
             {
                 reset_at = Some(reset_at.map_or(*t, |r| r.max(*t)));
             }
-            let _ = io.live.send(BatchEvent::Agent {
+            io.live.send(BatchEvent::Agent {
                 task_id: task_id.clone(),
                 event: ev,
             });
@@ -591,7 +593,7 @@ fn take_injected(
     ev: AgentEvent,
     log: &mut AicliLog,
     questions: &mut Vec<PendingQuestion>,
-    live: &broadcast::Sender<BatchEvent>,
+    live: &LiveSender,
     task_id: &Arc<str>,
 ) {
     log.append(&ev);
@@ -602,7 +604,7 @@ fn take_injected(
             asked_at: crate::util::now_rfc3339(),
         });
     }
-    let _ = live.send(BatchEvent::Agent {
+    live.send(BatchEvent::Agent {
         task_id: task_id.clone(),
         event: ev,
     });

@@ -751,7 +751,8 @@ mod tests {
         });
         rec.attempts.push(a);
         // Made without a budget: its cost.
-        rec.attempts.push(attempt(2, None, result("s", Some(0.25), None)));
+        rec.attempts
+            .push(attempt(2, None, result("s", Some(0.25), None)));
         assert_eq!(rec.charged(), 0.75);
         assert_eq!(rec.spent(), (0.25, true));
     }

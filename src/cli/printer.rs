@@ -5,7 +5,6 @@
 use aicli::BatchEvent;
 use aicli::providers::{AgentEvent, EventKind, SessionResult};
 use serde_json::json;
-use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -111,7 +110,7 @@ impl EventPrinter {
 /// Prints the agent events of `rx` until it closes. When stdout closes (the reader went
 /// away), `cancel` is cancelled: nobody can see the run any more, its records are kept.
 pub fn spawn(
-    mut rx: broadcast::Receiver<BatchEvent>,
+    mut rx: aicli::LiveReceiver,
     json: bool,
     cancel: CancellationToken,
 ) -> JoinHandle<EventPrinter> {
@@ -120,11 +119,11 @@ pub fn spawn(
         loop {
             let ev = match rx.recv().await {
                 Ok(e) => e,
-                Err(broadcast::error::RecvError::Lagged(n)) => {
+                Err(aicli::live::RecvError::Lagged(n)) => {
                     eprintln!("aicli: {n} events were not shown (display too slow)");
                     continue;
                 }
-                Err(broadcast::error::RecvError::Closed) => break,
+                Err(aicli::live::RecvError::Closed) => break,
             };
             let BatchEvent::Agent { event, .. } = ev else {
                 continue;

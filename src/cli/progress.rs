@@ -12,7 +12,6 @@ use std::time::Duration;
 use aicli::BatchEvent;
 use aicli::providers::{CanonicalUsage, EventKind, PriceTable};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::output;
@@ -146,7 +145,7 @@ impl Drop for NoControlEcho {
 }
 
 /// Draws the display until the channel closes.
-pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) {
+pub async fn run(mut rx: aicli::LiveReceiver, opts: DisplayOptions) {
     let _echo = NoControlEcho::new();
     let mp = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(8));
     if let Ok(mut a) = ACTIVE.lock() {
@@ -178,8 +177,8 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
         };
         let ev = match ev {
             Ok(e) => e,
-            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(broadcast::error::RecvError::Closed) => break,
+            Err(aicli::live::RecvError::Lagged(_)) => continue,
+            Err(aicli::live::RecvError::Closed) => break,
         };
         match ev {
             BatchEvent::TaskStarted {

@@ -3,8 +3,6 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use aicli::BatchEvent;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
@@ -30,7 +28,7 @@ pub(super) async fn resume(
             return Err(usage(m));
         }
     };
-    let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
+    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), false);
     let providers: Vec<String> = spec
         .tasks

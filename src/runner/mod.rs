@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use crate::process::{LineReceiver, OutputOptions, SpawnError, StderrTail};
 use aicli_providers::CommandSpec;
 use async_trait::async_trait;
-use crate::process::{LineReceiver, OutputOptions, SpawnError, StderrTail};
 
 pub mod local;
 

@@ -1,10 +1,10 @@
 //! Claude lines that map to events without the decoder's state: content blocks, user
 //! messages, hooks, retries.
 
-use crate::shared::text::push_capped;
 use super::classify::retry_kind;
 use super::wire::{self, MessageUsage, UserBlock, UserContent};
 use crate::event::EventKind;
+use crate::shared::text::push_capped;
 use crate::usage::CanonicalUsage;
 use crate::wire::Str;
 

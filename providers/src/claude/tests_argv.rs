@@ -211,8 +211,14 @@ fn budget_is_the_smaller_of_the_task_and_what_remains() {
     // Nothing to spend is a budget stop (never a bad request).
     let spent = budget(Some(1.0), Some(0.0)).unwrap_err();
     assert_eq!(spent.kind(), crate::ErrorKind::Budget, "{spent}");
-    assert!(spent.to_string().contains("no budget for this run"), "{spent}");
-    assert_eq!(budget(Some(0.0), None).unwrap_err().kind(), crate::ErrorKind::Budget);
+    assert!(
+        spent.to_string().contains("no budget for this run"),
+        "{spent}"
+    );
+    assert_eq!(
+        budget(Some(0.0), None).unwrap_err().kind(),
+        crate::ErrorKind::Budget
+    );
 }
 
 #[test]

@@ -1,10 +1,10 @@
 //! A whole decoder for CLIs whose lines each map to events on their own.
 
-use crate::shared::text::push_capped;
 use super::{Decoder, ExitStatus, Line, Tally, events_of, protocol_of};
 use crate::error::ErrorKind;
 use crate::event::{AgentEvent, EventKind};
 use crate::result::SessionResult;
+use crate::shared::text::push_capped;
 use crate::usage::CanonicalUsage;
 
 /// A whole decoder for a CLI whose lines each map to events on their own: `parse` turns

@@ -47,7 +47,6 @@ use aicli::store::{AttemptRecord, RunStore, TaskRecord, read_range};
 use aicli::{BatchEvent, BatchOptions, BatchResult, Engine};
 use aicli_testkit::{FakeApi, RecordedRequest, RequestKind, RunDirs, Script, Usage, Vendor};
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::support::git_repo;
@@ -475,7 +474,7 @@ impl E2e {
     /// Answers blocked task `task_id` through the engine (the CLI session resumes, with
     /// the batch's limits).
     pub async fn answer(&self, task_id: &str, text: &str) -> SessionResult {
-        let (tx, _rx) = broadcast::channel(1024);
+        let tx = aicli::LiveSender::new(aicli::live::DEFAULT_QUEUE_BYTES);
         let store = self.store();
         let fut = self
             .engine
@@ -643,17 +642,17 @@ impl E2e {
 
 /// A live channel and a task collecting what it carries, with arrival times.
 pub fn timed_events() -> (
-    broadcast::Sender<BatchEvent>,
+    aicli::LiveSender,
     tokio::task::JoinHandle<Vec<(Instant, BatchEvent)>>,
 ) {
-    let (tx, mut rx) = broadcast::channel(65_536);
+    let (tx, mut rx) = aicli::live::channel(256 << 20);
     let h = tokio::spawn(async move {
         let mut out = Vec::new();
         loop {
             match rx.recv().await {
                 Ok(e) => out.push((Instant::now(), e)),
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => break,
+                Err(aicli::live::RecvError::Lagged(_)) => continue,
+                Err(aicli::live::RecvError::Closed) => break,
             }
         }
         out
