@@ -198,7 +198,7 @@ impl BudgetPool {
                         id,
                         amount,
                         stop,
-                        settled: false,
+                        settled: std::sync::atomic::AtomicBool::new(false),
                     });
                 }
             }
@@ -270,7 +270,7 @@ pub struct Reservation {
     id: u64,
     amount: f64,
     stop: CancellationToken,
-    settled: bool,
+    settled: std::sync::atomic::AtomicBool,
 }
 
 impl Reservation {
@@ -303,18 +303,22 @@ impl Reservation {
             .and_then(|r| r.why.clone())
     }
 
-    /// The run ended and cost `charge` USD: the reservation is replaced by it, what it
-    /// did not use returns to the pool, and runs still in flight are checked against
-    /// what is left now.
-    pub fn settle(mut self, charge: f64) {
-        self.finish(charge);
+    /// What the run streamed so far, USD.
+    pub fn streamed_usd(&self) -> f64 {
+        self.pool
+            .lock()
+            .runs
+            .get(&self.id)
+            .map_or(0.0, |r| r.streamed)
     }
 
-    fn finish(&mut self, charge: f64) {
-        if self.settled {
+    /// The run ended and cost `charge` USD: the reservation is replaced by it, what it
+    /// did not use returns to the pool, and runs still in flight are checked against
+    /// what is left now. Only the first call counts.
+    pub fn settle(&self, charge: f64) {
+        if self.settled.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        self.settled = true;
         let mut s = self.pool.lock();
         s.runs.remove(&self.id);
         if charge.is_finite() && charge > 0.0 {
@@ -330,13 +334,8 @@ impl Drop for Reservation {
     /// A reservation dropped without [`Reservation::settle`] is charged what its run
     /// streamed.
     fn drop(&mut self) {
-        let streamed = self
-            .pool
-            .lock()
-            .runs
-            .get(&self.id)
-            .map_or(0.0, |r| r.streamed);
-        self.finish(streamed);
+        let streamed = self.streamed_usd();
+        self.settle(streamed);
     }
 }
 

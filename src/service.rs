@@ -26,8 +26,8 @@ use crate::pool::{self, Backoff, Control, PoolOwner};
 use crate::runner::{LocalRunner, Runner};
 use crate::session::{SessionIo, SessionLimits, SessionOutcome, SessionSpec, run_session};
 use crate::store::{
-    AnswerRecord, AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec, RunStore,
-    SessionRun, TaskLock, TaskRecord, TaskState, read_range,
+    AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec,
+    RunStore, SessionRun, TaskLock, TaskRecord, TaskState, read_range,
 };
 use crate::util::now_rfc3339;
 use crate::worktree::{Cleanup, Repo, Worktree, WorktreeError};
@@ -724,7 +724,7 @@ impl Engine {
         } else {
             None
         };
-        let spent_before = record.charged_usd();
+        let charged_before = record.charged_usd();
         // Only this process runs these tasks until each is settled.
         let mut plan = plan;
         let mut busy = Vec::new();
@@ -737,6 +737,25 @@ impl Engine {
         if !busy.is_empty() {
             return Err(EngineError::Refused(busy.join("; ")));
         }
+        // Tasks whose last run had already finished are closed from their records; the
+        // pool runs the others (its indices map to `to_run`).
+        let (closed, to_run): (Vec<(usize, SessionResult)>, Vec<usize>) = {
+            let mut closed = Vec::new();
+            let mut to_run = Vec::new();
+            for (i, p) in plan.iter().enumerate() {
+                match &p.recorded {
+                    Some(r) => closed.push((i, r.clone())),
+                    None => to_run.push(i),
+                }
+            }
+            (closed, to_run)
+        };
+        // A task without a limit of its own asks for an equal share of what is left, so
+        // that the runs in flight together fit in it.
+        let share = spec.budget_usd.map_or(f64::INFINITY, |b| {
+            let at_once = spec.max_parallel.clamp(1, to_run.len().max(1));
+            (b - charged_before).max(0.0) / at_once as f64
+        });
         let shared = Arc::new(Shared {
             engine: self.clone(),
             spec: spec.clone(),
@@ -747,24 +766,13 @@ impl Engine {
             persist_locks: (0..plan.len())
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
+            budget: spec
+                .budget_usd
+                .map(|b| crate::budget::BudgetPool::new(b, charged_before)),
+            share,
+            budget_announced: std::sync::atomic::AtomicBool::new(false),
             tasks: Mutex::new(plan),
-            spent: Mutex::new(spent_before),
-            budget_cancelled: std::sync::atomic::AtomicBool::new(false),
         });
-        // Tasks whose last run had already finished are closed from their records; the
-        // pool runs the others (its indices map to `to_run`).
-        let (closed, to_run): (Vec<(usize, SessionResult)>, Vec<usize>) = {
-            let tasks = shared.tasks.lock().map(|t| t.clone()).unwrap_or_default();
-            let mut closed = Vec::new();
-            let mut to_run = Vec::new();
-            for (i, p) in tasks.into_iter().enumerate() {
-                match p.recorded {
-                    Some(r) => closed.push((i, r)),
-                    None => to_run.push(i),
-                }
-            }
-            (closed, to_run)
-        };
         let mut owner = Owner {
             shared: shared.clone(),
             finalizers: tokio::task::JoinSet::new(),
@@ -778,7 +786,7 @@ impl Engine {
         }
         let s2 = shared.clone();
         let n = to_run.len();
-        if spec.budget_usd.is_some_and(|b| spent_before >= b) {
+        if shared.budget.as_ref().is_some_and(|b| b.is_spent()) {
             // Nothing new starts once the budget is spent (a resume, an answer).
             for i in 0..n {
                 owner.on_never_started(i, Control::StopStarting);
@@ -992,9 +1000,13 @@ struct Shared {
     /// One lock per task: record writes of a task happen one at a time, each writing the
     /// task's state as it is when the write starts, so the last write is the newest.
     persist_locks: Vec<tokio::sync::Mutex<()>>,
-    /// Running attempts were cancelled because the batch budget ran out (not by a user).
-    budget_cancelled: std::sync::atomic::AtomicBool,
-    spent: Mutex<f64>,
+    /// The batch budget, when the batch has one: runs reserve their share of it before
+    /// they start and report what they stream (see [`crate::budget`]).
+    budget: Option<Arc<crate::budget::BudgetPool>>,
+    /// What a task without a limit of its own reserves, USD.
+    share: f64,
+    /// `BudgetSpent` was sent.
+    budget_announced: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -1033,11 +1045,6 @@ impl Shared {
             Ok(Err(e)) => tracing::warn!(task = %id, error = %e, "cannot write the task record"),
             Err(e) => tracing::warn!(task = %id, error = %e, "the record writer failed"),
         }
-    }
-
-    fn budget_remaining(&self) -> Option<f64> {
-        let spent = self.spent.lock().map(|s| *s).unwrap_or(0.0);
-        self.spec.budget_usd.map(|b| (b - spent).max(0.0))
     }
 
     /// The task's working directory: its worktree, made on its first attempt. A task that
@@ -1102,7 +1109,34 @@ impl Shared {
             result: SessionResult::not_started(provider, kind, message),
             reset_at: None,
             argv: Vec::new(),
+            streamed: aicli_providers::LiveSpend::default(),
         }
+    }
+
+    /// Records an attempt of task `index` that never started, with its result.
+    fn record_not_started(&self, index: usize, result: &SessionResult) {
+        let now = now_rfc3339();
+        let offset = self.record.events_len(&result.task_id);
+        let result = result.clone();
+        self.update(index, |p| {
+            p.rec.attempts.push(AttemptRecord {
+                attempt: p.rec.attempts.len() as u32 + 1,
+                kind: p.kind,
+                started_at: now.clone(),
+                finished_at: Some(now),
+                events_start: offset,
+                events_end: Some(offset),
+                stderr_start: 0,
+                stderr_end: Some(0),
+                aicli_events_start: 0,
+                model: None,
+                prior: None,
+                resumed_session: None,
+                argv: Vec::new(),
+                result: Some(result),
+                budget: None,
+            });
+        });
     }
 
     /// One attempt: worktree, record, token, session, record again.
@@ -1123,6 +1157,51 @@ impl Shared {
                     ErrorKind::BadRequest,
                     e.to_string(),
                 );
+            }
+        };
+        // Its share of the batch budget first: it starts only when that fits in what is
+        // left beside the runs in flight.
+        let reservation = match &self.budget {
+            None => None,
+            Some(pool) => {
+                let want = planned
+                    .rec
+                    .task
+                    .max_budget_usd
+                    .or(provider.config().max_budget_usd)
+                    .unwrap_or(self.share);
+                match pool.reserve(want, &cancel).await {
+                    Ok(r) => Some(Arc::new(r)),
+                    Err(refusal) => {
+                        let mut r = match refusal {
+                            crate::budget::Refusal::Spent { .. } => SessionResult::not_started(
+                                provider.name(),
+                                ErrorKind::Budget,
+                                BUDGET_SPENT_BEFORE_START,
+                            ),
+                            crate::budget::Refusal::Cancelled => {
+                                let mut r = SessionResult::not_started(
+                                    provider.name(),
+                                    ErrorKind::Cancelled,
+                                    "the batch was cancelled while this task waited for its share of the budget",
+                                );
+                                // Not an outcome of the task: `aicli resume` runs it.
+                                r.status = SessionStatus::Interrupted;
+                                r
+                            }
+                        };
+                        r.task_id = planned.rec.task.id.clone();
+                        r.prompt = planned.rec.task.prompt.clone();
+                        self.record_not_started(index, &r);
+                        self.persist(index, true).await;
+                        return SessionOutcome {
+                            result: r,
+                            reset_at: None,
+                            argv: Vec::new(),
+                            streamed: aicli_providers::LiveSpend::default(),
+                        };
+                    }
+                }
             }
         };
         let task_id: Arc<str> = Arc::from(planned.rec.task.id.as_str());
@@ -1162,7 +1241,10 @@ impl Shared {
             resumed_session: task.resume_session_id.clone(),
             argv: Vec::new(),
             result: None,
-            budget: None,
+            budget: reservation.as_ref().map(|r| AttemptBudget {
+                reserved_usd: r.amount(),
+                charged_usd: None,
+            }),
         });
         planned.rec.state = TaskState::Running;
         if attempt_in_run == 1
@@ -1195,8 +1277,16 @@ impl Shared {
                     Some(sub) => workdir.join(sub),
                     None => workdir,
                 };
-                self.session(&task, provider.clone(), workdir, prior, attempt_no, cancel)
-                    .await
+                self.session(
+                    &task,
+                    provider.clone(),
+                    workdir,
+                    prior,
+                    attempt_no,
+                    cancel,
+                    reservation.clone(),
+                )
+                .await
             }
         };
 
@@ -1208,21 +1298,24 @@ impl Shared {
             result.continuation = planned.continuation.clone();
         }
         if result.error_kind == Some(ErrorKind::Cancelled) {
-            if self
-                .budget_cancelled
-                .load(std::sync::atomic::Ordering::SeqCst)
-            {
-                // Cancelled because the batch budget ran out while it ran: final.
-                result.fail(
-                    ErrorKind::Budget,
-                    "cancelled: the batch budget was spent while this task ran",
-                );
-            } else {
-                // Cancelled by the user (Ctrl-C): not an outcome of the task;
-                // `aicli resume` runs it again (resuming its session when it has one).
-                result.status = SessionStatus::Interrupted;
-            }
+            // Cancelled by the user (Ctrl-C): not an outcome of the task; `aicli resume`
+            // runs it again (resuming its session when it has one). (A run the budget
+            // stopped says `budget`.)
+            result.status = SessionStatus::Interrupted;
         }
+        // What the budget counts for the run: its cost (for a run cut off, at least its
+        // streamed estimate), or, when that is unknown, its whole reservation (or what
+        // it streamed, if more). The rest of the reservation goes back to the pool.
+        let charge = reservation.as_ref().map(|r| {
+            let charge = result
+                .cost_usd
+                .unwrap_or_else(|| r.amount().max(outcome.streamed.priced_usd()));
+            r.settle(charge);
+            AttemptBudget {
+                reserved_usd: r.amount(),
+                charged_usd: Some(charge),
+            }
+        });
         let events_end = self.record.events_len(&task.id);
         let stderr_end = self.record.stderr_len(&task.id);
         let provisional = if result.error_kind.is_some_and(|k| k.is_backoff()) {
@@ -1237,6 +1330,7 @@ impl Shared {
                 a.stderr_end = Some(stderr_end);
                 a.result = Some(result.clone());
                 a.argv = outcome.argv.clone();
+                a.budget = charge;
             }
             p.rec.state = provisional;
             // Later attempts of this invocation are plain retries of the same run.
@@ -1247,6 +1341,7 @@ impl Shared {
             result,
             reset_at: outcome.reset_at,
             argv: outcome.argv,
+            streamed: outcome.streamed,
         }
     }
 
@@ -1258,6 +1353,7 @@ impl Shared {
         prior: Option<SessionTotals>,
         attempt_no: u32,
         cancel: CancellationToken,
+        budget: Option<Arc<crate::budget::Reservation>>,
     ) -> SessionOutcome {
         let private_dir = self
             .record
@@ -1303,7 +1399,7 @@ impl Shared {
             private_dir: private_dir.clone(),
             record_dir: Some(self.record.task_dir(&task.id)),
             mcp,
-            budget_remaining_usd: self.budget_remaining(),
+            budget_remaining_usd: budget.as_ref().map(|r| r.amount()),
             search_path: self.engine.search_path.clone(),
             base_env,
             auth_precheck: self.engine.auth_precheck,
@@ -1312,6 +1408,7 @@ impl Shared {
             live: self.live.clone(),
             injected,
             cancel,
+            budget,
         };
         let outcome = run_session(spec, io, self.engine.runner.as_ref()).await;
         if let (Some(s), Some(t)) = (&self.engine.agent_server, &token) {
@@ -1441,10 +1538,14 @@ impl Shared {
         });
         let mut results = Vec::new();
         let mut total = 0.0;
+        let mut estimated = 0.0;
+        let mut charged = 0.0;
         let mut unknown = 0;
         for rec in &all {
             let (spent, unk) = rec.spent();
             total += spent;
+            estimated += rec.estimated();
+            charged += rec.charged();
             if unk {
                 unknown += 1;
             }
@@ -1469,10 +1570,10 @@ impl Shared {
             n_cost_unknown: unknown,
             wall_clock_ms: wall.as_millis() as u64,
             budget_usd: self.spec.budget_usd,
-            budget_remaining_usd: self.spec.budget_usd.map(|b| (b - total).max(0.0)),
-            estimated_cost_usd: 0.0,
-            budget_charged_usd: None,
-            budget_reserved_usd: None,
+            budget_remaining_usd: self.spec.budget_usd.map(|b| (b - charged).max(0.0)),
+            estimated_cost_usd: estimated,
+            budget_charged_usd: self.spec.budget_usd.map(|_| charged),
+            budget_reserved_usd: self.budget.as_ref().map(|p| p.figures().peak_reserved),
             runs_dir: self.record.dir().to_path_buf(),
         }
     }
@@ -1509,7 +1610,6 @@ impl PoolOwner for Owner {
         let index = self.indices[i];
         let s = self.shared.clone();
         let result = outcome.result.clone();
-        let cost = result.cost_usd.unwrap_or(0.0);
         if will_retry {
             let totals = result.session_totals;
             s.update(index, |p| {
@@ -1525,26 +1625,20 @@ impl PoolOwner for Owner {
             self.finalizers
                 .spawn(async move { s2.finalize(index, result).await });
         }
-        let spent = {
-            let Ok(mut spent) = s.spent.lock() else {
-                return Control::Continue;
-            };
-            *spent += cost;
-            *spent
-        };
-        match s.spec.budget_usd {
-            Some(b) if spent >= b => {
-                s.live.send(BatchEvent::BudgetSpent {
-                    spent_usd: spent,
-                    budget_usd: b,
-                });
-                if spent > b {
-                    s.budget_cancelled
-                        .store(true, std::sync::atomic::Ordering::SeqCst);
-                    Control::CancelRunning
-                } else {
-                    Control::StopStarting
+        match &s.budget {
+            // Settled runs were charged the whole budget: nothing new starts (the runs
+            // in flight were stopped when the spend reached it).
+            Some(pool) if pool.is_spent() => {
+                if !s
+                    .budget_announced
+                    .swap(true, std::sync::atomic::Ordering::SeqCst)
+                {
+                    s.live.send(BatchEvent::BudgetSpent {
+                        spent_usd: pool.figures().charged,
+                        budget_usd: pool.budget(),
+                    });
                 }
+                Control::StopStarting
             }
             Some(_) | None => Control::Continue,
         }
@@ -1569,11 +1663,7 @@ impl PoolOwner for Owner {
     fn on_never_started(&mut self, i: usize, _why: Control) {
         let index = self.indices[i];
         let s = self.shared.clone();
-        let budget_spent = s
-            .spec
-            .budget_usd
-            .is_some_and(|b| s.spent.lock().map(|x| *x >= b).unwrap_or(false));
-        if !budget_spent {
+        if !s.budget.as_ref().is_some_and(|b| b.is_spent()) {
             // Cancelled: the task stays queued in its record, so a resume runs it.
             return;
         }
@@ -1583,36 +1673,18 @@ impl PoolOwner for Owner {
         let mut r = SessionResult::not_started(
             &planned.rec.provider,
             ErrorKind::Budget,
-            "the batch budget was spent before this task started",
+            BUDGET_SPENT_BEFORE_START,
         );
         r.task_id = planned.rec.task.id.clone();
         r.prompt = planned.rec.task.prompt.clone();
-        let now = now_rfc3339();
-        let offset = s.record.events_len(&r.task_id);
-        let result = r.clone();
-        s.update(index, |p| {
-            p.rec.attempts.push(AttemptRecord {
-                attempt: p.rec.attempts.len() as u32 + 1,
-                kind: p.kind,
-                started_at: now.clone(),
-                finished_at: Some(now),
-                events_start: offset,
-                events_end: Some(offset),
-                stderr_start: 0,
-                stderr_end: Some(0),
-                aicli_events_start: 0,
-                model: None,
-                prior: None,
-                resumed_session: None,
-                argv: Vec::new(),
-                result: Some(result),
-                budget: None,
-            });
-        });
+        s.record_not_started(index, &r);
         self.finalizers
             .spawn(async move { s.finalize(index, r).await });
     }
 }
+
+/// Why a task never started once the budget was spent.
+const BUDGET_SPENT_BEFORE_START: &str = "the batch budget was spent before this task started";
 
 /// `run_batch(provider, tasks, options)`: runs `tasks` with `provider` as the default
 /// provider, without a live subscriber.

@@ -16,14 +16,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aicli_providers::{
-    AgentEvent, ErrorKind, EventKind, ExitStatus, LaunchContext, Line, LinkSpec, McpEndpoint,
-    ParseContext, PendingQuestion, SessionResult, SharedProvider, TaskSpec,
+    AgentEvent, Cost, CostSource, ErrorKind, EventKind, ExitStatus, LaunchContext, Line, LinkSpec,
+    LiveSpend, McpEndpoint, ParseContext, PendingQuestion, SessionResult, SharedProvider, TaskSpec,
 };
 use tokio::sync::mpsc;
 
 use crate::live::LiveSender;
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::Reservation;
 use crate::events::BatchEvent;
 use crate::process::{OutputOptions, StdoutLine};
 use crate::runner::{RunHandle, Runner};
@@ -75,7 +76,8 @@ pub struct SessionSpec {
     pub record_dir: Option<PathBuf>,
     /// aicli's MCP server for this run (token included) and its port.
     pub mcp: Option<(McpEndpoint, u16)>,
-    /// What is left of the batch budget.
+    /// What this run may spend of the batch budget (its reservation), when the batch
+    /// has one: a CLI with a per-run cap gets it as its cap.
     pub budget_remaining_usd: Option<f64>,
     /// What the parser needs besides the lines (model, prior session totals).
     pub parse_ctx: ParseContext,
@@ -100,6 +102,9 @@ pub struct SessionIo {
     pub injected: Option<mpsc::UnboundedReceiver<AgentEvent>>,
     /// Cancels the run.
     pub cancel: CancellationToken,
+    /// The run's reservation of the batch budget, when the batch has one: told what the
+    /// run's stream spends as it passes, and stops the run when the budget says so.
+    pub budget: Option<Arc<Reservation>>,
 }
 
 /// What a run produced. The events went to the live stream and the record as they
@@ -113,6 +118,9 @@ pub struct SessionOutcome {
     /// The command that ran (program and arguments; secrets live in files and env,
     /// never here), empty when nothing was started.
     pub argv: Vec<String>,
+    /// What the run's stream said it spent (its usage increments at the config's
+    /// prices).
+    pub streamed: LiveSpend,
 }
 
 /// How long the last lines may take after the CLI exited while its stdout stays open.
@@ -124,6 +132,8 @@ enum EndReason {
     /// The CLI exited; its stdout stayed open past [`PIPE_GRACE`].
     Exited,
     Final,
+    /// The batch budget stopped the run.
+    Budget,
     WallTimeout,
     IdleTimeout,
     Cancelled,
@@ -140,6 +150,7 @@ pub async fn run_session(spec: SessionSpec, io: SessionIo, runner: &dyn Runner) 
             result: *result,
             reset_at: None,
             argv: Vec::new(),
+            streamed: LiveSpend::default(),
         },
     };
     let r = &mut outcome.result;
@@ -397,6 +408,12 @@ async fn supervise(
     let mut decoder = provider.decoder(&spec.parse_ctx);
     let mut saw_final = false;
     let mut reset_at: Option<i64> = None;
+    // What the stream says the run spent: each usage increment priced at its model's
+    // price, for the budget and the live display.
+    let prices = &provider.config().prices;
+    let mut spend = LiveSpend::default();
+    let mut run_model = spec.parse_ctx.model.clone();
+    let budget = io.budget.clone();
 
     let mut on_line = |line: StdoutLine, decoder: &mut Box<dyn aicli_providers::Decoder>| {
         let evs = match &line {
@@ -407,9 +424,17 @@ async fn supervise(
                 cap: line_cap,
             }),
         };
+        let mut spent = false;
         for ev in evs {
             if let EventKind::Final { .. } = &ev.kind {
                 saw_final = true;
+            }
+            if let EventKind::SessionStarted { model: Some(m), .. } = &ev.kind {
+                run_model = Some(m.clone());
+            }
+            if let EventKind::Usage { usage, model } = &ev.kind {
+                spend.add(prices, model.as_deref(), run_model.as_deref(), usage);
+                spent = true;
             }
             if let EventKind::RateLimit {
                 resets_at: Some(t), ..
@@ -420,6 +445,18 @@ async fn supervise(
             io.live.send(BatchEvent::Agent {
                 task_id: task_id.clone(),
                 event: ev,
+            });
+        }
+        if spent {
+            if let Some(b) = &budget {
+                b.streamed(spend.priced_usd());
+            }
+            let cost = spend.cost();
+            io.live.send(BatchEvent::TaskSpend {
+                task_id: task_id.clone(),
+                usage: spend.usage(),
+                cost_usd: cost.cost_usd,
+                cost_source: cost.cost_source,
             });
         }
     };
@@ -451,6 +488,7 @@ async fn supervise(
         tokio::select! {
             biased;
             _ = io.cancel.cancelled() => break EndReason::Cancelled,
+            _ = budget_stop(&io.budget) => break EndReason::Budget,
             line = lines.recv() => match line {
                 Some(line) => {
                     idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
@@ -494,6 +532,7 @@ async fn supervise(
         tokio::select! {
             biased;
             _ = io.cancel.cancelled() => reason = EndReason::Cancelled,
+            _ = budget_stop(&io.budget) => reason = EndReason::Budget,
             code = handle.wait() => exit_code = code,
             _ = after_final => reason = EndReason::Final,
             _ = tokio::time::sleep_until(wall_deadline) => reason = EndReason::WallTimeout,
@@ -550,7 +589,18 @@ async fn supervise(
                 last_words(&result, exit_code)
             ),
         ),
+        EndReason::Budget if !saw_final => result.fail(
+            ErrorKind::Budget,
+            format!(
+                "stopped by the batch budget: {}",
+                io.budget
+                    .as_ref()
+                    .and_then(|b| b.stop_reason())
+                    .unwrap_or_else(|| "the budget was reached".to_owned())
+            ),
+        ),
         EndReason::Cancelled
+        | EndReason::Budget
         | EndReason::WallTimeout
         | EndReason::IdleTimeout
         | EndReason::Eof
@@ -563,10 +613,41 @@ async fn supervise(
         result.block(q);
     }
     result.exit_code = exit_code;
+    if !saw_final {
+        take_streamed_cost(&mut result, &spend);
+    }
     SessionOutcome {
         result,
         reset_at,
         argv: Vec::new(),
+        streamed: spend,
+    }
+}
+
+/// Resolves when the run's reservation says stop; never without a budget.
+async fn budget_stop(budget: &Option<Arc<Reservation>>) {
+    match budget {
+        Some(b) => b.stopped().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A run cut off before its last line (cancelled, timed out, stopped by the budget,
+/// crashed) costs at least what its stream showed: when the result has no figure the
+/// CLI reported and its own is lower (or none), it gets the streamed estimate. Never
+/// zero for a run whose stream reported usage.
+fn take_streamed_cost(result: &mut SessionResult, spend: &LiveSpend) {
+    if spend.usage().is_zero() || spend.has_unpriced() {
+        return;
+    }
+    let streamed = spend.priced_usd();
+    let lower = match (result.cost_source, result.cost_usd) {
+        (CostSource::Reported, Some(_)) => false,
+        (CostSource::Estimated | CostSource::Unknown, Some(c)) => c < streamed,
+        (CostSource::Reported | CostSource::Estimated | CostSource::Unknown, None) => true,
+    };
+    if lower {
+        result.set_cost(Cost::estimated(Some(streamed)));
     }
 }
 

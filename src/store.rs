@@ -197,42 +197,58 @@ impl TaskRecord {
 
     /// USD spent over all attempts (known costs), and whether any cost is unknown.
     ///
-    /// An attempt without a cost of its own (one interrupted before the CLI's last
-    /// line) is covered when a later attempt resumed its session from the start
-    /// (no prior totals to subtract) with a session-cumulative cost: that attempt's cost
-    /// already counts the interrupted one's.
+    /// An attempt cut off before the CLI's last line (so without session totals of its
+    /// own) is covered when a later attempt resumed its session from the start (no prior
+    /// totals to subtract) with a session-cumulative cost: that attempt's cost already
+    /// counts the cut-off one's, which is then not counted again (whether its own
+    /// figure is a streamed estimate or unknown).
     pub fn spent(&self) -> (f64, bool) {
         let mut total = 0.0;
         let mut unknown = false;
         for (i, a) in self.attempts.iter().enumerate() {
             let Some(r) = &a.result else { continue };
+            if self.covered(i) {
+                continue;
+            }
             match r.cost_usd {
                 Some(c) => total += c,
-                None => {
-                    let covered = r.session_id.as_deref().is_some_and(|sid| {
-                        self.attempts[i + 1..].iter().any(|later| {
-                            later.resumed_session.as_deref() == Some(sid)
-                                && later.prior.is_none()
-                                && later.result.as_ref().is_some_and(|lr| {
-                                    lr.cost_usd.is_some()
-                                        && lr.session_totals.is_some_and(|t| t.cost_usd.is_some())
-                                })
-                        })
-                    });
-                    unknown |= !covered && (r.exit_code.is_some() || r.session_id.is_some());
-                }
+                None => unknown |= r.exit_code.is_some() || r.session_id.is_some(),
             }
         }
         (total, unknown)
     }
 
+    /// Whether attempt `i`'s spend is counted in a later attempt's cost (see
+    /// [`TaskRecord::spent`]).
+    fn covered(&self, i: usize) -> bool {
+        let Some(r) = self.attempts.get(i).and_then(|a| a.result.as_ref()) else {
+            return false;
+        };
+        if r.session_totals.is_some() {
+            return false;
+        }
+        r.session_id.as_deref().is_some_and(|sid| {
+            self.attempts[i + 1..].iter().any(|later| {
+                later.resumed_session.as_deref() == Some(sid)
+                    && later.prior.is_none()
+                    && later.result.as_ref().is_some_and(|lr| {
+                        lr.cost_usd.is_some()
+                            && lr.session_totals.is_some_and(|t| t.cost_usd.is_some())
+                    })
+            })
+        })
+    }
+
     /// USD the batch budget counted for this task: each attempt's charge (see
     /// [`AttemptBudget::charged_usd`]), or its known cost where it has none (an attempt
-    /// made without a budget, or by an older aicli).
+    /// made without a budget, by an older aicli, or cut off by aicli's death); an
+    /// attempt covered by a later one (see [`TaskRecord::spent`]) counts nothing.
     pub fn charged(&self) -> f64 {
         self.attempts
             .iter()
-            .map(|a| {
+            .enumerate()
+            .filter(|(i, _)| !self.covered(*i))
+            .map(|(_, a)| {
                 a.budget
                     .and_then(|b| b.charged_usd)
                     .or_else(|| a.result.as_ref().and_then(|r| r.cost_usd))
@@ -246,7 +262,9 @@ impl TaskRecord {
     pub fn estimated(&self) -> f64 {
         self.attempts
             .iter()
-            .filter_map(|a| a.result.as_ref())
+            .enumerate()
+            .filter(|(i, _)| !self.covered(*i))
+            .filter_map(|(_, a)| a.result.as_ref())
             .filter(|r| r.cost_source == aicli_providers::CostSource::Estimated)
             .filter_map(|r| r.cost_usd)
             .sum()

@@ -1,3 +1,4 @@
+mod budget;
 mod cli;
 mod cli_env;
 mod e2e;
