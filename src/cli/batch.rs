@@ -120,8 +120,7 @@ pub(super) async fn batch(
         .iter()
         .map(|t| t.provider.clone().unwrap_or_else(|| default.clone()))
         .collect();
-    let display_opts =
-        super::progress::DisplayOptions::new(running.engine.config(), &providers, cancel.clone());
+    let display_opts = super::progress::DisplayOptions::new(&providers, cancel.clone());
     let display = tokio::spawn(super::progress::run(rx, display_opts));
     let result = running.engine.run_batch(file.tasks, opts, tx, cancel).await;
     running.stop();

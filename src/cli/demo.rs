@@ -272,10 +272,7 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
     opts.idle_timeout = Some(Duration::from_secs(90));
     let providers: Vec<String> = chosen.iter().map(|(n, _)| n.clone()).collect();
     let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
-    let shown = tokio::spawn(display(
-        rx,
-        DisplayOptions::new(&config, &providers, cancel.clone()),
-    ));
+    let shown = tokio::spawn(display(rx, DisplayOptions::new(&providers, cancel.clone())));
     let first = engine.run_batch(tasks, opts, tx, cancel.clone()).await;
     let _ = shown.await;
     let first = first?;
@@ -306,10 +303,7 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
                     .map(|(n, _)| n.clone())
             })
             .collect();
-        let shown = tokio::spawn(display(
-            rx,
-            DisplayOptions::new(&config, &answering, cancel.clone()),
-        ));
+        let shown = tokio::spawn(display(rx, DisplayOptions::new(&answering, cancel.clone())));
         let mut runs = tokio::task::JoinSet::new();
         for (task_id, text) in &answers {
             let task_ref = format!("{batch_id}/{task_id}");

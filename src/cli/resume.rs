@@ -35,8 +35,7 @@ pub(super) async fn resume(
         .iter()
         .map(|t| t.provider.clone().unwrap_or_else(|| spec.provider.clone()))
         .collect();
-    let display_opts =
-        super::progress::DisplayOptions::new(running.engine.config(), &providers, cancel.clone());
+    let display_opts = super::progress::DisplayOptions::new(&providers, cancel.clone());
     let display = tokio::spawn(super::progress::run(rx, display_opts));
     let result = running
         .engine
