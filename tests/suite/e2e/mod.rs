@@ -28,6 +28,7 @@
 //! three CLIs; `claude.rs`, `codex.rs`, `gemini.rs` hold one test per contract item and
 //! the vendor-specific ones; `timing.rs` the start-up measurement (`#[ignore]`d).
 
+mod budget;
 mod claude;
 mod codex;
 mod gemini;
@@ -452,8 +453,28 @@ impl E2e {
 
     /// [`E2e::run`] on another engine (another config) over the same repository.
     pub async fn run_with(&self, engine: &Engine, tasks: Vec<TaskSpec>) -> Ran {
+        self.run_batch(engine, tasks, |_| {}).await
+    }
+
+    /// [`E2e::run`] with changed batch options (a budget, the parallelism).
+    pub async fn run_options(
+        &self,
+        tasks: Vec<TaskSpec>,
+        change: impl FnOnce(&mut BatchOptions),
+    ) -> Ran {
+        self.run_batch(&self.engine, tasks, change).await
+    }
+
+    async fn run_batch(
+        &self,
+        engine: &Engine,
+        tasks: Vec<TaskSpec>,
+        change: impl FnOnce(&mut BatchOptions),
+    ) -> Ran {
         let (tx, collector) = timed_events();
-        let run = engine.run_batch(tasks, self.options(), tx, CancellationToken::new());
+        let mut options = self.options();
+        change(&mut options);
+        let run = engine.run_batch(tasks, options, tx, CancellationToken::new());
         let batch = match tokio::time::timeout(BATCH_LIMIT, run).await {
             Ok(r) => r.unwrap_or_else(|e| panic!("run_batch failed: {e}")),
             Err(_) => panic!(
