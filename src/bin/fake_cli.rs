@@ -45,6 +45,9 @@
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
 //!   --record-stdin FILE      read stdin to its end and write it to FILE (first of all)
 //!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit
+//!   --repeat-to BYTES        print the transcript's lines but its last over and over
+//!                            until BYTES bytes are out, then its last line (a stream of
+//!                            any length from a short transcript)
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -103,6 +106,7 @@ fn main() {
             "--record-argv" => o.record_argv = Some(val()),
             "--record-stdin" => o.record_stdin = Some(val()),
             "--timeline" => o.timeline = Some(val()),
+            "--repeat-to" => o.repeat_to = val().parse().ok(),
             // Anything else (the provider's own flags, the prompt) is accepted and ignored.
             _ => {}
         }
@@ -138,6 +142,7 @@ struct Opts {
     record_argv: Option<String>,
     record_stdin: Option<String>,
     timeline: Option<String>,
+    repeat_to: Option<u64>,
     dump_env: Option<String>,
     mcp_calls: Vec<(String, String, String)>,
     mcp_config: Option<String>,
@@ -340,8 +345,13 @@ fn run(mut o: Opts, args: &[String]) {
         .as_ref()
         .map(|p| std::fs::read(p).unwrap_or_else(|e| panic!("{p}: {e}")))
         .unwrap_or_default();
-    let recorded_sid = find_session_id(&transcript);
-    let mut lines = transcript.split(|b| *b == b'\n').peekable();
+    let mut replayed = &transcript[..];
+    if let Some(total) = o.repeat_to {
+        repeat_to(&mut out, &transcript, total);
+        replayed = &[];
+    }
+    let recorded_sid = find_session_id(replayed);
+    let mut lines = replayed.split(|b| *b == b'\n').peekable();
     let mut n = 0;
     while let Some(line) = lines.next() {
         if lines.peek().is_none() && line.is_empty() {
@@ -388,6 +398,26 @@ fn run(mut o: Opts, args: &[String]) {
             .unwrap_or(0)
     });
     std::process::exit(code);
+}
+
+/// `--repeat-to`: the transcript's lines but the last, over and over, until `total` bytes
+/// are out; then its last line (in place of the normal replay).
+fn repeat_to(out: &mut impl Write, transcript: &[u8], total: u64) {
+    let text = transcript.strip_suffix(b"\n").unwrap_or(transcript);
+    let (body, last) = match text.iter().rposition(|b| *b == b'\n') {
+        Some(i) => (&text[..=i], &text[i + 1..]),
+        None => (&text[..0], text),
+    };
+    let mut written = 0u64;
+    while !body.is_empty() && written + last.len() as u64 + 1 < total {
+        for line in body.split_inclusive(|b| *b == b'\n') {
+            out.write_all(line).unwrap();
+            written += line.len() as u64;
+        }
+    }
+    out.write_all(last).unwrap();
+    out.write_all(b"\n").unwrap();
+    out.flush().unwrap();
 }
 
 /// The first `session_id` / `thread_id` value in the transcript.

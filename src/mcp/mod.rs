@@ -68,6 +68,7 @@
 //! allowlist, 404 for a missing value). Protocol errors are kept for malformed calls.
 
 mod auth;
+mod benign;
 mod calls;
 mod credentials;
 mod error;
@@ -81,6 +82,7 @@ use std::path::PathBuf;
 
 use aicli_providers::AgentEvent;
 
+pub use benign::benign_log;
 pub use calls::{CALL_LOG_CAPACITY, CallRecord};
 pub use credentials::{CredentialError, CredentialSource, EnvLookup};
 pub use error::McpError;

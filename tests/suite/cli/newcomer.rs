@@ -346,4 +346,26 @@ fn a_slow_gemini_stream_prints_no_mcp_library_warning() {
         "{err}"
     );
     assert!(stdout(&out).contains("Hello slowly"), "{}", stdout(&out));
+
+    // With -v the line shows, as a note saying why it is benign, never as a warning.
+    let out = cli.run(&[
+        "-v",
+        "run",
+        "hello",
+        "--provider",
+        "gemini",
+        "--fake-api=text:Hello slowly;delay=400",
+    ]);
+    assert_code(&out, 0, "a slow gemini run with -v");
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("aicli: note (benign): Resume failed")),
+        "{err}"
+    );
+    assert!(
+        !err.lines()
+            .any(|l| l.contains("WARN") && l.contains("Resume failed")),
+        "{err}"
+    );
 }
