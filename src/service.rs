@@ -2,8 +2,9 @@
 //!
 //! Resolves providers, checks the repository, records the batch, mints an MCP token
 //! per task run (when an agent server is attached), runs the tasks through the
-//! [`pool`](crate::pool) (each in its own worktree), enforces the batch budget, cleans
-//! up worktrees that hold no work, and aggregates the result.
+//! [`pool`](crate::pool) (each in its own worktree), enforces the batch budget
+//! ([`budget`](crate::budget)), cleans up worktrees that hold no work, and aggregates the
+//! result.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,11 +18,10 @@ use aicli_providers::{
 };
 use async_trait::async_trait;
 use tokio::sync::mpsc;
-
-use crate::live::LiveSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::BatchEvent;
+use crate::live::LiveSender;
 use crate::pool::{self, Backoff, Control, PoolOwner};
 use crate::runner::{LocalRunner, Runner};
 use crate::session::{SessionIo, SessionLimits, SessionOutcome, SessionSpec, run_session};

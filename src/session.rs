@@ -20,12 +20,11 @@ use aicli_providers::{
     LiveSpend, McpEndpoint, ParseContext, PendingQuestion, SessionResult, SharedProvider, TaskSpec,
 };
 use tokio::sync::mpsc;
-
-use crate::live::LiveSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::Reservation;
 use crate::events::BatchEvent;
+use crate::live::LiveSender;
 use crate::process::{OutputOptions, StdoutLine};
 use crate::runner::{RunHandle, Runner};
 use crate::util::create_private_dirs;
