@@ -52,7 +52,7 @@ const OVERLONG_PREFIX: usize = 4096;
 /// Bytes of stdout lines read but not yet taken by the session, per run (one line is
 /// always let through, however long): when the session falls behind, the reader waits
 /// (and the CLI with it, on a full pipe) instead of queueing the stream in memory.
-pub const LINE_QUEUE_BYTES: usize = 1024 * 1024;
+pub const LINE_QUEUE_BYTES: usize = 256 * 1024;
 
 /// A channel of stdout lines bounded in bytes ([`LINE_QUEUE_BYTES`] by default).
 pub fn line_channel(max_bytes: usize) -> (LineSender, LineReceiver) {

@@ -1541,7 +1541,7 @@ impl Shared {
         let mut estimated = 0.0;
         let mut charged = 0.0;
         let mut unknown = 0;
-        for rec in &all {
+        for mut rec in all {
             let (spent, unk) = rec.spent();
             total += spent;
             estimated += rec.estimated();
@@ -1549,11 +1549,13 @@ impl Shared {
             if unk {
                 unknown += 1;
             }
-            let mut r = rec.latest_result().cloned().unwrap_or_else(|| {
+            // Moved out of the record, not copied: a batch holds one copy of each answer.
+            let latest = rec.attempts.iter_mut().rev().find_map(|a| a.result.take());
+            let mut r = latest.unwrap_or_else(|| {
                 SessionResult::not_started(&rec.provider, ErrorKind::Cancelled, "never started")
             });
-            r.task_id = rec.task.id.clone();
-            r.prompt = rec.task.prompt.clone();
+            r.task_id = rec.task.id;
+            r.prompt = rec.task.prompt;
             results.push(r);
         }
         let count = |s: SessionStatus| results.iter().filter(|r| r.status == s).count();

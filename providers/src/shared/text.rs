@@ -6,13 +6,14 @@ use serde::Deserializer;
 use serde::de::{self, Visitor};
 use serde_json::Value;
 
-/// How much of a run's answer text a decoder keeps (1 MiB): a stream of any length
-/// costs no more memory. The whole stream is in the run record.
-pub const RESPONSE_CAP: usize = 1 << 20;
+/// How much of a run's answer text a decoder keeps (256 KiB: more than the longest
+/// single answer a model writes): a stream of any length costs no more memory. The
+/// whole stream is in the run record.
+pub const RESPONSE_CAP: usize = 256 << 10;
 
 /// What ends an answer cut at [`RESPONSE_CAP`].
 pub const RESPONSE_CUT_NOTE: &str =
-    "\n[aicli: the answer is longer than 1 MiB; the rest of it is in the run record]";
+    "\n[aicli: the answer is longer than 256 KiB; the rest of it is in the run record]";
 
 /// Appends `text` to a run's answer `out`, which keeps at most [`RESPONSE_CAP`] bytes
 /// (cut at a character boundary and ended by [`RESPONSE_CUT_NOTE`]); nothing more is
@@ -125,7 +126,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_answer_keeps_its_first_mebibyte_cut_at_a_character_and_says_so() {
+    fn an_answer_keeps_its_first_256_kib_cut_at_a_character_and_says_so() {
         let mut out = String::new();
         let chunk = "é".repeat(1000); // 2 bytes each
         for _ in 0..1000 {
