@@ -1283,8 +1283,10 @@ impl Shared {
                     workdir,
                     prior,
                     attempt_no,
-                    cancel,
-                    reservation.clone(),
+                    RunControl {
+                        cancel,
+                        budget: reservation.clone(),
+                    },
                 )
                 .await
             }
@@ -1352,9 +1354,9 @@ impl Shared {
         workdir: PathBuf,
         prior: Option<SessionTotals>,
         attempt_no: u32,
-        cancel: CancellationToken,
-        budget: Option<Arc<crate::budget::Reservation>>,
+        control: RunControl,
     ) -> SessionOutcome {
+        let RunControl { cancel, budget } = control;
         let private_dir = self
             .record
             .dir()
@@ -1683,6 +1685,12 @@ impl PoolOwner for Owner {
         self.finalizers
             .spawn(async move { s.finalize(index, r).await });
     }
+}
+
+/// What stops a run: the batch's cancellation and the run's share of the budget.
+struct RunControl {
+    cancel: CancellationToken,
+    budget: Option<Arc<crate::budget::Reservation>>,
 }
 
 /// Why a task never started once the budget was spent.

@@ -4,6 +4,7 @@
 //! (`newcomer.rs`: install, demo, `--fake-api`).
 
 mod frictions;
+mod memory;
 mod newcomer;
 
 use std::path::{Path, PathBuf};
