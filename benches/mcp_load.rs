@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use aicli::mcp::{McpServer, McpServerOptions, TaskContext};
 use anyhow::{Context, Result, anyhow, bail};
-use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio_util::sync::CancellationToken;
@@ -28,7 +27,10 @@ const LEVELS: [usize; 3] = [1, 16, 64];
 const WARMUP: Duration = Duration::from_millis(500);
 const SETUP_SESSIONS: usize = 100;
 const SERVER_CPU: &str = "0";
-const PROTOCOL: &str = "2025-06-18";
+
+#[path = "support/mcp_client.rs"]
+mod mcp_client;
+use mcp_client::Client;
 
 fn main() -> Result<()> {
     if std::env::args().any(|a| a == "--serve-rust") {
@@ -77,6 +79,9 @@ fn serve_rust() -> Result<()> {
             workspace: dir.path().to_path_buf(),
             skills: Vec::new(),
             credentials: Vec::new(),
+            tools: Vec::new(),
+            record_dir: None,
+            attempt: 1,
             events,
         });
         println!("URL {}", server.url());
@@ -220,128 +225,6 @@ async fn start_python() -> Result<ServerProc> {
 }
 
 // ---------------------------------------------------------------------------------------
-// The client: raw streamable HTTP.
-
-struct Client {
-    http: reqwest::Client,
-    url: String,
-    auth: String,
-}
-
-impl Client {
-    fn new(server: &ServerProc) -> Result<Client> {
-        Ok(Client {
-            http: reqwest::Client::builder()
-                .pool_max_idle_per_host(256)
-                .tcp_nodelay(true)
-                .build()?,
-            url: server.url.clone(),
-            auth: format!("Bearer {}", server.token),
-        })
-    }
-
-    fn request(&self, method: reqwest::Method, sid: Option<&str>) -> reqwest::RequestBuilder {
-        let mut b = self
-            .http
-            .request(method, &self.url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("authorization", &self.auth);
-        if let Some(s) = sid {
-            b = b
-                .header("mcp-session-id", s)
-                .header("mcp-protocol-version", PROTOCOL);
-        }
-        b
-    }
-
-    async fn initialize(&self) -> Result<String> {
-        let body = format!(
-            r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{PROTOCOL}","capabilities":{{}},"clientInfo":{{"name":"mcp_load","version":"0"}}}}}}"#
-        );
-        let resp = self
-            .request(reqwest::Method::POST, None)
-            .body(body)
-            .send()
-            .await?;
-        if !resp.status().is_success() {
-            bail!("initialize: HTTP {}", resp.status());
-        }
-        let sid = resp
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| anyhow!("initialize: no Mcp-Session-Id"))?
-            .to_owned();
-        read_message(resp, 0).await?;
-        let resp = self
-            .request(reqwest::Method::POST, Some(&sid))
-            .body(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-            .send()
-            .await?;
-        if resp.status() != 202 {
-            bail!("initialized: HTTP {}", resp.status());
-        }
-        Ok(sid)
-    }
-
-    async fn call(&self, sid: &str, id: u64) -> Result<()> {
-        let body = format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"broadcastLog","arguments":{{"message":"bench line {id}","level":"info","source":"mcp_load"}}}}}}"#
-        );
-        let resp = self
-            .request(reqwest::Method::POST, Some(sid))
-            .body(body)
-            .send()
-            .await?;
-        if resp.status() != 200 {
-            bail!("tools/call: HTTP {}", resp.status());
-        }
-        let msg = read_message(resp, id).await?;
-        if msg["result"]["isError"] == true || msg.get("error").is_some() {
-            bail!("tools/call failed: {msg}");
-        }
-        Ok(())
-    }
-
-    async fn delete(&self, sid: &str) {
-        let _ = self
-            .request(reqwest::Method::DELETE, Some(sid))
-            .send()
-            .await;
-    }
-}
-
-/// Reads a JSON or SSE response to its end and returns the JSON-RPC message `id`.
-async fn read_message(mut resp: reqwest::Response, id: u64) -> Result<Value> {
-    let is_json = resp
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    let mut body = Vec::new();
-    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(30), resp.chunk())
-        .await
-        .map_err(|_| anyhow!("response stalled"))??
-    {
-        body.extend_from_slice(&chunk);
-    }
-    let text = String::from_utf8_lossy(&body);
-    if is_json {
-        return Ok(serde_json::from_str(&text)?);
-    }
-    for line in text.lines() {
-        if let Some(data) = line.strip_prefix("data:")
-            && let Ok(v) = serde_json::from_str::<Value>(data.trim())
-            && v["id"] == id
-        {
-            return Ok(v);
-        }
-    }
-    bail!("no message {id} in the SSE response: {text}")
-}
-
-// ---------------------------------------------------------------------------------------
 // Measuring.
 
 struct Row {
@@ -376,7 +259,17 @@ async fn load(client: Arc<Client>, concurrency: usize, measure: Duration) -> Res
                     break;
                 }
                 id += 1;
-                let ok = client.call(&sid, id).await.is_ok();
+                let ok = client
+                    .call(
+                        &sid,
+                        id,
+                        "broadcastLog",
+                        &format!(
+                            r#"{{"message":"bench line {id}","level":"info","source":"mcp_load"}}"#
+                        ),
+                    )
+                    .await
+                    .is_ok();
                 let t1 = Instant::now();
                 if t0 >= warm_until {
                     if ok {
@@ -430,7 +323,7 @@ async fn session_setup_rate(client: &Client) -> Result<f64> {
 }
 
 async fn bench_server(server: ServerProc, measure: Duration) -> Result<(Vec<Row>, f64, f64)> {
-    let client = Arc::new(Client::new(&server)?);
+    let client = Arc::new(Client::new(&server.url, &server.token)?);
     // Reject a wrong token first: the bearer middleware is in the path being measured.
     let wrong = client
         .http

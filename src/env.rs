@@ -14,7 +14,9 @@
 //! which serves only the names on the task's allowlist.
 //!
 //! [`cli_env`] builds it, for runs and for the status and login probes alike, so
-//! `aicli status` sees what a run sees.
+//! `aicli status` sees what a run sees. [`explicit_env`] is the same rule for the
+//! processes aicli's MCP server starts (command-backed tools, stdio upstreams): the base
+//! set, the variables their config names, their configured `env`.
 
 use std::collections::BTreeMap;
 
@@ -44,10 +46,28 @@ pub fn cli_env(
     provider: &ProviderConfig,
     task: Option<&TaskSpec>,
 ) -> BTreeMap<String, String> {
-    let patterns: Vec<&str> = base
+    let mut fixed = vec![&provider.env];
+    if let Some(t) = task {
+        fixed.push(&t.env);
+    }
+    explicit_env(
+        source,
+        &[base, &provider.auth_env_vars, &provider.env_passthrough],
+        &fixed,
+    )
+}
+
+/// An environment built from nothing: the variables of `source` that one of `patterns`
+/// names (a name, or a prefix ending in `*`), then each of `fixed` in turn (later ones
+/// win). What CLIs, command-backed MCP tools and stdio MCP upstreams get.
+pub fn explicit_env(
+    source: &BTreeMap<String, String>,
+    patterns: &[&[String]],
+    fixed: &[&BTreeMap<String, String>],
+) -> BTreeMap<String, String> {
+    let patterns: Vec<&str> = patterns
         .iter()
-        .chain(&provider.auth_env_vars)
-        .chain(&provider.env_passthrough)
+        .flat_map(|p| p.iter())
         .map(String::as_str)
         .collect();
     let mut env: BTreeMap<String, String> = source
@@ -55,9 +75,8 @@ pub fn cli_env(
         .filter(|(k, _)| patterns.iter().any(|p| matches(p, k)))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    env.extend(provider.env.clone());
-    if let Some(t) = task {
-        env.extend(t.env.clone());
+    for f in fixed {
+        env.extend(f.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
     env
 }

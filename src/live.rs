@@ -321,7 +321,7 @@ mod tests {
             .iter()
             .filter(|e| matches!(e, BatchEvent::Agent { .. }))
             .count();
-        assert!(agents >= 1 && agents < 5, "{agents} agent events kept");
+        assert!((1..5).contains(&agents), "{agents} agent events kept");
         assert_eq!(lagged as usize + agents, 1000);
         let spends: Vec<f64> = got
             .iter()

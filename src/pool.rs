@@ -241,6 +241,7 @@ mod tests {
             reset_at: None,
             argv: Vec::new(),
             streamed: aicli_providers::LiveSpend::default(),
+            place: None,
         }
     }
 

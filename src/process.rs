@@ -140,6 +140,12 @@ pub struct OutputOptions {
     /// Where the run's leader, marker and cgroup are written while it lives (the run
     /// record's `pid`), so that `aicli resume` can kill what is left if aicli itself dies.
     pub pid_file: Option<std::path::PathBuf>,
+    /// Hand stdin and stdout to the caller ([`LocalProcess::take_stdin`],
+    /// [`LocalProcess::take_stdout`]) instead of writing the command's stdin text and
+    /// reading stdout as lines: for a child that speaks a protocol on its pipes (an MCP
+    /// server on stdio) or whose output is read as bytes (a command-backed tool). stderr
+    /// is drained into the tail as always.
+    pub raw_pipes: bool,
 }
 
 impl Default for OutputOptions {
@@ -151,6 +157,7 @@ impl Default for OutputOptions {
             stderr_tee: None,
             stderr_file_cap: 16 * 1024 * 1024,
             pid_file: None,
+            raw_pipes: false,
         }
     }
 }
@@ -169,7 +176,8 @@ struct TailBuf {
 }
 
 impl StderrTail {
-    fn new(cap: usize) -> StderrTail {
+    /// A tail keeping the last `cap` bytes.
+    pub(crate) fn new(cap: usize) -> StderrTail {
         StderrTail {
             inner: Arc::new(Mutex::new(TailBuf {
                 buf: Vec::new(),
@@ -228,8 +236,11 @@ pub enum SpawnError {
 pub struct LocalProcess {
     child: Child,
     pid: u32,
-    /// Closed when stdout reaches EOF.
+    /// Closed when stdout reaches EOF (at once with [`OutputOptions::raw_pipes`]).
     pub lines: LineReceiver,
+    /// The pipes handed to the caller with [`OutputOptions::raw_pipes`].
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: Option<tokio::process::ChildStdout>,
     /// The stderr tail.
     pub stderr: StderrTail,
     readers: Vec<JoinHandle<()>>,
@@ -295,7 +306,7 @@ impl LocalProcess {
         };
         c.args(&cmd.args)
             .current_dir(&cmd.cwd)
-            .stdin(if cmd.stdin.is_some() {
+            .stdin(if cmd.stdin.is_some() || out.raw_pipes {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -353,6 +364,11 @@ impl LocalProcess {
         let pid = child.id().unwrap_or(0);
         let tree = RunTree::started(pid, marker, cgroup, out.pid_file.clone());
         let mut readers = Vec::new();
+        let (mut raw_stdin, mut raw_stdout) = (None, None);
+        if out.raw_pipes {
+            raw_stdin = child.stdin.take();
+            raw_stdout = child.stdout.take();
+        }
         if let (Some(text), Some(mut stdin)) = (cmd.stdin.clone(), child.stdin.take()) {
             readers.push(tokio::spawn(async move {
                 // A child that exits without reading its stdin is not an error here.
@@ -378,6 +394,8 @@ impl LocalProcess {
             child,
             pid,
             lines: rx,
+            stdin: raw_stdin,
+            stdout: raw_stdout,
             stderr,
             readers,
             exit: None,
@@ -389,6 +407,16 @@ impl LocalProcess {
     /// The child's pid (also its process-group id).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The child's stdin, once ([`OutputOptions::raw_pipes`] only).
+    pub fn take_stdin(&mut self) -> Option<tokio::process::ChildStdin> {
+        self.stdin.take()
+    }
+
+    /// The child's stdout, once ([`OutputOptions::raw_pipes`] only).
+    pub fn take_stdout(&mut self) -> Option<tokio::process::ChildStdout> {
+        self.stdout.take()
     }
 
     /// Waits for the child to exit; `Some(code)`, or `None` when a signal ended it.
@@ -455,7 +483,8 @@ impl Drop for LocalProcess {
     }
 }
 
-async fn read_lines<R: AsyncRead + Unpin>(
+/// Reads `stdout` into capped lines on `tx`, teeing every byte into `tee`.
+pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
     stdout: R,
     cap: usize,
     mut tee: Option<File>,
@@ -590,7 +619,8 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|b| *b == needle)
 }
 
-async fn drain_stderr<R: AsyncRead + Unpin>(
+/// Drains `err` into `tail`, teeing up to `file_cap` bytes into `tee`.
+pub(crate) async fn drain_stderr<R: AsyncRead + Unpin>(
     mut err: R,
     tail: StderrTail,
     mut tee: Option<File>,

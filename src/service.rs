@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use aicli_providers::{
     AgentEvent, AiCliConfig, Continuation, ContinuationMode, ErrorKind, EventKind, Feature,
-    McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, SessionResult, SessionStatus,
-    SessionTotals, SharedProvider, TaskSpec,
+    McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, RunnerKind, SessionResult,
+    SessionStatus, SessionTotals, SharedProvider, TaskSpec,
 };
 use async_trait::async_trait;
 use tokio::sync::mpsc;
@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::BatchEvent;
 use crate::live::LiveSender;
 use crate::pool::{self, Backoff, Control, PoolOwner};
-use crate::runner::{LocalRunner, Runner};
+use crate::runner::{AgentReach, LocalRunner, PlaceRequest, Placement, Runner};
 use crate::session::{SessionIo, SessionLimits, SessionOutcome, SessionSpec, run_session};
 use crate::store::{
     AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec,
@@ -45,6 +45,12 @@ pub struct TaskScope {
     pub skills: Vec<String>,
     /// Credential names the task may read.
     pub credentials: Vec<String>,
+    /// MCP tools and upstreams the task may use (`engine.mcp_tools` and its own).
+    pub tools: Vec<String>,
+    /// The task's record directory (the server logs tool calls there).
+    pub record_dir: Option<PathBuf>,
+    /// The attempt (1-based).
+    pub attempt: u32,
 }
 
 /// A token granted to one run.
@@ -58,12 +64,24 @@ pub struct AgentGrant {
     pub events: mpsc::UnboundedReceiver<AgentEvent>,
 }
 
-/// The agent server as the engine sees it: grants a token per run, revokes it after.
+/// The agent server as the engine sees it: grants a token per run, revokes it after,
+/// and hears when a batch ends (what it started for the batch stops then).
+#[async_trait]
 pub trait AgentServer: Send + Sync + std::fmt::Debug {
-    /// A token bound to `scope`; `host` is the address the CLI uses to reach us.
-    fn grant(&self, scope: TaskScope, host: &str) -> AgentGrant;
+    /// A token bound to `scope`, for a CLI that reaches the server as `reach` says (over
+    /// loopback when `None`; else the server listens on `reach.bind` too, and the URL
+    /// names `reach.url_host`). Errors say why the server cannot be reached that way.
+    async fn grant(
+        &self,
+        scope: TaskScope,
+        reach: Option<&AgentReach>,
+    ) -> Result<AgentGrant, String>;
     /// Revokes a token: the next request with it is refused.
     fn revoke(&self, token: &str);
+    /// From now on only requests from `peer` may use `token`.
+    fn restrict(&self, token: &str, peer: std::net::IpAddr);
+    /// Every task of `batch_id` is done (in this process): stop what serves only it.
+    async fn end_batch(&self, _batch_id: &str) {}
 }
 
 /// Errors that stop a batch before any task runs.
@@ -128,6 +146,8 @@ pub struct BatchOptions {
     pub worktrees: bool,
     /// Use this batch id instead of a new one.
     pub batch_id: Option<String>,
+    /// Where tasks that name no runner run (before the provider's and the config's).
+    pub runner: Option<RunnerKind>,
 }
 
 impl BatchOptions {
@@ -144,16 +164,25 @@ impl BatchOptions {
             base_ref: "HEAD".to_owned(),
             worktrees: true,
             batch_id: None,
+            runner: None,
         }
     }
 }
 
-/// The engine: config, providers, a runner, and optionally an agent server.
+/// The runners an engine starts CLIs with: local processes, and containers (connected to
+/// their engines on first use).
+#[derive(Debug, Clone)]
+struct Runners {
+    local: Arc<dyn Runner>,
+    docker: Arc<tokio::sync::OnceCell<Result<Arc<dyn Runner>, String>>>,
+}
+
+/// The engine: config, providers, runners, and optionally an agent server.
 #[derive(Debug, Clone)]
 pub struct Engine {
     config: Arc<AiCliConfig>,
     registry: Arc<ProviderRegistry>,
-    runner: Arc<dyn Runner>,
+    runners: Runners,
     agent_server: Option<Arc<dyn AgentServer>>,
     search_path: Option<String>,
     /// The environment a CLI's variables are taken from (aicli's own by default); a CLI
@@ -170,7 +199,10 @@ impl Engine {
         Engine {
             config: Arc::new(config),
             registry: Arc::new(registry),
-            runner: Arc::new(LocalRunner::new(cgroups)),
+            runners: Runners {
+                local: Arc::new(LocalRunner::new(cgroups)),
+                docker: Arc::new(tokio::sync::OnceCell::new()),
+            },
             agent_server: None,
             search_path: None,
             source_env: crate::env::process_env(),
@@ -178,10 +210,43 @@ impl Engine {
         }
     }
 
-    /// Uses `runner` to start CLIs.
-    pub fn with_runner(mut self, runner: Arc<dyn Runner>) -> Engine {
-        self.runner = runner;
+    /// Uses `runner` for the tasks that run on `kind` (instead of the built-in one).
+    pub fn with_runner(mut self, kind: RunnerKind, runner: Arc<dyn Runner>) -> Engine {
+        match kind {
+            RunnerKind::Local => self.runners.local = runner,
+            RunnerKind::Docker => {
+                self.runners.docker = Arc::new(tokio::sync::OnceCell::new_with(Some(Ok(runner))))
+            }
+        }
         self
+    }
+
+    /// Where a task runs: its own runner, else its provider's, else the config's.
+    pub fn runner_kind(&self, task: &TaskSpec, provider: &SharedProvider) -> RunnerKind {
+        task.runner
+            .or(provider.config().runner)
+            .unwrap_or(self.config.engine.runner)
+    }
+
+    /// The runner of `kind` (the Docker runner connects to its engines on first use).
+    pub async fn runner(&self, kind: RunnerKind) -> Result<Arc<dyn Runner>, String> {
+        match kind {
+            RunnerKind::Local => Ok(self.runners.local.clone()),
+            RunnerKind::Docker => self
+                .runners
+                .docker
+                .get_or_init(|| async {
+                    crate::runner::DockerRunner::connect(
+                        &self.config.engine.docker,
+                        &self.source_env,
+                    )
+                    .await
+                    .map(|r| Arc::new(r) as Arc<dyn Runner>)
+                    .map_err(|e| e.to_string())
+                })
+                .await
+                .clone(),
+        }
     }
 
     /// Attaches an agent (MCP) server: each run gets a token and the wiring.
@@ -272,6 +337,20 @@ impl Engine {
             return Err(EngineError::NoTasks);
         }
         assign_ids(&mut tasks)?;
+        // The batch's runner goes into each task that names none: answers and resumes
+        // run where the task ran.
+        for t in &mut tasks {
+            t.runner = t.runner.or(opts.runner);
+        }
+        for (i, t) in tasks.iter().enumerate() {
+            if let Some((j, message)) = self.config.unknown_mcp_grant(&t.mcp_tools) {
+                return Err(EngineError::InvalidTask {
+                    index: i + 1,
+                    id: t.id.clone(),
+                    message: format!("mcp_tools[{j}]: {message}"),
+                });
+            }
+        }
         let default_provider = opts
             .provider
             .clone()
@@ -526,6 +605,13 @@ impl Engine {
                 busy.join("; ")
             )));
         }
+        // The batch's MCP upstreams the dead aicli had started.
+        for f in pid_files(record.dir(), "pid.upstream-") {
+            let killed = crate::proctree::kill_leftovers(&f).await;
+            if !killed.is_empty() {
+                tracing::warn!(pids = ?killed, "killed an MCP upstream left by an interrupted batch");
+            }
+        }
         let mut plan = Vec::new();
         for mut rec in tasks {
             let lock = locks.remove(&rec.task.id).map(Arc::new);
@@ -538,6 +624,7 @@ impl Engine {
                 TaskState::Running | TaskState::Interrupted => {
                     self.kill_leftovers(&record, &rec.task.id).await;
                     let provider = self.registry.get(&rec.provider)?;
+                    self.remove_containers(&record, &rec.task, &provider).await;
                     let partial = match self.settle_unfinished(&record, &mut rec, &provider) {
                         Found::Finished(result) => {
                             // The CLI had printed its last word: the run is over and was
@@ -616,12 +703,41 @@ impl Engine {
         self.execute(spec, record, plan, opts, live, cancel).await
     }
 
-    /// Kills what is left of an interrupted run of task `task_id` (its process group, as
-    /// recorded in the task's `pid` file).
+    /// Kills what is left of an interrupted run of task `task_id`: its CLI's process
+    /// tree, as recorded in the task's `pid` file, and those of the MCP tool calls it
+    /// had running (`pid.tool-*`).
     async fn kill_leftovers(&self, record: &BatchRecord, task_id: &str) {
-        let killed = crate::proctree::kill_leftovers(&record.task_dir(task_id).join("pid")).await;
+        let dir = record.task_dir(task_id);
+        let mut killed = crate::proctree::kill_leftovers(&dir.join("pid")).await;
+        for f in pid_files(&dir, "pid.tool-") {
+            killed.extend(crate::proctree::kill_leftovers(&f).await);
+        }
         if !killed.is_empty() {
             tracing::warn!(task = %task_id, pids = ?killed, "killed processes left by an interrupted run");
+        }
+    }
+
+    /// Removes the containers an interrupted run of `task` left (when it runs in
+    /// containers), bringing a remote run's work back first.
+    async fn remove_containers(
+        &self,
+        record: &BatchRecord,
+        task: &TaskSpec,
+        provider: &SharedProvider,
+    ) {
+        let kind = self.runner_kind(task, provider);
+        if kind == RunnerKind::Local {
+            return;
+        }
+        match self.runner(kind).await {
+            Ok(r) => {
+                for line in r.remove_leftovers(&record.batch_id(), &task.id).await {
+                    tracing::warn!(task = %task.id, "{line}");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(task = %task.id, error = %e, "cannot look for the containers of the interrupted run")
+            }
         }
     }
 
@@ -808,6 +924,9 @@ impl Engine {
             .await;
         }
         owner.wait_finalizers().await;
+        if let Some(s) = &self.agent_server {
+            s.end_batch(&spec.batch_id).await;
+        }
         let result = shared.batch_result(started.elapsed());
         record
             .write_result(&result)
@@ -817,6 +936,18 @@ impl Engine {
             })?;
         Ok(result)
     }
+}
+
+/// The files in `dir` whose names start with `prefix`.
+fn pid_files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// What `resume` found of an attempt that was running when aicli stopped.
@@ -1110,6 +1241,7 @@ impl Shared {
             reset_at: None,
             argv: Vec::new(),
             streamed: aicli_providers::LiveSpend::default(),
+            place: None,
         }
     }
 
@@ -1133,6 +1265,7 @@ impl Shared {
                 prior: None,
                 resumed_session: None,
                 argv: Vec::new(),
+                place: None,
                 result: Some(result),
                 budget: None,
             });
@@ -1199,6 +1332,7 @@ impl Shared {
                             reset_at: None,
                             argv: Vec::new(),
                             streamed: aicli_providers::LiveSpend::default(),
+                            place: None,
                         };
                     }
                 }
@@ -1240,6 +1374,7 @@ impl Shared {
             prior,
             resumed_session: task.resume_session_id.clone(),
             argv: Vec::new(),
+            place: None,
             result: None,
             budget: reservation.as_ref().map(|r| AttemptBudget {
                 reserved_usd: r.amount(),
@@ -1273,14 +1408,12 @@ impl Shared {
                 format!("cannot create the worktree: {e}"),
             ),
             Ok(workdir) => {
-                let workdir = match &task.cwd {
-                    Some(sub) => workdir.join(sub),
-                    None => workdir,
-                };
+                let branch = planned.rec.branch.clone();
                 self.session(
                     &task,
                     provider.clone(),
                     workdir,
+                    branch,
                     prior,
                     attempt_no,
                     RunControl {
@@ -1333,6 +1466,7 @@ impl Shared {
                 a.result = Some(result.clone());
                 a.argv = outcome.argv.clone();
                 a.budget = charge;
+                a.place = outcome.place.clone();
             }
             p.rec.state = provisional;
             // Later attempts of this invocation are plain retries of the same run.
@@ -1344,38 +1478,117 @@ impl Shared {
             reset_at: outcome.reset_at,
             argv: outcome.argv,
             streamed: outcome.streamed,
+            place: outcome.place,
         }
     }
 
+    /// The directory of task `task_id` kept across its attempts (a container run's
+    /// home: the CLI's sessions and login copies).
+    fn task_home(&self, task_id: &str) -> PathBuf {
+        self.record
+            .dir()
+            .join("private")
+            .join(format!("{task_id}-home"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn session(
         &self,
         task: &TaskSpec,
         provider: SharedProvider,
-        workdir: PathBuf,
+        workspace: PathBuf,
+        branch: Option<String>,
         prior: Option<SessionTotals>,
         attempt_no: u32,
         control: RunControl,
     ) -> SessionOutcome {
         let RunControl { cancel, budget } = control;
+        let workdir = match &task.cwd {
+            Some(sub) => workspace.join(sub),
+            None => workspace.clone(),
+        };
         let private_dir = self
             .record
             .dir()
             .join("private")
             .join(format!("{}-{attempt_no}", task.id));
+        let task_home = self.task_home(&task.id);
+        let base_env = crate::env::cli_env(
+            &self.engine.source_env,
+            &self.engine.config.engine.env_passthrough,
+            provider.config(),
+            Some(task),
+        );
+        let kind = self.engine.runner_kind(task, &provider);
+        let runner = match self.engine.runner(kind).await {
+            Ok(r) => r,
+            Err(e) => {
+                return Self::never_ran(
+                    provider.name(),
+                    ErrorKind::Crashed,
+                    format!("the {kind} runner is not available: {e}"),
+                );
+            }
+        };
+        let request = PlaceRequest {
+            batch_id: &self.spec.batch_id,
+            task_id: &task.id,
+            attempt: attempt_no,
+            provider: &provider,
+            workspace: &workspace,
+            workdir: &workdir,
+            private_dir: &private_dir,
+            task_home: &task_home,
+            branch: branch.as_deref(),
+            inherited_env: &base_env,
+        };
+        let placed = tokio::select! {
+            p = runner.place(&request) => p,
+            _ = cancel.cancelled() => {
+                return Self::never_ran(provider.name(), ErrorKind::Cancelled, "the run was cancelled before it started".into());
+            }
+        };
+        let mut placement: Box<dyn Placement> = match placed {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&private_dir);
+                return Self::never_ran(provider.name(), e.kind(), e.to_string());
+            }
+        };
         let mut skills = self.engine.config.engine.skills.clone();
         skills.extend(task.skills.iter().cloned());
-        let grant = self.engine.agent_server.as_ref().map(|s| {
-            s.grant(
-                TaskScope {
+        let mut tools = self.engine.config.engine.mcp_tools.clone();
+        tools.extend(task.mcp_tools.iter().cloned());
+        let grant = match &self.engine.agent_server {
+            Some(s) => {
+                let scope = TaskScope {
                     batch_id: self.spec.batch_id.clone(),
                     task_id: task.id.clone(),
-                    workspace: workdir.clone(),
+                    workspace: workspace.clone(),
                     skills,
                     credentials: task.credentials.clone(),
-                },
-                &self.engine.runner.host_address(),
-            )
-        });
+                    tools,
+                    record_dir: Some(self.record.task_dir(&task.id)),
+                    attempt: attempt_no,
+                };
+                match s.grant(scope, placement.agent_reach()).await {
+                    Ok(g) => Some(g),
+                    Err(e) => {
+                        let _ = placement.finish().await;
+                        let _ = std::fs::remove_dir_all(&private_dir);
+                        return Self::never_ran(
+                            provider.name(),
+                            ErrorKind::Crashed,
+                            format!(
+                                "aicli's MCP server cannot be reached from {}: {e}",
+                                placement.describe()
+                            ),
+                        );
+                    }
+                }
+            }
+            None => None,
+        };
         let (mcp, injected, token) = match grant {
             Some(g) => {
                 let token = g.endpoint.token.clone();
@@ -1383,12 +1596,20 @@ impl Shared {
             }
             None => (None, None, None),
         };
-        let base_env = crate::env::cli_env(
-            &self.engine.source_env,
-            &self.engine.config.engine.env_passthrough,
-            provider.config(),
-            Some(task),
-        );
+        let restrict_token = match (
+            &self.engine.agent_server,
+            &token,
+            placement.agent_reach().map(|r| r.restrict_to_peer),
+        ) {
+            (Some(server), Some(t), Some(true)) => {
+                let server = server.clone();
+                let t = t.clone();
+                Some(crate::session::TokenRestriction(Arc::new(
+                    move |ip: std::net::IpAddr| server.restrict(&t, ip),
+                )))
+            }
+            _ => None,
+        };
         let spec = SessionSpec {
             limits: self.engine.limits(&self.opts, task),
             parse_ctx: ParseContext {
@@ -1405,6 +1626,7 @@ impl Shared {
             search_path: self.engine.search_path.clone(),
             base_env,
             auth_precheck: self.engine.auth_precheck,
+            restrict_token,
         };
         let io = SessionIo {
             live: self.live.clone(),
@@ -1412,7 +1634,15 @@ impl Shared {
             cancel,
             budget,
         };
-        let outcome = run_session(spec, io, self.engine.runner.as_ref()).await;
+        let mut outcome = run_session(spec, io, placement.as_mut()).await;
+        outcome.place = Some(placement.describe());
+        // However the run ended: its work comes back (a remote engine), its place is
+        // released, its container removed.
+        if let Err(e) = placement.finish().await {
+            tracing::warn!(task = %task.id, error = %e, "the run's work was not brought back");
+            outcome.result.fail(ErrorKind::Crashed, e.to_string());
+        }
+        drop(placement);
         if let (Some(s), Some(t)) = (&self.engine.agent_server, &token) {
             s.revoke(t);
         }
@@ -1461,6 +1691,10 @@ impl Shared {
             }
         }
         let state = TaskState::of(&result);
+        if matches!(state, TaskState::Succeeded | TaskState::Failed) {
+            // Nothing will resume this task's CLI session: its home (login copies) goes.
+            let _ = std::fs::remove_dir_all(self.task_home(&result.task_id));
+        }
         let final_result = result.clone();
         self.update(index, |p| {
             if drop_worktree {

@@ -2,7 +2,7 @@
 //!
 //! The session resolves the binary, asks the provider for the command, creates the
 //! links and writes the files it needs (MCP config, IDE lockfile), starts it through a
-//! [`Runner`], and then reads lines until the final event, EOF, the wall-clock timeout,
+//! [`Placement`](crate::runner::Placement), and then reads lines until the final event, EOF, the wall-clock timeout,
 //! the idle watchdog or cancellation — whichever comes first. However it ends, the run's
 //! whole process tree is shut down before the result is built. Every stdout byte is teed
 //! into the run record as it arrives (by the process reader), so a crash loses nothing
@@ -26,7 +26,7 @@ use crate::budget::Reservation;
 use crate::events::BatchEvent;
 use crate::live::LiveSender;
 use crate::process::{OutputOptions, StdoutLine};
-use crate::runner::{RunHandle, Runner};
+use crate::runner::{Placement, RunHandle};
 use crate::util::create_private_dirs;
 
 /// Time and size limits of one run.
@@ -90,6 +90,20 @@ pub struct SessionSpec {
     pub base_env: BTreeMap<String, String>,
     /// Run the provider's quick credentials check before spawning.
     pub auth_precheck: bool,
+    /// Restricts the run's MCP token to the address its requests come from, once the
+    /// run has started (for a container on a local bridge: no other container can use
+    /// the token).
+    pub restrict_token: Option<TokenRestriction>,
+}
+
+/// Called with the address a started run's requests come from.
+#[derive(Clone)]
+pub struct TokenRestriction(pub Arc<dyn Fn(std::net::IpAddr) + Send + Sync>);
+
+impl std::fmt::Debug for TokenRestriction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenRestriction")
+    }
 }
 
 /// Channels a session talks through.
@@ -120,6 +134,8 @@ pub struct SessionOutcome {
     /// What the run's stream said it spent (its usage increments at the config's
     /// prices).
     pub streamed: LiveSpend,
+    /// Where it ran (the placement's description), when it was placed.
+    pub place: Option<String>,
 }
 
 /// How long the last lines may take after the CLI exited while its stdout stays open.
@@ -138,18 +154,24 @@ enum EndReason {
     Cancelled,
 }
 
-/// Runs one task to its result. Never panics and never leaves a process behind.
-pub async fn run_session(spec: SessionSpec, io: SessionIo, runner: &dyn Runner) -> SessionOutcome {
+/// Runs one task to its result in `placement` (see [`crate::runner`]). Never panics and
+/// never leaves a process behind.
+pub async fn run_session(
+    spec: SessionSpec,
+    io: SessionIo,
+    placement: &mut dyn Placement,
+) -> SessionOutcome {
     let started = Instant::now();
     let task_id: Arc<str> = Arc::from(spec.task.id.as_str());
     let provider = spec.provider.clone();
-    let mut outcome = match prepare_and_run(&spec, io, runner, task_id.clone()).await {
+    let mut outcome = match prepare_and_run(&spec, io, placement, task_id.clone()).await {
         Ok(o) => o,
         Err(result) => SessionOutcome {
             result: *result,
             reset_at: None,
             argv: Vec::new(),
             streamed: LiveSpend::default(),
+            place: None,
         },
     };
     let r = &mut outcome.result;
@@ -175,7 +197,7 @@ fn not_started(spec: &SessionSpec, kind: ErrorKind, message: String) -> Box<Sess
 async fn prepare_and_run(
     spec: &SessionSpec,
     io: SessionIo,
-    runner: &dyn Runner,
+    placement: &mut dyn Placement,
     task_id: Arc<str>,
 ) -> Result<SessionOutcome, Box<SessionResult>> {
     let provider = &spec.provider;
@@ -186,26 +208,33 @@ async fn prepare_and_run(
             format!("invalid task: {msg}"),
         ));
     }
-    // The CLI is looked up on the PATH it will run with, then in aicli's cache
-    // (`aicli install`); an engine's explicit search path is taken as it is.
-    let search_path = match &spec.search_path {
-        Some(p) => p.clone(),
-        None => crate::install::search_path_with_cache(
-            &spec
-                .base_env
-                .get("PATH")
-                .cloned()
-                .or_else(|| std::env::var("PATH").ok())
-                .unwrap_or_default(),
-        ),
+    // Where the run happens decides the environment it starts from and where its
+    // binary is (a container image's; else the one on the PATH it will run with, then
+    // in aicli's cache (`aicli install`); an engine's explicit search path is taken as
+    // it is).
+    let base_env = placement.env(&spec.base_env);
+    let binary = match placement.binary() {
+        Some(b) => b,
+        None => {
+            let search_path = match &spec.search_path {
+                Some(p) => p.clone(),
+                None => crate::install::search_path_with_cache(
+                    &base_env
+                        .get("PATH")
+                        .cloned()
+                        .or_else(|| std::env::var("PATH").ok())
+                        .unwrap_or_default(),
+                ),
+            };
+            provider
+                .binary_path(Some(&search_path))
+                .map_err(|e| not_started(spec, e.kind(), e.to_string()))?
+        }
     };
-    let binary = provider
-        .binary_path(Some(&search_path))
-        .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
 
-    let is_root = nix::unistd::geteuid().is_root();
+    let is_root = placement.runs_as_root();
     let ctx = LaunchContext {
-        env: &spec.base_env,
+        env: &base_env,
         task: &spec.task,
         binary: &binary,
         workdir: &spec.workdir,
@@ -213,14 +242,16 @@ async fn prepare_and_run(
         mcp: spec.mcp.as_ref().map(|(e, _)| e),
         budget_remaining_usd: spec.budget_remaining_usd,
         is_root,
+        in_container: placement.agent_reach().is_some(),
     };
     let mut cmd = provider
         .command(&ctx)
         .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
-    // A clean, explicit environment: the base one (picked from aicli's, see
-    // `crate::env`) minus what the provider removes, then the provider's and the task's
-    // variables (which `command` put in `cmd.env`). Nothing else of aicli's process.
-    let mut full_env = spec.base_env.clone();
+    // A clean, explicit environment: the placement's (for a local run the base one,
+    // picked from aicli's, see `crate::env`; in a container what of it may go in) minus
+    // what the provider removes, then the provider's and the task's variables (which
+    // `command` put in `cmd.env`). Nothing else of aicli's process.
+    let mut full_env = base_env.clone();
     for k in &cmd.env_remove {
         full_env.remove(k);
     }
@@ -261,7 +292,9 @@ async fn prepare_and_run(
     }
     // Links first: they make the directories (0700) that files may go into.
     for (i, l) in cmd.links.iter().enumerate() {
-        if let Err(e) = create_link(l) {
+        // The link points where the CLI will find its target (inside a container, the
+        // target's path there).
+        if let Err(e) = create_link(l, &placement.visible_path(&l.target)) {
             remove_links(&cmd.links[..i]);
             return Err(not_started(
                 spec,
@@ -289,11 +322,15 @@ async fn prepare_and_run(
             ));
         }
     }
-    // The IDE lockfile, for CLIs that look for one.
+    // The IDE lockfile, for CLIs that look for one (a CLI on this machine: the file
+    // names a loopback port).
     let mut lockfile: Option<PathBuf> = None;
-    if let (Some((endpoint, port)), Some(dir)) = (&spec.mcp, provider.ide_lockfile_dir())
-        && let Some((name, contents)) =
-            provider.ide_lockfile(endpoint, *port, &spec.workdir, std::process::id())
+    if let (Some((endpoint, port)), Some(dir), None) = (
+        &spec.mcp,
+        provider.ide_lockfile_dir(),
+        placement.agent_reach(),
+    ) && let Some((name, contents)) =
+        provider.ide_lockfile(endpoint, *port, &spec.workdir, std::process::id())
     {
         let path = home.join(dir).join(name);
         if lockfiles::acquire(&path, &contents).is_ok() {
@@ -350,25 +387,26 @@ async fn prepare_and_run(
         }
     }
 
-    tracing::info!(task = %task_id, provider = provider.name(), program = %cmd.program.display(), "starting run");
+    tracing::info!(task = %task_id, provider = provider.name(), program = %cmd.program.display(), place = %placement.describe(), "starting run");
     // Names only: values can be credentials.
     tracing::info!(task = %task_id, variables = %crate::env::names(&cmd.env), "environment passed to the CLI");
-    let handle = match runner.start(&cmd, out).await {
-        Ok(h) => h,
+    let handle = match placement.start(&cmd, out).await {
+        Ok(h) => {
+            match (h.peer(), &spec.restrict_token) {
+                (Some(ip), Some(restrict)) => (restrict.0)(ip),
+                (None, Some(_)) => {
+                    tracing::warn!(task = %task_id, "the run's address is unknown: its MCP token stays unusable")
+                }
+                (_, None) => {}
+            }
+            h
+        }
         Err(e) => {
             if let Some(l) = &lockfile {
                 lockfiles::release(l);
             }
             remove_links(&cmd.links);
-            let kind = match &e {
-                crate::runner::RunnerError::Spawn(crate::process::SpawnError::Start {
-                    source,
-                    ..
-                }) if source.kind() == std::io::ErrorKind::NotFound => ErrorKind::NotInstalled,
-                crate::runner::RunnerError::Spawn(_)
-                | crate::runner::RunnerError::Backend { .. } => ErrorKind::Crashed,
-            };
-            return Err(not_started(spec, kind, e.to_string()));
+            return Err(not_started(spec, e.kind(), e.to_string()));
         }
     };
     let mut outcome = supervise(spec, io, handle, task_id, aicli_log).await;
@@ -620,6 +658,7 @@ async fn supervise(
         reset_at,
         argv: Vec::new(),
         streamed: spend,
+        place: None,
     }
 }
 
@@ -781,11 +820,11 @@ fn set_mode(path: &Path, mode: u32) {
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
 }
 
-/// Creates the link `l` describes (see [`LinkSpec`]): its target directory first when
-/// asked, then its missing parents (0700). A link or file already at its place (left in
-/// a private directory that was not cleaned up) is replaced, as files are overwritten;
-/// a directory there is an error.
-fn create_link(l: &LinkSpec) -> std::io::Result<()> {
+/// Creates the link `l` describes (see [`LinkSpec`]), pointing at `target` (`l.target`
+/// as the CLI sees it): its target directory first when asked, then its missing parents
+/// (0700). A link or file already at its place (left in a private directory that was
+/// not cleaned up) is replaced, as files are overwritten; a directory there is an error.
+fn create_link(l: &LinkSpec, target: &Path) -> std::io::Result<()> {
     if l.create_target_dir {
         create_private_dirs(&l.target)?;
     }
@@ -802,7 +841,7 @@ fn create_link(l: &LinkSpec) -> std::io::Result<()> {
         Ok(_) => std::fs::remove_file(&l.link)?,
         Err(_) => {}
     }
-    std::os::unix::fs::symlink(&l.target, &l.link)
+    std::os::unix::fs::symlink(target, &l.link)
 }
 
 /// Removes the links (never what they point to). What the CLI put in a link's place
@@ -850,7 +889,7 @@ mod tests {
             },
         ];
         for l in &links {
-            create_link(l).unwrap();
+            create_link(l, &l.target).unwrap();
         }
         assert_eq!(mode(&run), 0o700);
         assert_eq!(mode(&user.join("tmp")), 0o700);
@@ -863,14 +902,14 @@ mod tests {
         assert!(user.join("tmp/chat.json").exists());
         // A leftover link or file is replaced (the CLI may rename a file over a link);
         // a directory in the way is an error.
-        create_link(&links[0]).unwrap();
+        create_link(&links[0], &links[0].target).unwrap();
         std::fs::write(run.join("projects.json"), "{}").unwrap();
         let leftover = LinkSpec {
             link: run.join("projects.json"),
             target: user.join("projects.json"),
             create_target_dir: false,
         };
-        create_link(&leftover).unwrap();
+        create_link(&leftover, &leftover.target).unwrap();
         assert_eq!(
             std::fs::read_link(run.join("projects.json")).unwrap(),
             user.join("projects.json")
@@ -882,7 +921,9 @@ mod tests {
             create_target_dir: false,
         };
         assert_eq!(
-            create_link(&in_the_way).unwrap_err().kind(),
+            create_link(&in_the_way, &in_the_way.target)
+                .unwrap_err()
+                .kind(),
             std::io::ErrorKind::AlreadyExists
         );
         remove_links(&links);

@@ -117,6 +117,9 @@ pub struct AttemptRecord {
     /// files and env).
     #[serde(default)]
     pub argv: Vec<String>,
+    /// Where it ran (`local`, `docker <engine> (<image>)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<String>,
     /// Its result, if it ended.
     #[serde(default)]
     pub result: Option<SessionResult>,
@@ -721,6 +724,7 @@ mod tests {
             prior: None,
             resumed_session: resumed.map(str::to_owned),
             argv: Vec::new(),
+            place: None,
             result: Some(result),
             budget: None,
         }

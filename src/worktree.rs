@@ -102,7 +102,7 @@ pub struct WorktreeInfo {
     pub holds_work: Option<String>,
 }
 
-async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
+pub(crate) async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -124,7 +124,7 @@ async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
 }
 
 /// One lock per repository for commands that change it.
-fn repo_lock(root: &Path) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+pub(crate) fn repo_lock(root: &Path) -> std::sync::Arc<tokio::sync::Mutex<()>> {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex, OnceLock};
     static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();

@@ -18,7 +18,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::docker_config::{DockerConfig, RunnerKind};
 use crate::error::ConfigError;
+use crate::mcp_tools::{McpToolConfig, McpUpstreamConfig};
 use crate::provider::Feature;
 use crate::task::PermissionMode;
 use crate::usage::PriceTable;
@@ -46,6 +48,13 @@ pub struct AiCliConfig {
     /// Engine settings (parallelism, timeouts, retries, records, MCP server).
     #[serde(default)]
     pub engine: EngineConfig,
+    /// Command-backed tools aicli's MCP server offers to the tasks granted them, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_tools: BTreeMap<String, McpToolConfig>,
+    /// Upstream MCP servers whose tools aicli's MCP server offers (as
+    /// `<upstream>__<tool>`) to the tasks granted them, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_upstreams: BTreeMap<String, McpUpstreamConfig>,
 }
 
 /// One provider entry: facts about a CLI and the defaults its runs get.
@@ -131,6 +140,15 @@ pub struct ProviderConfig {
     /// reports none.
     #[serde(default)]
     pub prices: PriceTable,
+    /// Where this provider's tasks run when the task and the batch name no runner
+    /// (`engine.runner` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<RunnerKind>,
+    /// Files under the user's home (relative paths) that hold this CLI's login: a
+    /// container run gets a private copy of each that exists, in the task's own home
+    /// (never in an image).
+    #[serde(default)]
+    pub container_home_files: Vec<String>,
 }
 
 fn default_version_argv() -> Vec<String> {
@@ -174,6 +192,8 @@ impl ProviderConfig {
             ide_lock_env_var: None,
             ide_lockfile_dir: None,
             prices: PriceTable::default(),
+            runner: None,
+            container_home_files: Vec::new(),
         }
     }
 }
@@ -207,6 +227,9 @@ pub struct EngineConfig {
     pub skills_dir: Option<PathBuf>,
     /// Skills connected to every task, besides each task's own.
     pub skills: Vec<String>,
+    /// Names in `mcp_tools` or `mcp_upstreams` granted to every task, besides each
+    /// task's own `mcp_tools`.
+    pub mcp_tools: Vec<String>,
     /// A JSON file of credential name -> value for the MCP `getCredential` tool (values
     /// are otherwise read from the environment).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -219,6 +242,10 @@ pub struct EngineConfig {
     /// config names), and fail the run as `auth` at once when there are none. Turn off
     /// for credentials aicli cannot see (an OS keychain).
     pub auth_precheck: bool,
+    /// Where tasks run when neither the task, the batch nor the provider names a runner.
+    pub runner: RunnerKind,
+    /// The Docker runner: engines, images, limits.
+    pub docker: DockerConfig,
     /// The variables every CLI gets from aicli's environment (names, or prefixes ending
     /// in `*`): the base a program needs to run (paths, locale, terminal, time zone,
     /// proxies, CA bundles). A CLI's environment is built from nothing: this set, then its
@@ -297,10 +324,13 @@ impl Default for EngineConfig {
             worktrees_dir: None,
             skills_dir: None,
             skills: Vec::new(),
+            mcp_tools: Vec::new(),
             credentials_file: None,
             mcp: McpServerConfig::default(),
             notify_hook: Vec::new(),
             auth_precheck: true,
+            runner: RunnerKind::Local,
+            docker: DockerConfig::default(),
             env_passthrough: default_env_passthrough(),
             cgroups: CgroupMode::Auto,
         }
@@ -393,6 +423,10 @@ pub struct McpLimits {
     pub pattern_chars: usize,
     /// `getSkill`'s and `getCredential`'s `name`, characters.
     pub name_chars: usize,
+    /// The arguments of a call to a granted tool (a command-backed tool of `mcp_tools`,
+    /// or an upstream's tool), bytes of their JSON; a larger call is refused with a
+    /// JSON-RPC error and nothing runs or is forwarded.
+    pub tool_argument_bytes: usize,
 }
 
 impl Default for McpLimits {
@@ -412,13 +446,14 @@ impl Default for McpLimits {
             path_chars: 4_096,
             pattern_chars: 1_024,
             name_chars: 256,
+            tool_argument_bytes: 64 * 1024,
         }
     }
 }
 
 impl McpLimits {
     /// Each limit by its config name, for validation and messages.
-    pub fn named(&self) -> [(&'static str, u64); 14] {
+    pub fn named(&self) -> [(&'static str, u64); 15] {
         [
             ("header_read_timeout_secs", self.header_read_timeout_secs),
             ("idle_timeout_secs", self.idle_timeout_secs),
@@ -434,6 +469,7 @@ impl McpLimits {
             ("path_chars", self.path_chars as u64),
             ("pattern_chars", self.pattern_chars as u64),
             ("name_chars", self.name_chars as u64),
+            ("tool_argument_bytes", self.tool_argument_bytes as u64),
         ]
     }
 }
@@ -536,6 +572,9 @@ impl AiCliConfig {
                 "must be at least 1024".into(),
             ));
         }
+        if let Err((path, message)) = self.engine.docker.check() {
+            return Err(invalid(format!("engine.docker.{path}"), message));
+        }
         check_env_patterns(
             &self.engine.env_passthrough,
             "engine.env_passthrough",
@@ -549,6 +588,15 @@ impl AiCliConfig {
                 ));
             }
         }
+        let path = std::env::var("PATH").ok();
+        crate::mcp_tools::check(
+            &self.mcp_tools,
+            &self.mcp_upstreams,
+            &self.engine.mcp_tools,
+            path.as_deref(),
+            &invalid,
+            &|patterns, at| check_env_patterns(patterns, at, &invalid),
+        )?;
         for (name, p) in &self.providers {
             check_env_patterns(
                 &p.env_passthrough,
@@ -560,6 +608,17 @@ impl AiCliConfig {
                 &format!("providers.{name}.auth_env_vars"),
                 &invalid,
             )?;
+            if let Some(f) = p.container_home_files.iter().find(|f| {
+                let p = Path::new(f);
+                p.is_absolute()
+                    || p.components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir))
+            }) {
+                return Err(invalid(
+                    format!("providers.{name}.container_home_files"),
+                    format!("'{f}' must be a relative path inside the home directory"),
+                ));
+            }
             if p.binary_name.trim().is_empty() {
                 return Err(invalid(
                     format!("providers.{name}.binary_name"),
@@ -594,6 +653,12 @@ impl AiCliConfig {
             }
         }
         Ok(())
+    }
+
+    /// The first of `grants` (a task's `mcp_tools`) that names neither a configured tool
+    /// nor an upstream: its index and what is wrong.
+    pub fn unknown_mcp_grant(&self, grants: &[String]) -> Option<(usize, String)> {
+        crate::mcp_tools::unknown_grant(&self.mcp_tools, &self.mcp_upstreams, grants)
     }
 
     /// The entry of provider `name`, or an error listing the known ones.

@@ -12,9 +12,11 @@
 //! | [`wire`] | one-pass reading of `type`-tagged JSON lines into the vendors' serde enums |
 //! | [`registry`] | [`ProviderRegistry`]: names -> providers, adapters -> factories |
 //! | [`config`] | `ai_cli_providers.json`: types, loading, merging, validation |
+//! | [`docker_config`] | [`RunnerKind`] and the `engine.docker` section (engines, images, limits) |
 //! | [`event`] | the normalized [`AgentEvent`] model (every event keeps its raw line) |
 //! | [`usage`] | [`CanonicalUsage`], prices, cost estimation |
 //! | [`task`] | [`TaskSpec`], the vendor-neutral task |
+//! | [`mcp_tools`] | command-backed MCP tools and upstream MCP servers in the config, their checks |
 //! | [`result`] | [`SessionResult`], the normalized outcome of one run |
 //! | [`error`] | the [`ErrorKind`] taxonomy and this crate's errors |
 //! | [`replay`] | a capped line reader, and recorded transcripts through a decoder |
@@ -74,9 +76,11 @@ pub mod claude;
 pub mod codex;
 pub mod config;
 pub mod decode;
+pub mod docker_config;
 pub mod error;
 pub mod event;
 pub mod gemini;
+pub mod mcp_tools;
 pub mod provider;
 pub mod registry;
 pub mod replay;
@@ -88,8 +92,10 @@ pub mod wire;
 
 pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
 pub use decode::{Decoder, ExitStatus, Line, Tally};
+pub use docker_config::{DockerConfig, DockerHostConfig, DockerTls, RunnerKind};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
+pub use mcp_tools::{InputSchema, McpToolConfig, McpUpstreamConfig};
 pub use provider::{
     AiCliProvider, AuthStatus, BinaryLocation, CommandSpec, Feature, FileSpec, LaunchContext,
     LinkSpec, McpEndpoint, McpWiring, SharedProvider,

@@ -195,8 +195,12 @@ pub struct LaunchContext<'a> {
     /// in flight together fit in what is left). A CLI with a per-run cap
     /// ([`Feature::MaxBudget`]) gets it as its cap.
     pub budget_remaining_usd: Option<f64>,
-    /// Whether aicli runs as root (Claude needs `IS_SANDBOX=1` to bypass permissions).
+    /// Whether the CLI runs as root (Claude needs `IS_SANDBOX=1` to bypass permissions).
     pub is_root: bool,
+    /// Whether the CLI runs in a container (aicli's Docker runner): the container is its
+    /// sandbox, and a CLI's own sandbox that needs kernel namespaces (Codex's bubblewrap)
+    /// cannot start there.
+    pub in_container: bool,
     /// The environment the CLI inherits before the provider's and the task's (e.g. its
     /// `HOME`).
     pub env: &'a BTreeMap<String, String>,

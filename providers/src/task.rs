@@ -76,6 +76,12 @@ pub struct TaskSpec {
     pub skills: Vec<String>,
     /// Credential names the agent may read through MCP.
     pub credentials: Vec<String>,
+    /// Where the task runs (`local` or `docker`), overriding the batch's and the
+    /// provider's runner.
+    pub runner: Option<crate::docker_config::RunnerKind>,
+    /// Names in the config's `mcp_tools` or `mcp_upstreams` the agent may call through
+    /// aicli's MCP server (besides `engine.mcp_tools`, granted to every task).
+    pub mcp_tools: Vec<String>,
 }
 
 impl TaskSpec {

@@ -31,7 +31,14 @@
 //!   --mcp-call TOOL ARGS F   call TOOL with ARGS (JSON) on aicli's MCP server (found in
 //!                            `--mcp-config FILE`, the Claude wiring, or
 //!                            AICLI_MCP_URL/AICLI_MCP_TOKEN), before the transcript;
-//!                            write the tool result's JSON to F
+//!                            write the tool result's JSON to F (a JSON-RPC error as
+//!                            `{"rpc_error": {...}}`)
+//!   --mcp-list F             write the `tools` of aicli's MCP server's tools/list to F
+//!                            (before the calls)
+//!   --probe F                write everything this process was handed as JSON to F:
+//!                            its argv, its environment, and the contents of every file
+//!                            (and of the files under every directory, not following
+//!                            symlinks) that an argument or a variable's value names
 //!   --daemon-exit            start one `setsid` daemon grandchild (a sleeper) and exit
 //!                            at once, before the transcript: the parent is gone
 //!                            before anyone can see the grandchild's ancestry
@@ -100,6 +107,8 @@ fn main() {
                 o.mcp_calls.push((tool, args, val()));
             }
             "--mcp-config" => o.mcp_config = Some(val()),
+            "--mcp-list" => o.mcp_list = Some(val()),
+            "--probe" => o.probe = Some(val()),
             "--daemon-exit" => o.daemon_exit = true,
             "--double-fork-daemon" => o.double_fork = Some(val()),
             "--once" => o.once = Some(val()),
@@ -146,6 +155,8 @@ struct Opts {
     dump_env: Option<String>,
     mcp_calls: Vec<(String, String, String)>,
     mcp_config: Option<String>,
+    mcp_list: Option<String>,
+    probe: Option<String>,
     daemon_exit: bool,
     double_fork: Option<String>,
     once: Option<String>,
@@ -231,6 +242,12 @@ fn run(mut o: Opts, args: &[String]) {
             .map(|(k, v)| format!("{k}={v}\n"))
             .collect();
         std::fs::write(f, text).unwrap();
+    }
+    if let Some(f) = &o.probe {
+        std::fs::write(f, probe(args)).unwrap();
+    }
+    if let Some(f) = &o.mcp_list {
+        std::fs::write(f, mcp::list_tools(o.mcp_config.as_deref())).unwrap();
     }
     for (tool, args, file) in &o.mcp_calls {
         let answer = mcp::call_tool(o.mcp_config.as_deref(), tool, args);
@@ -455,6 +472,58 @@ fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 
 /// A minimal MCP client over streamable HTTP (initialize, initialized, one tools/call):
 /// what a real CLI does to read a credential granted to its task.
+/// `--probe`: argv, environment, and the files they name, as one JSON document.
+fn probe(args: &[String]) -> String {
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let mut files = serde_json::Map::new();
+    let mut paths: Vec<std::path::PathBuf> = Vec::new();
+    // (Not the directories on PATH: programs, not what the run was handed.)
+    let values = env.iter().filter(|(k, _)| *k != "PATH").map(|(_, v)| v);
+    for v in args.iter().chain(values) {
+        // `-c key={url="..."}` and `A=B` forms hide paths too: every piece that looks like one.
+        for piece in
+            v.split(|c: char| c == '=' || c == '"' || c == ',' || c == ':' || c.is_whitespace())
+        {
+            if piece.starts_with('/') {
+                paths.push(piece.into());
+            }
+        }
+    }
+    let mut budget = 2000usize;
+    while let Some(p) = paths.pop() {
+        if budget == 0 {
+            break;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir()
+            && !p.starts_with("/proc")
+            && !p.starts_with("/sys")
+            && !p.starts_with("/usr")
+        {
+            // Only the files a run was handed: its own (private) directories, not the system's.
+            if p.components().count() <= 2 {
+                continue;
+            }
+            if let Ok(rd) = std::fs::read_dir(&p) {
+                for e in rd.flatten() {
+                    paths.push(e.path());
+                }
+            }
+        } else if meta.is_file() && meta.len() <= 1024 * 1024 {
+            budget -= 1;
+            if let Ok(bytes) = std::fs::read(&p) {
+                files.insert(
+                    p.display().to_string(),
+                    String::from_utf8_lossy(&bytes).into_owned().into(),
+                );
+            }
+        }
+    }
+    serde_json::json!({"argv": args, "env": env, "files": files}).to_string()
+}
+
 mod mcp {
     use http_body_util::{BodyExt, Full};
     use hyper::body::Bytes;
@@ -486,7 +555,20 @@ mod mcp {
         }
     }
 
-    /// `tool(args)`'s result as JSON text, or `{"error": ...}`.
+    /// The `tools` of `tools/list` as JSON text, or `{"error": ...}`.
+    pub fn list_tools(mcp_config: Option<&str>) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        match rt.block_on(request(mcp_config, "tools/list", json!({}))) {
+            Ok(v) => v["result"]["tools"].to_string(),
+            Err(e) => json!({ "error": e }).to_string(),
+        }
+    }
+
+    /// `tool(args)`'s result as JSON text, `{"rpc_error": ...}` for a JSON-RPC error,
+    /// or `{"error": ...}`.
     pub fn call_tool(mcp_config: Option<&str>, tool: &str, args: &str) -> String {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -496,13 +578,20 @@ mod mcp {
             Ok(v) => v,
             Err(e) => return json!({ "error": format!("bad tool arguments: {e}") }).to_string(),
         };
-        match rt.block_on(call(mcp_config, tool, args)) {
-            Ok(v) => v.to_string(),
+        let params = json!({"name": tool, "arguments": args});
+        match rt.block_on(request(mcp_config, "tools/call", params)) {
+            Ok(v) if v.get("error").is_some() => json!({"rpc_error": v["error"]}).to_string(),
+            Ok(v) => v["result"].to_string(),
             Err(e) => json!({ "error": e }).to_string(),
         }
     }
 
-    async fn call(mcp_config: Option<&str>, tool: &str, args: Value) -> Result<Value, String> {
+    /// One request on a new session: the whole JSON-RPC response.
+    async fn request(
+        mcp_config: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, String> {
         let (url, token) = endpoint(mcp_config)?;
         let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
         let post = |sid: Option<String>, body: Value| {
@@ -559,10 +648,9 @@ mod mcp {
         .await?;
         let (_, msg) = post(
             Some(sid),
-            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-                "name": tool, "arguments": args}}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": method, "params": params}),
         )
         .await?;
-        Ok(msg["result"].clone())
+        Ok(msg)
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
-use super::common::{ctrl_c_cancels, finish, repo_dir, start_engine, usage};
+use super::common::{batch_uses_docker, ctrl_c_cancels, finish, repo_dir, start_engine, usage};
 use super::fake::FakeApiArgs;
 
 pub(super) async fn answer(
@@ -25,7 +25,12 @@ pub(super) async fn answer(
     }
     let repo = repo_dir(&r)?;
     let cancel = CancellationToken::new();
-    let running = start_engine(config_path, &repo, no_mcp, &fake, &cancel).await?;
+    // A bare task id may be in any batch: accept the containers' host names then.
+    let docker = match task.split_once('/') {
+        Some((batch_id, _)) => batch_uses_docker(config_path, &repo, &r, batch_id),
+        None => true,
+    };
+    let running = start_engine(config_path, &repo, no_mcp, &fake, docker, &cancel).await?;
     let store = running.engine.store(&repo, r.runs_dir.as_deref());
     let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), true);

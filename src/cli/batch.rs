@@ -5,12 +5,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use aicli::BatchOptions;
+use aicli::providers::RunnerKind;
 use aicli::tasks_file::TasksFile;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
-use super::common::{ctrl_c_cancels, print_batch, start_engine, task_repo, usage, worktree_base};
+use super::common::{
+    ctrl_c_cancels, parse_runner, print_batch, start_engine, task_repo, usage, worktree_base,
+};
 use super::fake::FakeApiArgs;
 
 /// `aicli batch`.
@@ -47,6 +50,10 @@ pub struct BatchArgs {
     /// worktree (as a commit on the task's branch); without it tasks start from HEAD.
     #[arg(long)]
     pub include_uncommitted: bool,
+    /// Where tasks that name no runner run: `local` or `docker` (over the tasks file's
+    /// `runner`, the provider's and engine.runner).
+    #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
+    pub runner: Option<RunnerKind>,
     #[command(flatten)]
     pub fake: FakeApiArgs,
 }
@@ -86,7 +93,13 @@ pub(super) async fn batch(
     let repo = task_repo(&r, true).await?;
     let base = worktree_base(&repo, a.include_uncommitted).await?;
     let cancel = CancellationToken::new();
-    let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, &cancel).await?;
+    let runner = a.runner.or(file.runner);
+    let docker = runner == Some(RunnerKind::Docker)
+        || file
+            .tasks
+            .iter()
+            .any(|t| t.runner == Some(RunnerKind::Docker));
+    let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
     // Checked before anything runs, naming the file: an unknown provider.
     let default = a
         .provider
@@ -105,7 +118,13 @@ pub(super) async fn batch(
             )));
         }
     }
+    // ... and an MCP tool the config does not define.
+    if let Err(m) = file.check_grants(running.engine.config(), &tasks_path.display().to_string()) {
+        running.stop();
+        return Err(usage(m));
+    }
     let mut opts = BatchOptions::new(repo);
+    opts.runner = runner;
     opts.provider = a.provider.clone().or(file.provider.clone());
     opts.max_parallel = a.max_parallel.or(file.max_parallel);
     opts.budget_usd = a.budget.or(file.budget_usd);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use aicli::Engine;
 use aicli::mcp::{McpServer, McpServerOptions};
-use aicli::providers::{CommandSpec, SessionResult, SessionStatus};
+use aicli::providers::{CommandSpec, RunnerKind, SessionResult, SessionStatus};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
@@ -222,19 +222,29 @@ impl Running {
 }
 
 /// Starts the engine of a command that runs tasks (see [`Running`]).
+/// `containers`: tasks may run in containers (the MCP server then accepts the names
+/// they reach it under, and `--fake-api` serves them on the bridge).
 pub(super) async fn start_engine(
     config_path: Option<&Path>,
     repo: &Path,
     no_mcp: bool,
     fake: &FakeApiArgs,
+    containers: bool,
     cancel: &CancellationToken,
 ) -> anyhow::Result<Running> {
     let mut config = load_config(config_path)?;
+    let containers = containers || aicli::runner::docker::config_uses_docker(&config);
     let fake = match &fake.script {
         Some(spec) => {
             let script =
                 super::fake::script(spec).map_err(|e| usage(format!("--fake-api: {e}")))?;
-            Some(FakeSetup::start(&mut config, script, &super::fake::home_of(repo)).await?)
+            let home = super::fake::home_of(repo);
+            Some(if containers {
+                let bind = super::containers::bridge_address(&config).await?;
+                FakeSetup::start_in_containers(&mut config, script, &home, bind).await?
+            } else {
+                FakeSetup::start(&mut config, script, &home).await?
+            })
         }
         None => None,
     };
@@ -250,7 +260,14 @@ pub(super) async fn start_engine(
             fake,
         });
     }
-    let opts = McpServerOptions::from_config(&engine.config().engine, repo);
+    let mut opts = McpServerOptions::from_config(engine.config(), repo);
+    if containers {
+        // Containers name aicli's machine host.docker.internal (or a configured address).
+        opts.allowed_hosts
+            .extend(aicli::runner::docker::container_hosts(
+                &engine.config().engine.docker,
+            ));
+    }
     let server = Arc::new(McpServer::start(opts, cancel.child_token()).await?);
     tracing::info!(url = %server.url(), "agent MCP server listening");
     Ok(Running {
@@ -317,4 +334,36 @@ pub(super) async fn installed_version(p: &aicli::providers::SharedProvider) -> O
         .await
         .ok()?;
     p.parse_version(&out.stdout)
+}
+
+/// `--runner`'s values.
+pub(super) fn parse_runner(s: &str) -> Result<RunnerKind, String> {
+    RunnerKind::parse(s).ok_or_else(|| format!("'{s}' is not a runner: use local or docker"))
+}
+
+/// Whether a recorded batch has tasks that run in containers.
+pub(super) fn batch_uses_docker(
+    config_path: Option<&Path>,
+    repo: &Path,
+    r: &RepoArgs,
+    batch_id: &str,
+) -> bool {
+    let Ok(config) = load_config(config_path) else {
+        return false;
+    };
+    let Ok(reg) = registry(&config) else {
+        return false;
+    };
+    let engine = Engine::new(config, reg);
+    let store = engine.store(repo, r.runs_dir.as_deref());
+    let Ok(spec) = store.open_batch(batch_id).and_then(|b| b.spec()) else {
+        return false;
+    };
+    spec.tasks.iter().any(|t| {
+        let provider = t.provider.as_deref().unwrap_or(&spec.provider);
+        match engine.registry().get(provider) {
+            Ok(p) => engine.runner_kind(t, &p) == RunnerKind::Docker,
+            Err(_) => t.runner == Some(RunnerKind::Docker),
+        }
+    })
 }

@@ -253,7 +253,7 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
     let cancel = CancellationToken::new();
     let server = Arc::new(
         McpServer::start(
-            McpServerOptions::from_config(&config.engine, &dir),
+            McpServerOptions::from_config(&config, &dir),
             cancel.child_token(),
         )
         .await?,

@@ -47,6 +47,10 @@ pub(super) async fn doctor(
         true,
     )
     .await;
+    // The images of the Docker runner, on every engine that answers; missing or stale
+    // ones are problems only when the config runs tasks in containers.
+    let (images, docker_note) = super::image::doctor_reports(&config, &reg).await;
+    let uses_docker = aicli::runner::docker::config_uses_docker(&config);
     for pr in &probes {
         let p = &pr.provider;
         let bin = &pr.binary;
@@ -82,8 +86,23 @@ pub(super) async fn doctor(
                 recorded.join(", ")
             ));
         }
+        let mine: Vec<_> = images
+            .iter()
+            .filter(|(n, _)| n == p.name())
+            .map(|(_, r)| r)
+            .collect();
+        let image_warnings: Vec<String> = mine
+            .iter()
+            .filter_map(|r| super::image::version_warning(r, pinned.as_deref()))
+            .collect();
         problems += warnings.len();
+        if uses_docker {
+            problems += image_warnings.len();
+            warnings.extend(image_warnings.iter().cloned());
+        }
         rows.push(json!({
+            "images": mine,
+            "image_notes": if uses_docker { Vec::new() } else { image_warnings },
             "provider": p.name(),
             "binary": bin.as_ref().map(|b| b.describe()).ok(),
             "found_in": pr.source.map(|s| s.as_str()),
@@ -98,6 +117,9 @@ pub(super) async fn doctor(
     if json_out {
         outln!("{}", serde_json::to_string(&rows)?);
     } else {
+        if let Some(note) = &docker_note {
+            outln!("({note}; images not checked)");
+        }
         for r in &rows {
             outln!(
                 "{}: installed {} · pinned {} · fixtures {}",
@@ -122,6 +144,17 @@ pub(super) async fn doctor(
             }
             if let Some(l) = r["login"].as_str() {
                 outln!("  login: {l}");
+            }
+            for i in r["images"].as_array().into_iter().flatten() {
+                outln!(
+                    "  image: {} on {}: {}",
+                    i["image"].as_str().unwrap_or_default(),
+                    i["host"].as_str().unwrap_or_default(),
+                    i["version_inside"].as_str().unwrap_or("-")
+                );
+            }
+            for n in r["image_notes"].as_array().into_iter().flatten() {
+                outln!("  note: {}", n.as_str().unwrap_or_default());
             }
             for w in r["warnings"].as_array().into_iter().flatten() {
                 outln!("  warning: {}", w.as_str().unwrap_or_default());

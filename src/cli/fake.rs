@@ -117,6 +117,38 @@ impl FakeSetup {
         })
     }
 
+    /// As [`FakeSetup::start`] for CLIs in containers: the fakes listen on `bind` (the
+    /// bridge gateway) and are reached as `host.docker.internal`; the wiring's variables
+    /// go into each wired provider's `env` (a container gets none of aicli's own).
+    pub async fn start_in_containers(
+        config: &mut AiCliConfig,
+        script: Script,
+        home: &Path,
+        bind: std::net::IpAddr,
+    ) -> anyhow::Result<FakeSetup> {
+        let vendors: Vec<_> = config
+            .providers
+            .iter()
+            .filter_map(|(n, p)| aicli::fake_api::vendor_of(n, p))
+            .collect();
+        let apis = FakeApis::start(bind, &vendors, |_| script.clone()).await?;
+        let wiring = apis.wire(config, |api| {
+            format!("http://host.docker.internal:{}", api.addr().port())
+        });
+        for (name, _) in &wiring.providers {
+            if let Some(p) = config.providers.get_mut(name) {
+                p.env.extend(wiring.env.clone());
+            }
+        }
+        wiring.write_home(home)?;
+        tracing::info!(providers = ?wiring.providers, %bind, home = %home.display(), "CLIs in containers wired to the fake model APIs");
+        Ok(FakeSetup {
+            _apis: apis,
+            wiring,
+            home: home.to_owned(),
+        })
+    }
+
     /// The CLIs' environment (see [`FakeWiring::env`]).
     pub fn env(&self) -> std::collections::BTreeMap<String, String> {
         let inherited: std::collections::BTreeMap<String, String> = std::env::vars().collect();

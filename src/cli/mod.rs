@@ -23,10 +23,12 @@ mod answer;
 mod batch;
 mod blocked;
 mod common;
+mod containers;
 mod demo;
 mod doctor;
 mod exit;
 mod fake;
+mod image;
 mod install;
 mod login;
 mod out;
@@ -176,6 +178,20 @@ pub enum Command {
     Record(record::RecordArgs),
     /// Run the agent MCP server alone (for a long-lived host or another orchestrator).
     Serve(serve::ServeArgs),
+    /// Build the Docker images the `docker` runner runs each provider's CLI in.
+    Image {
+        #[command(subcommand)]
+        action: image::ImageAction,
+    },
+    /// List aicli's containers on the Docker engines, or prune those left by a killed
+    /// aicli.
+    Containers {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<containers::ContainersAction>,
+    },
     /// Write the JSON Schemas of aicli's files into a directory.
     Schema {
         /// The directory (e.g. `schemas`).
@@ -354,6 +370,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             fake,
         } => resume::resume(config, &batch_id, json, no_mcp, fake, repo).await,
         Command::Schema { out } => schema::schema(&out),
+        Command::Image { action } => image::run(&load_config(config)?, action).await,
+        Command::Containers { json, action } => {
+            containers::run(&load_config(config)?, json, action).await
+        }
     }
 }
 

@@ -85,7 +85,7 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
     let cancel = CancellationToken::new();
     let server = Arc::new(
         McpServer::start(
-            McpServerOptions::from_config(&config.engine, &work),
+            McpServerOptions::from_config(&config, &work),
             cancel.child_token(),
         )
         .await?,

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
-use super::common::{ctrl_c_cancels, print_batch, repo_dir, start_engine, usage};
+use super::common::{
+    batch_uses_docker, ctrl_c_cancels, print_batch, repo_dir, start_engine, usage,
+};
 use super::fake::FakeApiArgs;
 
 pub(super) async fn resume(
@@ -19,7 +21,8 @@ pub(super) async fn resume(
 ) -> anyhow::Result<ExitCode> {
     let repo = repo_dir(&r)?;
     let cancel = CancellationToken::new();
-    let running = start_engine(config_path, &repo, no_mcp, &fake, &cancel).await?;
+    let docker = batch_uses_docker(config_path, &repo, &r, batch_id);
+    let running = start_engine(config_path, &repo, no_mcp, &fake, docker, &cancel).await?;
     let store = running.engine.store(&repo, r.runs_dir.as_deref());
     let spec = match store.open_batch(batch_id).and_then(|b| b.spec()) {
         Ok(s) => s,

@@ -5,13 +5,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use aicli::BatchOptions;
-use aicli::providers::TaskSpec;
+use aicli::providers::{RunnerKind, TaskSpec};
 use anyhow::bail;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
-use super::common::{ctrl_c_cancels, finish, start_engine, task_repo, worktree_base};
+use super::common::{ctrl_c_cancels, finish, parse_runner, start_engine, task_repo, worktree_base};
 use super::fake::FakeApiArgs;
 
 /// `aicli run`.
@@ -50,10 +50,18 @@ pub struct RunArgs {
     /// (repeatable; the CLI's environment never carries it).
     #[arg(long, value_name = "NAME")]
     pub credential: Vec<String>,
+    /// A tool of the config's `mcp_tools`, or an upstream of its `mcp_upstreams`, the
+    /// agent may call through aicli's MCP server (repeatable; besides `engine.mcp_tools`).
+    #[arg(long = "mcp-tool", value_name = "NAME")]
+    pub mcp_tool: Vec<String>,
     /// Carry the repository's uncommitted changes and untracked files into the task's
     /// worktree (as a commit on the task's branch); without it the task starts from HEAD.
     #[arg(long)]
     pub include_uncommitted: bool,
+    /// Where the CLI runs: `local` (a child process) or `docker` (a container; see
+    /// engine.docker in the config). Default: the provider's, else engine.runner.
+    #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
+    pub runner: Option<RunnerKind>,
     #[command(flatten)]
     pub fake: FakeApiArgs,
 }
@@ -70,7 +78,12 @@ pub(super) async fn run(
         Some(worktree_base(&repo, a.include_uncommitted).await?)
     };
     let cancel = CancellationToken::new();
-    let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, &cancel).await?;
+    let docker = a.runner == Some(RunnerKind::Docker);
+    let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
+    if let Some((_, m)) = running.engine.config().unknown_mcp_grant(&a.mcp_tool) {
+        running.stop();
+        return Err(super::common::usage(format!("--mcp-tool: {m}")));
+    }
     // Each run is a batch of its own; its task gets an id of its own too, so answers and
     // hints can name it alone.
     let batch_id = aicli::util::new_batch_id();
@@ -81,6 +94,7 @@ pub(super) async fn run(
         max_turns: a.max_turns,
         max_budget_usd: a.budget,
         credentials: a.credential.clone(),
+        mcp_tools: a.mcp_tool.clone(),
         ..TaskSpec::default()
     };
     let mut opts = BatchOptions::new(repo);
@@ -90,6 +104,7 @@ pub(super) async fn run(
     opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
     opts.runs_dir = r.runs_dir.clone();
     opts.worktrees = !a.no_worktree;
+    opts.runner = a.runner;
     if let Some(b) = base {
         opts.base_ref = b;
     }

@@ -78,10 +78,17 @@ pub(super) fn runs(
             let spec = b.spec().map_err(anyhow::Error::msg)?;
             let tasks = b.tasks().map_err(anyhow::Error::msg)?;
             if json_out {
+                let calls: serde_json::Map<String, serde_json::Value> = tasks
+                    .iter()
+                    .map(|t| {
+                        let c = aicli::mcp::read_calls(&b.task_dir(&t.task.id));
+                        (t.task.id.clone(), json!(c))
+                    })
+                    .collect();
                 outln!(
                     "{}",
                     serde_json::to_string(
-                        &json!({"spec": spec, "tasks": tasks, "result": b.result()})
+                        &json!({"spec": spec, "tasks": tasks, "result": b.result(), "mcp_calls": calls})
                     )?
                 );
                 return Ok(ExitCode::SUCCESS);
@@ -104,6 +111,7 @@ pub(super) fn runs(
                     "  prompt: {}",
                     aicli::providers::shared::text::truncate_chars(&t.task.prompt, 120)
                 );
+                let calls = aicli::mcp::read_calls(&b.task_dir(&t.task.id));
                 for at in &t.attempts {
                     let r = at.result.as_ref();
                     outln!(
@@ -132,6 +140,9 @@ pub(super) fn runs(
                     if let Some(q) = r.and_then(|r| r.question.as_ref()) {
                         outln!("    asked: {}", q.question);
                     }
+                    for c in calls.iter().filter(|c| c.attempt == at.attempt) {
+                        outln!("    mcp {}", call_line(c));
+                    }
                 }
                 for ans in &t.answers {
                     outln!(
@@ -148,6 +159,25 @@ pub(super) fn runs(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One recorded MCP tool call: `run_tests 1.20 s exit 0 ok: <the start of its result>`.
+fn call_line(c: &aicli::mcp::McpCallRecord) -> String {
+    let exit = c
+        .exit_code
+        .map(|e| format!(" exit {e}"))
+        .unwrap_or_default();
+    let result: String = c.result.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut shown = aicli::providers::shared::text::truncate_chars(&result, 100);
+    if c.truncated && !shown.ends_with('…') {
+        shown.push('…');
+    }
+    format!(
+        "{} {:.2} s{exit} {}: {shown}",
+        c.tool,
+        c.duration_ms as f64 / 1000.0,
+        if c.ok { "ok" } else { "failed" },
+    )
 }
 
 /// `provider claude`, or `providers claude, codex` for a mixed batch: who ran its tasks.

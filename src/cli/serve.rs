@@ -25,6 +25,10 @@ pub struct ServeArgs {
     /// The workspace `getWorkspaceFiles` serves (default: the repository).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// A tool of the config's `mcp_tools` or an upstream of its `mcp_upstreams` the token
+    /// may use, besides `engine.mcp_tools` (repeatable).
+    #[arg(long = "mcp-tool", value_name = "NAME")]
+    pub mcp_tools: Vec<String>,
 }
 
 pub(super) async fn serve(
@@ -34,7 +38,10 @@ pub(super) async fn serve(
 ) -> anyhow::Result<ExitCode> {
     let config = load_config(config_path)?;
     let repo = repo_dir(&r)?;
-    let mut opts = McpServerOptions::from_config(&config.engine, &repo);
+    if let Some((_, m)) = config.unknown_mcp_grant(&a.mcp_tools) {
+        return Err(super::common::usage(format!("--mcp-tool: {m}")));
+    }
+    let mut opts = McpServerOptions::from_config(&config, &repo);
     if let Some(b) = &a.bind {
         opts.bind = b.clone();
     }
@@ -49,15 +56,30 @@ pub(super) async fn serve(
         workspace: a.workspace.clone().unwrap_or(repo),
         skills,
         credentials: a.credentials.clone(),
+        tools: config
+            .engine
+            .mcp_tools
+            .iter()
+            .chain(&a.mcp_tools)
+            .cloned()
+            .collect(),
+        record_dir: None,
+        attempt: 1,
         events: tx,
     });
+    for m in server.start_upstreams(&token).await {
+        tracing::warn!("{m}");
+    }
     outln!("aicli MCP server: {}", server.url());
     outln!("bearer token:     {token}");
     outln!(
         "health:           {}",
         server.url().replace("/mcp", "/healthz")
     );
-    outln!("tools:            {}", McpServer::tool_names().join(", "));
+    outln!(
+        "tools:            {}",
+        server.endpoint(&token).tools.join(", ")
+    );
     outln!("(Ctrl-C stops it)");
     loop {
         tokio::select! {
@@ -73,6 +95,7 @@ pub(super) async fn serve(
         }
     }
     server.revoke(&token);
+    server.end_batch("serve").await;
     server.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,17 +11,23 @@
 //!    only part of a token that is ever logged).
 //! 3. An `Mcp-Session-Id` must have been created by the same token; another token's (or
 //!    an unknown) session id gets 404, as for a session that does not exist.
-//! 4. The caller ([`Caller`]: the token's id and its task context) goes into the request
+//! 4. A token restricted to an address (a container's on the bridge, see
+//!    [`Tokens::restrict`]) works only in requests from that address; from anywhere else
+//!    403. A token minted [`PeerRule::Pending`] (its container is starting) holds its
+//!    requests until the address is known (at most [`PENDING_WAIT`]), so no request
+//!    slips through before the restriction.
+//! 5. The caller ([`Caller`]: the token's id and its task context) goes into the request
 //!    extensions, where rmcp hands it on to the tools inside `http::request::Parts`.
 //!
 //! A new session id in a response is bound to the caller's token; a successful `DELETE`
 //! unbinds it. Revoking a token drops it, unbinds its sessions and closes them in rmcp.
 
 use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -57,7 +63,26 @@ pub(crate) struct Caller {
     pub prefix: Arc<str>,
     /// The task the token was minted for.
     pub ctx: Arc<TaskContext>,
+    /// Where requests with this token may come from.
+    pub peer: PeerRule,
+    /// Cancelled when the token is revoked (its task run ended) or the server stops:
+    /// what its tool calls are still running is killed then.
+    pub cancel: tokio_util::sync::CancellationToken,
 }
+
+/// Where requests with a token may come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerRule {
+    /// Anywhere that reaches the server.
+    Any,
+    /// One address, not known yet (the run is starting): requests wait for it.
+    Pending,
+    /// Only this address.
+    Only(IpAddr),
+}
+
+/// How long a request with a [`PeerRule::Pending`] token waits for its address.
+pub(crate) const PENDING_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 struct Entry {
     id: u64,
@@ -122,8 +147,15 @@ impl Tokens {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A fresh token for `ctx`: 32 random bytes, hex.
-    pub(crate) fn mint(&self, ctx: TaskContext) -> String {
+    /// A fresh token for `ctx` (32 random bytes, hex) usable from where `peer` says.
+    /// `cancel` is the token's own cancellation (a child of the server's), cancelled
+    /// when it is revoked.
+    pub(crate) fn mint_with(
+        &self,
+        ctx: TaskContext,
+        peer: PeerRule,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> String {
         let mut secret = [0u8; TOKEN_BYTES];
         rand::rng().fill_bytes(&mut secret);
         let token = hex::encode(secret);
@@ -136,6 +168,8 @@ impl Tokens {
             token_id: id,
             prefix: Arc::from(token_prefix(&token)),
             ctx: Arc::new(ctx),
+            peer,
+            cancel,
         };
         tracing::debug!(token = %caller.prefix, task_id = %caller.ctx.task_id, batch_id = %caller.ctx.batch_id, "minted MCP token");
         inner
@@ -146,7 +180,32 @@ impl Tokens {
         token
     }
 
-    /// Drops `token`; returns its sessions (now unbound) for the caller to close.
+    /// The caller of a live `token`, if it is one.
+    pub(crate) fn caller_of(&self, token: &str) -> Option<Caller> {
+        let secret = parse_token(token).ok()?;
+        let mut prefix = [0u8; PREFIX_BYTES];
+        prefix.copy_from_slice(&secret[..PREFIX_BYTES]);
+        let inner = self.read();
+        inner
+            .by_prefix
+            .get(&prefix)?
+            .iter()
+            .find(|e| bool::from(e.secret.ct_eq(&secret)))
+            .map(|e| e.caller.clone())
+    }
+
+    /// Every live token's caller.
+    pub(crate) fn callers(&self) -> Vec<Caller> {
+        self.read()
+            .by_prefix
+            .values()
+            .flatten()
+            .map(|e| e.caller.clone())
+            .collect()
+    }
+
+    /// Drops `token` (cancelling its calls); returns its sessions (now unbound) for the
+    /// caller to close.
     pub(crate) fn revoke(&self, token: &str) -> Vec<String> {
         let Ok(secret) = parse_token(token) else {
             return Vec::new();
@@ -169,6 +228,7 @@ impl Tokens {
         let Some(entry) = removed else {
             return Vec::new();
         };
+        entry.caller.cancel.cancel();
         inner.pending.remove(&entry.id);
         let sessions: Vec<String> = inner
             .sessions_by_token
@@ -180,6 +240,27 @@ impl Tokens {
         }
         tracing::debug!(token = %entry.caller.prefix, task_id = %entry.caller.ctx.task_id, sessions = sessions.len(), "revoked MCP token");
         sessions
+    }
+
+    /// Restricts `token` to requests from `peer`; false when it is not live.
+    pub(crate) fn restrict(&self, token: &str, peer: IpAddr) -> bool {
+        let Ok(secret) = parse_token(token) else {
+            return false;
+        };
+        let mut prefix = [0u8; PREFIX_BYTES];
+        prefix.copy_from_slice(&secret[..PREFIX_BYTES]);
+        let mut inner = self.write();
+        let Some(bucket) = inner.by_prefix.get_mut(&prefix) else {
+            return false;
+        };
+        for e in bucket.iter_mut() {
+            if bool::from(e.secret.ct_eq(&secret)) {
+                e.caller.peer = PeerRule::Only(peer);
+                tracing::debug!(token = %e.caller.prefix, task_id = %e.caller.ctx.task_id, %peer, "MCP token restricted to one address");
+                return true;
+            }
+        }
+        false
     }
 
     /// The caller named by the request's `Authorization` header.
@@ -455,6 +536,36 @@ pub(crate) async fn gate(
             return unauthorized(failure);
         }
     };
+    let mut caller = caller;
+    if caller.peer == PeerRule::Pending {
+        // The run is starting: wait until its address is known (or the token is gone).
+        let deadline = tokio::time::Instant::now() + PENDING_WAIT;
+        while caller.peer == PeerRule::Pending && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            match shared.tokens.authenticate(req.headers()) {
+                Ok(c) => caller = c,
+                Err(failure) => return unauthorized(failure),
+            }
+        }
+    }
+    let only = match caller.peer {
+        PeerRule::Any => None,
+        PeerRule::Only(ip) => Some(Some(ip)),
+        PeerRule::Pending => Some(None),
+    };
+    if let Some(only) = only {
+        let from = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        if only.is_none() || from != only {
+            tracing::warn!(token = %caller.prefix, task_id = %caller.ctx.task_id, from = ?from, "refused MCP request: the token is not valid from this address");
+            return json_response(
+                StatusCode::FORBIDDEN,
+                serde_json::json!({"error": "forbidden", "error_description": "this token is not valid from this address"}),
+            );
+        }
+    }
     let session = req
         .headers()
         .get(SESSION_HEADER)
@@ -566,6 +677,9 @@ mod tests {
             workspace: "/tmp".into(),
             skills: vec![],
             credentials: vec![],
+            tools: vec![],
+            record_dir: None,
+            attempt: 1,
             events: tx,
         }
     }
@@ -582,7 +696,11 @@ mod tests {
     #[test]
     fn mint_authenticate_revoke() {
         let tokens = Tokens::default();
-        let t = tokens.mint(ctx());
+        let t = tokens.mint_with(
+            ctx(),
+            PeerRule::Any,
+            tokio_util::sync::CancellationToken::new(),
+        );
         assert_eq!(t.len(), 64);
         assert!(t.bytes().all(|b| b.is_ascii_hexdigit()));
         let c = tokens.authenticate(&bearer(&t)).unwrap();
@@ -641,6 +759,37 @@ mod tests {
                 .contains(&"host.docker.internal:8080".to_owned())
         );
         assert!(hosts.for_rmcp().contains(&"[::1]".to_owned()));
+    }
+
+    #[test]
+    fn a_pending_token_gets_one_address() {
+        let tokens = Tokens::default();
+        let t = tokens.mint_with(
+            ctx(),
+            PeerRule::Pending,
+            tokio_util::sync::CancellationToken::new(),
+        );
+        assert_eq!(
+            tokens.authenticate(&bearer(&t)).unwrap().peer,
+            PeerRule::Pending
+        );
+        let ip: IpAddr = "172.17.0.9".parse().unwrap();
+        assert!(tokens.restrict(&t, ip));
+        assert_eq!(
+            tokens.authenticate(&bearer(&t)).unwrap().peer,
+            PeerRule::Only(ip)
+        );
+        let plain = tokens.mint_with(
+            ctx(),
+            PeerRule::Any,
+            tokio_util::sync::CancellationToken::new(),
+        );
+        assert_eq!(
+            tokens.authenticate(&bearer(&plain)).unwrap().peer,
+            PeerRule::Any
+        );
+        tokens.revoke(&t);
+        assert!(!tokens.restrict(&t, ip));
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub struct CallRecord {
     pub tool: String,
     /// Whether the call succeeded (false for tool errors and protocol errors alike).
     pub ok: bool,
+    /// A command-backed tool's exit code (`None` for other tools, and when it was killed
+    /// or nothing ran).
+    pub exit_code: Option<i32>,
     /// When the call arrived.
     pub at: SystemTime,
     /// How long the tool took.

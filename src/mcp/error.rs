@@ -11,6 +11,14 @@ pub enum McpError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A command-backed tool cannot be served (its `input_schema` does not compile).
+    #[error("MCP tool {name}: {reason}")]
+    BadTool {
+        /// The tool's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// Binding (or reading back the bound address) failed.
     #[error("cannot bind the MCP server to {bind}: {source}")]
     Bind {
@@ -26,7 +34,7 @@ impl McpError {
     /// Whether trying again later might work (an address in use may be freed).
     pub fn is_retryable(&self) -> bool {
         match self {
-            McpError::BadBind { .. } => false,
+            McpError::BadBind { .. } | McpError::BadTool { .. } => false,
             McpError::Bind { source, .. } => source.kind() == std::io::ErrorKind::AddrInUse,
         }
     }

@@ -69,7 +69,7 @@ pub(crate) async fn serve(
             // Finished connection tasks are collected as they end.
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
         };
-        let (tcp, _peer) = match accepted {
+        let (tcp, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 // Out of file descriptors and the like: back off a little, go on.
@@ -95,7 +95,7 @@ pub(crate) async fn serve(
         let stop = stop.clone();
         conns.spawn(async move {
             stats.open.fetch_add(1, Ordering::Relaxed);
-            serve_connection(tcp, app, limits, &stats, stop).await;
+            serve_connection(tcp, peer, app, limits, &stats, stop).await;
             stats.open.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
         });
@@ -106,6 +106,7 @@ pub(crate) async fn serve(
 
 async fn serve_connection(
     tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
     app: Router,
     limits: ConnLimits,
     stats: &ConnStats,
@@ -116,7 +117,10 @@ async fn serve_connection(
         inner: tcp,
         activity: activity.clone(),
     };
-    let service = TowerToHyperService::new(app);
+    // The peer's address goes into every request (a container's token is valid only
+    // from its own address).
+    let service =
+        TowerToHyperService::new(app.layer(axum::Extension(axum::extract::ConnectInfo(peer))));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())

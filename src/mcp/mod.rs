@@ -13,7 +13,12 @@
 //! | `server` | [`McpServer`], [`McpServerOptions`]: bind, the axum router, the token API, session expiry, graceful shutdown |
 //! | `listener` | the HTTP/1.1 accept loop: connection limit, header-read and idle timeouts, TCP_NODELAY |
 //! | `auth` | tokens (mint, constant-time check, revoke), session -> token binding, Host/Origin checks, the middleware in front of rmcp, 401/403/404 bodies |
-//! | `tools` | the rmcp handler: `getWorkspaceFiles`, `listSkills`, `getSkill`, `getCredential`, `broadcastLog`, `ask_user` (also `askUser`, the name Gemini CLI can see) (names in [`TOOL_NAMES`]) |
+//! | `tools` | the built-in tools: `getWorkspaceFiles`, `listSkills`, `getSkill`, `getCredential`, `broadcastLog`, `ask_user` (also `askUser`, the name Gemini CLI can see) (names in [`TOOL_NAMES`]) |
+//! | `handler` | the rmcp handler: `tools/list` (built-ins, then the token's granted tools), `tools/call` (a built-in, or a granted tool after its size check), the call log and record |
+//! | `granted` | per token: the granted command tools and upstream tools in `tools/list`, where a call goes, `tools/list_changed` to the sessions granted an upstream |
+//! | `command` | command-backed tools (`mcp_tools`): arguments checked against `input_schema`, one supervised process per call, output capped |
+//! | `upstream` | upstream MCP servers (`mcp_upstreams`, stdio or HTTP) behind aicli's auth: started lazily per batch, shared by its tasks, restarted once, stopped with the batch |
+//! | `record` | the run record's log of tool calls ([`McpCallRecord`], `mcp-calls.ndjson`) |
 //! | `workspace` | listing/reading files under a worktree without leaving it (symlinks and TOCTOU included) |
 //! | `skills` | `<skills_dir>/<name>/SKILL.md` frontmatter, scripts and references |
 //! | `credentials` | [`CredentialSource`]: credentials file, then the environment |
@@ -37,6 +42,9 @@
 //!     workspace: "/repo/.aicli/worktrees/t1".into(),
 //!     skills: vec!["pdf-tools".into()],
 //!     credentials: vec!["GITHUB_TOKEN".into()],
+//!     tools: vec![], // names from the config's `mcp_tools` / `mcp_upstreams`
+//!     record_dir: None,
+//!     attempt: 1,
 //!     events,
 //! });
 //! let endpoint = server.endpoint(&token); // url + token + tool names, for the provider
@@ -70,12 +78,17 @@
 mod auth;
 mod benign;
 mod calls;
+mod command;
 mod credentials;
 mod error;
+mod granted;
+mod handler;
 mod listener;
+mod record;
 mod server;
 mod skills;
 mod tools;
+mod upstream;
 mod workspace;
 
 use std::path::PathBuf;
@@ -84,8 +97,10 @@ use aicli_providers::AgentEvent;
 
 pub use benign::benign_log;
 pub use calls::{CALL_LOG_CAPACITY, CallRecord};
+pub use command::TOOL_STDERR_TAIL;
 pub use credentials::{CredentialError, CredentialSource, EnvLookup};
 pub use error::McpError;
+pub use record::{MCP_CALLS_FILE, McpCallRecord, RECORDED_RESULT_CHARS, read_calls};
 pub use server::{McpServer, McpServerOptions};
 pub use tools::{ASK_USER_REPLY, MAX_LOG_CHARS, TOOL_NAMES};
 pub use workspace::{MAX_ENTRIES, READ_BUDGET};
@@ -108,6 +123,17 @@ pub struct TaskContext {
     pub skills: Vec<String>,
     /// Credential names this task may read with `getCredential`.
     pub credentials: Vec<String>,
+    /// Names in the config's `mcp_tools` and `mcp_upstreams` this task may use: its
+    /// `tools/list` holds the built-in tools plus exactly these (an upstream's as
+    /// `<upstream>__<tool>`), and a call of anything else is answered as a call of a tool
+    /// that does not exist.
+    pub tools: Vec<String>,
+    /// The task's record directory: each tool call is logged there
+    /// ([`MCP_CALLS_FILE`]), and a command tool's running processes are named there for
+    /// `aicli resume`.
+    pub record_dir: Option<PathBuf>,
+    /// The attempt of the task this token serves (1-based), for the call log.
+    pub attempt: u32,
     /// The task's live event stream: `broadcastLog` sends [`EventKind::Log`] and
     /// `askUser` sends [`EventKind::Question`] here; the session records and broadcasts
     /// what arrives.
@@ -117,31 +143,67 @@ pub struct TaskContext {
     pub events: tokio::sync::mpsc::UnboundedSender<AgentEvent>,
 }
 
+#[async_trait::async_trait]
 impl crate::service::AgentServer for McpServer {
-    fn grant(&self, scope: crate::service::TaskScope, host: &str) -> crate::service::AgentGrant {
+    async fn grant(
+        &self,
+        scope: crate::service::TaskScope,
+        reach: Option<&crate::runner::AgentReach>,
+    ) -> Result<crate::service::AgentGrant, String> {
+        // Where the CLI reaches us: loopback (the bound address), or an address such as
+        // the bridge gateway that the server must then listen on too.
+        let (url, port) = match reach {
+            None => (self.url(), self.local_addr().port()),
+            Some(r) => {
+                let port = self.listen_on(r.bind).await.map_err(|e| e.to_string())?;
+                (server::url_for(&r.url_host, port), port)
+            }
+        };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let token = self.mint(TaskContext {
+        let ctx = TaskContext {
             batch_id: scope.batch_id,
             task_id: scope.task_id,
             workspace: scope.workspace,
             skills: scope.skills,
             credentials: scope.credentials,
-            events: tx,
-        });
+            tools: scope.tools,
+            record_dir: scope.record_dir,
+            attempt: scope.attempt,
+            events: tx.clone(),
+        };
+        // A container's token works only from its address, known once it has started:
+        // until then its requests wait.
+        let token = match reach {
+            Some(r) if r.restrict_to_peer => self.mint_pending(ctx),
+            Some(_) | None => self.mint(ctx),
+        };
+        // The granted upstreams start now (once per batch), so that the CLI's allowlist
+        // can name their tools; one that cannot start is reported in the task's stream.
+        for m in self.start_upstreams(&token).await {
+            let _ = tx.send(AgentEvent::synthetic(aicli_providers::EventKind::Log {
+                level: aicli_providers::LogLevel::Error,
+                message: m,
+                source: "aicli".to_owned(),
+            }));
+        }
         let mut endpoint = self.endpoint(&token);
-        // A CLI that reaches us under another name (a container through the bridge).
-        let ip = self.local_addr().ip();
-        if ip.is_unspecified() || (host != "127.0.0.1" && host != ip.to_string()) {
-            endpoint.url = self.url_for_host(host);
-        }
-        crate::service::AgentGrant {
+        endpoint.url = url;
+        Ok(crate::service::AgentGrant {
             endpoint,
-            port: self.local_addr().port(),
+            port,
             events: rx,
-        }
+        })
     }
 
     fn revoke(&self, token: &str) {
         McpServer::revoke(self, token);
+    }
+
+    fn restrict(&self, token: &str, peer: std::net::IpAddr) {
+        McpServer::restrict(self, token, peer);
+    }
+
+    async fn end_batch(&self, batch_id: &str) {
+        McpServer::end_batch(self, batch_id).await;
     }
 }

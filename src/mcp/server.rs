@@ -1,11 +1,14 @@
 //! [`McpServer`]: binding, the axum router around rmcp, the token API and shutdown.
 
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aicli_providers::{EngineConfig, McpEndpoint, McpLimits};
+use aicli_providers::{
+    AiCliConfig, CgroupMode, McpEndpoint, McpLimits, McpToolConfig, McpUpstreamConfig,
+};
 use axum::Router;
 use axum::middleware::from_fn_with_state;
 use axum::routing::get;
@@ -19,8 +22,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::{AllowedHosts, Tokens, gate};
 use super::calls::{CallLog, CallRecord};
+use super::command::{CommandTool, ToolEnv};
+use super::granted::Peers;
 use super::listener::{self, ConnLimits, ConnStats};
 use super::tools::{AgentTools, TOOL_NAMES};
+use super::upstream::Upstreams;
 use super::{CredentialSource, EnvLookup, McpError, TaskContext};
 
 /// How long [`McpServer::shutdown`] waits for open connections before cutting them.
@@ -44,6 +50,23 @@ pub struct McpServerOptions {
     pub credentials: CredentialSource,
     /// Timeouts, connection and session limits, caps on tool arguments.
     pub limits: McpLimits,
+    /// Command-backed tools, by name (served only to the tokens granted them).
+    pub tools: BTreeMap<String, McpToolConfig>,
+    /// Upstream MCP servers, by name (their tools served, as `<name>__<tool>`, only to
+    /// the tokens granted them).
+    pub upstreams: BTreeMap<String, McpUpstreamConfig>,
+    /// aicli's environment: where the tools' and stdio upstreams' `env_passthrough` and
+    /// the base set come from, and what `${NAME}` in an upstream's headers names.
+    pub env: BTreeMap<String, String>,
+    /// The base set every tool and stdio upstream gets from `env`
+    /// (`engine.env_passthrough`).
+    pub env_passthrough: Vec<String>,
+    /// Whether each tool call and upstream gets a cgroup of its own.
+    pub cgroups: CgroupMode,
+    /// Between SIGTERM and SIGKILL of a tool's or upstream's process tree.
+    pub kill_grace: Duration,
+    /// The repository: a stdio upstream's working directory unless it names one.
+    pub repo: PathBuf,
 }
 
 impl Default for McpServerOptions {
@@ -54,15 +77,24 @@ impl Default for McpServerOptions {
             skills_dir: PathBuf::from(".aicli/skills"),
             credentials: CredentialSource::default(),
             limits: McpLimits::default(),
+            tools: BTreeMap::new(),
+            upstreams: BTreeMap::new(),
+            env: crate::env::process_env(),
+            env_passthrough: aicli_providers::config::default_env_passthrough(),
+            cgroups: CgroupMode::Auto,
+            kill_grace: Duration::from_secs(3),
+            repo: PathBuf::from("."),
         }
     }
 }
 
 impl McpServerOptions {
-    /// The options an engine config implies for a repository: `mcp.bind`,
-    /// `mcp.allowed_hosts`, `skills_dir` (default `<repo>/.aicli/skills`), and
-    /// `credentials_file` over the process environment.
-    pub fn from_config(engine: &EngineConfig, repo: &Path) -> McpServerOptions {
+    /// The options a config implies for a repository: `mcp.bind`, `mcp.allowed_hosts`,
+    /// `skills_dir` (default `<repo>/.aicli/skills`), `credentials_file` over the process
+    /// environment, the `mcp_tools` and `mcp_upstreams` with the engine's base
+    /// environment, cgroups and kill grace.
+    pub fn from_config(config: &AiCliConfig, repo: &Path) -> McpServerOptions {
+        let engine = &config.engine;
         McpServerOptions {
             bind: engine.mcp.bind.clone(),
             allowed_hosts: engine.mcp.allowed_hosts.clone(),
@@ -75,6 +107,13 @@ impl McpServerOptions {
                 file: engine.credentials_file.clone(),
             },
             limits: engine.mcp.limits.clone(),
+            tools: config.mcp_tools.clone(),
+            upstreams: config.mcp_upstreams.clone(),
+            env: crate::env::process_env(),
+            env_passthrough: engine.env_passthrough.clone(),
+            cgroups: engine.cgroups,
+            kill_grace: Duration::from_millis(engine.kill_grace_ms),
+            repo: repo.to_path_buf(),
         }
     }
 }
@@ -97,6 +136,16 @@ pub(crate) struct Shared {
     pub limits: McpLimits,
     /// What the listener holds.
     pub conns: Arc<ConnStats>,
+    /// The command-backed tools, compiled.
+    pub commands: BTreeMap<String, Arc<CommandTool>>,
+    /// The upstream MCP servers and their running instances.
+    pub upstreams: Upstreams,
+    /// What tool and upstream processes get from aicli's side.
+    pub tool_env: Arc<ToolEnv>,
+    /// Initialized sessions, for `tools/list_changed`.
+    pub peers: Peers,
+    /// The server's cancellation: each token's is a child of it.
+    pub cancel: CancellationToken,
 }
 
 impl Shared {
@@ -128,6 +177,14 @@ pub struct McpServer {
     url_host: String,
     cancel: CancellationToken,
     serve: Option<JoinHandle<()>>,
+    /// The router, to serve on more addresses ([`McpServer::listen_on`]).
+    app: Router,
+    /// The connection limits of each address served.
+    conn_limits: ConnLimits,
+    /// Addresses served besides the bound one, and their ports.
+    extra: tokio::sync::Mutex<HashMap<IpAddr, u16>>,
+    /// Their serving tasks.
+    extra_serves: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -194,15 +251,44 @@ impl McpServer {
         session_manager.session_config.keep_alive = Some(session_idle);
         let sessions = Arc::new(session_manager);
         let conns = Arc::new(ConnStats::default());
-        let shared = Arc::new(Shared {
-            tokens: Tokens::default(),
-            hosts: hosts.clone(),
-            skills_dir: opts.skills_dir,
-            credentials: opts.credentials,
-            calls: CallLog::default(),
-            sessions: sessions.clone(),
-            limits: limits.clone(),
-            conns: conns.clone(),
+        let mut commands = BTreeMap::new();
+        for (name, c) in opts.tools {
+            let tool = CommandTool::new(&name, c).map_err(|reason| McpError::BadTool {
+                name: name.clone(),
+                reason: format!("input_schema {reason}"),
+            })?;
+            commands.insert(name, Arc::new(tool));
+        }
+        let tool_env = Arc::new(ToolEnv {
+            source: opts.env,
+            base: opts.env_passthrough,
+            cgroups: opts.cgroups,
+            kill_grace: opts.kill_grace,
+            repo: opts.repo,
+        });
+        let upstream_configs = opts.upstreams;
+        let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| {
+            let weak = weak.clone();
+            let on_change: super::upstream::OnChange = Arc::new(move |batch, upstream, failure| {
+                if let Some(s) = weak.upgrade() {
+                    s.on_upstream_change(batch, upstream, failure);
+                }
+            });
+            Shared {
+                tokens: Tokens::default(),
+                hosts: hosts.clone(),
+                skills_dir: opts.skills_dir,
+                credentials: opts.credentials,
+                calls: CallLog::default(),
+                sessions: sessions.clone(),
+                limits: limits.clone(),
+                conns: conns.clone(),
+                commands,
+                upstreams: Upstreams::new(upstream_configs, tool_env.clone(), on_change),
+                tool_env,
+                peers: Peers::default(),
+                cancel: cancel.clone(),
+            }
         });
         let mut config = StreamableHttpServerConfig::default()
             .with_sse_retry(None)
@@ -247,7 +333,7 @@ impl McpServer {
         };
         let serve = tokio::spawn(listener::serve(
             listener,
-            app,
+            app.clone(),
             conn_limits,
             conns,
             cancel.clone(),
@@ -261,7 +347,55 @@ impl McpServer {
             url_host,
             cancel,
             serve: Some(serve),
+            app,
+            conn_limits,
+            extra: tokio::sync::Mutex::new(HashMap::new()),
+            extra_serves: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Serves on `ip` too (an ephemeral port) and returns the port; the bound address's
+    /// port when `ip` is the bound one (or the server listens on all addresses). For
+    /// containers on a bridge: the server listens on the bridge gateway, never on all
+    /// interfaces. The `Host` a request names must still be allowed.
+    pub async fn listen_on(&self, ip: IpAddr) -> Result<u16, McpError> {
+        if ip == self.addr.ip() || self.addr.ip().is_unspecified() {
+            return Ok(self.addr.port());
+        }
+        let mut extra = self.extra.lock().await;
+        if let Some(port) = extra.get(&ip) {
+            return Ok(*port);
+        }
+        let bind = SocketAddr::new(ip, 0).to_string();
+        let listener = TcpListener::bind(&bind)
+            .await
+            .map_err(|source| McpError::Bind {
+                bind: bind.clone(),
+                source,
+            })?;
+        let port = listener
+            .local_addr()
+            .map_err(|source| McpError::Bind { bind, source })?
+            .port();
+        let handle = tokio::spawn(listener::serve(
+            listener,
+            self.app.clone(),
+            self.conn_limits,
+            self.shared.conns.clone(),
+            self.cancel.clone(),
+        ));
+        if let Ok(mut v) = self.extra_serves.lock() {
+            v.push(handle);
+        }
+        extra.insert(ip, port);
+        tracing::info!(addr = %SocketAddr::new(ip, port), "MCP server listening");
+        Ok(port)
+    }
+
+    /// Restricts `token` to requests from `peer` (see the auth module); false when the
+    /// token is not live.
+    pub fn restrict(&self, token: &str, peer: IpAddr) -> bool {
+        self.shared.tokens.restrict(token, peer)
     }
 
     /// The streamable HTTP endpoint: `http://HOST:PORT/mcp`.
@@ -272,7 +406,7 @@ impl McpServer {
     /// The endpoint as reached through another host name, e.g. `host.docker.internal`
     /// from a container (that name must be in [`McpServerOptions::allowed_hosts`]).
     pub fn url_for_host(&self, host: &str) -> String {
-        format!("http://{host}:{}/mcp", self.addr.port())
+        url_for(host, self.addr.port())
     }
 
     /// The bound address.
@@ -280,29 +414,84 @@ impl McpServer {
         self.addr
     }
 
-    /// The exact tool names (for CLI allowlists such as `mcp__aicli__<tool>`).
+    /// The exact names of the built-in tools (for CLI allowlists such as
+    /// `mcp__aicli__<tool>`); a token may see more ([`McpServer::endpoint`]).
     pub fn tool_names() -> Vec<String> {
         TOOL_NAMES.iter().map(|s| (*s).to_owned()).collect()
     }
 
-    /// A new bearer token bound to `ctx`: 32 random bytes as 64 hex characters.
+    /// A new bearer token bound to `ctx`: 32 random bytes as 64 hex characters. A grant
+    /// in `ctx.tools` that names no configured tool or upstream is ignored (with a
+    /// warning).
     pub fn mint(&self, ctx: TaskContext) -> String {
-        self.shared.tokens.mint(ctx)
+        self.mint_with(ctx, super::auth::PeerRule::Any)
     }
 
-    /// Revokes `token`: its next request gets 401 and its sessions are closed.
+    fn mint_with(&self, mut ctx: TaskContext, peer: super::auth::PeerRule) -> String {
+        ctx.tools.retain(|g| {
+            let known = self.shared.commands.contains_key(g) || self.shared.upstreams.is_configured(g);
+            if !known {
+                tracing::warn!(task_id = %ctx.task_id, grant = %g, "ignoring a grant of an MCP tool that is not configured");
+            }
+            known
+        });
+        ctx.tools.sort();
+        ctx.tools.dedup();
+        self.shared
+            .tokens
+            .mint_with(ctx, peer, self.shared.cancel.child_token())
+    }
+
+    /// A new token for `ctx` whose requests wait until [`McpServer::restrict`] names the
+    /// one address they may come from (a container that is starting).
+    pub fn mint_pending(&self, ctx: TaskContext) -> String {
+        self.mint_with(ctx, super::auth::PeerRule::Pending)
+    }
+
+    /// Starts the upstreams the task of `token` was granted that are not running yet
+    /// (for its batch); returns the messages of those that are unavailable. A token's
+    /// `tools/list` does it too; doing it before the CLI starts lets
+    /// [`McpServer::endpoint`] name the upstreams' tools.
+    pub async fn start_upstreams(&self, token: &str) -> Vec<String> {
+        match self.shared.tokens.caller_of(token) {
+            Some(c) => self.shared.start_granted(&c.ctx).await,
+            None => Vec::new(),
+        }
+    }
+
+    /// Stops the upstream instances of `batch_id` (its tasks are done).
+    pub async fn end_batch(&self, batch_id: &str) {
+        self.shared.upstreams.end_batch(batch_id).await;
+    }
+
+    /// Upstream instances running now, over all batches.
+    pub fn running_upstreams(&self) -> usize {
+        self.shared.upstreams.running()
+    }
+
+    /// Revokes `token`: its next request gets 401, its sessions are closed and its tool
+    /// calls still running are killed.
     pub fn revoke(&self, token: &str) {
+        if let Some(c) = self.shared.tokens.caller_of(token) {
+            self.shared.peers.forget(c.token_id);
+        }
         let sessions = self.shared.tokens.revoke(token);
         self.shared.close_sessions(sessions);
     }
 
-    /// What one run needs to wire the server into a CLI (`name` is `aicli`).
+    /// What one run needs to wire the server into a CLI (`name` is `aicli`): the URL,
+    /// the token, and the names the token may call: the built-in tools, its granted
+    /// command tools and the tools of its granted upstreams that are running now.
     pub fn endpoint(&self, token: &str) -> McpEndpoint {
+        let mut tools = McpServer::tool_names();
+        if let Some(c) = self.shared.tokens.caller_of(token) {
+            tools.extend(self.shared.granted_names(&c.ctx));
+        }
         McpEndpoint {
             name: "aicli".into(),
             url: self.url(),
             token: token.to_owned(),
-            tools: McpServer::tool_names(),
+            tools,
         }
     }
 
@@ -353,10 +542,22 @@ impl McpServer {
         self.cancel.clone()
     }
 
-    /// Stops: ends sessions and SSE streams, lets open requests finish for up to five
-    /// seconds, then cuts what is left.
+    /// Stops: ends sessions and SSE streams (and the tool calls running), lets open
+    /// requests finish for up to five seconds, then cuts what is left; stops every
+    /// upstream.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
+        let extra: Vec<JoinHandle<()>> = self
+            .extra_serves
+            .lock()
+            .map(|mut v| v.drain(..).collect())
+            .unwrap_or_default();
+        for mut h in extra {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut h).await.is_err() {
+                h.abort();
+            }
+        }
+        self.shared.upstreams.stop_all().await;
         if let Some(mut serve) = self.serve.take()
             && tokio::time::timeout(SHUTDOWN_GRACE, &mut serve)
                 .await
@@ -374,6 +575,15 @@ impl Drop for McpServer {
     fn drop(&mut self) {
         // A safety net: a server dropped without shutdown() still stops serving.
         self.cancel.cancel();
+    }
+}
+
+/// `http://HOST:PORT/mcp` (an IPv6 host in brackets).
+pub(crate) fn url_for(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("http://[{host}]:{port}/mcp")
+    } else {
+        format!("http://{host}:{port}/mcp")
     }
 }
 
@@ -406,15 +616,15 @@ mod tests {
 
     #[test]
     fn options_from_engine_config() {
-        let mut cfg = EngineConfig::default();
+        let mut cfg = AiCliConfig::builtin().unwrap();
         let o = McpServerOptions::from_config(&cfg, Path::new("/repo"));
         assert_eq!(o.bind, "127.0.0.1:0");
         assert_eq!(o.skills_dir, PathBuf::from("/repo/.aicli/skills"));
         assert!(o.credentials.file.is_none());
-        cfg.mcp.bind = "172.17.0.1:0".into();
-        cfg.mcp.allowed_hosts = vec!["host.docker.internal".into()];
-        cfg.skills_dir = Some("/skills".into());
-        cfg.credentials_file = Some("/creds.json".into());
+        cfg.engine.mcp.bind = "172.17.0.1:0".into();
+        cfg.engine.mcp.allowed_hosts = vec!["host.docker.internal".into()];
+        cfg.engine.skills_dir = Some("/skills".into());
+        cfg.engine.credentials_file = Some("/creds.json".into());
         let o = McpServerOptions::from_config(&cfg, Path::new("/repo"));
         assert_eq!(o.bind, "172.17.0.1:0");
         assert_eq!(o.allowed_hosts, ["host.docker.internal"]);

@@ -1,4 +1,4 @@
-//! The tools an agent may call, as an rmcp `ServerHandler`.
+//! aicli's own tools, the ones every agent may call (its `ServerHandler` is in `handler`).
 //!
 //! One [`AgentTools`] value serves one MCP session; all of them share the server state
 //! and one tool router built at start (so no call rebuilds it). Each tool finds its
@@ -9,37 +9,27 @@
 //! arguments are plain fields with serde defaults, which the schemas advertise.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
 
 use aicli_providers::{AgentEvent, EventKind, LogLevel};
 use axum::http::request::Parts;
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::tool::{Extension, ToolCallContext};
+use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock};
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::{ErrorData, tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Caller;
-use super::calls::CallRecord;
 use super::server::Shared;
 use super::skills;
 use super::workspace::{self, FilesRequest};
 
-/// The tools' exact names, in the order `tools/list` shows them.
-pub const TOOL_NAMES: &[&str] = &[
-    "askUser",
-    "ask_user",
-    "broadcastLog",
-    "getCredential",
-    "getSkill",
-    "getWorkspaceFiles",
-    "listSkills",
-];
+/// The built-in tools' exact names, in the order `tools/list` shows them (before the
+/// tools a token was granted).
+pub const TOOL_NAMES: &[&str] = aicli_providers::mcp_tools::BUILTIN_MCP_TOOLS;
 
 /// What `askUser` answers the agent. The model reads it: it must stop and end its turn,
 /// because the engine ends the run as blocked and resumes the session with the answer.
@@ -55,9 +45,9 @@ pub const MAX_LOG_CHARS: usize = 5_000;
 #[derive(Clone)]
 pub(crate) struct AgentTools {
     /// State shared by every session.
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     /// The router, built once at server start.
-    router: Arc<ToolRouter<AgentTools>>,
+    pub(super) router: Arc<ToolRouter<AgentTools>>,
 }
 
 fn dot() -> String {
@@ -477,44 +467,6 @@ impl AgentTools {
         Ok(CallToolResult::success(vec![ContentBlock::text(
             ASK_USER_REPLY,
         )]))
-    }
-}
-
-#[tool_handler(
-    router = self.router,
-    name = "aicli",
-    instructions = "aicli's tools for the agent of one task: read your workspace (getWorkspaceFiles), the skills connected to your task (listSkills, getSkill) and the credentials granted to it (getCredential); publish progress (broadcastLog); ask the human a question and then end your turn (askUser, also named ask_user)."
-)]
-impl ServerHandler for AgentTools {
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let at = SystemTime::now();
-        let started = Instant::now();
-        let tool = request.name.to_string();
-        let who = context
-            .extensions
-            .get::<Parts>()
-            .and_then(|p| p.extensions.get::<Caller>())
-            .cloned();
-        let tcc = ToolCallContext::new(self, request, context);
-        let res = self.router.call(tcc).await;
-        let ok = matches!(&res, Ok(CallToolResponse::Complete(r)) if r.is_error != Some(true));
-        let duration = started.elapsed();
-        if let Some(c) = who {
-            tracing::debug!(token = %c.prefix, task_id = %c.ctx.task_id, tool = %tool, ok, elapsed_us = duration.as_micros() as u64, "MCP tool call");
-            self.shared.calls.push(CallRecord {
-                batch_id: c.ctx.batch_id.clone(),
-                task_id: c.ctx.task_id.clone(),
-                tool,
-                ok,
-                at,
-                duration,
-            });
-        }
-        res
     }
 }
 

@@ -1,12 +1,14 @@
 //! Runs CLIs as local processes, each in its own process group and, where one can be
 //! made, its own cgroup (see [`crate::proctree`]).
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use aicli_providers::CommandSpec;
+use aicli_providers::{BinaryLocation, CommandSpec};
 use async_trait::async_trait;
 
-use super::{RunHandle, Runner, RunnerError};
+use super::{AgentReach, PlaceRequest, Placement, RunHandle, Runner, RunnerError};
 use crate::process::{CgroupMode, LineReceiver, LocalProcess, OutputOptions, StderrTail};
 
 /// Runs CLIs as child processes of aicli.
@@ -29,8 +31,48 @@ impl Runner for LocalRunner {
         "local"
     }
 
+    async fn place(&self, _req: &PlaceRequest<'_>) -> Result<Box<dyn Placement>, RunnerError> {
+        Ok(Box::new(LocalPlacement {
+            cgroups: self.cgroups,
+        }))
+    }
+}
+
+/// A local run: this machine's paths, environment and binaries, as they are.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalPlacement {
+    /// Whether the run gets a cgroup.
+    cgroups: CgroupMode,
+}
+
+#[async_trait]
+impl Placement for LocalPlacement {
+    fn describe(&self) -> String {
+        "local".to_owned()
+    }
+
+    fn agent_reach(&self) -> Option<&AgentReach> {
+        None
+    }
+
+    fn env(&self, inherited: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        inherited.clone()
+    }
+
+    fn binary(&self) -> Option<BinaryLocation> {
+        None
+    }
+
+    fn runs_as_root(&self) -> bool {
+        nix::unistd::geteuid().is_root()
+    }
+
+    fn visible_path(&self, path: &Path) -> PathBuf {
+        path.to_path_buf()
+    }
+
     async fn start(
-        &self,
+        &mut self,
         cmd: &CommandSpec,
         out: OutputOptions,
     ) -> Result<Box<dyn RunHandle>, RunnerError> {
@@ -39,6 +81,10 @@ impl Runner for LocalRunner {
             out,
             self.cgroups,
         )?)))
+    }
+
+    async fn finish(&mut self) -> Result<(), RunnerError> {
+        Ok(())
     }
 }
 

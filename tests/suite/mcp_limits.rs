@@ -56,6 +56,9 @@ impl Server {
             workspace: self._ws.path().to_path_buf(),
             skills: vec!["s".into()],
             credentials: vec!["C".into()],
+            tools: vec![],
+            record_dir: None,
+            attempt: 1,
             events,
         });
         (token, rx)

@@ -1,11 +1,14 @@
 mod budget;
-mod cli;
+pub mod cli;
 mod cli_env;
+mod docker;
 mod e2e;
 mod engine;
 mod human;
 mod mcp;
 mod mcp_limits;
+mod mcp_tools;
+mod mcp_upstreams;
 mod new_vendor;
 mod orphans;
 mod private_modes;

@@ -40,8 +40,13 @@ impl PerTask {
     }
 }
 
+#[async_trait::async_trait]
 impl AgentServer for PerTask {
-    fn grant(&self, scope: TaskScope, _host: &str) -> AgentGrant {
+    async fn grant(
+        &self,
+        scope: TaskScope,
+        _reach: Option<&aicli::runner::AgentReach>,
+    ) -> Result<AgentGrant, String> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let q = self
             .questions
@@ -64,7 +69,7 @@ impl AgentServer for PerTask {
             token.clone(),
             scope.workspace.clone(),
         ));
-        AgentGrant {
+        Ok(AgentGrant {
             endpoint: McpEndpoint {
                 name: "aicli".into(),
                 url: "http://127.0.0.1:9/mcp".into(),
@@ -73,7 +78,7 @@ impl AgentServer for PerTask {
             },
             port: 9,
             events: rx,
-        }
+        })
     }
     fn revoke(&self, token: &str) {
         self.revoked
@@ -81,6 +86,7 @@ impl AgentServer for PerTask {
             .unwrap()
             .push((token.to_owned(), Instant::now()));
     }
+    fn restrict(&self, _token: &str, _peer: std::net::IpAddr) {}
 }
 
 fn task(id: &str, args: &[&str]) -> TaskSpec {

@@ -46,6 +46,7 @@ fn argv_for(
         mcp: None,
         budget_remaining_usd: remaining,
         is_root,
+        in_container: false,
     };
     p.command(&ctx)
 }
@@ -87,6 +88,7 @@ fn argv_with_every_flag_and_the_prompt_on_stdin() {
         mcp: Some(&ep),
         budget_remaining_usd: Some(0.5),
         is_root: true,
+        in_container: false,
     };
     let c = p.command(&ctx).unwrap();
     assert_eq!(

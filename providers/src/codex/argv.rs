@@ -29,7 +29,7 @@ impl CodexProvider {
         let mode = task.permission_mode.unwrap_or(config.permission_mode);
         let mut c = CommandSpec::new(ctx.binary, ctx.workdir);
         c.args(["exec", "-C", workdir]);
-        if let Some(sandbox) = sandbox_of(mode) {
+        if let Some(sandbox) = sandbox_of(mode, ctx.in_container) {
             c.args(["--sandbox", sandbox]);
         }
         if task.resume_session_id.is_some() {
@@ -96,11 +96,16 @@ impl CodexProvider {
     }
 }
 
-/// The `--sandbox` value for a permission mode (bypass uses its own flag).
-fn sandbox_of(mode: PermissionMode) -> Option<&'static str> {
+/// The `--sandbox` value for a permission mode (bypass uses its own flag). In a
+/// container Codex's sandbox cannot start (bubblewrap needs user namespaces, which the
+/// container's seccomp profile refuses: every command fails), and the container is the
+/// sandbox: `accept_edits` is `danger-full-access` there. `plan` stays `read-only`, so
+/// commands fail closed.
+pub(crate) fn sandbox_of(mode: PermissionMode, in_container: bool) -> Option<&'static str> {
     match mode {
         PermissionMode::Plan => Some("read-only"),
         PermissionMode::Default | PermissionMode::Bypass => None,
+        PermissionMode::AcceptEdits if in_container => Some("danger-full-access"),
         PermissionMode::AcceptEdits => Some("workspace-write"),
     }
 }

@@ -30,7 +30,8 @@
 //!   refuses to start without it.
 //! - Sandbox, from the neutral [`PermissionMode`](crate::PermissionMode): `plan` ->
 //!   `--sandbox read-only`, `default` -> nothing, `accept_edits` -> `--sandbox
-//!   workspace-write`, `bypass` -> `--dangerously-bypass-approvals-and-sandbox`.
+//!   workspace-write` (`danger-full-access` in a container, which is the sandbox there:
+//!   bubblewrap cannot start in one), `bypass` -> `--dangerously-bypass-approvals-and-sandbox`.
 //! - `--` ends the options, so a thread id is never taken for a flag.
 //! - Not supported by Codex and left out of the argv: `max_turns`, `max_budget_usd`,
 //!   tool lists. `append_system_prompt` becomes `-c developer_instructions=...`.

@@ -33,6 +33,7 @@ fn command(task: &TaskSpec, mcp: Option<&McpEndpoint>) -> CommandSpec {
         mcp,
         budget_remaining_usd: None,
         is_root: false,
+        in_container: false,
     };
     provider().command(&ctx).unwrap()
 }
@@ -189,4 +190,19 @@ fn the_precheck_finds_no_credentials_and_accepts_a_provider_key() {
     let mut fake = env;
     fake.insert("FAKE_KEY".into(), "k".into());
     assert_eq!(p.auth_precheck(&fake, home.path(), &args), None);
+}
+
+#[test]
+fn in_a_container_accept_edits_needs_no_sandbox_of_codex() {
+    use super::argv::sandbox_of;
+    assert_eq!(
+        sandbox_of(PermissionMode::AcceptEdits, true),
+        Some("danger-full-access")
+    );
+    assert_eq!(
+        sandbox_of(PermissionMode::AcceptEdits, false),
+        Some("workspace-write")
+    );
+    assert_eq!(sandbox_of(PermissionMode::Plan, true), Some("read-only"));
+    assert_eq!(sandbox_of(PermissionMode::Bypass, true), None);
 }

@@ -6,6 +6,7 @@
 mod frictions;
 mod memory;
 mod newcomer;
+mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -23,6 +23,16 @@ async fn codex_mcp_get_workspace_files_after_tool_search() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_calls_a_command_tool_from_the_config() {
+    mcp_command_tool(CLI).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_calls_an_upstream_mcp_servers_tool_from_the_config() {
+    mcp_upstream_tool(CLI).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_question_blocks_and_the_answer_resumes_the_thread() {
     question_then_answer(CLI).await;
 }

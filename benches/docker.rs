@@ -1,0 +1,432 @@
+//! The Docker runner against the local runner, side by side in one run.
+//!
+//! `cargo bench --bench docker [-- RUNS TASKS PARALLEL]` (default 3 runs per CLI, 50
+//! tasks at parallel 10). Needs the Docker engine (`../shared/tools/setup-docker-engine.sh`)
+//! and the pinned CLIs (`.ci/install-clis.sh`); builds missing images from aicli's npm
+//! cache.
+//!
+//! 1. **Start to first event, per CLI**: a plain answer of the real `claude`, `codex` and
+//!    `gemini` against the fake model API (listening on the bridge gateway, reached
+//!    directly by the local CLI and as `host.docker.internal` from the container), each
+//!    through the whole engine (worktree, MCP server, run record), from `TaskStarted` to
+//!    the CLI's first line and to `TaskFinished`: local process, then container.
+//! 2. **Throughput**: TASKS tiny tasks at PARALLEL at once, `aicli-fake-cli` replaying
+//!    Claude's `text` transcript with 20 ms per line, started by the Claude adapter (its
+//!    argv, the prompt on stdin), as local processes and in containers (the fake CLI
+//!    baked into a small image on the runtime layer), tasks/s and the ratio.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aicli::mcp::{McpServer, McpServerOptions};
+use aicli::providers::{AiCliConfig, DockerHostConfig, ProviderRegistry, RunnerKind, TaskSpec};
+use aicli::runner::DockerRunner;
+use aicli::runner::docker::image;
+use aicli::{BatchEvent, BatchOptions, Engine};
+use aicli_testkit::{CliWiring, FakeApi, RunDirs, Script, Vendor, WiringOptions};
+use tokio_util::sync::CancellationToken;
+
+const LINE_DELAY_MS: u64 = 20;
+const FIXTURES_IN_IMAGE: &str = "/opt/aicli-bench/fixtures";
+
+fn local_host() -> DockerHostConfig {
+    DockerHostConfig {
+        name: "local".into(),
+        url: "unix:///var/run/docker.sock".into(),
+        tls: None,
+        remote: None,
+        max_containers: Some(16),
+        mcp_address: None,
+        mcp_bind: None,
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+fn repo() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    git(d.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(d.path().join("README.md"), "# bench\n").unwrap();
+    git(d.path(), &["add", "."]);
+    git(
+        d.path(),
+        &[
+            "-c",
+            "user.name=b",
+            "-c",
+            "user.email=b@example.invalid",
+            "commit",
+            "-qm",
+            "init",
+        ],
+    );
+    d
+}
+
+fn deb_cache() -> PathBuf {
+    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/aicli/debs")
+}
+
+/// (TaskStarted -> first CLI event, TaskStarted -> TaskFinished) per task, in ms.
+async fn timed(
+    engine: &Engine,
+    tasks: Vec<TaskSpec>,
+    opts: BatchOptions,
+) -> (Vec<(f64, f64)>, Duration, usize) {
+    let (tx, mut rx) = aicli::live::channel(64 << 20);
+    let collector = tokio::spawn(async move {
+        let mut started: HashMap<Arc<str>, Instant> = HashMap::new();
+        let mut first: HashMap<Arc<str>, f64> = HashMap::new();
+        let mut out = Vec::new();
+        loop {
+            match rx.recv().await {
+                Ok(BatchEvent::TaskStarted { task_id, .. }) => {
+                    started.insert(task_id, Instant::now());
+                }
+                Ok(BatchEvent::Agent { task_id, .. }) => {
+                    if let Some(s) = started.get(&task_id) {
+                        first
+                            .entry(task_id)
+                            .or_insert_with(|| s.elapsed().as_secs_f64() * 1000.0);
+                    }
+                }
+                Ok(BatchEvent::TaskFinished { task_id, .. }) => {
+                    if let (Some(s), Some(f)) = (started.get(&task_id), first.get(&task_id)) {
+                        out.push((*f, s.elapsed().as_secs_f64() * 1000.0));
+                    }
+                }
+                Ok(_) | Err(aicli::live::RecvError::Lagged(_)) => {}
+                Err(aicli::live::RecvError::Closed) => break,
+            }
+        }
+        out
+    });
+    let t0 = Instant::now();
+    let b = engine
+        .run_batch(tasks, opts, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    let wall = t0.elapsed();
+    (collector.await.unwrap(), wall, b.n_succeeded)
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// Part 1 for one CLI: `runs` plain answers locally, then in containers.
+async fn first_event(
+    vendor: Vendor,
+    runs: usize,
+    gateway: std::net::IpAddr,
+    docker: &bollard::Docker,
+) -> Vec<String> {
+    let provider = vendor.cli_name();
+    let fake = FakeApi::start_at(vendor, Script::text("Timed."), SocketAddr::new(gateway, 0))
+        .await
+        .unwrap();
+    let model = match vendor {
+        Vendor::OpenAi => Some("gpt-5.5"),
+        Vendor::Gemini => Some("gemini-2.5-flash"),
+        Vendor::Anthropic => None,
+    };
+    let mut options = WiringOptions::default().with_max_retries(0);
+    if let Some(m) = model {
+        options = options.with_model(m);
+    }
+    let port = fake.addr().port();
+    let wiring_for =
+        |host: &str| CliWiring::for_fake(vendor, &format!("http://{host}:{port}"), &options);
+    let dirs =
+        RunDirs::new_in(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-docker")).unwrap();
+    wiring_for("x").write_files(&dirs.home).unwrap();
+    let mut rows = Vec::new();
+    let mut means = Vec::new();
+    for (runner, host) in [
+        (RunnerKind::Local, gateway.to_string()),
+        (RunnerKind::Docker, "host.docker.internal".to_owned()),
+    ] {
+        let wiring = wiring_for(&host);
+        let mut config = AiCliConfig::builtin().unwrap();
+        config.engine.runner = runner;
+        config.engine.docker.hosts = vec![local_host()];
+        {
+            let p = config.providers.get_mut(provider).unwrap();
+            p.binary_path = Some(aicli_testkit::installed_cli(vendor).unwrap());
+            p.default_model = model.map(str::to_owned);
+            let mut args = wiring.args.clone().into_iter();
+            let mut extra = Vec::new();
+            while let Some(a) = args.next() {
+                match a.as_str() {
+                    "-m" | "--model" => {
+                        args.next();
+                    }
+                    "--skip-trust" => {}
+                    _ => extra.push(a),
+                }
+            }
+            p.extra_args = extra;
+            p.env.extend(wiring.env.clone());
+        }
+        if runner == RunnerKind::Docker {
+            ensure_image(docker, &config, provider).await;
+        }
+        let repo = repo();
+        let cancel = CancellationToken::new();
+        let _stop = cancel.clone().drop_guard();
+        let mut mo = McpServerOptions::from_config(&config, repo.path());
+        mo.allowed_hosts
+            .extend(aicli::runner::docker::container_hosts(
+                &config.engine.docker,
+            ));
+        let server = Arc::new(McpServer::start(mo, cancel).await.unwrap());
+        let reg = ProviderRegistry::from_config(&config).unwrap();
+        let engine = Engine::new(config, reg)
+            .with_env(dirs.base_env())
+            .with_agent_server(server);
+        let mut firsts = Vec::new();
+        let mut totals = Vec::new();
+        // One warm-up run (page cache, image layers), then the measured ones, one at a time.
+        for i in 0..=runs {
+            let mut opts = BatchOptions::new(repo.path());
+            opts.provider = Some(provider.to_owned());
+            let task = TaskSpec {
+                id: format!("t{i}"),
+                prompt: "Say hello".into(),
+                ..TaskSpec::default()
+            };
+            let (times, _, ok) = timed(&engine, vec![task], opts).await;
+            assert_eq!(ok, 1, "{provider} {runner} run {i} failed");
+            if i > 0 {
+                firsts.push(times[0].0);
+                totals.push(times[0].1);
+            }
+        }
+        means.push((mean(&firsts), mean(&totals)));
+        rows.push(format!(
+            "| {provider} | {runner} | {:.0} | {:.0} |",
+            mean(&firsts),
+            mean(&totals)
+        ));
+    }
+    let (lf, lt) = means[0];
+    let (df, dt) = means[1];
+    rows.push(format!(
+        "| {provider} | container − local | +{:.0} | +{:.0} |",
+        df - lf,
+        dt - lt
+    ));
+    fake.shutdown().await;
+    rows
+}
+
+async fn ensure_image(docker: &bollard::Docker, config: &AiCliConfig, provider: &str) {
+    let p = &config.providers[provider];
+    let tag =
+        aicli::runner::docker::image_name(&config.engine.docker, provider, p.version.as_deref());
+    if docker.inspect_image(&tag).await.is_ok() {
+        return;
+    }
+    let spec = image::BuildSpec {
+        provider: provider.into(),
+        package: p.package.clone(),
+        version: p.version.clone(),
+        binary_name: p.binary_name.clone(),
+        base: config.engine.docker.base_image.clone(),
+        tag,
+        npm_dir: aicli_testkit::cli_cache_dir(),
+        search_path: std::env::var("PATH").unwrap_or_default(),
+        deb_cache: deb_cache(),
+        force: false,
+    };
+    image::build(docker, &spec, &|l| eprintln!("[image] {l}"))
+        .await
+        .unwrap();
+}
+
+/// The fake CLI image (on the runtime layer).
+async fn fake_image(docker: &bollard::Docker) -> String {
+    let runtime = image::runtime_image(
+        docker,
+        &image::RuntimeSpec {
+            base: "local/base".into(),
+            search_path: std::env::var("PATH").unwrap_or_default(),
+            deb_cache: deb_cache(),
+        },
+        &|l| eprintln!("[image] {l}"),
+    )
+    .await
+    .unwrap();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_aicli-fake-cli"));
+    let len = std::fs::metadata(&bin).unwrap().len();
+    let tag = format!("aicli-bench/fake-cli:{len}");
+    if docker.inspect_image(&tag).await.is_err() {
+        // Images of earlier builds of the fake CLI go.
+        let old = docker
+            .list_images(Some(bollard::query_parameters::ListImagesOptions {
+                filters: Some(HashMap::from([(
+                    "reference".to_owned(),
+                    vec!["aicli-bench/fake-cli".to_owned()],
+                )])),
+                ..Default::default()
+            }))
+            .await
+            .unwrap_or_default();
+        for t in old.into_iter().flat_map(|i| i.repo_tags) {
+            let _ = docker
+                .remove_image(
+                    &t,
+                    None::<bollard::query_parameters::RemoveImageOptions>,
+                    None,
+                )
+                .await;
+        }
+        image::files_image(
+            docker,
+            &runtime,
+            &tag,
+            vec![
+                (bin, "/usr/local/bin/aicli-fake-cli".into()),
+                (
+                    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/claude"),
+                    format!("{FIXTURES_IN_IMAGE}/claude"),
+                ),
+            ],
+            "aicli-fake-cli --version >/dev/null 2>&1 || true",
+        )
+        .await
+        .unwrap();
+    }
+    tag
+}
+
+/// Part 2: `n` fake-CLI tasks at `parallel`, local and in containers; tasks/s each.
+async fn throughput(n: usize, parallel: usize, docker: &bollard::Docker) -> Vec<String> {
+    let image = fake_image(docker).await;
+    let mut rows = Vec::new();
+    let mut rates = Vec::new();
+    for runner in [RunnerKind::Local, RunnerKind::Docker] {
+        let mut config = AiCliConfig::builtin().unwrap();
+        config.engine.max_parallel = parallel;
+        config.engine.runner = runner;
+        config.engine.docker.hosts = vec![local_host()];
+        config
+            .engine
+            .docker
+            .images
+            .insert("fake".into(), image.clone());
+        // The Claude adapter's command (the prompt on the CLI's stdin, as for the real
+        // CLIs) running the fake CLI: on this machine, or the one in the image.
+        let (binary, fixtures) = match runner {
+            RunnerKind::Local => (
+                Some(PathBuf::from(env!("CARGO_BIN_EXE_aicli-fake-cli"))),
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/claude/text"),
+            ),
+            RunnerKind::Docker => (None, Path::new(FIXTURES_IN_IMAGE).join("claude/text")),
+        };
+        let fx = fixtures.display();
+        let mut fake: aicli::providers::ProviderConfig =
+            serde_json::from_value(serde_json::json!({
+                "adapter": "claude",
+                "package": "aicli-fake-cli",
+                "binary_name": "aicli-fake-cli",
+                "extra_args": [
+                    "--replay", format!("{fx}.ndjson"),
+                    "--stderr-file", format!("{fx}.stderr"),
+                    "--exit-file", format!("{fx}.exit"),
+                ],
+            }))
+            .unwrap();
+        fake.binary_path = binary;
+        config.providers.insert("fake".into(), fake);
+        let reg = ProviderRegistry::from_config(&config).unwrap();
+        let engine = Engine::new(config, reg).with_env(BTreeMap::from([(
+            "PATH".to_owned(),
+            std::env::var("PATH").unwrap_or_default(),
+        )]));
+        let dir = tempfile::tempdir().unwrap();
+        let tasks: Vec<TaskSpec> = (0..n)
+            .map(|i| TaskSpec {
+                id: format!("t{i}"),
+                prompt: "bench".into(),
+                extra_args: vec!["--line-delay-ms".into(), LINE_DELAY_MS.to_string()],
+                ..TaskSpec::default()
+            })
+            .collect();
+        let mut opts = BatchOptions::new(dir.path());
+        opts.provider = Some("fake".into());
+        opts.worktrees = false;
+        let (times, wall, ok) = timed(&engine, tasks, opts).await;
+        assert_eq!(ok, n, "{runner}: {ok} of {n} succeeded");
+        let rate = n as f64 / wall.as_secs_f64();
+        rates.push(rate);
+        let mut firsts: Vec<f64> = times.iter().map(|t| t.0).collect();
+        firsts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        rows.push(format!(
+            "| {runner} | {n} | {parallel} | {:.1} | {rate:.1} | {:.0} |",
+            wall.as_secs_f64(),
+            firsts[firsts.len() / 2]
+        ));
+    }
+    rows.push(format!(
+        "| container / local | | | | {:.2}x | |",
+        rates[1] / rates[0]
+    ));
+    rows
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let runs = args.first().copied().unwrap_or(3);
+    let n = args.get(1).copied().unwrap_or(50);
+    let parallel = args.get(2).copied().unwrap_or(10);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let docker = bollard::Docker::connect_with_local_defaults()
+            .unwrap()
+            .negotiate_version()
+            .await
+            .expect("a Docker engine (../shared/tools/setup-docker-engine.sh)");
+        let cfg = aicli::providers::DockerConfig {
+            hosts: vec![local_host()],
+            ..Default::default()
+        };
+        let gateway = DockerRunner::connect(&cfg, &BTreeMap::new())
+            .await
+            .unwrap()
+            .hosts()[0]
+            .reach
+            .bind;
+        println!("\nStart to first event, plain answer, mean of {runs} (after one warm-up), ms:\n");
+        println!("| CLI | runner | start → first event | start → finished |");
+        println!("|---|---|---|---|");
+        for v in [Vendor::Anthropic, Vendor::OpenAi, Vendor::Gemini] {
+            for row in first_event(v, runs, gateway, &docker).await {
+                println!("{row}");
+            }
+        }
+        println!("\nThroughput, aicli-fake-cli ({LINE_DELAY_MS} ms per line of Claude's text transcript):\n");
+        println!("| runner | tasks | parallel | wall s | tasks/s | first event p50 ms |");
+        println!("|---|---|---|---|---|---|");
+        for row in throughput(n, parallel, &docker).await {
+            println!("{row}");
+        }
+    });
+}

@@ -1,0 +1,311 @@
+//! Where CLI runs happen: [`RunnerKind`], and the `engine.docker` section of the config
+//! ([`DockerConfig`], [`DockerHostConfig`], [`DockerTls`]).
+//!
+//! A run goes to the `local` runner (a child process of aicli) or the `docker` runner (a
+//! container on a Docker engine, local or remote). The choice is made per task
+//! (`"runner"` in the task), per batch (the tasks file's `"runner"`, `--runner`), per
+//! provider (`providers.<name>.runner`) or for everything (`engine.runner`), in that
+//! order of precedence.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Which runner starts a CLI.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum RunnerKind {
+    /// A child process of aicli, in the task's worktree.
+    #[default]
+    Local,
+    /// A container on a Docker engine (`engine.docker`).
+    Docker,
+}
+
+impl RunnerKind {
+    /// The serialized name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerKind::Local => "local",
+            RunnerKind::Docker => "docker",
+        }
+    }
+
+    /// Parses a serialized name.
+    pub fn parse(s: &str) -> Option<RunnerKind> {
+        match s {
+            "local" => Some(RunnerKind::Local),
+            "docker" => Some(RunnerKind::Docker),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for RunnerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The Docker runner's settings. Every field has a default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct DockerConfig {
+    /// The engines tasks are spread over, by free capacity. Empty: one engine from
+    /// `DOCKER_HOST` (with `DOCKER_TLS_VERIFY` / `DOCKER_CERT_PATH`), else the local socket.
+    pub hosts: Vec<DockerHostConfig>,
+    /// The image per provider. A provider not named here runs in
+    /// `aicli/<provider>:<pinned version>`, which `aicli image build <provider>` makes.
+    pub images: BTreeMap<String, String>,
+    /// The image `aicli image build` starts from when none is given: a glibc Linux with a
+    /// shell (`local/base` is the debootstrap rootfs of `setup-docker-engine.sh`).
+    pub base_image: String,
+    /// Memory limit per container, MiB (0: none).
+    pub memory_mb: u64,
+    /// CPU limit per container, in CPUs (0: none).
+    pub cpus: f64,
+    /// Most processes per container (0: none).
+    pub pids_limit: i64,
+    /// The container network (`bridge`: the engine's default bridge, through which the
+    /// container reaches aicli's MCP server). `none` cuts the container off entirely,
+    /// aicli's MCP server and the model API included.
+    pub network_mode: String,
+    /// The user the CLI runs as in the container (`uid:gid`). Absent: on a local engine the
+    /// owner of the task's worktree (so files it writes stay the user's; root only when
+    /// aicli runs as root), on a remote engine the image's user `aicli` (1000:1000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Where `aicli image build` keeps the Debian packages it downloads (git for images
+    /// whose base lacks it); `~/.cache/aicli/debs` when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deb_cache: Option<PathBuf>,
+}
+
+impl Default for DockerConfig {
+    fn default() -> DockerConfig {
+        DockerConfig {
+            hosts: Vec::new(),
+            images: BTreeMap::new(),
+            base_image: "local/base".to_owned(),
+            memory_mb: 4096,
+            cpus: 2.0,
+            pids_limit: 1024,
+            network_mode: "bridge".to_owned(),
+            user: None,
+            deb_cache: None,
+        }
+    }
+}
+
+/// One Docker engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DockerHostConfig {
+    /// A short name (in labels, logs and `aicli containers`).
+    pub name: String,
+    /// The engine's address as `DOCKER_HOST` spells it: `unix:///var/run/docker.sock`,
+    /// `tcp://HOST:PORT` (`tls` for TLS), `https://HOST:PORT`, `ssh://USER@HOST`.
+    pub url: String,
+    /// Client certificates for a TLS engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<DockerTls>,
+    /// Whether the engine shares no filesystem with aicli: the worktree is uploaded and
+    /// the work comes back as a git bundle. Default: `false` for `unix://`, else `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<bool>,
+    /// Most aicli containers at once on this engine. Default: from the engine's CPUs and
+    /// memory (two per CPU, at most memory / `memory_mb`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_containers: Option<usize>,
+    /// The address containers on this engine reach aicli's machine under (its MCP server,
+    /// and `host.docker.internal` inside them). Required for a remote engine; for a local
+    /// one the engine's bridge gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_address: Option<String>,
+    /// The local IP aicli's MCP server listens on for this engine's containers. Default:
+    /// `mcp_address` (which must then be an address of this machine); for a local engine
+    /// the bridge gateway. Never `0.0.0.0` unless set so here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_bind: Option<String>,
+}
+
+impl DockerHostConfig {
+    /// Whether the engine is remote (see [`DockerHostConfig::remote`]).
+    pub fn is_remote(&self) -> bool {
+        self.remote.unwrap_or(!self.url.starts_with("unix://"))
+    }
+}
+
+/// TLS client material for a Docker engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DockerTls {
+    /// The CA certificate (PEM).
+    pub ca: PathBuf,
+    /// The client certificate (PEM).
+    pub cert: PathBuf,
+    /// The client key (PEM).
+    pub key: PathBuf,
+}
+
+impl DockerConfig {
+    /// Checks what types cannot; errors name the JSON path (under `engine.docker`).
+    pub fn check(&self) -> Result<(), (String, String)> {
+        if !(self.cpus.is_finite() && self.cpus >= 0.0) {
+            return Err((
+                "cpus".into(),
+                format!("{} is not a non-negative number", self.cpus),
+            ));
+        }
+        if self.pids_limit < 0 {
+            return Err(("pids_limit".into(), "must not be negative".into()));
+        }
+        if self.network_mode.trim().is_empty() {
+            return Err(("network_mode".into(), "must not be empty".into()));
+        }
+        if let Some(u) = &self.user
+            && !valid_user(u)
+        {
+            return Err((
+                "user".into(),
+                format!("'{u}' is not `uid:gid` (numbers) or a user name"),
+            ));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, h) in self.hosts.iter().enumerate() {
+            let at = |f: &str| format!("hosts[{i}].{f}");
+            if h.name.is_empty()
+                || !h
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                return Err((
+                    at("name"),
+                    format!("'{}': use letters, digits, '-', '_' and '.'", h.name),
+                ));
+            }
+            if !names.insert(h.name.as_str()) {
+                return Err((at("name"), format!("'{}' names two hosts", h.name)));
+            }
+            let scheme_ok = ["unix://", "tcp://", "http://", "https://", "ssh://"]
+                .iter()
+                .any(|s| h.url.starts_with(s));
+            if !scheme_ok {
+                return Err((
+                    at("url"),
+                    format!(
+                        "'{}' is not unix://, tcp://, http://, https:// or ssh://",
+                        h.url
+                    ),
+                ));
+            }
+            if h.max_containers == Some(0) {
+                return Err((at("max_containers"), "must be at least 1".into()));
+            }
+            if h.is_remote() && h.mcp_address.is_none() {
+                return Err((
+                    at("mcp_address"),
+                    "a remote engine needs the address its containers reach aicli's machine under"
+                        .into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn valid_user(u: &str) -> bool {
+    match u.split_once(':') {
+        Some((a, b)) => {
+            !a.is_empty()
+                && !b.is_empty()
+                && a.chars().all(|c| c.is_ascii_digit())
+                && b.chars().all(|c| c.is_ascii_digit())
+        }
+        None => {
+            !u.is_empty()
+                && u.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(name: &str, url: &str) -> DockerHostConfig {
+        DockerHostConfig {
+            name: name.into(),
+            url: url.into(),
+            tls: None,
+            remote: None,
+            max_containers: None,
+            mcp_address: None,
+            mcp_bind: None,
+        }
+    }
+
+    #[test]
+    fn checks_name_the_bad_field() {
+        let mut c = DockerConfig::default();
+        assert_eq!(c.check(), Ok(()));
+        c.hosts = vec![host("local", "unix:///var/run/docker.sock")];
+        assert_eq!(c.check(), Ok(()));
+        c.hosts.push(host("far", "tcp://10.0.0.2:2376"));
+        assert_eq!(
+            c.check().map_err(|(p, _)| p),
+            Err("hosts[1].mcp_address".to_owned())
+        );
+        c.hosts[1].mcp_address = Some("10.0.0.1".into());
+        assert_eq!(c.check(), Ok(()));
+        c.hosts[1].url = "ftp://x".into();
+        assert_eq!(
+            c.check().map_err(|(p, _)| p),
+            Err("hosts[1].url".to_owned())
+        );
+        c.hosts[1].url = "tcp://x:1".into();
+        c.hosts[1].name = "local".into();
+        assert_eq!(
+            c.check(),
+            Err((
+                "hosts[1].name".to_owned(),
+                "'local' names two hosts".to_owned()
+            ))
+        );
+        c.hosts.pop();
+        c.user = Some("1000:x".into());
+        assert_eq!(c.check().map_err(|(p, _)| p), Err("user".to_owned()));
+        c.user = Some("1000:1000".into());
+        c.cpus = -1.0;
+        assert_eq!(c.check().map_err(|(p, _)| p), Err("cpus".to_owned()));
+    }
+
+    #[test]
+    fn remote_defaults_from_the_scheme() {
+        assert!(!host("a", "unix:///run/docker.sock").is_remote());
+        assert!(host("a", "tcp://127.0.0.1:2375").is_remote());
+        assert!(host("a", "ssh://u@h").is_remote());
+        let mut h = host("a", "tcp://127.0.0.1:2375");
+        h.remote = Some(false);
+        assert!(!h.is_remote());
+        assert_eq!(RunnerKind::parse("docker"), Some(RunnerKind::Docker));
+        assert_eq!(RunnerKind::parse("k8s"), None);
+    }
+}

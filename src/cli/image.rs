@@ -1,0 +1,170 @@
+//! `aicli image build [PROVIDER…]`, and the image part of `aicli doctor`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use aicli::providers::{AiCliConfig, ProviderRegistry};
+use aicli::runner::DockerRunner;
+use aicli::runner::docker::image::{self, BuildSpec, ImageReport};
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+
+/// `aicli image ...`.
+#[derive(Debug, Subcommand)]
+pub enum ImageAction {
+    /// Build each provider's image (the pinned CLI plus node and git) on the Docker
+    /// engines; every provider when none is named.
+    Build(BuildArgs),
+}
+
+/// `aicli image build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// The providers (default: all).
+    pub providers: Vec<String>,
+    /// The image to start from (default: engine.docker.base_image, `local/base`); pulled
+    /// when the engine lacks it and a registry answers.
+    #[arg(long, value_name = "IMAGE")]
+    pub base: Option<String>,
+    /// Only on this engine (a name in engine.docker.hosts); default: every engine.
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
+    /// aicli's npm cache holding the pinned CLIs (default: $AICLI_CLI_CACHE, else
+    /// ~/.cache/aicli/npm).
+    #[arg(long, value_name = "DIR")]
+    pub npm_cache: Option<PathBuf>,
+    /// Build even when the image already holds the pinned CLI on the same base.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `aicli image …`.
+pub async fn run(config: &AiCliConfig, action: ImageAction) -> anyhow::Result<ExitCode> {
+    match action {
+        ImageAction::Build(a) => build(config, a).await,
+    }
+}
+
+fn home() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default()
+}
+
+async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
+    let reg = ProviderRegistry::from_config(config)?;
+    let names: Vec<String> = if a.providers.is_empty() {
+        reg.providers().map(|p| p.name().to_owned()).collect()
+    } else {
+        a.providers.clone()
+    };
+    let env = std::env::vars().collect();
+    let runner = DockerRunner::connect(&config.engine.docker, &env)
+        .await
+        .context("cannot reach a Docker engine")?;
+    let hosts: Vec<_> = runner
+        .hosts()
+        .iter()
+        .filter(|h| a.host.as_deref().is_none_or(|n| n == h.name))
+        .cloned()
+        .collect();
+    if hosts.is_empty() {
+        bail!(
+            "no connected Docker engine is named '{}'",
+            a.host.unwrap_or_default()
+        );
+    }
+    let npm_dir = a
+        .npm_cache
+        .clone()
+        .unwrap_or_else(aicli_testkit::cli_cache_dir);
+    let deb_cache = config
+        .engine
+        .docker
+        .deb_cache
+        .clone()
+        .unwrap_or_else(|| home().join(".cache/aicli/debs"));
+    let mut built = Vec::new();
+    for name in &names {
+        let p = reg.get(name)?;
+        for h in &hosts {
+            let spec = BuildSpec {
+                provider: name.clone(),
+                package: p.package_name().to_owned(),
+                version: p.config().version.clone(),
+                binary_name: p.binary_name().to_owned(),
+                base: a
+                    .base
+                    .clone()
+                    .unwrap_or_else(|| config.engine.docker.base_image.clone()),
+                tag: DockerRunner::image_for(&config.engine.docker, &p),
+                npm_dir: npm_dir.clone(),
+                search_path: std::env::var("PATH").unwrap_or_default(),
+                deb_cache: deb_cache.clone(),
+                force: a.force,
+            };
+            let host = h.name.clone();
+            let quiet = a.json;
+            let progress = move |line: &str| {
+                if !quiet {
+                    eprintln!("[{host}] {line}");
+                }
+            };
+            let b = image::build(&h.docker, &spec, &progress)
+                .await
+                .with_context(|| format!("building the image of {name} on {}", h.name))?;
+            if !a.json {
+                println!("{}: {} on {} ({})", name, b.tag, h.name, b.cli_version);
+            }
+            built.push(serde_json::json!({"provider": name, "host": h.name, "image": b}));
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&built)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// For `aicli doctor`: each provider's image on each reachable engine, with the CLI
+/// version inside. Empty when no engine answers (`note` says why).
+pub async fn doctor_reports(
+    config: &AiCliConfig,
+    reg: &ProviderRegistry,
+) -> (Vec<(String, ImageReport)>, Option<String>) {
+    let env = std::env::vars().collect();
+    let runner = match DockerRunner::connect(&config.engine.docker, &env).await {
+        Ok(r) => r,
+        Err(e) => return (Vec::new(), Some(format!("docker: {e}"))),
+    };
+    let mut out = Vec::new();
+    for p in reg.providers() {
+        let image_name = DockerRunner::image_for(&config.engine.docker, p);
+        for h in runner.hosts() {
+            let r = image::inspect(&h.docker, &h.name, &image_name, p.binary_name()).await;
+            out.push((p.name().to_owned(), r));
+        }
+    }
+    (out, None)
+}
+
+/// The doctor's warning for an image whose CLI is not the pinned one, if it is not.
+pub fn version_warning(r: &ImageReport, pinned: Option<&str>) -> Option<String> {
+    if let Some(problem) = &r.problem {
+        return Some(format!(
+            "image {} on {}: {problem}; build it with `aicli image build`",
+            r.image, r.host
+        ));
+    }
+    let (Some(inside), Some(pin)) = (&r.version_inside, pinned) else {
+        return None;
+    };
+    (!inside.contains(pin)).then(|| {
+        format!(
+            "image {} on {} holds {inside}, the pin is {pin}: rebuild it with `aicli image build`",
+            r.image, r.host
+        )
+    })
+}

@@ -1,0 +1,255 @@
+//! One image layer through the Engine API: a container from the image below, files
+//! uploaded as a tar, a short root script run once (no network), the container committed;
+//! and throwaway probe containers.
+
+use std::collections::HashMap;
+
+use bollard::Docker;
+use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CommitContainerOptions, CreateContainerOptions, LogsOptions, UploadToContainerOptions,
+    WaitContainerOptions,
+};
+use futures_util::StreamExt;
+
+use crate::runner::docker::DockerError;
+use crate::runner::docker::handle::Container;
+use crate::runner::docker::placement::remove_container;
+use crate::runner::docker::tarball::{self, TarWriter};
+
+/// Pulls `base` when the engine does not have it (a registry may be reachable).
+pub(super) async fn ensure_base(
+    docker: &Docker,
+    base: &str,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<(), DockerError> {
+    if docker.inspect_image(base).await.is_ok() {
+        return Ok(());
+    }
+    progress(&format!("pulling {base}"));
+    let mut s = docker.create_image(
+        Some(bollard::query_parameters::CreateImageOptions {
+            from_image: Some(base.to_owned()),
+            ..Default::default()
+        }),
+        None,
+        None,
+    );
+    while let Some(item) = s.next().await {
+        item.map_err(|e| {
+            DockerError::MissingImage(format!(
+                "base image {base} is not on the engine and cannot be pulled ({e}); build one locally (see setup-docker-engine.sh: local/base) or name another with --base"
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// One layer: from an image, some files, a root script, committed as `tag`.
+pub(super) struct Layer {
+    pub from: String,
+    pub tag: String,
+    pub path: String,
+    pub script: String,
+    pub labels: HashMap<String, String>,
+}
+
+/// Builds `l` with the files `add` writes; returns the image id and the script's output.
+pub(super) async fn layer<F>(
+    docker: &Docker,
+    l: &Layer,
+    add: F,
+) -> Result<(String, String), DockerError>
+where
+    F: FnOnce(&mut TarWriter) -> std::io::Result<()> + Send + 'static,
+{
+    let api = |what: String| {
+        move |e: bollard::errors::Error| DockerError::Api {
+            what,
+            message: e.to_string(),
+        }
+    };
+    let created = docker
+        .create_container(
+            None::<CreateContainerOptions>,
+            ContainerCreateBody {
+                image: Some(l.from.clone()),
+                cmd: Some(vec!["/bin/sh".into(), "-c".into(), l.script.clone()]),
+                entrypoint: Some(Vec::new()),
+                user: Some("0:0".into()),
+                env: Some(vec![format!("PATH={}", l.path)]),
+                labels: Some(HashMap::from([(
+                    crate::runner::docker::labels::MANAGED.to_owned(),
+                    "build".to_owned(),
+                )])),
+                host_config: Some(HostConfig {
+                    network_mode: Some("none".into()),
+                    ..HostConfig::default()
+                }),
+                ..ContainerCreateBody::default()
+            },
+        )
+        .await
+        .map_err(api(format!("creating a build container from {}", l.from)))?;
+    let c = Container {
+        docker: docker.clone(),
+        id: created.id,
+        host: String::new(),
+    };
+    let result = async {
+        let (mut w, rx) = TarWriter::new(0, 0);
+        let writer = tokio::task::spawn_blocking(move || {
+            add(&mut w)?;
+            w.finish()
+        });
+        let sent = docker
+            .upload_to_container(
+                &c.id,
+                Some(UploadToContainerOptions {
+                    path: "/".into(),
+                    ..Default::default()
+                }),
+                bollard::body_try_stream(tarball::stream(rx)),
+            )
+            .await;
+        writer
+            .await
+            .map_err(|e| DockerError::Work(e.to_string()))?
+            .map_err(|e| DockerError::Work(format!("cannot pack the files of {}: {e}", l.tag)))?;
+        sent.map_err(api(format!("uploading the files of {}", l.tag)))?;
+        docker
+            .start_container(
+                &c.id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(api(format!("starting the build of {}", l.tag)))?;
+        let code = wait_exit(docker, &c.id).await;
+        let out = logs(docker, &c.id, Some(200)).await;
+        if code != 0 {
+            return Err(DockerError::Work(format!(
+                "building {} failed (exit {code}):\n{}",
+                l.tag,
+                out.trim()
+            )));
+        }
+        let (repo, tag) = match l.tag.rsplit_once(':').filter(|(_, t)| !t.contains('/')) {
+            Some((r, t)) => (r.to_owned(), t.to_owned()),
+            None => (l.tag.clone(), "latest".to_owned()),
+        };
+        let id = docker
+            .commit_container(
+                CommitContainerOptions {
+                    container: Some(c.id.clone()),
+                    repo: Some(repo),
+                    tag: Some(tag),
+                    pause: false,
+                    ..Default::default()
+                },
+                ContainerConfig {
+                    cmd: Some(vec!["/bin/sh".into()]),
+                    entrypoint: Some(Vec::new()),
+                    env: Some(vec![format!("PATH={}", l.path)]),
+                    user: Some(String::new()),
+                    working_dir: Some("/workspace".into()),
+                    labels: Some(l.labels.clone()),
+                    ..ContainerConfig::default()
+                },
+            )
+            .await
+            .map_err(api(format!("committing {}", l.tag)))?
+            .id;
+        Ok((id, out))
+    }
+    .await;
+    let _ = remove_container(&c).await;
+    result
+}
+
+/// Runs `script` in a throwaway container of `image` (no network) and returns stdout.
+pub async fn probe(docker: &Docker, image: &str, script: &str) -> Result<String, DockerError> {
+    let created = docker
+        .create_container(
+            None::<CreateContainerOptions>,
+            ContainerCreateBody {
+                image: Some(image.to_owned()),
+                cmd: Some(vec!["/bin/sh".into(), "-c".into(), script.to_owned()]),
+                entrypoint: Some(Vec::new()),
+                labels: Some(HashMap::from([(
+                    crate::runner::docker::labels::MANAGED.to_owned(),
+                    "probe".to_owned(),
+                )])),
+                host_config: Some(HostConfig {
+                    network_mode: Some("none".into()),
+                    ..HostConfig::default()
+                }),
+                ..ContainerCreateBody::default()
+            },
+        )
+        .await
+        .map_err(|e| DockerError::Api {
+            what: format!("creating a container of {image}"),
+            message: e.to_string(),
+        })?;
+    let c = Container {
+        docker: docker.clone(),
+        id: created.id,
+        host: String::new(),
+    };
+    let r = async {
+        docker
+            .start_container(
+                &c.id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| DockerError::Api {
+                what: format!("starting a container of {image}"),
+                message: e.to_string(),
+            })?;
+        let code = wait_exit(docker, &c.id).await;
+        let out = logs(docker, &c.id, None).await;
+        if code != 0 {
+            return Err(DockerError::Work(format!(
+                "`{script}` in {image} exited {code}: {}",
+                out.trim()
+            )));
+        }
+        Ok(out)
+    }
+    .await;
+    let _ = remove_container(&c).await;
+    r
+}
+
+async fn wait_exit(docker: &Docker, id: &str) -> i64 {
+    let mut s = docker.wait_container(
+        id,
+        Some(WaitContainerOptions {
+            condition: "not-running".into(),
+        }),
+    );
+    match s.next().await {
+        Some(Ok(r)) => r.status_code,
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+        Some(Err(_)) | None => -1,
+    }
+}
+
+/// The container's output: all of it, or the last `tail` lines.
+async fn logs(docker: &Docker, id: &str, tail: Option<u32>) -> String {
+    let mut s = docker.logs(
+        id,
+        Some(LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: tail.map_or_else(|| "all".to_owned(), |n| n.to_string()),
+            ..Default::default()
+        }),
+    );
+    let mut out = String::new();
+    while let Some(Ok(chunk)) = s.next().await {
+        out.push_str(&String::from_utf8_lossy(chunk.as_ref()));
+    }
+    out
+}

@@ -1,0 +1,347 @@
+//! The Docker runner: each run in its own container, on this machine's engine or on
+//! remote ones, through the Engine API (bollard).
+//!
+//! | module | owns |
+//! |---|---|
+//! | `hosts` | connecting to engines (`DOCKER_HOST` schemes), capacity, how containers reach aicli, choosing the engine with the most free room |
+//! | `placement` | [`placement::DockerPlacement`]: one run's container (mounts or upload, limits, labels, user, removal) |
+//! | `handle` | the started container as a [`RunHandle`](crate::runner::RunHandle): live stdout/stderr, exit code, signals |
+//! | `paths` | this machine's paths as the container sees them |
+//! | `remote` | the tar that goes up and the git bundle that comes back |
+//! | `tarball` | tars streamed into request bodies (links kept, hard links once, owner set) |
+//! | `labels` | the labels on aicli's containers and whether their owner is alive |
+//! | `leftovers` | finding and removing the containers a killed aicli left |
+//! | `image` | `aicli image build`: a provider's image from a local base, offline |
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use aicli_providers::{DockerConfig, SharedProvider};
+use async_trait::async_trait;
+
+use super::{PlaceRequest, Placement, Runner, RunnerError};
+
+pub mod handle;
+pub mod hosts;
+pub mod image;
+pub mod labels;
+pub mod leftovers;
+pub mod paths;
+pub mod placement;
+pub mod remote;
+pub mod tarball;
+
+pub use hosts::Host;
+pub use leftovers::ContainerInfo;
+
+/// The runner's name.
+const NAME: &str = "docker";
+
+/// Home files every container run gets a copy of (besides the provider's login files):
+/// the user's git identity, so the agent's commits are the user's.
+const COMMON_HOME_FILES: [&str; 1] = [".gitconfig"];
+
+/// What went wrong with an engine.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    /// An engine could not be reached or understood.
+    #[error("docker host '{host}' ({url}): {message}")]
+    Connect {
+        /// Its name.
+        host: String,
+        /// Its address.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// No engine could be used.
+    #[error("no docker engine is available: {0}")]
+    NoEngine(String),
+    /// The image a run needs is not on the engine.
+    #[error("{0}")]
+    MissingImage(String),
+    /// An Engine API call failed.
+    #[error("{what}: {message}")]
+    Api {
+        /// What was being done.
+        what: String,
+        /// The engine's answer.
+        message: String,
+    },
+    /// Files or git on this machine.
+    #[error("{0}")]
+    Work(String),
+}
+
+impl DockerError {
+    /// As a runner error.
+    pub fn into_runner_error(self) -> RunnerError {
+        match self {
+            DockerError::MissingImage(message) => RunnerError::Missing {
+                runner: NAME.to_owned(),
+                message,
+            },
+            other => RunnerError::Backend {
+                runner: NAME.to_owned(),
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// Runs CLIs in containers (see the module docs).
+#[derive(Debug)]
+pub struct DockerRunner {
+    config: Arc<DockerConfig>,
+    hosts: Vec<Arc<Host>>,
+    /// `PATH` of each (host, image) seen to exist.
+    images: Mutex<HashMap<(usize, String), String>>,
+}
+
+impl DockerRunner {
+    /// Connects to the engines of `config` (its `hosts`, else `DOCKER_HOST` from `env`,
+    /// else the local socket). Engines that cannot be reached are left out with a
+    /// warning; none at all is an error naming each failure.
+    pub async fn connect(
+        config: &DockerConfig,
+        env: &BTreeMap<String, String>,
+    ) -> Result<DockerRunner, DockerError> {
+        let wanted = hosts::configured_hosts(config, env);
+        let connects = wanted.iter().map(|h| Host::connect(h, config));
+        let results = futures_util::future::join_all(connects).await;
+        let mut hosts = Vec::new();
+        let mut failures = Vec::new();
+        for r in results {
+            match r {
+                Ok(h) => hosts.push(Arc::new(h)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "docker engine left out");
+                    failures.push(e.to_string());
+                }
+            }
+        }
+        if hosts.is_empty() {
+            return Err(DockerError::NoEngine(failures.join("; ")));
+        }
+        Ok(DockerRunner {
+            config: Arc::new(config.clone()),
+            hosts,
+            images: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The connected engines.
+    pub fn hosts(&self) -> &[Arc<Host>] {
+        &self.hosts
+    }
+
+    /// The image `provider` runs in: `engine.docker.images.<name>`, else
+    /// `aicli/<name>:<pinned version>`.
+    pub fn image_for(config: &DockerConfig, provider: &SharedProvider) -> String {
+        image_name(
+            config,
+            provider.name(),
+            provider.config().version.as_deref(),
+        )
+    }
+
+    /// `PATH` of `image` on host `idx`, checking that it is there.
+    async fn image_path(
+        &self,
+        idx: usize,
+        image: &str,
+        provider: &str,
+    ) -> Result<String, DockerError> {
+        let key = (idx, image.to_owned());
+        if let Some(p) = self.images.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(p);
+        }
+        let host = &self.hosts[idx];
+        let inspect = host.docker.inspect_image(image).await.map_err(|e| match e {
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            } => DockerError::MissingImage(format!(
+                "image {image} is not on docker host '{}'; build it with `aicli image build {provider}`{} (or name another in engine.docker.images.{provider})",
+                host.name,
+                if self.hosts.len() > 1 { format!(" --host {}", host.name) } else { String::new() },
+            )),
+            other => DockerError::Api {
+                what: format!("inspecting image {image} on {}", host.name),
+                message: other.to_string(),
+            },
+        })?;
+        let path = image::path_in(&inspect);
+        if let Ok(mut m) = self.images.lock() {
+            m.insert(key, path.clone());
+        }
+        Ok(path)
+    }
+}
+
+/// Whether a config sends any task to containers by default (engine or provider runner,
+/// or engines configured).
+pub fn config_uses_docker(config: &aicli_providers::AiCliConfig) -> bool {
+    use aicli_providers::RunnerKind;
+    config.engine.runner == RunnerKind::Docker
+        || config
+            .providers
+            .values()
+            .any(|p| p.runner == Some(RunnerKind::Docker))
+        || !config.engine.docker.hosts.is_empty()
+}
+
+/// The `Host` names containers reach aicli's MCP server under: `host.docker.internal`
+/// and each engine's `mcp_address`.
+pub fn container_hosts(config: &DockerConfig) -> Vec<String> {
+    let mut v = vec![hosts::HOST_ALIAS.to_owned()];
+    v.extend(config.hosts.iter().filter_map(|h| h.mcp_address.clone()));
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// `engine.docker.images.<name>`, else `aicli/<name>:<version>` (`latest` unpinned).
+pub fn image_name(config: &DockerConfig, provider: &str, version: Option<&str>) -> String {
+    config
+        .images
+        .get(provider)
+        .cloned()
+        .unwrap_or_else(|| format!("aicli/{provider}:{}", version.unwrap_or("latest")))
+}
+
+/// Copies the user's login files (`files`, relative to `user_home`) into `task_home`,
+/// each once: what the CLI changes in its copy stays the task's.
+fn copy_home_files(user_home: &Path, task_home: &Path, files: &[String]) -> std::io::Result<()> {
+    for f in files {
+        let src = user_home.join(f);
+        let dst = task_home.join(f);
+        if dst.symlink_metadata().is_ok() || src.symlink_metadata().is_err() {
+            continue;
+        }
+        if let Some(parent) = dst.parent() {
+            create_private_dir(parent)?;
+        }
+        copy_private(&src, &dst)?;
+    }
+    Ok(())
+}
+
+/// Copies a file (0600) or a directory tree (0700 directories) without following links
+/// out of it.
+fn copy_private(src: &Path, dst: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(src)?;
+    if meta.is_dir() {
+        create_private_dir(dst)?;
+        for e in std::fs::read_dir(src)?.flatten() {
+            copy_private(&e.path(), &dst.join(e.file_name()))?;
+        }
+    } else if meta.is_file() {
+        std::fs::copy(src, dst)?;
+        std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o600))?;
+    } else if meta.file_type().is_symlink() {
+        // A link to the real file (dotfile managers): copy what it points to.
+        if let Ok(m) = std::fs::metadata(src)
+            && m.is_file()
+        {
+            std::fs::copy(src, dst)?;
+            std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+#[async_trait]
+impl Runner for DockerRunner {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn place(&self, req: &PlaceRequest<'_>) -> Result<Box<dyn Placement>, RunnerError> {
+        let image = Self::image_for(&self.config, req.provider);
+        let (idx, permit) = hosts::acquire(&self.hosts).await.ok_or_else(|| {
+            DockerError::NoEngine("no engine is connected".into()).into_runner_error()
+        })?;
+        let host = self.hosts[idx].clone();
+        let image_path = self
+            .image_path(idx, &image, req.provider.name())
+            .await
+            .map_err(DockerError::into_runner_error)?;
+        let user = match &self.config.user {
+            Some(u) => placement::parse_user(u),
+            None if host.remote => Some((image::USER_ID, image::USER_ID)),
+            None => placement::owner_of(req.workspace),
+        }
+        .unwrap_or((image::USER_ID, image::USER_ID));
+        let work = |e: std::io::Error, what: &str, p: &Path| {
+            DockerError::Work(format!("cannot prepare {what} {}: {e}", p.display()))
+                .into_runner_error()
+        };
+        create_private_dir(req.task_home).map_err(|e| work(e, "the task's home", req.task_home))?;
+        create_private_dir(req.private_dir)
+            .map_err(|e| work(e, "the run's private directory", req.private_dir))?;
+        if let Some(user_home) = req.inherited_env.get("HOME").map(PathBuf::from) {
+            let mut files: Vec<String> =
+                COMMON_HOME_FILES.iter().map(|s| (*s).to_owned()).collect();
+            files.extend(req.provider.config().container_home_files.iter().cloned());
+            copy_home_files(&user_home, req.task_home, &files)
+                .map_err(|e| work(e, "the login copies in", req.task_home))?;
+        }
+        let labels = labels::Labelled {
+            batch_id: req.batch_id.to_owned(),
+            task_id: req.task_id.to_owned(),
+            attempt: req.attempt,
+            provider: req.provider.name().to_owned(),
+            owner: labels::this_owner(),
+            workspace: Some(req.workspace.to_path_buf()),
+            home: Some(req.task_home.to_path_buf()),
+            branch: req.branch.map(str::to_owned),
+            remote: host.remote,
+            base: None,
+        };
+        let scratch = req
+            .private_dir
+            .with_file_name(format!("{}-{}-transfer", req.task_id, req.attempt));
+        tracing::info!(task = %req.task_id, host = %host.name, %image, user = ?user, "placed in a container");
+        Ok(Box::new(placement::DockerPlacement::new(
+            placement::PlacementSpec {
+                host,
+                permit,
+                image,
+                image_path,
+                binary_name: req.provider.binary_name().to_owned(),
+                user,
+                limits: self.config.clone(),
+                workspace: req.workspace.to_path_buf(),
+                private_dir: req.private_dir.to_path_buf(),
+                task_home: req.task_home.to_path_buf(),
+                labels,
+                scratch,
+            },
+        )))
+    }
+
+    async fn remove_leftovers(&self, batch_id: &str, task_id: &str) -> Vec<String> {
+        leftovers::remove(&self.hosts, Some((batch_id, task_id)), false).await
+    }
+}
+
+/// `chown -R` of a directory this process made.
+pub(crate) fn chown_tree(dir: &Path, (uid, gid): (u32, u32)) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    if std::fs::symlink_metadata(dir)?.is_dir() {
+        for e in std::fs::read_dir(dir)?.flatten() {
+            chown_tree(&e.path(), (uid, gid))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,423 @@
+//! One run in a container: the [`Placement`] the Docker runner hands out.
+//!
+//! The command comes with this machine's paths; [`DockerPlacement::start`] maps them
+//! (see [`super::paths`]) and creates the container:
+//!
+//! - a local engine bind-mounts the worktree at `/workspace`, the run's private
+//!   directory at `/aicli`, the task's home at `/home/aicli` and the repository's git
+//!   directory at its own path (the worktree's `.git` file points there), so the work
+//!   lands in the worktree as it happens;
+//! - a remote engine gets the same files uploaded (see [`super::remote`]) and runs the
+//!   CLI under a wrapper that packs the work into a git bundle when it ends.
+//!
+//! The container is labelled (batch, task, attempt, owner), limited (memory, CPUs, pids,
+//! network), runs with `--init`, `no-new-privileges` and `host.docker.internal` naming
+//! aicli's machine, and is removed in [`DockerPlacement::finish`] (or, as a safety net,
+//! when the placement is dropped).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aicli_providers::{BinaryLocation, CommandSpec, DockerConfig};
+use async_trait::async_trait;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::handle::{Container, ContainerHandle};
+use super::hosts::{HOST_ALIAS, Host};
+use super::labels::Labelled;
+use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE};
+use super::{DockerError, remote};
+use crate::process::OutputOptions;
+use crate::runner::{AgentReach, Placement, RunHandle, RunnerError};
+
+/// Variables of a local run's environment that name this machine (its paths, its user)
+/// and so stay out of a container.
+const HOST_ONLY: [&str; 12] = [
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "XDG_*",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+];
+
+/// How long a remote run may take to pack its work after SIGTERM, on top of the grace.
+const PACK_ALLOWANCE: Duration = Duration::from_secs(30);
+
+/// Everything [`DockerPlacement`] needs, decided by the runner.
+#[derive(Debug)]
+pub struct PlacementSpec {
+    /// The engine.
+    pub host: Arc<Host>,
+    /// The place held on it.
+    pub permit: OwnedSemaphorePermit,
+    /// The image.
+    pub image: String,
+    /// `PATH` in the image.
+    pub image_path: String,
+    /// The CLI's executable name (found on the image's `PATH`).
+    pub binary_name: String,
+    /// `uid:gid` the CLI runs as.
+    pub user: (u32, u32),
+    /// Limits.
+    pub limits: Arc<DockerConfig>,
+    /// The task's worktree.
+    pub workspace: PathBuf,
+    /// The run's private directory.
+    pub private_dir: PathBuf,
+    /// The task's home.
+    pub task_home: PathBuf,
+    /// The labels.
+    pub labels: Labelled,
+    /// Where downloads wait before they are applied (on this machine).
+    pub scratch: PathBuf,
+}
+
+/// A run in a container (see the module docs).
+#[derive(Debug)]
+pub struct DockerPlacement {
+    spec: PlacementSpec,
+    map: PathMap,
+    container: Option<Arc<Container>>,
+}
+
+impl DockerPlacement {
+    /// A placement of `spec`.
+    pub fn new(spec: PlacementSpec) -> DockerPlacement {
+        let map = PathMap::new([
+            (spec.workspace.as_path(), WORKSPACE),
+            (spec.private_dir.as_path(), PRIVATE),
+            (spec.task_home.as_path(), HOME),
+        ]);
+        DockerPlacement {
+            spec,
+            map,
+            container: None,
+        }
+    }
+
+    fn err(&self, e: DockerError) -> RunnerError {
+        e.into_runner_error()
+    }
+
+    /// The container's creation request for `cmd`.
+    fn body(&self, cmd: &CommandSpec) -> Result<ContainerCreateBody, DockerError> {
+        let s = &self.spec;
+        let cwd = self.map.container_path(&cmd.cwd).ok_or_else(|| {
+            DockerError::Work(format!(
+                "the run's directory {} is not inside its workspace {}",
+                cmd.cwd.display(),
+                s.workspace.display()
+            ))
+        })?;
+        let mut argv: Vec<String> = Vec::new();
+        if s.host.remote {
+            argv.extend(["/bin/sh".to_owned(), remote::RUN_SCRIPT.to_owned()]);
+        }
+        argv.push(self.map.rewrite(&cmd.program.display().to_string()));
+        argv.extend(cmd.args.iter().map(|a| self.map.rewrite(a)));
+        let env: Vec<String> = cmd
+            .env
+            .iter()
+            .filter(|(k, _)| !cmd.env_remove.contains(k))
+            .map(|(k, v)| format!("{k}={}", self.map.rewrite(v)))
+            .collect();
+        let l = &s.limits;
+        let mut host_config = HostConfig {
+            init: Some(true),
+            network_mode: Some(l.network_mode.clone()),
+            security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            extra_hosts: Some(vec![format!("{HOST_ALIAS}:{}", s.host.alias_target)]),
+            ..HostConfig::default()
+        };
+        if l.memory_mb > 0 {
+            let bytes = (l.memory_mb * 1024 * 1024) as i64;
+            host_config.memory = Some(bytes);
+            // No swap beyond the limit: a run over its memory is killed (exit 137).
+            host_config.memory_swap = Some(bytes);
+        }
+        if l.cpus > 0.0 {
+            host_config.nano_cpus = Some((l.cpus * 1e9) as i64);
+        }
+        if l.pids_limit > 0 {
+            host_config.pids_limit = Some(l.pids_limit);
+        }
+        if !s.host.remote {
+            let mut binds = vec![
+                format!("{}:{WORKSPACE}", s.workspace.display()),
+                format!("{}:{PRIVATE}", s.private_dir.display()),
+                format!("{}:{HOME}", s.task_home.display()),
+            ];
+            if let Some(gitdir) = common_git_dir(&s.workspace) {
+                binds.push(format!("{0}:{0}", gitdir.display()));
+            }
+            host_config.binds = Some(binds);
+        }
+        Ok(ContainerCreateBody {
+            image: Some(s.image.clone()),
+            cmd: Some(argv),
+            entrypoint: Some(Vec::new()),
+            env: Some(env),
+            working_dir: Some(cwd.display().to_string()),
+            user: Some(format!("{}:{}", s.user.0, s.user.1)),
+            labels: Some(s.labels.to_map()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            attach_stdin: Some(cmd.stdin.is_some()),
+            open_stdin: Some(cmd.stdin.is_some()),
+            stdin_once: Some(cmd.stdin.is_some()),
+            tty: Some(false),
+            host_config: Some(host_config),
+            ..ContainerCreateBody::default()
+        })
+    }
+
+    async fn remove(&mut self) -> Result<(), DockerError> {
+        let Some(c) = self.container.take() else {
+            return Ok(());
+        };
+        remove_container(&c).await
+    }
+}
+
+/// Removes a container (and its anonymous volumes), whatever its state.
+pub async fn remove_container(c: &Container) -> Result<(), DockerError> {
+    match c
+        .docker
+        .remove_container(
+            &c.id,
+            Some(RemoveContainerOptions {
+                force: true,
+                v: true,
+                link: false,
+            }),
+        )
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(DockerError::Api {
+            what: format!("removing container {} on {}", c.id, c.host),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// The repository's common git directory, when `workspace` is a linked worktree (its
+/// `.git` is a file naming a directory under the common one).
+fn common_git_dir(workspace: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(workspace.join(".git")).ok()?;
+    let gitdir = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
+    let gitdir = if gitdir.is_absolute() {
+        gitdir
+    } else {
+        workspace.join(gitdir)
+    };
+    let common = std::fs::read_to_string(gitdir.join("commondir"))
+        .map(|c| {
+            let c = PathBuf::from(c.trim());
+            if c.is_absolute() { c } else { gitdir.join(c) }
+        })
+        .unwrap_or(gitdir);
+    std::fs::canonicalize(common).ok()
+}
+
+#[async_trait]
+impl Placement for DockerPlacement {
+    fn describe(&self) -> String {
+        format!("docker {} ({})", self.spec.host.name, self.spec.image)
+    }
+
+    fn agent_reach(&self) -> Option<&AgentReach> {
+        Some(&self.spec.host.reach)
+    }
+
+    fn env(&self, inherited: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        // What a local run of the CLI would get, minus what names this machine's paths.
+        let mut env: BTreeMap<String, String> = inherited
+            .iter()
+            .filter(|(k, _)| !HOST_ONLY.iter().any(|p| crate::env::matches(p, k)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // The task's home, as this machine knows it (providers may read it); the path
+        // map makes it /home/aicli in the container.
+        env.insert("HOME".to_owned(), self.spec.task_home.display().to_string());
+        env.insert("PATH".to_owned(), self.spec.image_path.clone());
+        env.entry("LANG".to_owned())
+            .or_insert_with(|| "C.UTF-8".to_owned());
+        env
+    }
+
+    fn binary(&self) -> Option<BinaryLocation> {
+        Some(BinaryLocation::Path(PathBuf::from(&self.spec.binary_name)))
+    }
+
+    fn runs_as_root(&self) -> bool {
+        self.spec.user.0 == 0
+    }
+
+    fn visible_path(&self, path: &Path) -> PathBuf {
+        self.map
+            .container_path(path)
+            .unwrap_or_else(|| path.to_path_buf())
+    }
+
+    async fn start(
+        &mut self,
+        cmd: &CommandSpec,
+        out: OutputOptions,
+    ) -> Result<Box<dyn RunHandle>, RunnerError> {
+        let body = self.body(cmd).map_err(|e| self.err(e))?;
+        let host = self.spec.host.clone();
+        if !host.remote && self.spec.user.0 != nix::unistd::geteuid().as_raw() {
+            // The container's user must read the run's files (written by this process)
+            // and keep its sessions in the task's home.
+            for d in [&self.spec.private_dir, &self.spec.task_home] {
+                if let Err(e) = super::chown_tree(d, self.spec.user) {
+                    tracing::warn!(dir = %d.display(), error = %e, "cannot give the container's user its directory");
+                }
+            }
+        }
+        let name = format!(
+            "aicli-{}-{}-{}-{}",
+            self.spec.labels.batch_id,
+            self.spec.labels.task_id,
+            self.spec.labels.attempt,
+            &uuid::Uuid::new_v4().simple().to_string()[..6]
+        );
+        let created = host
+            .docker
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                }),
+                body,
+            )
+            .await
+            .map_err(|e| {
+                self.err(DockerError::Api {
+                    what: format!("creating container {name} on {}", host.name),
+                    message: e.to_string(),
+                })
+            })?;
+        for w in &created.warnings {
+            tracing::warn!(container = %name, warning = %w, "docker");
+        }
+        let container = Arc::new(Container {
+            docker: host.docker.clone(),
+            id: created.id,
+            host: host.name.clone(),
+        });
+        // From here on the container is ours to remove, whatever happens.
+        self.container = Some(container.clone());
+        if host.remote {
+            let up = remote::Upload {
+                workspace: self.spec.workspace.clone(),
+                private_dir: self.spec.private_dir.clone(),
+                task_home: self.spec.task_home.clone(),
+                uid: u64::from(self.spec.user.0),
+                gid: u64::from(self.spec.user.1),
+            };
+            remote::upload(&container, &up, &self.spec.scratch)
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        let allowance = if host.remote {
+            PACK_ALLOWANCE
+        } else {
+            Duration::ZERO
+        };
+        let handle = ContainerHandle::start(container, cmd.stdin.clone(), out, allowance)
+            .await
+            .map_err(|message| {
+                self.err(DockerError::Api {
+                    what: format!("starting container {name} on {}", host.name),
+                    message,
+                })
+            })?;
+        tracing::info!(container = %name, host = %host.name, image = %self.spec.image, "container running");
+        Ok(Box::new(handle))
+    }
+
+    async fn finish(&mut self) -> Result<(), RunnerError> {
+        let mut result = Ok(());
+        if self.spec.host.remote
+            && let Some(c) = self.container.clone()
+        {
+            let tag = format!(
+                "{}-{}-{}",
+                self.spec.labels.batch_id, self.spec.labels.task_id, self.spec.labels.attempt
+            );
+            match remote::bring_back(
+                &c,
+                Some(&self.spec.workspace),
+                Some(&self.spec.task_home),
+                &self.spec.scratch,
+                &tag,
+            )
+            .await
+            {
+                Ok(true) => {
+                    let _ = std::fs::remove_dir_all(&self.spec.scratch);
+                }
+                Ok(false) => {
+                    let _ = std::fs::remove_dir_all(&self.spec.scratch);
+                    tracing::warn!(host = %c.host, container = %c.id, "the remote run left no bundle: its work since the start is not brought back");
+                }
+                Err(e) => result = Err(self.err(e)),
+            }
+        }
+        if let Err(e) = self.remove().await {
+            tracing::warn!(error = %e, "removing the container");
+            if result.is_ok() {
+                result = Err(self.err(e));
+            }
+        }
+        result
+    }
+}
+
+impl Drop for DockerPlacement {
+    fn drop(&mut self) {
+        // Safety net: finish() is the normal path.
+        if let Some(c) = self.container.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                if let Err(e) = remove_container(&c).await {
+                    tracing::warn!(error = %e, "removing a container left by a dropped run");
+                }
+            });
+        }
+    }
+}
+
+/// `uid:gid` of `path`'s owner.
+pub fn owner_of(path: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.uid(), m.gid()))
+}
+
+/// Parses `uid:gid` (or a bare uid, group the same).
+pub fn parse_user(u: &str) -> Option<(u32, u32)> {
+    match u.split_once(':') {
+        Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+        None => {
+            let uid = if u == "root" { 0 } else { u.parse().ok()? };
+            Some((uid, uid))
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! The fake CLI in containers on the local engine.
+
+use aicli::BatchOptions;
+use aicli::providers::{SessionStatus, TaskSpec};
+use tokio_util::sync::CancellationToken;
+
+use super::support::{self, assert_no_container, docker_config, fake_provider, local_host};
+use crate::suite::support::{collect_events, git, git_repo};
+
+fn task(id: &str, args: &[&str]) -> TaskSpec {
+    TaskSpec {
+        id: id.into(),
+        prompt: "do the thing".into(),
+        extra_args: args.iter().map(|s| (*s).to_owned()).collect(),
+        ..TaskSpec::default()
+    }
+}
+
+/// A run in a container: the answer parsed from the live stream, the file the "tool"
+/// made in the worktree (bind-mounted at /workspace), nothing of aicli's scaffolding in
+/// the worktree, and the container gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_a_container_works_in_the_worktree_and_leaves_nothing() {
+    let Some(docker) = support::local_engine("a_run_in_a_container").await else {
+        return;
+    };
+    let image = support::fake_cli_image(&docker).await;
+    let repo = git_repo();
+    let engine = support::engine(
+        docker_config(vec![local_host()], &image),
+        fake_provider("claude", "text"),
+    );
+    let mut opts = BatchOptions::new(repo.path());
+    opts.provider = Some("fake".into());
+    let (tx, events) = collect_events();
+    let batch = engine
+        .run_batch(
+            vec![task(
+                "t1",
+                &[
+                    "--touch",
+                    "made-in-container.txt",
+                    "--require-file",
+                    "/workspace/README.md",
+                ],
+            )],
+            opts,
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .expect("batch");
+    let _ = events.await;
+    let r = &batch.tasks[0];
+    assert_eq!(r.status, SessionStatus::Succeeded, "{r:#?}");
+    assert!(!r.response.is_empty());
+    let wt = r.worktree.clone().expect("the worktree holds work");
+    assert!(wt.join("made-in-container.txt").is_file());
+    // Only the agent's file is new in the worktree: no MCP config, prompt or home.
+    let status = git(&wt, &["status", "--porcelain", "--untracked-files=all"]);
+    assert_eq!(status, "?? made-in-container.txt");
+    assert_no_container(&docker, &batch.batch_id).await;
+    // The run's private directory and the task's home (login copies) are gone.
+    let private = batch.runs_dir.join("private");
+    let left: Vec<_> = std::fs::read_dir(&private)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in {}: {left:?}", private.display());
+}
+
+async fn run(
+    engine: &aicli::Engine,
+    repo: &std::path::Path,
+    tasks: Vec<TaskSpec>,
+    f: impl FnOnce(&mut BatchOptions),
+    cancel: CancellationToken,
+) -> aicli::BatchResult {
+    let mut opts = BatchOptions::new(repo);
+    opts.provider = Some("fake".into());
+    f(&mut opts);
+    let (tx, events) = collect_events();
+    let b = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        engine.run_batch(tasks, opts, tx, cancel),
+    )
+    .await
+    .expect("the batch ends")
+    .expect("batch");
+    let _ = events.await;
+    b
+}
+
+/// Failure, cancel, timeout and a budget stop: each run ends as it should and its
+/// container is gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_end_of_a_run_removes_its_container() {
+    let Some(docker) = support::local_engine("every_end_of_a_run").await else {
+        return;
+    };
+    let image = support::fake_cli_image(&docker).await;
+    let repo = git_repo();
+    let engine = support::engine(
+        docker_config(vec![local_host()], &image),
+        fake_provider("claude", "text"),
+    );
+    // Failure: the CLI reports it cannot reach the API and exits 1.
+    let badkey = format!("{}/claude/badkey.ndjson", support::FIXTURES_IN_IMAGE);
+    let b = run(
+        &engine,
+        repo.path(),
+        vec![task("fails", &["--replay", &badkey, "--exit", "1"])],
+        |_| {},
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(
+        b.tasks[0].status,
+        SessionStatus::Failed,
+        "{:#?}",
+        b.tasks[0]
+    );
+    assert_eq!(
+        b.tasks[0].error_kind,
+        Some(aicli::providers::ErrorKind::Network)
+    );
+    assert_eq!(b.tasks[0].exit_code, Some(1));
+    assert_no_container(&docker, &b.batch_id).await;
+
+    // Timeout: it hangs after its first line; the wall-clock limit ends it.
+    let mut t = task("hangs", &["--hang-after", "1"]);
+    t.timeout_secs = Some(2);
+    let started = std::time::Instant::now();
+    let b = run(
+        &engine,
+        repo.path(),
+        vec![t],
+        |_| {},
+        CancellationToken::new(),
+    )
+    .await;
+    let r = &b.tasks[0];
+    assert_eq!(
+        r.error_kind,
+        Some(aicli::providers::ErrorKind::Timeout),
+        "{r:#?}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert_no_container(&docker, &b.batch_id).await;
+
+    // Cancel: once the CLI has printed, the batch is cancelled.
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        c2.cancel();
+    });
+    let b = run(
+        &engine,
+        repo.path(),
+        vec![task("cancelled", &["--hang-after", "1"])],
+        |_| {},
+        cancel,
+    )
+    .await;
+    let r = &b.tasks[0];
+    assert_eq!(r.status, SessionStatus::Interrupted, "{r:#?}");
+    assert_no_container(&docker, &b.batch_id).await;
+
+    // Budget stop: the quick task's cost spends the budget while the slow one runs.
+    let b = run(
+        &engine,
+        repo.path(),
+        vec![
+            task("quick", &[]),
+            task("slow", &["--line-delay-ms", "5000"]),
+        ],
+        |o| {
+            o.budget_usd = Some(0.0001);
+            o.max_parallel = Some(2);
+        },
+        CancellationToken::new(),
+    )
+    .await;
+    let slow = b.tasks.iter().find(|t| t.task_id == "slow").expect("slow");
+    assert_eq!(
+        slow.error_kind,
+        Some(aicli::providers::ErrorKind::Budget),
+        "{slow:#?}"
+    );
+    assert_no_container(&docker, &b.batch_id).await;
+}
+
+/// `aicli batch` in containers killed with SIGKILL: its running container is left
+/// (labelled with batch and task, its owner gone); `aicli resume` removes it and finishes
+/// the batch, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
+    let Some(docker) = support::local_engine("kill_9_of_aicli").await else {
+        return;
+    };
+    let image = support::fake_cli_image(&docker).await;
+    let repo = git_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let fx = format!("{}/claude/text", support::FIXTURES_IN_IMAGE);
+    let config = serde_json::json!({
+        "default_provider": "fake",
+        "providers": {"fake": {
+            "adapter": "claude",
+            "binary_name": "aicli-fake-cli",
+            "extra_args": [
+                "--replay", format!("{fx}.ndjson"),
+                "--stderr-file", format!("{fx}.stderr"),
+                "--exit-file", format!("{fx}.exit")
+            ]
+        }},
+        "engine": {"kill_grace_ms": 300, "docker": {
+            "hosts": [{"name": "local", "url": "unix:///var/run/docker.sock"}],
+            "images": {"fake": image}
+        }}
+    });
+    let cfg = dir.path().join("aicli.json");
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    let tasks = serde_json::json!({"max_parallel": 2, "tasks": [
+        {"id": "quick", "prompt": "q", "extra_args": ["--touch", "quick.txt"]},
+        {"id": "slow", "prompt": "s", "extra_args": ["--touch", "slow.txt", "--line-delay-ms", "4000"]}
+    ]});
+    let tasks_file = dir.path().join("tasks.json");
+    std::fs::write(&tasks_file, tasks.to_string()).unwrap();
+    let aicli = env!("CARGO_BIN_EXE_aicli");
+    let cmd = |args: &[&str]| {
+        let mut c = std::process::Command::new(aicli);
+        c.args(["--config", cfg.to_str().unwrap()]).args(args);
+        c
+    };
+    // The runner comes from the command line only: the resume finds it in the records.
+    let mut child = cmd(&[
+        "batch",
+        tasks_file.to_str().unwrap(),
+        "--runner",
+        "docker",
+        "--repo",
+        repo.path().to_str().unwrap(),
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let runs = repo.path().join(".aicli/runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let batch_dir = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never got going"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let Some(b) = std::fs::read_dir(&runs)
+            .ok()
+            .and_then(|d| d.flatten().next())
+        else {
+            continue;
+        };
+        let t = b.path().join("tasks");
+        let state = |id: &str| -> Option<String> {
+            let v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(t.join(id).join("task.json")).ok()?).ok()?;
+            v["state"].as_str().map(str::to_owned)
+        };
+        let printed = std::fs::metadata(t.join("slow/events.ndjson")).is_ok_and(|m| m.len() > 0);
+        if state("quick").as_deref() == Some("succeeded") && printed {
+            break b.path();
+        }
+    };
+    let batch_id = batch_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    // The slow task's container outlives aicli, labelled, its owner gone.
+    let left = support::containers_of(&docker, &batch_id).await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    let listed = cmd(&["containers", "--json"]).output().unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let mine: Vec<&serde_json::Value> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["labels"]["batch_id"] == batch_id.as_str())
+        .collect();
+    assert_eq!(mine.len(), 1, "{listed:#}");
+    assert_eq!(mine[0]["labels"]["task_id"], "slow");
+    assert_eq!(mine[0]["owner_alive"], false);
+
+    let out = cmd(&[
+        "resume",
+        &batch_id,
+        "--json",
+        "--repo",
+        repo.path().to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((result.n_tasks, result.n_succeeded), (2, 2), "{result:#?}");
+    assert_no_container(&docker, &batch_id).await;
+    // Nothing lost: both tasks' work is in their worktrees.
+    for (id, file) in [("quick", "quick.txt"), ("slow", "slow.txt")] {
+        let r = result.tasks.iter().find(|t| t.task_id == id).unwrap();
+        let wt = r
+            .worktree
+            .clone()
+            .unwrap_or_else(|| panic!("{id} keeps its worktree"));
+        assert!(wt.join(file).is_file(), "{id}: {file} missing");
+    }
+    let rec = aicli::store::RunStore::new(&runs)
+        .open_batch(&batch_id)
+        .unwrap();
+    let slow = rec.task("slow").unwrap();
+    assert_eq!(slow.attempts.len(), 2);
+    assert_eq!(
+        slow.attempts[0].result.as_ref().map(|r| r.status),
+        Some(SessionStatus::Interrupted)
+    );
+}

@@ -1,0 +1,22 @@
+//! The Docker runner against a real engine (`.ci/docker-engine.sh`
+//! starts one; without it these tests say why and skip, unless `AICLI_REQUIRE_DOCKER`
+//! is set, as in CI).
+//!
+//! `local.rs`: the fake CLI in containers on the local engine (workspace, scaffolding,
+//! cancel, timeout, leftovers); `remote.rs`: a second, strictly remote engine;
+//! `clis.rs`: the three real CLIs in containers against the fake model APIs;
+//! `mcp.rs`: tokens and addresses from inside containers; `prompt.rs`: the prompt on
+//! stdin and the environment a container gets; `images.rs`: `aicli image build` and
+//! `aicli doctor` on the engine; `tools.rs`: task-scoped MCP tools called from a
+//! container.
+
+pub mod clis;
+mod fake_api;
+mod images;
+mod local;
+mod mcp;
+mod prompt;
+mod remote;
+pub mod remote_engine;
+pub mod support;
+mod tools;
