@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::support::*;
 
 /// The usage of every model response in the made-up transcripts.
-fn per_message() -> CanonicalUsage {
+pub(crate) fn per_message() -> CanonicalUsage {
     CanonicalUsage {
         input_tokens: 10_000,
         cache_read: 2_000,
@@ -33,7 +33,7 @@ fn per_message() -> CanonicalUsage {
 }
 
 /// What one model response of [`per_message`] costs at the config's Claude price.
-fn message_cost() -> f64 {
+pub(crate) fn message_cost() -> f64 {
     let config = AiCliConfig::builtin().unwrap();
     config.providers["claude"]
         .prices
@@ -46,7 +46,7 @@ fn message_cost() -> f64 {
 /// [`per_message`] as its `message_start` usage, as the real CLI does), then the
 /// result line with the cost of all of them. Written to `dir/<name>.ndjson` (+ empty
 /// stderr, exit 0); returns the path without extension.
-fn transcript(dir: &Path, name: &str, messages: usize) -> PathBuf {
+pub(crate) fn transcript(dir: &Path, name: &str, messages: usize) -> PathBuf {
     let sid = "7f1d3c1e-5b5a-4c61-9d1e-000000000001";
     let u = per_message();
     let mut out = String::new();
