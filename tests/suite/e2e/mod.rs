@@ -785,6 +785,64 @@ pub async fn assert_no_process_with_home(home: &Path) {
     }
 }
 
+/// The live display's figures came from the stream while the task ran (issue 11,
+/// friction 17): spend updates for `task` before its end, from Claude's assistant usage,
+/// Codex's `turn.completed`, Gemini's result line, priced at the config's prices and
+/// marked estimated. The last one holds the run's input and cache tokens; for the CLIs
+/// that report no cost it is the run's cost too (Claude's live figure lacks the output
+/// its result line adds, and its result carries the CLI's own figure).
+pub fn assert_live_spend(cli: Cli, ran: &Ran, task: &str) {
+    let r = ran
+        .batch
+        .tasks
+        .iter()
+        .find(|t| t.task_id == task)
+        .expect("the task's result");
+    let mut spends = Vec::new();
+    let mut finished = false;
+    for (_, e) in &ran.events {
+        match e {
+            BatchEvent::TaskSpend {
+                task_id,
+                usage,
+                cost_usd,
+                cost_source,
+            } if &**task_id == task => {
+                assert!(!finished, "a spend update after the task's end");
+                spends.push((*usage, *cost_usd, *cost_source));
+            }
+            BatchEvent::TaskFinished { task_id, .. } if &**task_id == task => finished = true,
+            _ => {}
+        }
+    }
+    let (usage, cost, source) = *spends
+        .last()
+        .unwrap_or_else(|| panic!("no live spend for {task}: {:#?}", ran.events));
+    assert_eq!(source, CostSource::Estimated, "{spends:?}");
+    assert_eq!(
+        usage.input_tokens, r.canonical_usage.input_tokens,
+        "{spends:?}"
+    );
+    assert_eq!(usage.cache_read, r.canonical_usage.cache_read, "{spends:?}");
+    assert!(
+        usage.output_tokens <= r.canonical_usage.output_tokens,
+        "{spends:?}"
+    );
+    let cost = cost.expect("the model has a price");
+    assert!(cost > 0.0, "{spends:?}");
+    match cli.cost_source() {
+        CostSource::Estimated => {
+            assert_cost(Some(cost), r.cost_usd.unwrap_or_default(), "live spend")
+        }
+        CostSource::Reported | CostSource::Unknown => {
+            assert!(
+                cost <= r.cost_usd.unwrap_or_default() + 1e-9,
+                "{spends:?} vs {r:?}"
+            )
+        }
+    }
+}
+
 /// The figures of a live result and its replay from the run record agree.
 pub fn assert_same_parse(live: &SessionResult, replayed: &SessionResult) {
     let pick = |r: &SessionResult| {
@@ -886,6 +944,7 @@ pub async fn plain_answer_with(cli: Cli, setup: Setup) {
     assert_eq!(r.tool_calls, 0);
     assert_eq!(r.worktree, None, "a worktree without work is removed");
     assert_eq!(ran.batch.total_cost_usd, r.cost_usd.unwrap_or_default());
+    assert_live_spend(cli, &ran, "plain");
     t.assert_only_model_traffic();
 
     // The record: one attempt, the raw stream re-parses to the same result.
