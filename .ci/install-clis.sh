@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install the pinned AI coding CLIs (claude, codex, gemini) into aicli's cache, outside
-# the repository, for the tests that run the real CLIs against fake model APIs.
+# Install the pinned AI coding CLIs (claude, codex, gemini) and ACP agents (claude-agent-acp,
+# codex-acp, OpenCode) into aicli's cache, outside the repository, for the tests that run
+# them against fake model APIs.
 #
 # This is `aicli install` (the versions come from ai_cli_providers.json, the pins live
 # only there): it builds aicli first, then runs the command. Re-running is cheap: when
@@ -8,10 +9,15 @@
 #
 #   AICLI_CLI_CACHE   install prefix (default: $HOME/.cache/aicli/npm; see `aicli install --help`)
 #
-# Prints the three binary paths on stdout (one `name=path` a line); progress on stderr.
+# Prints the binary paths on stdout (one `name=path` a line); progress on stderr.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 cargo build --quiet --bin aicli >&2
 target="${CARGO_TARGET_DIR:-target}"
-exec "$target/debug/aicli" install "$@"
+"$target/debug/aicli" install "$@"
+# OpenCode, the ACP agent aicli has no code for: its entry lives only in a config file
+# (tests/data/opencode.json), and `aicli install` installs it from there.
+if [[ $# -eq 0 ]]; then
+  "$target/debug/aicli" --config tests/data/opencode.json install opencode
+fi

@@ -28,10 +28,22 @@ pub fn default_model(vendor: Vendor) -> Option<&'static str> {
     }
 }
 
-/// The vendor whose fake serves provider `name` (by its adapter), if any.
+/// The vendor whose fake serves provider `name` (by its adapter; an ACP agent by its
+/// `acp.model_api`), if any.
 pub fn vendor_of(name: &str, config: &ProviderConfig) -> Option<Vendor> {
-    Vendor::parse(config.adapter_name(name))
+    match config.adapter_name(name) {
+        ACP_ADAPTER => config
+            .acp
+            .as_ref()?
+            .model_api
+            .as_deref()
+            .and_then(Vendor::parse),
+        adapter => Vendor::parse(adapter),
+    }
 }
+
+/// The adapter name of ACP agents.
+const ACP_ADAPTER: &str = "acp";
 
 /// Running fakes, one per vendor; dropping them stops them.
 #[derive(Debug)]
@@ -122,7 +134,14 @@ impl FakeApis {
             {
                 options = options.with_model(m);
             }
-            let wiring = aicli_testkit::CliWiring::for_fake(vendor, &url, &options);
+            // An ACP agent takes none of the CLI's own arguments: its model goes through
+            // the entry's `acp.model`, codex-acp's provider through CODEX_CONFIG.
+            let acp = p.adapter_name(name) == ACP_ADAPTER;
+            let wiring = if acp {
+                aicli_testkit::CliWiring::for_acp_fake(vendor, &url, &options)
+            } else {
+                aicli_testkit::CliWiring::for_fake(vendor, &url, &options)
+            };
             let mut args = wiring.args.iter();
             while let Some(a) = args.next() {
                 match a.as_str() {
@@ -148,7 +167,13 @@ impl FakeApis {
             // The provider's own `env`: a CLI gets nothing of the environment it is given
             // but its base set and what its provider names (see `aicli::env`).
             p.env.extend(wiring.env.clone());
-            out.env.extend(wiring.env.clone());
+            out.env.extend(
+                wiring
+                    .env
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != "CODEX_CONFIG")
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
             for f in wiring.home_files {
                 match out.home_files.iter_mut().find(|h| h.path == f.path) {
                     Some(_) => {}
@@ -224,7 +249,35 @@ mod tests {
             .expect("fakes");
         let w = apis.wire(&mut config, FakeApi::base_url);
         let names: Vec<&str> = w.providers.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["claude", "codex", "gemini"]);
+        assert_eq!(
+            names,
+            [
+                "claude",
+                "claude-acp",
+                "codex",
+                "codex-acp",
+                "gemini",
+                "gemini-acp"
+            ]
+        );
+        // The ACP agents get their fake's variables, none of the CLIs' arguments.
+        let codex_acp = &config.providers["codex-acp"];
+        assert!(
+            codex_acp.extra_args.is_empty(),
+            "{:?}",
+            codex_acp.extra_args
+        );
+        let cfg: serde_json::Value =
+            serde_json::from_str(&codex_acp.env["CODEX_CONFIG"]).expect("CODEX_CONFIG");
+        assert_eq!(cfg["model"], "gpt-5.5");
+        assert_eq!(
+            config.providers["gemini-acp"].extra_args,
+            ["--acp", "--skip-trust"]
+        );
+        assert_eq!(
+            config.providers["gemini-acp"].default_model.as_deref(),
+            Some("gemini-2.5-flash")
+        );
         let claude = apis.get(Vendor::Anthropic).expect("anthropic fake");
         assert_eq!(w.env["ANTHROPIC_BASE_URL"], claude.base_url());
         let codex = &config.providers["codex"];

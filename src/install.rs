@@ -99,14 +99,33 @@ pub fn cli_bin_dir() -> PathBuf {
     cli_cache_dir().join("node_modules/.bin")
 }
 
+/// The npm prefix, inside `cache` (a [`cli_cache_dir`]), of the packages installed with
+/// `--omit=optional` ([`aicli_providers::ProviderConfig::npm_omit_optional`]): their own,
+/// so that installing them never removes the other CLIs' optional native packages.
+pub fn slim_prefix(cache: &Path) -> PathBuf {
+    cache.join("slim")
+}
+
+/// Both executable directories of the cache: the CLIs', then the slim prefix's.
+pub fn cli_bin_dirs() -> [PathBuf; 2] {
+    let cache = cli_cache_dir();
+    [
+        cache.join("node_modules/.bin"),
+        slim_prefix(&cache).join("node_modules/.bin"),
+    ]
+}
+
 /// `path` with aicli's cache of CLIs appended: the search path of binary discovery
 /// (after a provider's `binary_path`, before its npx fallback).
 pub fn search_path_with_cache(path: &str) -> String {
-    let bin = cli_bin_dir();
+    let bins: Vec<String> = cli_bin_dirs()
+        .iter()
+        .map(|b| b.display().to_string())
+        .collect();
     if path.is_empty() {
-        bin.display().to_string()
+        bins.join(":")
     } else {
-        format!("{path}:{}", bin.display())
+        format!("{path}:{}", bins.join(":"))
     }
 }
 
@@ -130,7 +149,9 @@ impl BinarySource {
         match location {
             BinaryLocation::Npx { .. } => BinarySource::Npx,
             BinaryLocation::Path(_) if config.binary_path.is_some() => BinarySource::Config,
-            BinaryLocation::Path(p) if p.starts_with(cli_bin_dir()) => BinarySource::Cache,
+            BinaryLocation::Path(p) if cli_bin_dirs().iter().any(|d| p.starts_with(d)) => {
+                BinarySource::Cache
+            }
             BinaryLocation::Path(_) => BinarySource::Path,
         }
     }
@@ -157,6 +178,8 @@ pub struct Pin {
     pub version: String,
     /// The executable the package provides.
     pub binary_name: String,
+    /// Installed with `npm install --omit=optional`, into the [`slim_prefix`].
+    pub omit_optional: bool,
 }
 
 impl Pin {
@@ -165,9 +188,20 @@ impl Pin {
         format!("{}@{}", self.package, self.version)
     }
 
-    /// The executable in the cache at `prefix`.
-    pub fn binary(&self, prefix: &Path) -> PathBuf {
-        prefix.join("node_modules/.bin").join(&self.binary_name)
+    /// The npm prefix of this pin in the cache `cache` (a [`cli_cache_dir`]).
+    pub fn prefix(&self, cache: &Path) -> PathBuf {
+        if self.omit_optional {
+            slim_prefix(cache)
+        } else {
+            cache.to_path_buf()
+        }
+    }
+
+    /// The executable in the cache `cache`.
+    pub fn binary(&self, cache: &Path) -> PathBuf {
+        self.prefix(cache)
+            .join("node_modules/.bin")
+            .join(&self.binary_name)
     }
 }
 
@@ -183,6 +217,7 @@ pub fn pins(config: &AiCliConfig, names: &[String]) -> Result<Vec<Pin>, InstallE
             package: p.package.clone(),
             version,
             binary_name: p.binary_name.clone(),
+            omit_optional: p.npm_omit_optional,
         })
     };
     let mut out: Vec<Pin> = Vec::new();
@@ -209,6 +244,27 @@ pub fn pins(config: &AiCliConfig, names: &[String]) -> Result<Vec<Pin>, InstallE
             out.push(pin(name, p)?);
         }
     }
+    // An ACP wrapper runs another pinned CLI (claude-agent-acp runs `claude`, codex-acp
+    // `codex`): the provider whose binary that is comes along.
+    let mut needed = Vec::new();
+    for wrapper in &out {
+        let executables = config
+            .providers
+            .get(&wrapper.provider)
+            .and_then(|p| p.acp.as_ref())
+            .map(|a| a.env_executables.values().cloned().collect::<Vec<_>>())
+            .unwrap_or_default();
+        for exe in executables {
+            if let Some((name, p)) = config
+                .providers
+                .iter()
+                .find(|(_, p)| p.binary_name == exe && p.version.is_some() && !p.package.is_empty())
+            {
+                needed.push(pin(name, p)?);
+            }
+        }
+    }
+    out.extend(needed);
     let mut seen = std::collections::BTreeSet::new();
     out.retain(|p| seen.insert(p.spec()));
     Ok(out)
@@ -224,10 +280,10 @@ pub fn installed_version(prefix: &Path, package: &str) -> Option<String> {
     v.get("version")?.as_str().map(str::to_owned)
 }
 
-/// Whether `pin` is installed in `prefix` at its version, with its executable.
-pub fn is_installed(prefix: &Path, pin: &Pin) -> bool {
-    installed_version(prefix, &pin.package).as_deref() == Some(pin.version.as_str())
-        && crate::process::is_executable(&pin.binary(prefix))
+/// Whether `pin` is installed in the cache `cache` at its version, with its executable.
+pub fn is_installed(cache: &Path, pin: &Pin) -> bool {
+    installed_version(&pin.prefix(cache), &pin.package).as_deref() == Some(pin.version.as_str())
+        && crate::process::is_executable(&pin.binary(cache))
 }
 
 /// npm on `path` (a `PATH` value), or [`InstallError::NoNpm`].
@@ -236,16 +292,56 @@ pub fn find_npm(path: &str) -> Result<PathBuf, InstallError> {
     which::which_in("npm", Some(path), cwd).map_err(|_| InstallError::NoNpm)
 }
 
-/// Installs `pins` into the npm prefix `prefix` with `npm` (one `npm install` for all),
-/// then checks each package's version. `progress` gets each line npm prints. Install
-/// scripts run (Claude's postinstall links its native binary; node-pty builds for
-/// Gemini).
+/// Installs `pins` into the cache `cache` with `npm`: one `npm install` per prefix (the
+/// cache itself, and [`slim_prefix`] with `--omit=optional` for the pins that ask for
+/// it), then checks each package's version. `progress` gets each line npm prints.
+/// Install scripts run (Claude's postinstall links its native binary; node-pty builds
+/// for Gemini).
 pub async fn npm_install(
     npm: &Path,
-    prefix: &Path,
+    cache: &Path,
     pins: &[Pin],
     env: &BTreeMap<String, String>,
     mut progress: impl FnMut(&str),
+) -> Result<(), InstallError> {
+    for omit in [false, true] {
+        let group: Vec<Pin> = pins
+            .iter()
+            .filter(|p| p.omit_optional == omit)
+            .cloned()
+            .collect();
+        if group.is_empty() {
+            continue;
+        }
+        let prefix = if omit {
+            slim_prefix(cache)
+        } else {
+            cache.to_path_buf()
+        };
+        npm_install_into(npm, &prefix, &group, omit, env, &mut progress).await?;
+        for pin in &group {
+            let found = installed_version(&prefix, &pin.package);
+            if found.as_deref() != Some(pin.version.as_str()) || !is_installed(cache, pin) {
+                return Err(InstallError::Mismatch {
+                    package: pin.package.clone(),
+                    found: found.unwrap_or_else(|| "missing".to_owned()),
+                    pinned: pin.version.clone(),
+                    prefix: prefix.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One `npm install` of `pins` into `prefix`.
+async fn npm_install_into(
+    npm: &Path,
+    prefix: &Path,
+    pins: &[Pin],
+    omit_optional: bool,
+    env: &BTreeMap<String, String>,
+    progress: &mut impl FnMut(&str),
 ) -> Result<(), InstallError> {
     let io = |path: &Path| {
         let path = path.to_owned();
@@ -271,6 +367,7 @@ pub async fn npm_install(
             "--no-fund",
             "--progress=false",
         ])
+        .args(omit_optional.then_some("--omit=optional"))
         .args(pins.iter().map(Pin::spec))
         .env_clear()
         .envs(env)
@@ -312,17 +409,6 @@ pub async fn npm_install(
             tail: Vec::from(tail).join("\n"),
         });
     }
-    for pin in pins {
-        let found = installed_version(prefix, &pin.package);
-        if found.as_deref() != Some(pin.version.as_str()) || !is_installed(prefix, pin) {
-            return Err(InstallError::Mismatch {
-                package: pin.package.clone(),
-                found: found.unwrap_or_else(|| "missing".to_owned()),
-                pinned: pin.version.clone(),
-                prefix: prefix.to_owned(),
-            });
-        }
-    }
     Ok(())
 }
 
@@ -363,7 +449,8 @@ mod tests {
         c.providers.insert("claude-sonnet".into(), alias);
         let all = pins(&c, &[]).expect("pins");
         let specs: Vec<String> = all.iter().map(Pin::spec).collect();
-        let mut want: Vec<String> = ["claude", "codex", "gemini"]
+        // gemini-acp is gemini's package.
+        let mut want: Vec<String> = ["claude", "codex", "gemini", "claude-acp", "codex-acp"]
             .iter()
             .map(|n| {
                 let p = &c.providers[*n];
@@ -374,6 +461,19 @@ mod tests {
         let mut sorted = specs.clone();
         sorted.sort();
         assert_eq!(sorted, want, "the alias shares claude's package");
+        // An ACP wrapper brings the CLI it runs.
+        let acp: Vec<String> = pins(&c, &["claude-acp".into()])
+            .expect("pins")
+            .iter()
+            .map(|p| p.package.clone())
+            .collect();
+        assert_eq!(
+            acp,
+            [
+                "@agentclientprotocol/claude-agent-acp",
+                "@anthropic-ai/claude-code"
+            ]
+        );
         let one = pins(&c, &["gemini".into()]).expect("pins");
         assert_eq!(one[0].package, "@google/gemini-cli");
         let e = pins(&c, &["nope".into()]).expect_err("unknown");

@@ -8,6 +8,7 @@
 
 pub mod budget;
 pub mod cgroup;
+pub mod conversation;
 pub mod env;
 pub mod events;
 pub mod fake_api;
@@ -21,6 +22,7 @@ pub mod runner;
 pub mod schema;
 pub mod service;
 pub mod session;
+pub mod stdin;
 pub mod store;
 pub mod tasks_file;
 pub mod testing;

@@ -30,6 +30,7 @@ pub use crate::cgroup::CgroupMode;
 pub use crate::proctree::{
     ProcStat, RUN_MARKER_VAR, RunTree, all_processes, group_is_empty, kill_leftovers, proc_stat,
 };
+pub use crate::stdin::{StdinWriter, StdoutRecord};
 
 /// One line of a child's stdout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,6 +237,8 @@ pub enum SpawnError {
 pub struct LocalProcess {
     child: Child,
     pid: u32,
+    /// A two-way run's stdin ([`CommandSpec::stdin_open`]), until taken.
+    pub stdin_writer: Option<StdinWriter>,
     /// Closed when stdout reaches EOF (at once with [`OutputOptions::raw_pipes`]).
     pub lines: LineReceiver,
     /// The pipes handed to the caller with [`OutputOptions::raw_pipes`].
@@ -306,7 +309,7 @@ impl LocalProcess {
         };
         c.args(&cmd.args)
             .current_dir(&cmd.cwd)
-            .stdin(if cmd.stdin.is_some() || out.raw_pipes {
+            .stdin(if cmd.stdin.is_some() || cmd.stdin_open || out.raw_pipes {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -369,18 +372,27 @@ impl LocalProcess {
             raw_stdin = child.stdin.take();
             raw_stdout = child.stdout.take();
         }
-        if let (Some(text), Some(mut stdin)) = (cmd.stdin.clone(), child.stdin.take()) {
-            readers.push(tokio::spawn(async move {
-                // A child that exits without reading its stdin is not an error here.
-                let _ = stdin.write_all(text.as_bytes()).await;
-                let _ = stdin.shutdown().await;
-            }));
+        let record = StdoutRecord::from(out.stdout_tee);
+        let mut stdin_writer = None;
+        match (cmd.stdin_open, child.stdin.take()) {
+            (true, Some(stdin)) => {
+                stdin_writer = Some(StdinWriter::spawn(stdin, record.clone(), cmd.stdin.clone()));
+            }
+            (false, Some(mut stdin)) => {
+                if let Some(text) = cmd.stdin.clone() {
+                    readers.push(tokio::spawn(async move {
+                        // A child that exits without reading its stdin is not an error here.
+                        let _ = stdin.write_all(text.as_bytes()).await;
+                        let _ = stdin.shutdown().await;
+                    }));
+                }
+            }
+            (_, None) => {}
         }
         let (tx, rx) = line_channel(LINE_QUEUE_BYTES);
         if let Some(stdout) = child.stdout.take() {
             let cap = out.line_cap;
-            let tee = out.stdout_tee;
-            readers.push(tokio::spawn(read_lines(stdout, cap, tee, tx)));
+            readers.push(tokio::spawn(read_lines(stdout, cap, record, tx)));
         }
         let stderr = StderrTail::new(out.stderr_tail);
         if let Some(err) = child.stderr.take() {
@@ -393,6 +405,7 @@ impl LocalProcess {
         Ok(LocalProcess {
             child,
             pid,
+            stdin_writer,
             lines: rx,
             stdin: raw_stdin,
             stdout: raw_stdout,
@@ -483,13 +496,15 @@ impl Drop for LocalProcess {
     }
 }
 
-/// Reads `stdout` into capped lines on `tx`, teeing every byte into `tee`.
+/// Reads `stdout` into capped lines on `tx`, every byte going to `tee` (the run
+/// record) as it is read.
 pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
     stdout: R,
     cap: usize,
-    mut tee: Option<File>,
+    tee: impl Into<StdoutRecord>,
     tx: LineSender,
 ) {
+    let tee: StdoutRecord = tee.into();
     let mut reader = BufReader::with_capacity(64 * 1024, stdout);
     let mut line: Vec<u8> = Vec::new();
     // While skipping an over-long line: its length so far.
@@ -505,12 +520,7 @@ pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
         if chunk.is_empty() {
             break;
         }
-        if let Some(f) = tee.as_mut()
-            && let Err(e) = f.write_all(chunk)
-        {
-            tracing::warn!(error = %e, "writing the stdout record failed; stopped recording");
-            tee = None;
-        }
+        tee.write(chunk);
         let n = chunk.len();
         let mut start = 0;
         let mut out = Vec::new();
@@ -574,7 +584,8 @@ pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
     } else if !line.is_empty() {
         let _ = tx.send(StdoutLine::Line(line)).await;
     }
-    sync_off_thread(tee).await;
+    tee.end_of_stdout();
+    sync_off_thread(tee.file_for_sync()).await;
 }
 
 /// `setpriv` (util-linux) when it is installed and supports `--pdeathsig`.

@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aicli_providers::{
-    AgentEvent, AiCliConfig, Continuation, ContinuationMode, ErrorKind, EventKind, Feature,
-    McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, RunnerKind, SessionResult,
-    SessionStatus, SessionTotals, SharedProvider, TaskSpec,
+    AgentEvent, AiCliConfig, AnsweredQuestion, Continuation, ContinuationMode, ErrorKind,
+    EventKind, Feature, McpEndpoint, ParseContext, PendingQuestion, ProviderRegistry, RunnerKind,
+    SessionResult, SessionStatus, SessionTotals, SharedProvider, TaskSpec,
 };
 use async_trait::async_trait;
 use tokio::sync::mpsc;
@@ -507,10 +507,7 @@ impl Engine {
                 )));
             }
         }
-        let (resume, prompt, continuation) = match (
-            &last.session_id,
-            provider.supports(Feature::Resume),
-        ) {
+        let (resume, prompt, continuation) = match (&last.session_id, provider.resumable(&last)) {
             (Some(sid), true) => (
                 Some((sid.clone(), last.session_totals)),
                 format!(
@@ -644,9 +641,13 @@ impl Engine {
                         }
                         Found::Interrupted(partial) => partial,
                     };
+                    let resumable = partial.as_ref().map_or_else(
+                        || provider.supports(Feature::Resume),
+                        |p| provider.resumable(p),
+                    );
                     let (resume, prompt, continuation) = match (
                         partial.and_then(|p| p.session_id.map(|s| (s, p.session_totals))),
-                        provider.supports(Feature::Resume),
+                        resumable,
                     ) {
                         (Some((sid, totals)), true) => (
                             Some((sid.clone(), totals)),
@@ -767,6 +768,7 @@ impl Engine {
         let ctx = ParseContext {
             model: attempt.model.clone(),
             prior: attempt.prior,
+            answered: None,
         };
         // aicli stopped while the CLI ran: how it ended is not known. The stream is read
         // through the decoder once, noting whether the CLI said its last word.
@@ -1272,6 +1274,68 @@ impl Shared {
         });
     }
 
+    /// Waits as long as the provider needs between a session's last run and its
+    /// continuation ([`aicli_providers::AiCliProvider::resume_not_before`]; gemini's
+    /// `session/load` in a new minute), saying so on the live stream; a cancel ends the
+    /// wait (the session then ends at once, cancelled).
+    async fn pause_before_resume(
+        &self,
+        planned: &Planned,
+        provider: &SharedProvider,
+        task_id: &Arc<str>,
+        cancel: &CancellationToken,
+    ) {
+        let Some((sid, _)) = &planned.resume else {
+            return;
+        };
+        // The run being continued: this task's last attempt, else the origin's.
+        let last = planned
+            .rec
+            .attempts
+            .last()
+            .and_then(|a| a.result.clone())
+            .or_else(|| planned.origin.as_ref().map(|o| o.result.clone()));
+        let Some(last) = last else { return };
+        // The run that began the session: the first attempt that ran in it (of the
+        // origin's task, else of this one); its end bounds when the session began (a
+        // later run it continued only makes the bound later, so the wait longer).
+        let first_in = |attempts: &[AttemptRecord]| {
+            attempts
+                .iter()
+                .find(|a| a.result.as_ref().and_then(|r| r.session_id.as_deref()) == Some(sid))
+                .map(|a| a.finished_at.clone())
+        };
+        let began = planned
+            .origin
+            .as_ref()
+            .and_then(|o| first_in(&o.task.attempts))
+            .or_else(|| first_in(&planned.rec.attempts))
+            .flatten()
+            .and_then(|t| humantime::parse_rfc3339_weak(&t).ok())
+            .unwrap_or_else(std::time::SystemTime::now);
+        let Some(until) = provider.resume_not_before(&last, began) else {
+            return;
+        };
+        let Ok(wait) = until.duration_since(std::time::SystemTime::now()) else {
+            return;
+        };
+        let message = format!(
+            "waiting {:.0}s before continuing the session: {} must not load a session in the wall-clock minute it began (providers.{}.acp.load_in_a_new_minute)",
+            wait.as_secs_f64(),
+            provider.name(),
+            provider.name()
+        );
+        tracing::info!(task = %task_id, "{message}");
+        self.live.send(BatchEvent::Agent {
+            task_id: task_id.clone(),
+            event: AgentEvent::synthetic(EventKind::Status { status: message }),
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = cancel.cancelled() => {}
+        }
+    }
+
     /// One attempt: worktree, record, token, session, record again.
     async fn run_attempt(
         &self,
@@ -1354,6 +1418,10 @@ impl Shared {
             task.resume_session_id = Some(sid.clone());
             prior = *totals;
         }
+        if planned.resume.is_some() {
+            self.pause_before_resume(&planned, &provider, &task_id, &cancel)
+                .await;
+        }
         let attempt_no = planned.rec.attempts.len() as u32 + 1;
         let kind = if attempt_in_run > 1 {
             AttemptKind::Retry
@@ -1409,12 +1477,18 @@ impl Shared {
             ),
             Ok(workdir) => {
                 let branch = planned.rec.branch.clone();
+                // The human's latest answer to this task: a decoder that asked the
+                // question itself (an ACP permission request) answers it the same way.
+                let answered = planned.rec.answers.last().map(|a| AnsweredQuestion {
+                    question: a.question.clone(),
+                    answer: a.answer.clone(),
+                });
                 self.session(
                     &task,
                     provider.clone(),
                     workdir,
                     branch,
-                    prior,
+                    (prior, answered),
                     attempt_no,
                     RunControl {
                         cancel,
@@ -1498,7 +1572,7 @@ impl Shared {
         provider: SharedProvider,
         workspace: PathBuf,
         branch: Option<String>,
-        prior: Option<SessionTotals>,
+        (prior, answered): (Option<SessionTotals>, Option<AnsweredQuestion>),
         attempt_no: u32,
         control: RunControl,
     ) -> SessionOutcome {
@@ -1520,6 +1594,16 @@ impl Shared {
             Some(task),
         );
         let kind = self.engine.runner_kind(task, &provider);
+        if provider.two_way() && kind != RunnerKind::Local {
+            return Self::never_ran(
+                provider.name(),
+                ErrorKind::BadRequest,
+                format!(
+                    "provider {} speaks to its agent on stdin (ACP), which the {kind} runner cannot keep open: run it with the local runner (`--runner local`, or the provider's `runner`)",
+                    provider.name()
+                ),
+            );
+        }
         let runner = match self.engine.runner(kind).await {
             Ok(r) => r,
             Err(e) => {
@@ -1615,6 +1699,7 @@ impl Shared {
             parse_ctx: ParseContext {
                 model: provider.model_for(task),
                 prior,
+                answered,
             },
             task: task.clone(),
             provider,

@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::Reservation;
+use crate::conversation::{Conversation, sleep_until};
 use crate::events::BatchEvent;
 use crate::live::LiveSender;
 use crate::process::{OutputOptions, StdoutLine};
@@ -213,10 +214,11 @@ async fn prepare_and_run(
     // in aicli's cache (`aicli install`); an engine's explicit search path is taken as
     // it is).
     let base_env = placement.env(&spec.base_env);
+    let mut search_path = None;
     let binary = match placement.binary() {
         Some(b) => b,
         None => {
-            let search_path = match &spec.search_path {
+            let path = match &spec.search_path {
                 Some(p) => p.clone(),
                 None => crate::install::search_path_with_cache(
                     &base_env
@@ -226,9 +228,11 @@ async fn prepare_and_run(
                         .unwrap_or_default(),
                 ),
             };
-            provider
-                .binary_path(Some(&search_path))
-                .map_err(|e| not_started(spec, e.kind(), e.to_string()))?
+            let b = provider
+                .binary_path(Some(&path))
+                .map_err(|e| not_started(spec, e.kind(), e.to_string()))?;
+            search_path = Some(path);
+            b
         }
     };
 
@@ -242,6 +246,7 @@ async fn prepare_and_run(
         mcp: spec.mcp.as_ref().map(|(e, _)| e),
         budget_remaining_usd: spec.budget_remaining_usd,
         is_root,
+        search_path: search_path.as_deref(),
         in_container: placement.agent_reach().is_some(),
     };
     let mut cmd = provider
@@ -409,7 +414,7 @@ async fn prepare_and_run(
             return Err(not_started(spec, e.kind(), e.to_string()));
         }
     };
-    let mut outcome = supervise(spec, io, handle, task_id, aicli_log).await;
+    let mut outcome = supervise(spec, &ctx, cmd.stdin_open, io, handle, task_id, aicli_log).await;
     outcome.argv = std::iter::once(cmd.program.display().to_string())
         .chain(cmd.args.iter().cloned())
         .collect();
@@ -425,6 +430,8 @@ async fn prepare_and_run(
 
 async fn supervise(
     spec: &SessionSpec,
+    launch: &LaunchContext<'_>,
+    two_way: bool,
     mut io: SessionIo,
     mut handle: Box<dyn RunHandle>,
     task_id: Arc<str>,
@@ -452,15 +459,9 @@ async fn supervise(
     let mut run_model = spec.parse_ctx.model.clone();
     let budget = io.budget.clone();
 
-    let mut on_line = |line: StdoutLine, decoder: &mut Box<dyn aicli_providers::Decoder>| {
-        let evs = match &line {
-            StdoutLine::Line(bytes) => decoder.line(Line::Bytes(bytes)),
-            StdoutLine::Overlong { len, prefix } => decoder.line(Line::Overlong {
-                len: *len,
-                prefix,
-                cap: line_cap,
-            }),
-        };
+    // Questions the decoder itself asked a human (an ACP permission request).
+    let mut asked: Vec<PendingQuestion> = Vec::new();
+    let mut publish = |evs: Vec<AgentEvent>| {
         let mut spent = false;
         for ev in evs {
             if let EventKind::Final { .. } = &ev.kind {
@@ -478,6 +479,13 @@ async fn supervise(
             } = &ev.kind
             {
                 reset_at = Some(reset_at.map_or(*t, |r| r.max(*t)));
+            }
+            if let EventKind::Question { question, options } = &ev.kind {
+                asked.push(PendingQuestion {
+                    question: question.clone(),
+                    options: options.clone(),
+                    asked_at: crate::util::now_rfc3339(),
+                });
             }
             io.live.send(BatchEvent::Agent {
                 task_id: task_id.clone(),
@@ -497,25 +505,60 @@ async fn supervise(
             });
         }
     };
+    let decode = |line: StdoutLine, decoder: &mut Box<dyn aicli_providers::Decoder>| match &line {
+        StdoutLine::Line(bytes) => decoder.line(Line::Bytes(bytes)),
+        StdoutLine::Overlong { len, prefix } => decoder.line(Line::Overlong {
+            len: *len,
+            prefix,
+            cap: line_cap,
+        }),
+    };
+
+    // A two-way CLI is spoken to: its stdin stays open for what the decoder says.
+    let mut conversation = None;
+    if two_way {
+        match handle.take_stdin() {
+            Some(writer) => {
+                let mut c = Conversation::new(writer);
+                publish(decoder.connect(launch));
+                c.pump(decoder.as_mut());
+                conversation = Some(c);
+            }
+            None => {
+                let _ = handle.shutdown(limits.kill_grace).await;
+                let mut result = SessionResult::not_started(
+                    provider.name(),
+                    ErrorKind::BadRequest,
+                    format!(
+                        "provider {} speaks to its CLI on stdin (an ACP agent), which this runner cannot keep open: run it with the local runner (`--runner local`, or the provider's `runner`)",
+                        provider.name()
+                    ),
+                );
+                result.exit_code = None;
+                return SessionOutcome {
+                    result,
+                    reset_at: None,
+                    argv: Vec::new(),
+                    streamed: LiveSpend::default(),
+                    place: None,
+                };
+            }
+        }
+    }
 
     let mut lines = handle.take_lines();
     // The CLI exited while something of its tree still holds its stdout open: a short
     // grace for the last lines, then the run is over (not a wait for the idle watchdog).
     let mut child_exit: Option<Option<i32>> = None;
     let mut pipe_deadline: Option<tokio::time::Instant> = None;
+    // Why a two-way CLI was asked to end its turn (a cancel, the budget): the run ends
+    // for that reason once it has, or once the kill grace is over.
+    let mut stop_why: Option<EndReason> = None;
     let reason = loop {
-        let pipe_sleep = async {
-            match pipe_deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        let final_sleep = async {
-            match final_deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
+        let pipe_sleep = sleep_until(pipe_deadline);
+        let final_sleep = sleep_until(final_deadline);
+        let wait_sleep = sleep_until(conversation.as_ref().and_then(Conversation::deadline));
+        let stop_sleep = sleep_until(conversation.as_ref().and_then(Conversation::stop_deadline));
         let injected_recv = async {
             match injected.as_mut() {
                 Some(rx) => rx.recv().await,
@@ -524,12 +567,34 @@ async fn supervise(
         };
         tokio::select! {
             biased;
-            _ = io.cancel.cancelled() => break EndReason::Cancelled,
-            _ = budget_stop(&io.budget) => break EndReason::Budget,
+            _ = io.cancel.cancelled(), if stop_why.is_none() => {
+                // A two-way CLI is asked to stop first (ACP `session/cancel`); it has the
+                // kill grace to end its turn, then the process group is killed as for any.
+                if !ask_to_stop(&mut conversation, &mut decoder, limits.kill_grace) {
+                    break EndReason::Cancelled;
+                }
+                stop_why = Some(EndReason::Cancelled);
+            }
+            _ = budget_stop(&io.budget), if stop_why.is_none() => {
+                // The budget stops a run as a cancel does, and says `budget`.
+                if !ask_to_stop(&mut conversation, &mut decoder, limits.kill_grace) {
+                    break EndReason::Budget;
+                }
+                stop_why = Some(EndReason::Budget);
+            }
+            _ = stop_sleep => break stop_why.unwrap_or(EndReason::Cancelled),
             line = lines.recv() => match line {
                 Some(line) => {
                     idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
-                    on_line(line, &mut decoder);
+                    publish(decode(line, &mut decoder));
+                    if let Some(c) = conversation.as_mut() {
+                        c.pump(decoder.as_mut());
+                    }
+                    if let Some(why) = stop_why
+                        && decoder.finished()
+                    {
+                        break why;
+                    }
                     // The CLI said its last word: a short grace to exit. It may take it
                     // back (a background agent of Claude's goes on): then wait again.
                     if !decoder.finished() {
@@ -540,6 +605,14 @@ async fn supervise(
                 }
                 None => break EndReason::Eof,
             },
+            _ = wait_sleep => {
+                if let Some(c) = conversation.as_mut() {
+                    publish(c.overdue(decoder.as_mut()));
+                }
+                if decoder.finished() && final_deadline.is_none() {
+                    final_deadline = Some(tokio::time::Instant::now() + limits.final_grace);
+                }
+            }
             code = handle.wait(), if child_exit.is_none() => {
                 child_exit = Some(code);
                 pipe_deadline = Some(tokio::time::Instant::now() + PIPE_GRACE);
@@ -584,9 +657,13 @@ async fn supervise(
     // Lines still in flight: keep taking them until the reader is done (it may be
     // waiting for room in the channel), so the record is complete when the attempt's
     // end offsets are taken.
+    if let Some(c) = conversation.as_mut() {
+        c.close();
+    }
+    drop(conversation);
     let rest = async {
         while let Some(line) = lines.recv().await {
-            on_line(line, &mut decoder);
+            publish(decode(line, &mut decoder));
         }
     };
     if tokio::time::timeout(Duration::from_secs(5), rest)
@@ -603,6 +680,7 @@ async fn supervise(
         }
     }
     crate::process::sync_off_thread(aicli_log.file.take()).await;
+    questions.append(&mut asked);
 
     let stderr = handle.stderr().text();
     let mut result = decoder.finish(&stderr, ExitStatus::of_wait(exit_code));
@@ -626,16 +704,23 @@ async fn supervise(
                 last_words(&result, exit_code)
             ),
         ),
-        EndReason::Budget if !saw_final => result.fail(
-            ErrorKind::Budget,
-            format!(
-                "stopped by the batch budget: {}",
-                io.budget
-                    .as_ref()
-                    .and_then(|b| b.stop_reason())
-                    .unwrap_or_else(|| "the budget was reached".to_owned())
-            ),
-        ),
+        // (A two-way CLI asked to stop for the budget ends its turn as cancelled.)
+        EndReason::Budget
+            if !saw_final
+                || (stop_why == Some(EndReason::Budget)
+                    && result.error_kind == Some(ErrorKind::Cancelled)) =>
+        {
+            result.fail(
+                ErrorKind::Budget,
+                format!(
+                    "stopped by the batch budget: {}",
+                    io.budget
+                        .as_ref()
+                        .and_then(|b| b.stop_reason())
+                        .unwrap_or_else(|| "the budget was reached".to_owned())
+                ),
+            )
+        }
         EndReason::Cancelled
         | EndReason::Budget
         | EndReason::WallTimeout
@@ -660,6 +745,18 @@ async fn supervise(
         streamed: spend,
         place: None,
     }
+}
+
+/// Asks a two-way CLI to end its turn (see [`Conversation::stop`]): `false` when there
+/// is no conversation or nothing to stop, and the run is to be killed at once.
+fn ask_to_stop(
+    conversation: &mut Option<Conversation>,
+    decoder: &mut Box<dyn aicli_providers::Decoder>,
+    grace: Duration,
+) -> bool {
+    conversation
+        .as_mut()
+        .is_some_and(|c| c.stop(decoder.as_mut(), grace))
 }
 
 /// Resolves when the run's reservation says stop; never without a budget.

@@ -140,6 +140,15 @@ pub struct ProviderConfig {
     /// reports none.
     #[serde(default)]
     pub prices: PriceTable,
+    /// `aicli install` installs the package with `npm install --omit=optional`, into a
+    /// prefix of its own (`<cache>/slim`), so that the other CLIs' optional native
+    /// packages stay: for wrappers whose optional dependency is a whole CLI that aicli
+    /// already pins (claude-agent-acp bundles Claude Code, codex-acp Codex).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub npm_omit_optional: bool,
+    /// How aicli drives an ACP agent (entries with `"adapter": "acp"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acp: Option<crate::acp::AcpConfig>,
     /// Where this provider's tasks run when the task and the batch name no runner
     /// (`engine.runner` when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -192,6 +201,8 @@ impl ProviderConfig {
             ide_lock_env_var: None,
             ide_lockfile_dir: None,
             prices: PriceTable::default(),
+            npm_omit_optional: false,
+            acp: None,
             runner: None,
             container_home_files: Vec::new(),
         }
@@ -874,7 +885,7 @@ mod tests {
             .unwrap_or_default();
         assert!(
             err.contains(
-                "at default_provider: 'claud' is not one of the providers (claude, codex, gemini)"
+                "at default_provider: 'claud' is not one of the providers (claude, claude-acp, codex, codex-acp, gemini, gemini-acp)"
             ),
             "{err}"
         );

@@ -201,6 +201,20 @@ pub enum ProviderError {
         /// Which limit is 0.
         message: String,
     },
+    /// The config names an executable (for an environment variable) that is not found.
+    #[error(
+        "provider {provider} sets {var} to the path of `{binary}`, which is not on {looked_in} nor in aicli's cache: install it (`aicli install`), or set {var} in the provider's env"
+    )]
+    MissingExecutable {
+        /// The provider's name.
+        provider: String,
+        /// The variable.
+        var: String,
+        /// The executable's name.
+        binary: String,
+        /// Where aicli looked, for the message.
+        looked_in: String,
+    },
     /// The task spec is invalid for this provider.
     #[error("invalid task for provider {provider}: {message}")]
     InvalidTask {
@@ -215,9 +229,9 @@ impl ProviderError {
     /// The error kind a run that failed with this error ends with.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            ProviderError::NotInstalled { .. } | ProviderError::BadBinaryPath { .. } => {
-                ErrorKind::NotInstalled
-            }
+            ProviderError::NotInstalled { .. }
+            | ProviderError::BadBinaryPath { .. }
+            | ProviderError::MissingExecutable { .. } => ErrorKind::NotInstalled,
             ProviderError::Unsupported { .. } | ProviderError::InvalidTask { .. } => {
                 ErrorKind::BadRequest
             }

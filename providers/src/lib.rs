@@ -22,6 +22,7 @@
 //! | [`replay`] | a capped line reader, and recorded transcripts through a decoder |
 //! | [`shared`] | what the adapters share: argument merging, error tables, text helpers |
 //! | [`claude`], [`codex`], [`gemini`] | one adapter per vendor: `wire` (the vendor's line types), `argv`, `decode`, `classify`, `result`; pure, no process I/O |
+//! | [`acp`] | the Agent Client Protocol adapter: any ACP agent from its config entry, a two-way decoder |
 //!
 //! # Decoding: one pass, one fold
 //!
@@ -34,6 +35,12 @@
 //!
 //! Each line is read once, into the vendor's wire enum; the decoder keeps only what the
 //! result needs, so memory does not grow with the stream (apart from the response text).
+//!
+//! A two-way CLI (an ACP agent, [`CommandSpec::stdin_open`]) is also spoken to: the
+//! engine connects the decoder ([`Decoder::connect`]), writes what it says after each
+//! line ([`Decoder::take_stdin`]) and records each message behind a direction marker
+//! among the CLI's own lines, so a recorded run replays through the same decoder. One-way
+//! CLIs keep the defaults of those methods.
 //!
 //! # Live usage
 //!
@@ -72,6 +79,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod acp;
 pub mod claude;
 pub mod codex;
 pub mod config;
@@ -91,7 +99,7 @@ pub mod usage;
 pub mod wire;
 
 pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
-pub use decode::{Decoder, ExitStatus, Line, Tally};
+pub use decode::{Decoder, ExitStatus, Line, STDIN_RECORD_KEY, StdinMessage, Tally};
 pub use docker_config::{DockerConfig, DockerHostConfig, DockerTls, RunnerKind};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
@@ -102,8 +110,8 @@ pub use provider::{
 };
 pub use registry::ProviderRegistry;
 pub use result::{
-    Continuation, ContinuationMode, ParseContext, PendingQuestion, SessionResult, SessionStatus,
-    SessionTotals,
+    AnsweredQuestion, Continuation, ContinuationMode, ParseContext, PendingQuestion, SessionResult,
+    SessionStatus, SessionTotals,
 };
 pub use task::{PermissionMode, TaskSpec};
 pub use usage::{CanonicalUsage, Cost, CostSource, LiveSpend, ModelPrice, PriceTable};

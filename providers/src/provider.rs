@@ -204,6 +204,9 @@ pub struct LaunchContext<'a> {
     /// The environment the CLI inherits before the provider's and the task's (e.g. its
     /// `HOME`).
     pub env: &'a BTreeMap<String, String>,
+    /// The `PATH` binaries are found on (the run's `PATH`, then aicli's cache), for a
+    /// command that names other executables (an ACP wrapper's `CLAUDE_CODE_EXECUTABLE`).
+    pub search_path: Option<&'a str>,
 }
 
 /// A command to run: the output of [`AiCliProvider::command`].
@@ -223,6 +226,10 @@ pub struct CommandSpec {
     /// What to write to stdin (then close it); stdin is null when `None`. The prompt
     /// goes here, never into `args` (which any user of the machine can read).
     pub stdin: Option<String>,
+    /// A two-way CLI: stdin stays open after `stdin` (if any) for the messages the
+    /// run's decoder makes ([`crate::Decoder::take_stdin`]), and is closed when the
+    /// decoder says it is finished.
+    pub stdin_open: bool,
     /// The working directory.
     pub cwd: PathBuf,
     /// Files to write before starting.
@@ -242,6 +249,7 @@ impl std::fmt::Debug for CommandSpec {
             .field("env_remove", &self.env_remove)
             .field("env_clear", &self.env_clear)
             .field("stdin_bytes", &self.stdin.as_ref().map(String::len))
+            .field("stdin_open", &self.stdin_open)
             .field("cwd", &self.cwd)
             .field("files", &self.files)
             .field("links", &self.links)
@@ -260,6 +268,7 @@ impl CommandSpec {
             env_remove: Vec::new(),
             env_clear: false,
             stdin: None,
+            stdin_open: false,
             cwd: cwd.to_path_buf(),
             files: Vec::new(),
             links: Vec::new(),
@@ -387,6 +396,33 @@ pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
     /// Whether the CLI supports `feature` (the config's `supports`).
     fn supports(&self, feature: Feature) -> bool {
         self.config().supports.contains(&feature)
+    }
+
+    /// Whether the CLI is spoken to while it runs (its commands keep stdin open for the
+    /// decoder's messages, [`CommandSpec::stdin_open`]): an ACP agent. Such a provider
+    /// needs a runner that keeps a CLI's stdin open (the local one). Default: `false`.
+    fn two_way(&self) -> bool {
+        false
+    }
+
+    /// Whether a later run can resume the session `last` ran in (an answer, a
+    /// recovery), as far as the provider knows from that run: the default is
+    /// [`Feature::Resume`]; an ACP agent says at `initialize` which ways it offers.
+    fn resumable(&self, last: &crate::result::SessionResult) -> bool {
+        let _ = last;
+        self.supports(Feature::Resume)
+    }
+
+    /// The earliest time a later run may continue the session `last` ran in, when the
+    /// CLI needs one (the ACP entry's `load_in_a_new_minute`); `began` is a time the
+    /// session had begun by (the end of the run that began it). Default: no pause.
+    fn resume_not_before(
+        &self,
+        last: &crate::result::SessionResult,
+        began: std::time::SystemTime,
+    ) -> Option<std::time::SystemTime> {
+        let _ = (last, began);
+        None
     }
 
     /// The IDE lockfile to write for a run (file name and JSON contents), given the MCP

@@ -40,7 +40,8 @@ impl ProviderRegistry {
         ProviderRegistry::default()
     }
 
-    /// A registry with the built-in adapters (claude, codex, gemini) and no providers.
+    /// A registry with the built-in adapters (claude, codex, gemini, acp) and no
+    /// providers.
     pub fn with_builtin_adapters() -> ProviderRegistry {
         let mut r = ProviderRegistry::empty();
         r.register_adapter("claude", |name, cfg| {
@@ -51,6 +52,9 @@ impl ProviderRegistry {
         });
         r.register_adapter("gemini", |name, cfg| {
             Arc::new(crate::gemini::GeminiProvider::new(name, cfg.clone()))
+        });
+        r.register_adapter("acp", |name, cfg| {
+            Arc::new(crate::acp::AcpProvider::new(name, cfg.clone()))
         });
         r
     }
@@ -152,10 +156,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn builtin_config_gives_three_providers() {
+    fn builtin_config_gives_the_three_clis_and_three_acp_agents() {
         let cfg = AiCliConfig::builtin().unwrap_or_else(|e| panic!("{e}"));
         let r = ProviderRegistry::from_config(&cfg).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(r.names(), ["claude", "codex", "gemini"]);
+        assert_eq!(
+            r.names(),
+            [
+                "claude",
+                "claude-acp",
+                "codex",
+                "codex-acp",
+                "gemini",
+                "gemini-acp"
+            ]
+        );
         assert_eq!(
             r.get_or_default(None).map(|p| p.name().to_owned()).ok(),
             Some("claude".to_owned())
@@ -167,7 +181,7 @@ mod tests {
             .unwrap_or_default();
         assert_eq!(
             err,
-            "unknown provider 'clade'; known providers: claude, codex, gemini"
+            "unknown provider 'clade'; known providers: claude, claude-acp, codex, codex-acp, gemini, gemini-acp"
         );
     }
 
@@ -183,7 +197,7 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(
-            err.contains("unknown adapter 'acme'; registered adapters: claude, codex, gemini"),
+            err.contains("unknown adapter 'acme'; registered adapters: acp, claude, codex, gemini"),
             "{err}"
         );
     }

@@ -80,6 +80,20 @@ pub struct ParseContext {
     pub model: Option<String>,
     /// The session totals of the run this one resumed, if it resumed one.
     pub prior: Option<SessionTotals>,
+    /// The question the previous run ended on and the human's answer, when this run
+    /// continues it with that answer (a two-way decoder that asked the question itself,
+    /// such as an ACP permission request, answers the same request the same way).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered: Option<AnsweredQuestion>,
+}
+
+/// A question a run ended on, and the answer it was given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AnsweredQuestion {
+    /// The question, as the run asked it.
+    pub question: String,
+    /// The answer.
+    pub answer: String,
 }
 
 /// The normalized outcome of one CLI run.

@@ -19,6 +19,7 @@ fn run(provider: &str, stream: &str, model: Option<&str>) -> aicli_providers::Se
     let ctx = ParseContext {
         model: model.map(str::to_owned),
         prior: None,
+        answered: None,
     };
     replay::replay(p.as_ref(), stream.as_bytes(), "", ExitStatus::Code(0), &ctx)
 }

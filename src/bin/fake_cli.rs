@@ -8,6 +8,8 @@
 //! aicli-fake-cli [--replay FILE.ndjson] [--stderr-file F] [--exit-file F] [options]
 //!   --line-delay-ms N        sleep N ms before each line (default 0)
 //!   --start-delay-ms N       sleep N ms before the first line
+//!   --wait-for-file PATH     before the first line (after --start-delay-ms), wait until
+//!                            PATH exists (at most 60 s, then exit 3)
 //!   --session-id ID          replace the recorded session id with ID in every line
 //!   --resume ID              the same (so Claude's and Gemini's resume flag works)
 //!   --exit CODE              exit with CODE (overrides --exit-file)
@@ -55,6 +57,10 @@
 //!   --repeat-to BYTES        print the transcript's lines but its last over and over
 //!                            until BYTES bytes are out, then its last line (a stream of
 //!                            any length from a short transcript)
+//!   --acp MODE               be a minimal ACP agent on stdio instead (see the `acp`
+//!                            module: ok, garbage, unknown-id, early-notification,
+//!                            silent, hang); with `--prompted FILE` it creates FILE when
+//!                            it gets `session/prompt`
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -62,8 +68,22 @@ use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
+#[path = "fake_cli/acp.rs"]
+mod acp;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--acp") {
+        let prompted = args
+            .iter()
+            .position(|a| a == "--prompted")
+            .and_then(|j| args.get(j + 1));
+        acp::run(
+            args.get(i + 1).map(String::as_str).unwrap_or("ok"),
+            prompted.map(String::as_str),
+        );
+        return;
+    }
     if args.first().map(String::as_str) == Some("--sleeper") {
         sleeper(args.get(1).map(String::as_str) == Some("--ignore-sigterm"));
     }
@@ -77,6 +97,7 @@ fn main() {
             "--exit-file" => o.exit_file = Some(val()),
             "--line-delay-ms" => o.line_delay = val().parse().unwrap_or(0),
             "--start-delay-ms" => o.start_delay = val().parse().unwrap_or(0),
+            "--wait-for-file" => o.wait_for_file = Some(val()),
             // `--resume ID` is Claude's and Gemini's resume flag: the fake continues "the
             // same session" by printing that id.
             "--session-id" | "--resume" => o.session_id = Some(val()),
@@ -130,6 +151,7 @@ struct Opts {
     exit_file: Option<String>,
     line_delay: u64,
     start_delay: u64,
+    wait_for_file: Option<String>,
     session_id: Option<String>,
     exit: Option<i32>,
     stderr: Option<String>,
@@ -335,6 +357,16 @@ fn run(mut o: Opts, args: &[String]) {
     }
     if o.start_delay > 0 {
         std::thread::sleep(Duration::from_millis(o.start_delay));
+    }
+    if let Some(f) = &o.wait_for_file {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !std::path::Path::new(f).exists() {
+            if std::time::Instant::now() >= deadline {
+                eprintln!("fake-cli: waited 60 s for {f}");
+                std::process::exit(3);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     // Checked after the start delay: "the file is still there when I get going".
     for f in &o.require_file {

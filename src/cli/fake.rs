@@ -19,8 +19,8 @@ pub struct FakeApiArgs {
     /// Point the CLIs at aicli's built-in fake model APIs on loopback (no key, no
     /// network; each CLI gets its own HOME under <repo>/.aicli/fake-api-home). SCRIPT
     /// says what the fake model does: text (default), text:TEXT, shell:COMMAND,
-    /// mcp:SERVER/TOOL, ask:QUESTION|OPTION|OPTION, error:STATUS, drop; add ;delay=MS
-    /// to pace the stream.
+    /// mcp:SERVER/TOOL, ask:QUESTION|OPTION|OPTION, tool:NAME:JSON, error:STATUS, drop;
+    /// add ;delay=MS to pace the stream.
     #[arg(
         long = "fake-api",
         value_name = "SCRIPT",
@@ -63,13 +63,21 @@ pub fn script(spec: &str) -> anyhow::Result<Script> {
             let options: Vec<&str> = parts.filter(|o| !o.is_empty()).collect();
             ask_script(question, &options)
         }
+        ("tool", Some(t)) => {
+            let (name, input) = t
+                .split_once(':')
+                .with_context(|| format!("'{spec}': expected tool:NAME:JSON"))?;
+            let input: serde_json::Value = serde_json::from_str(input)
+                .with_context(|| format!("'{spec}': the input of tool:NAME:JSON is not JSON"))?;
+            Script::tool_call(name, input).then_quote_tool_result()
+        }
         ("error", Some(s)) => Script::error(
             s.parse()
                 .with_context(|| format!("'{spec}': expected error:STATUS (an HTTP status)"))?,
         ),
         ("drop", None) => Script::drop_mid_stream(),
         _ => bail!(
-            "'{spec}': expected text, text:TEXT, shell:COMMAND, mcp:SERVER/TOOL, ask:QUESTION|OPTION|OPTION, error:STATUS or drop"
+            "'{spec}': expected text, text:TEXT, shell:COMMAND, mcp:SERVER/TOOL, ask:QUESTION|OPTION|OPTION, tool:NAME:JSON, error:STATUS or drop"
         ),
     })
 }
@@ -189,6 +197,17 @@ mod tests {
         let e = script("nope").expect_err("bad").to_string();
         assert!(e.contains("ask:QUESTION"), "{e}");
         assert!(script("error:x").is_err());
+        match &script(r#"tool:Write:{"file_path":"a.txt"}"#)
+            .expect("tool")
+            .steps()[0]
+        {
+            Step::ToolCall { name, input, .. } => {
+                assert_eq!(name, "Write");
+                assert_eq!(input["file_path"], "a.txt");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(script("tool:Write:{nope").is_err());
         assert!(script("ask:").is_err());
     }
 }

@@ -56,8 +56,12 @@ fn home() -> PathBuf {
 
 async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
     let reg = ProviderRegistry::from_config(config)?;
+    // ACP agents run with the local runner only: no image by default.
     let names: Vec<String> = if a.providers.is_empty() {
-        reg.providers().map(|p| p.name().to_owned()).collect()
+        reg.providers()
+            .filter(|p| !p.two_way())
+            .map(|p| p.name().to_owned())
+            .collect()
     } else {
         a.providers.clone()
     };
@@ -140,7 +144,7 @@ pub async fn doctor_reports(
         Err(e) => return (Vec::new(), Some(format!("docker: {e}"))),
     };
     let mut out = Vec::new();
-    for p in reg.providers() {
+    for p in reg.providers().filter(|p| !p.two_way()) {
         let image_name = DockerRunner::image_for(&config.engine.docker, p);
         for h in runner.hosts() {
             let r = image::inspect(&h.docker, &h.name, &image_name, p.binary_name()).await;

@@ -16,7 +16,8 @@ use super::load_config;
 #[derive(Debug, Args)]
 pub struct InstallArgs {
     /// The providers whose CLIs to install (default: every provider with a pinned
-    /// version: claude, codex, gemini).
+    /// version: claude, codex, gemini and the ACP agents claude-acp, codex-acp,
+    /// gemini-acp).
     pub providers: Vec<String>,
     /// Print what is installed where as JSON.
     #[arg(long)]
@@ -36,7 +37,7 @@ pub(super) async fn install(
         .cloned()
         .collect();
     for p in &pins {
-        let state = match install::installed_version(&prefix, &p.package) {
+        let state = match install::installed_version(&p.prefix(&prefix), &p.package) {
             Some(v) if v == p.version && !missing.contains(p) => "already installed".to_owned(),
             Some(v) => format!("{v} installed, replacing it"),
             None => "not installed".to_owned(),
@@ -55,10 +56,29 @@ pub(super) async fn install(
         let path = std::env::var("PATH").unwrap_or_default();
         let npm = install::find_npm(&path)?;
         let specs: Vec<String> = missing.iter().map(Pin::spec).collect();
+        for omit in [false, true] {
+            let group: Vec<String> = missing
+                .iter()
+                .filter(|p| p.omit_optional == omit)
+                .map(Pin::spec)
+                .collect();
+            if group.is_empty() {
+                continue;
+            }
+            let p = if omit {
+                install::slim_prefix(&prefix)
+            } else {
+                prefix.clone()
+            };
+            eprintln!(
+                "aicli install: npm install --prefix {}{} {}",
+                p.display(),
+                if omit { " --omit=optional" } else { "" },
+                group.join(" ")
+            );
+        }
         eprintln!(
-            "aicli install: npm install --prefix {} {} (about 1 GB and under a minute on a first install)",
-            prefix.display(),
-            specs.join(" ")
+            "aicli install: the three CLIs take about 1 GB and under a minute on a first install; the ACP wrappers 83 MB"
         );
         let started = Instant::now();
         let bar = std::io::stderr().is_terminal().then(|| {

@@ -86,6 +86,7 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
         let ctx = ParseContext {
             model: a.model.clone().or(attempt.model.clone()),
             prior: attempt.prior,
+            answered: None,
         };
         verdict = attempt.result.clone();
         (
@@ -118,6 +119,7 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
             ParseContext {
                 model: a.model.clone(),
                 prior: None,
+                answered: None,
             },
         )
     };

@@ -30,7 +30,8 @@ pub struct RecordArgs {
     pub scenario: String,
     /// Run against a fake model API on loopback instead of the real one: `text`,
     /// `text:TEXT`, `shell:COMMAND`, `mcp:SERVER/TOOL` (`aicli` is aicli's own server),
-    /// `ask:QUESTION|OPTION|OPTION`, `error:STATUS`, `drop` (`;delay=MS` paces it).
+    /// `ask:QUESTION|OPTION|OPTION`, `tool:NAME:JSON`, `error:STATUS`, `drop` (`;delay=MS`
+    /// paces it).
     #[arg(long, value_name = "SCRIPT")]
     pub fake: Option<String>,
     /// The model.
@@ -97,14 +98,32 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
         provider.binary_name()
     );
     if let Some(spec) = &a.fake {
-        let vendor = aicli_testkit::Vendor::parse(provider.config().adapter_name(provider.name()))
-            .with_context(|| format!("no fake API for provider {}", provider.name()))?;
+        let vendor = aicli::fake_api::vendor_of(provider.name(), provider.config())
+            .with_context(|| {
+                format!(
+                    "no fake API for provider {} (an ACP entry names the API its agent calls in acp.model_api)",
+                    provider.name()
+                )
+            })?;
         let api = aicli_testkit::FakeApi::start(vendor, super::fake::script(spec)?).await?;
         let mut options = aicli_testkit::WiringOptions::default();
         if let Some(m) = &a.model {
             options = options.with_model(m.clone());
         }
-        let mut wiring = api.wiring_with(&options);
+        let acp = provider.config().adapter_name(provider.name()) == "acp";
+        let mut wiring = if acp {
+            // An ACP agent takes no arguments of the wiring; its model is the task's.
+            if task.model.is_none() {
+                task.model = provider
+                    .config()
+                    .default_model
+                    .clone()
+                    .or(aicli::fake_api::default_model(vendor).map(str::to_owned));
+            }
+            aicli_testkit::CliWiring::for_acp_fake(vendor, &api.base_url(), &options)
+        } else {
+            api.wiring_with(&options)
+        };
         // A model the wiring pins goes through the task, so the run records it (and its
         // cost can be estimated) and the adapter passes it on.
         if task.model.is_none()
@@ -167,6 +186,7 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
     let ctx = ParseContext {
         model: attempt.model.clone(),
         prior: attempt.prior,
+        answered: None,
     };
     let (events, mut result) = replay::replay_events(
         provider.as_ref(),

@@ -275,6 +275,7 @@ pub(super) fn process_spec(
         env_remove: Vec::new(),
         env_clear: true,
         stdin: None,
+        stdin_open: false,
         cwd,
         files: Vec::new(),
         links: Vec::new(),

@@ -9,7 +9,9 @@ use aicli_providers::{BinaryLocation, CommandSpec};
 use async_trait::async_trait;
 
 use super::{AgentReach, PlaceRequest, Placement, RunHandle, Runner, RunnerError};
-use crate::process::{CgroupMode, LineReceiver, LocalProcess, OutputOptions, StderrTail};
+use crate::process::{
+    CgroupMode, LineReceiver, LocalProcess, OutputOptions, StderrTail, StdinWriter,
+};
 
 /// Runs CLIs as child processes of aicli.
 #[derive(Debug, Clone, Default)]
@@ -110,5 +112,8 @@ impl RunHandle for LocalHandle {
     }
     async fn drain(&mut self) {
         self.0.drain().await
+    }
+    fn take_stdin(&mut self) -> Option<StdinWriter> {
+        self.0.stdin_writer.take()
     }
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use aicli_providers::{BinaryLocation, CommandSpec, SharedProvider};
 use async_trait::async_trait;
 
-use crate::process::{LineReceiver, OutputOptions, SpawnError, StderrTail};
+use crate::process::{LineReceiver, OutputOptions, SpawnError, StderrTail, StdinWriter};
 
 pub mod docker;
 pub mod local;
@@ -188,4 +188,9 @@ pub trait RunHandle: Send + std::fmt::Debug {
     async fn shutdown(&mut self, grace: Duration) -> Option<i32>;
     /// Waits until its output is fully read and recorded.
     async fn drain(&mut self);
+    /// A two-way run's stdin ([`CommandSpec::stdin_open`]), taken once; `None` when the
+    /// command did not ask for it, or the runner cannot keep a CLI's stdin open.
+    fn take_stdin(&mut self) -> Option<StdinWriter> {
+        None
+    }
 }

@@ -221,6 +221,18 @@ fn last_tool_result(body: &Value) -> Option<(String, String)> {
 /// loaded by a `ToolSearch` result (a `tool_reference` to it in the messages). Claude
 /// Code 2.1.332 lists an MCP tool in `tools[]` only once ToolSearch found it, and then
 /// still with `defer_loading: true`.
+/// Whether the request declares a tool called `name` in `tools[]`, not deferred.
+fn declares(body: &Value, name: &str) -> bool {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            t.get("name").and_then(Value::as_str) == Some(name)
+                && t.get("defer_loading").and_then(Value::as_bool) != Some(true)
+        })
+}
+
 fn has_loaded_tool(body: &Value, name: &str) -> bool {
     let Some(tool) = body
         .get("tools")
@@ -249,6 +261,37 @@ fn has_loaded_tool(body: &Value, name: &str) -> bool {
             c.get("type").and_then(Value::as_str) == Some("tool_reference")
                 && c.get("tool_name").and_then(Value::as_str) == Some(name)
         })
+}
+
+/// Whether a `/v1/messages` request is a side call that wants structured output and
+/// offers no tools: Claude Code's session title (claude-agent-acp asks for one when a
+/// session's first prompt has 10 characters or more), `output_config.format` of type
+/// `json_schema`. It is not a step of the conversation, so it never uses the script.
+pub(crate) fn is_side_call(body: &Value) -> bool {
+    let no_tools = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty);
+    let format = body
+        .pointer("/output_config/format/type")
+        .and_then(Value::as_str);
+    no_tools && format == Some("json_schema")
+}
+
+/// Answers a side call ([`is_side_call`]): one text block holding JSON that fits the
+/// requested schema (`{"title": "A simple, bounded request."}` for a title), with the
+/// script's usage.
+pub(crate) fn render_side(ctx: &Ctx<'_>) -> Rendered {
+    let schema = ctx
+        .body
+        .pointer("/output_config/format/schema")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let v = crate::gemini::value_for_schema(&schema, "");
+    Rendered::done(
+        message(ctx, &[Block::Text(v.to_string())]),
+        format!("side call JSON {v}"),
+    )
 }
 
 /// Renders `step` for this request.
@@ -298,6 +341,15 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
             input,
         } => {
             let full = format!("mcp__{server}__{tool}");
+            // A client that declares MCP tools directly under its own name (OpenCode:
+            // `<server>_<tool>`) gets the call at once, under that name.
+            let direct = format!("{server}_{tool}");
+            if declares(ctx.body, &direct) {
+                return Rendered::done(
+                    tool_call(ctx, None, &direct, input.clone()),
+                    format!("tool_use {direct}"),
+                );
+            }
             // After a search that did not load the tool, call it anyway: the CLI then
             // reports the unknown tool instead of the fake searching forever.
             let searched = matches!(last_tool_result(ctx.body), Some((n, _)) if n == "ToolSearch");
@@ -408,6 +460,38 @@ mod tests {
             .collect();
         assert_eq!(text, "Hello from the fake Anthropic API.");
         assert_eq!(ev[ev.len() - 2]["usage"]["output_tokens"], 7);
+    }
+
+    #[test]
+    fn an_mcp_tool_declared_directly_is_called_under_its_name() {
+        let step = Step::McpToolCall {
+            server: "aicli".into(),
+            tool: "askUser".into(),
+            input: json!({"question": "q"}),
+        };
+        let body = json!({"tools": [{"name": "bash"}, {"name": "aicli_askUser"}], "messages": []});
+        let r = render(&ctx(&body), &step);
+        assert_eq!(r.note, "tool_use aicli_askUser");
+        assert!(r.advance);
+    }
+
+    #[test]
+    fn a_title_side_call_gets_json_of_its_schema() {
+        let title = json!({"model": "claude-opus-5-5", "tools": [], "messages": [],
+            "output_config": {"format": {"type": "json_schema", "schema": {"type": "object",
+                "properties": {"title": {"type": "string"}}, "required": ["title"]}}}});
+        assert!(is_side_call(&title));
+        let turn = json!({"model": "claude-opus-5-5", "tools": [{"name": "Bash"}],
+            "output_config": {"format": {"type": "json_schema", "schema": {}}}});
+        assert!(!is_side_call(&turn), "a call with tools is a turn");
+        assert!(!is_side_call(&json!({"messages": []})));
+        let r = render_side(&ctx(&title));
+        let text: String = events(&r.reply)
+            .iter()
+            .filter_map(|e| e["delta"]["text"].as_str())
+            .collect();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert!(v["title"].is_string(), "{text}");
     }
 
     #[test]

@@ -43,8 +43,8 @@ pub enum FakeApiError {
         path.display()
     )]
     CliNotInstalled {
-        /// The binary name (`claude`, `codex`, `gemini`).
-        cli: &'static str,
+        /// The binary name (`claude`, `codex`, `gemini`, `claude-agent-acp`, ...).
+        cli: String,
         /// Where it was looked for.
         path: PathBuf,
     },

@@ -290,7 +290,7 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
 /// `responseSchema`). Router fields get the scripted choice: `model_choice` (the
 /// classifier) is `router_choice`; `complexity_score` (the numerical classifier, used by
 /// 0.61 by default) is 10 for `"flash"` and 90 otherwise; `next_speaker` is `"user"`.
-fn value_for_schema(schema: &Value, router_choice: &str) -> Value {
+pub(crate) fn value_for_schema(schema: &Value, router_choice: &str) -> Value {
     let kind = schema
         .get("type")
         .and_then(Value::as_str)

@@ -147,7 +147,10 @@ use std::fmt;
 pub use error::FakeApiError;
 pub use script::{ErrorFlavor, ErrorReply, Script, Step, Usage};
 pub use server::{FakeApi, RecordedRequest, RequestKind, serve};
-pub use wiring::{CliWiring, HomeFile, RunDirs, WiringOptions, cli_cache_dir, installed_cli};
+pub use wiring::{
+    CliWiring, HomeFile, RunDirs, WiringOptions, cli_cache_dir, codex_acp_config, installed_binary,
+    installed_cli,
+};
 
 /// Which model API a fake speaks, and so which CLI it serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]

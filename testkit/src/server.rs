@@ -36,6 +36,10 @@ pub enum RequestKind {
     /// Gemini's non-streamed `:generateContent` (the model router); answered without
     /// using the script.
     Router,
+    /// A model call the CLI makes on its own, beside the conversation, answered without
+    /// using the script: Claude Code's structured-output session title (see
+    /// `anthropic::is_side_call`).
+    Side,
     /// Anything else (`HEAD /api/hello`, `count_tokens`, a WebSocket upgrade, unknown
     /// paths answered 404).
     Other,
@@ -568,6 +572,18 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         };
         let api_key = api_key(&parts.headers, query);
         let (kind, step_index, rendered) = match route {
+            Route::Model { model }
+                if vendor == Vendor::Anthropic && anthropic::is_side_call(&body) =>
+            {
+                let ctx = Ctx {
+                    seq,
+                    usage,
+                    model: model_of(model),
+                    api_key,
+                    body: &body,
+                };
+                (RequestKind::Side, None, anthropic::render_side(&ctx))
+            }
             Route::Model { model } => {
                 let (index, step) = st.script.step_at(st.cursor);
                 let ctx = Ctx {

@@ -171,6 +171,24 @@ impl CliWiring {
         }
     }
 
+    /// The wiring of an ACP agent that calls `vendor`'s model API (gemini `--acp`,
+    /// claude-agent-acp, codex-acp): the same variables and home files as the CLI's,
+    /// and no arguments (an agent is started with its config entry's own argv and
+    /// takes its model through the entry's `acp.model`). codex-acp takes no `-c`
+    /// options: the same provider settings go, as JSON, in `CODEX_CONFIG`, which it
+    /// passes to `codex app-server` as the session's config.
+    pub fn for_acp_fake(vendor: Vendor, base_url: &str, options: &WiringOptions) -> CliWiring {
+        let mut w = CliWiring::for_fake(vendor, base_url, options);
+        w.args.clear();
+        if vendor == Vendor::OpenAi {
+            w.env.insert(
+                "CODEX_CONFIG".to_owned(),
+                codex_acp_config(base_url, options),
+            );
+        }
+        w
+    }
+
     /// Deep-merges `value` into the JSON file at `path` (relative to `HOME`), creating the
     /// file if the wiring has none: e.g. `.gemini/settings.json` + `{"mcpServers": …}` or
     /// `{"model": {"maxSessionTurns": 2}}`.
@@ -205,6 +223,31 @@ impl CliWiring {
         }
         Ok(())
     }
+}
+
+/// codex-acp's `CODEX_CONFIG` for the fake at `base_url`: the provider block `codex
+/// exec` gets as `-c` options (see [`CliWiring::for_fake`]), as JSON.
+pub fn codex_acp_config(base_url: &str, options: &WiringOptions) -> String {
+    let mut provider = json!({
+        "name": "fake",
+        "base_url": format!("{base_url}/v1"),
+        "env_key": "FAKE_OPENAI_KEY",
+        "wire_api": "responses",
+        "request_max_retries": options.max_retries,
+        "stream_max_retries": options.max_retries,
+    });
+    if let Some(t) = options.stream_idle_timeout {
+        provider["stream_idle_timeout_ms"] = json!(t.as_millis() as u64);
+    }
+    json!({
+        "model": options.model.clone().unwrap_or_else(|| "gpt-5.5".to_owned()),
+        "model_provider": "fake",
+        "model_providers": {"fake": provider},
+        "analytics": {"enabled": false},
+        "check_for_update_on_startup": false,
+        "features": {"plugins": false},
+    })
+    .to_string()
 }
 
 /// Deep merge: objects merge key by key, anything else replaces.
@@ -319,17 +362,28 @@ pub fn cli_cache_dir() -> PathBuf {
 /// The installed binary of `vendor`'s CLI (`<cache>/node_modules/.bin/<name>`), or an
 /// error that says to run `.ci/install-clis.sh`.
 pub fn installed_cli(vendor: Vendor) -> Result<PathBuf, FakeApiError> {
-    let path = cli_cache_dir()
-        .join("node_modules/.bin")
-        .join(vendor.cli_name());
-    if path.exists() {
-        Ok(path)
-    } else {
-        Err(FakeApiError::CliNotInstalled {
-            cli: vendor.cli_name(),
-            path,
-        })
+    installed_binary(vendor.cli_name())
+}
+
+/// The installed executable `name` of any package `aicli install` put in its cache:
+/// `<cache>/node_modules/.bin/<name>`, else `<cache>/slim/node_modules/.bin/<name>`
+/// (the prefix of the packages installed with `--omit=optional`, such as the ACP
+/// wrappers claude-agent-acp and codex-acp); or an error that says to run
+/// `.ci/install-clis.sh`.
+pub fn installed_binary(name: &str) -> Result<PathBuf, FakeApiError> {
+    let cache = cli_cache_dir();
+    let main = cache.join("node_modules/.bin").join(name);
+    let slim = cache.join("slim/node_modules/.bin").join(name);
+    if main.exists() {
+        return Ok(main);
     }
+    if slim.exists() {
+        return Ok(slim);
+    }
+    Err(FakeApiError::CliNotInstalled {
+        cli: name.to_owned(),
+        path: main,
+    })
 }
 
 #[cfg(test)]
@@ -362,6 +416,32 @@ mod tests {
             ]
         );
         assert_eq!(w.env["FAKE_OPENAI_KEY"], "sk-fake");
+    }
+
+    #[test]
+    fn acp_wiring_has_no_arguments_and_codex_acp_gets_its_config_as_json() {
+        let w = CliWiring::for_acp_fake(
+            Vendor::OpenAi,
+            "http://127.0.0.1:9",
+            &WiringOptions::default(),
+        );
+        assert!(w.args.is_empty(), "{:?}", w.args);
+        let c: Value = serde_json::from_str(&w.env["CODEX_CONFIG"]).unwrap();
+        assert_eq!(c["model_provider"], "fake");
+        assert_eq!(
+            c["model_providers"]["fake"]["base_url"],
+            "http://127.0.0.1:9/v1"
+        );
+        assert_eq!(c["model_providers"]["fake"]["request_max_retries"], 0);
+        assert_eq!(w.env["FAKE_OPENAI_KEY"], "sk-fake");
+        let g = CliWiring::for_acp_fake(
+            Vendor::Gemini,
+            "http://127.0.0.1:9",
+            &WiringOptions::default().with_model("gemini-2.5-flash"),
+        );
+        assert!(g.args.is_empty());
+        assert_eq!(g.home_files[0].path, PathBuf::from(".gemini/settings.json"));
+        assert!(!g.env.contains_key("CODEX_CONFIG"));
     }
 
     #[test]

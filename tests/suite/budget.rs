@@ -330,3 +330,113 @@ async fn a_cancelled_run_is_charged_its_streamed_estimate_never_zero() {
     assert!((r.budget_charged_usd.unwrap() - cost).abs() < 1e-12);
     assert!((r.budget_remaining_usd.unwrap() - (100.0 * c - cost)).abs() < 1e-9);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_in_flight_when_the_budget_is_spent_is_asked_to_stop_and_says_budget() {
+    // Two runs in flight, each holding half of a budget of 10c: an ACP agent whose turn
+    // never ends on its own, and a CLI whose one model call costs 30c (a request that
+    // overshoots everything). Its usage spends the budget: every run in flight stops.
+    // The ACP agent is asked to end its turn first (`session/cancel`), as for a cancel,
+    // and its run says `budget`, not `cancelled`.
+    let repo = git_repo();
+    let tmp = tempfile::tempdir().unwrap();
+    let prompted = tmp.path().join("prompted");
+    let marker = format!("acp-budget-{}", uuid::Uuid::new_v4());
+    let big = CanonicalUsage {
+        input_tokens: 300_000,
+        cache_read: 60_000,
+        cache_write: 30_000,
+        output_tokens: 1,
+        request_count: 1,
+        ..CanonicalUsage::default()
+    };
+    let config = AiCliConfig::builtin().unwrap();
+    let big_cost = config.providers["claude"]
+        .prices
+        .get("claude-opus-5-5")
+        .expect("a price for claude-opus-5-5")
+        .cost(&big);
+    let c = message_cost();
+    assert!(big_cost > 20.0 * c, "{big_cost} vs {c}");
+    let sid = "7f1d3c1e-5b5a-4c61-9d1e-000000000002";
+    let stem = tmp.path().join("big");
+    let lines = [
+        json!({"type":"system","subtype":"init","session_id":sid,"model":"claude-opus-5-5",
+            "tools":[],"mcp_servers":[],"permissionMode":"default"}),
+        json!({"type":"assistant","session_id":sid,"message":{"id":"msg_big","type":"message",
+            "role":"assistant","model":"claude-opus-5-5","content":[{"type":"text","text":"big"}],
+            "stop_reason":null,"usage":{"input_tokens":big.input_tokens,
+            "cache_read_input_tokens":big.cache_read,"cache_creation_input_tokens":big.cache_write,
+            "output_tokens":1}}}),
+        json!({"type":"result","subtype":"success","is_error":false,"session_id":sid,
+            "result":"done","num_turns":1,"total_cost_usd":big_cost,"usage":{}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(stem.with_extension("ndjson"), text).unwrap();
+    std::fs::write(stem.with_extension("stderr"), "").unwrap();
+    std::fs::write(stem.with_extension("exit"), "0").unwrap();
+    let mut config = test_config();
+    let acp: aicli::providers::ProviderConfig = serde_json::from_value(json!({
+        "adapter": "acp", "package": "", "binary_name": "aicli-fake-cli",
+        "binary_path": fake_cli(),
+        "extra_args": ["--acp", "hang", "--prompted", prompted, "--marker", marker],
+    }))
+    .unwrap();
+    config.providers.insert("fake-acp".into(), acp);
+    config.engine.kill_grace_ms = 2000;
+    let engine = engine_with(
+        config,
+        vec![shared(replay_provider("fake", "claude", Some(&stem)))],
+    );
+    let mut agent = task("agent", &[]);
+    agent.provider = Some("fake-acp".into());
+    // The expensive call comes once the agent's turn is under way; then the CLI hangs.
+    let spender = task(
+        "spender",
+        &[
+            "--wait-for-file",
+            prompted.to_str().unwrap(),
+            "--hang-after",
+            "2",
+        ],
+    );
+    let budget = 10.0 * c;
+    let (tx, _events) = collect_events();
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(60),
+        engine.run_batch(
+            vec![agent, spender],
+            options(repo.path(), 2, budget),
+            tx,
+            CancellationToken::new(),
+        ),
+    )
+    .await
+    .expect("the budget ends the batch")
+    .unwrap();
+    let took = started.elapsed();
+    let agent = &r.tasks[0];
+    assert_eq!(agent.error_kind, Some(ErrorKind::Budget), "{agent:#?}");
+    assert!(
+        agent
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("stopped by the batch budget"),
+        "{agent:#?}"
+    );
+    // It ended its turn when asked (well within the kill grace), as the record shows.
+    let record = std::fs::read_to_string(r.runs_dir.join("tasks/agent/events.ndjson")).unwrap();
+    assert!(record.contains("session/cancel"), "{record}");
+    assert!(record.contains(r#""stopReason":"cancelled""#), "{record}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    let spender = &r.tasks[1];
+    assert_eq!(spender.error_kind, Some(ErrorKind::Budget), "{spender:#?}");
+    assert_eq!(spender.cost_source, CostSource::Estimated);
+    assert!(
+        (spender.cost_usd.unwrap() - big_cost).abs() < 1e-9,
+        "{spender:#?}"
+    );
+    super::acp_bad_input::assert_no_process_with(&marker).await;
+}

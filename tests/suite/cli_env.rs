@@ -236,6 +236,7 @@ fn status_probes_see_the_environment_a_run_gets() {
         &cfg,
         json!({"default_provider": "fake", "providers": {
             "claude": null, "codex": null, "gemini": null,
+            "claude-acp": null, "codex-acp": null, "gemini-acp": null,
             "fake": {"adapter": "claude", "package": "@example/fake", "binary_name": "aicli-fake-cli",
                 "binary_path": fake_cli(),
                 "env": {"CORP_API_KEY": "from-the-config"},

@@ -212,7 +212,7 @@ async fn an_unknown_provider_lists_the_known_ones() {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unknown provider 'claud'; known providers: claude, codex, gemini"
+        "unknown provider 'claud'; known providers: claude, claude-acp, codex, codex-acp, gemini, gemini-acp"
     );
 }
 

@@ -1,3 +1,4 @@
+mod acp_bad_input;
 mod budget;
 pub mod cli;
 mod cli_env;

@@ -44,7 +44,21 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 
 /// A new git repository with one commit.
 pub fn git_repo() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("tempdir");
+    init_repo(tempfile::tempdir().expect("tempdir"))
+}
+
+/// [`git_repo`] under `base` (created when missing).
+pub fn git_repo_in(base: &std::path::Path) -> tempfile::TempDir {
+    std::fs::create_dir_all(base).expect("base dir");
+    init_repo(
+        tempfile::Builder::new()
+            .prefix("repo")
+            .tempdir_in(base)
+            .expect("tempdir"),
+    )
+}
+
+fn init_repo(dir: tempfile::TempDir) -> tempfile::TempDir {
     git(dir.path(), &["init", "-q", "-b", "main"]);
     git(
         dir.path(),

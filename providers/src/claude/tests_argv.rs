@@ -46,6 +46,7 @@ fn argv_for(
         mcp: None,
         budget_remaining_usd: remaining,
         is_root,
+        search_path: None,
         in_container: false,
     };
     p.command(&ctx)
@@ -88,6 +89,7 @@ fn argv_with_every_flag_and_the_prompt_on_stdin() {
         mcp: Some(&ep),
         budget_remaining_usd: Some(0.5),
         is_root: true,
+        search_path: None,
         in_container: false,
     };
     let c = p.command(&ctx).unwrap();
@@ -138,6 +140,7 @@ fn argv_with_every_flag_and_the_prompt_on_stdin() {
             env_remove: vec![],
             env_clear: false,
             stdin: Some("Fix the bug with the secret sk-123".into()),
+            stdin_open: false,
             cwd: "/w/sub".into(),
             files: vec![FileSpec {
                 path: "/p/claude-mcp.json".into(),

@@ -83,6 +83,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use argv::{mcp_config_override, toml_string};
+/// Codex's error texts -> kinds (codex-acp shows them as agent text).
+pub(crate) use classify::classify_message;
 pub use decode::CodexDecoder;
 
 use crate::config::ProviderConfig;

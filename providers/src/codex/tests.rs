@@ -33,6 +33,7 @@ fn command(task: &TaskSpec, mcp: Option<&McpEndpoint>) -> CommandSpec {
         mcp,
         budget_remaining_usd: None,
         is_root: false,
+        search_path: None,
         in_container: false,
     };
     provider().command(&ctx).unwrap()
@@ -150,6 +151,7 @@ fn usage_is_per_run_on_resume_and_live() {
     let ctx = ParseContext {
         model: Some("gpt-5.5".into()),
         prior: Some(prior),
+        answered: None,
     };
     let (events, r) = replay::replay_events(&provider(), stdout, "", ExitStatus::Code(0), &ctx);
     assert_eq!(r.canonical_usage.input_tokens, 90);

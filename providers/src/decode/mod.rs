@@ -3,14 +3,18 @@
 //! [`SessionResult`]. [`Tally`] is the part of that fold every vendor shares.
 
 mod simple;
+mod stdin;
 mod tally;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use simple::SimpleDecoder;
+pub use stdin::{STDIN_RECORD_KEY, StdinMessage, stdin_record};
 pub use tally::Tally;
 
 use crate::event::{AgentEvent, EventKind};
+use crate::provider::LaunchContext;
 use crate::result::SessionResult;
 use crate::usage::CanonicalUsage;
 
@@ -155,6 +159,49 @@ pub trait Decoder: Send {
 
     /// The run's result, from what the lines said, the CLI's stderr and how it ended.
     fn finish(self: Box<Self>, stderr: &str, exit: ExitStatus) -> SessionResult;
+
+    // Two-way CLIs (a command with `stdin_open`, e.g. ACP agents) also use the methods
+    // below; one-way CLIs keep their defaults. See the `stdin` module for the record.
+
+    /// Starts the conversation of a live two-way run: called once, after the CLI
+    /// started and before its first line is read. `launch` says what to say (the task,
+    /// the working directory, aicli's MCP server). The decoder may then make messages
+    /// for the CLI's stdin ([`Decoder::take_stdin`]); the events are those of the
+    /// messages it made. Replays never call it: a replaying decoder folds the record
+    /// lines of what the live one sent. Default: nothing.
+    fn connect(&mut self, launch: &LaunchContext<'_>) -> Vec<AgentEvent> {
+        let _ = launch;
+        Vec::new()
+    }
+
+    /// The messages for the CLI's stdin made since the last call, in order; the
+    /// engine records then writes each. Default: none.
+    fn take_stdin(&mut self) -> Vec<StdinMessage> {
+        Vec::new()
+    }
+
+    /// The run is being stopped (cancel): the decoder may make messages that ask the
+    /// CLI to stop (ACP `session/cancel`), taken with [`Decoder::take_stdin`]. `true`
+    /// when it did and expects the CLI to end the turn itself: the engine then waits for
+    /// [`Decoder::finished`] (up to its kill grace) before it kills the process group.
+    /// Default: `false` (kill at once).
+    fn stop(&mut self) -> bool {
+        false
+    }
+
+    /// An answer the decoder is waiting for that has a deadline: an id for this wait
+    /// and how long it may take from now. The engine arms a timer when the id changes
+    /// and calls [`Decoder::overdue`] when it fires. Default: none.
+    fn awaiting(&self) -> Option<(u64, Duration)> {
+        None
+    }
+
+    /// The wait `id` of [`Decoder::awaiting`] passed its deadline: the events that say
+    /// so. A decoder usually gives up the run then ([`Decoder::finished`]).
+    fn overdue(&mut self, id: u64) -> Vec<AgentEvent> {
+        let _ = id;
+        Vec::new()
+    }
 }
 
 /// The events of one line, each with the line as its `raw`, folded into `tally`.

@@ -30,6 +30,7 @@ fn command(task: &TaskSpec, home: &Path, mcp: Option<&McpEndpoint>) -> CommandSp
         mcp,
         budget_remaining_usd: None,
         is_root: false,
+        search_path: None,
         in_container: false,
     };
     provider().command(&ctx).unwrap()

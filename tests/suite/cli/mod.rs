@@ -3,6 +3,7 @@
 //! (`frictions.rs`), or the real CLIs against the embedded fake model APIs
 //! (`newcomer.rs`: install, demo, `--fake-api`).
 
+mod acp;
 mod frictions;
 mod memory;
 mod newcomer;

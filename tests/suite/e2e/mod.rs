@@ -28,6 +28,7 @@
 //! three CLIs; `claude.rs`, `codex.rs`, `gemini.rs` hold one test per contract item and
 //! the vendor-specific ones; `timing.rs` the start-up measurement (`#[ignore]`d).
 
+mod acp;
 mod budget;
 mod claude;
 mod codex;
@@ -50,7 +51,7 @@ use aicli_testkit::{FakeApi, RecordedRequest, RequestKind, RunDirs, Script, Usag
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::support::git_repo;
+use super::support::git_repo_in;
 
 /// Longest a batch (one or more CLI runs, with the pool's retries) may take before the
 /// test fails instead of waiting on.
@@ -288,8 +289,10 @@ impl Setup {
 /// A real CLI wired to a fake model API, an engine over a fresh git repository, and
 /// aicli's MCP server: everything one contract test needs.
 pub struct E2e {
-    /// Which CLI.
+    /// Which CLI (for an ACP agent: the CLI whose model API it calls).
     pub cli: Cli,
+    /// The provider the tasks run with: the CLI's own, or an ACP agent's entry.
+    pub provider_name: &'static str,
     /// The fake model API.
     pub fake: FakeApi,
     /// The repository tasks run against (its worktrees under `.aicli/worktrees`).
@@ -352,7 +355,28 @@ impl E2e {
         setup: Setup,
         tweak: impl FnOnce(&mut AiCliConfig),
     ) -> E2e {
-        let binary = cli.binary();
+        E2e::start_target(cli, None, script, setup, tweak).await
+    }
+
+    /// An ACP agent (the real one from npm) wired to the fake of the model API it calls.
+    pub async fn start_agent(
+        agent: acp::Agent,
+        script: Script,
+        setup: Setup,
+        tweak: impl FnOnce(&mut AiCliConfig),
+    ) -> E2e {
+        E2e::start_target(agent.cli(), Some(agent), script, setup, tweak).await
+    }
+
+    async fn start_target(
+        cli: Cli,
+        agent: Option<acp::Agent>,
+        script: Script,
+        setup: Setup,
+        tweak: impl FnOnce(&mut AiCliConfig),
+    ) -> E2e {
+        let provider_name = agent.map_or(cli.provider(), acp::Agent::provider);
+        let binary = agent.map_or_else(|| cli.binary(), acp::Agent::binary);
         // In containers the fake listens on the bridge gateway (what host.docker.internal
         // names there), on loopback otherwise.
         let gateway = setup.docker.as_ref().map(|d| d.gateway);
@@ -373,13 +397,16 @@ impl E2e {
         if let Some(m) = cli.model() {
             options = options.with_model(m);
         }
-        let wiring = match gateway {
-            Some(_) => aicli_testkit::CliWiring::for_fake(
+        let wiring = match (gateway, agent) {
+            (Some(_), _) => aicli_testkit::CliWiring::for_fake(
                 cli.vendor(),
                 &format!("http://host.docker.internal:{}", fake.addr().port()),
                 &options,
             ),
-            None => fake.wiring_with(&options),
+            (None, Some(_)) => {
+                aicli_testkit::CliWiring::for_acp_fake(cli.vendor(), &fake.base_url(), &options)
+            }
+            (None, None) => fake.wiring_with(&options),
         };
         // Not under /tmp (Codex warns about CODEX_HOME there) and short (Claude's socket
         // under $TMPDIR/cc-socks must fit in 107 bytes).
@@ -402,7 +429,7 @@ impl E2e {
         }
 
         let mut config = AiCliConfig::builtin().expect("built-in config");
-        config.default_provider = cli.provider().to_owned();
+        config.default_provider = provider_name.to_owned();
         config.engine.kill_grace_ms = 500;
         config.engine.retry.max_attempts = setup.max_attempts;
         config.engine.retry.base_delay_ms = 100;
@@ -410,7 +437,7 @@ impl E2e {
         {
             let p = config
                 .providers
-                .get_mut(cli.provider())
+                .get_mut(provider_name)
                 .expect("provider in the built-in config");
             p.binary_path = Some(binary);
             p.npx_fallback = false;
@@ -419,7 +446,7 @@ impl E2e {
             p.env_passthrough.extend(wiring.env.keys().cloned());
             p.default_model = cli.model().map(str::to_owned);
             // The wiring's arguments, minus what the adapter already passes itself (the
-            // model flag, Gemini's --skip-trust).
+            // model flag, Gemini's --skip-trust). An ACP agent's wiring has none.
             let mut args = wiring.args.clone().into_iter();
             let mut extra = Vec::new();
             while let Some(a) = args.next() {
@@ -431,17 +458,19 @@ impl E2e {
                     _ => extra.push(a),
                 }
             }
-            p.extra_args = extra;
+            if agent.is_none() {
+                p.extra_args = extra;
+            }
             p.env.extend(provider_env);
         }
         if let Some(docker) = &setup.docker {
-            docker.prepare(&config, cli.provider()).await;
+            docker.prepare(&config, provider_name).await;
             config.engine.runner = aicli::providers::RunnerKind::Docker;
             config.engine.docker.hosts = docker.hosts.clone();
         }
         tweak(&mut config);
 
-        let repo = git_repo();
+        let repo = git_repo_in(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e2e"));
         let cancel = CancellationToken::new();
         let mut mcp_options = McpServerOptions::from_config(&config, repo.path());
         if setup.docker.is_some() {
@@ -463,6 +492,7 @@ impl E2e {
             .with_agent_server(server.clone());
         E2e {
             cli,
+            provider_name,
             fake,
             repo,
             dirs,
@@ -499,7 +529,7 @@ impl E2e {
 
     fn options(&self) -> BatchOptions {
         let mut o = BatchOptions::new(self.repo.path());
-        o.provider = Some(self.cli.provider().to_owned());
+        o.provider = Some(self.provider_name.to_owned());
         o.timeout = Some(self.setup.timeout);
         o.idle_timeout = Some(self.setup.idle_timeout);
         o
@@ -539,7 +569,7 @@ impl E2e {
             Ok(r) => r.unwrap_or_else(|e| panic!("run_batch failed: {e}")),
             Err(_) => panic!(
                 "{} batch still running after {BATCH_LIMIT:?}; the fake saw: {}",
-                self.cli.provider(),
+                self.provider_name,
                 self.log()
             ),
         };
@@ -591,7 +621,7 @@ impl E2e {
     pub fn provider(&self) -> SharedProvider {
         self.engine
             .registry()
-            .get(self.cli.provider())
+            .get(self.provider_name)
             .expect("provider")
     }
 
@@ -629,6 +659,7 @@ impl E2e {
         let ctx = ParseContext {
             model: a.model.clone(),
             prior: a.prior,
+            answered: None,
         };
         let exit = a.result.as_ref().and_then(|r| r.exit_code);
         let result = aicli::providers::replay::replay(
@@ -683,22 +714,26 @@ impl E2e {
     }
 
     /// The session id as the CLI printed it (the first `session_id` / `thread_id` in its
-    /// stdout), read from the raw stream without the adapter.
+    /// stdout; an ACP agent's first `sessionId` in a message of its own), read from the
+    /// raw stream without the adapter.
     pub fn printed_session_id(&self, batch_id: &str, task_id: &str, index: usize) -> String {
         let raw = self.attempt_stdout(batch_id, task_id, index);
         String::from_utf8_lossy(&raw)
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v.get(aicli::providers::STDIN_RECORD_KEY).is_none())
             .find_map(|v| {
                 v.get("session_id")
                     .or_else(|| v.get("thread_id"))
+                    .or_else(|| v.pointer("/result/sessionId"))
+                    .or_else(|| v.pointer("/params/sessionId"))
                     .and_then(Value::as_str)
                     .map(str::to_owned)
             })
             .unwrap_or_else(|| {
                 panic!(
                     "no session id in what {} printed:\n{}",
-                    self.cli.provider(),
+                    self.provider_name,
                     String::from_utf8_lossy(&raw)
                 )
             })
