@@ -63,6 +63,9 @@ fn default_tool_timeout() -> u64 {
 fn default_max_output() -> usize {
     1024 * 1024
 }
+fn default_max_message() -> usize {
+    4 * 1024 * 1024
+}
 fn default_call_timeout() -> u64 {
     300
 }
@@ -139,6 +142,11 @@ pub struct McpUpstreamConfig {
     /// Starting it (process, MCP handshake, first tool list) may take this long.
     #[serde(default = "default_startup_timeout")]
     pub startup_timeout_secs: u64,
+    /// Most bytes of one message from it (a tool's result, its tool list). A larger
+    /// result fails the call, and is never passed to the agent; a stdio server's line is
+    /// not read past it: the server is stopped (a death: restarted once).
+    #[serde(default = "default_max_message")]
+    pub max_message_bytes: usize,
 }
 
 impl McpUpstreamConfig {
@@ -425,6 +433,12 @@ pub(crate) fn check(
             if v == 0 {
                 return Err(invalid(format!("{at}.{what}"), "must be at least 1".into()));
             }
+        }
+        if u.max_message_bytes < 1024 {
+            return Err(invalid(
+                format!("{at}.max_message_bytes"),
+                "must be at least 1024".into(),
+            ));
         }
         check_env_names(&u.env, &format!("{at}.env"), invalid)?;
         env_patterns(&u.env_passthrough, &format!("{at}.env_passthrough"))?;

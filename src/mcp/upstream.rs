@@ -191,6 +191,8 @@ struct Conn {
     peer: Peer<RoleClient>,
     stop: Option<RunningServiceCancellationToken>,
     process: Option<LocalProcess>,
+    /// Set when its stdio stream was ended for a line over `max_message_bytes`.
+    oversized: Arc<AtomicBool>,
 }
 
 /// rmcp's client handler for an upstream: follows its `tools/list_changed`.
@@ -254,10 +256,10 @@ impl Instance {
         if let Err(m) = self.ensure().await {
             return Ok(CallToolResult::error(vec![ContentBlock::text(m)]).into());
         }
-        let peer = {
+        let (peer, oversized) = {
             let st = self.state.lock().await;
             match &*st {
-                State::Up(c) => c.peer.clone(),
+                State::Up(c) => (c.peer.clone(), c.oversized.clone()),
                 State::Idle | State::Failed(_) | State::Stopped => {
                     return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                         "MCP upstream {} is not available",
@@ -284,15 +286,38 @@ impl Instance {
             }
         };
         match res {
-            Ok(r) => Ok(r),
+            Ok(r) => {
+                let size = response_size(&r);
+                if size > self.config.max_message_bytes {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(
+                        self.over_limit(&format!("a result of {size} bytes")),
+                    )])
+                    .into());
+                }
+                Ok(r)
+            }
             // The upstream's own protocol error goes to the agent as it was.
             Err(rmcp::ServiceError::McpError(e)) => Err(e),
+            Err(_) if oversized.load(Ordering::SeqCst) => {
+                Ok(CallToolResult::error(vec![ContentBlock::text(
+                    self.over_limit("a longer message"),
+                )])
+                .into())
+            }
             Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                 "MCP upstream {} failed: {e}",
                 self.name
             ))])
             .into()),
         }
+    }
+
+    /// Says that it sent `what`, over its `max_message_bytes`.
+    fn over_limit(&self, what: &str) -> String {
+        format!(
+            "MCP upstream {} sent {what}, over its limit of {} bytes (mcp_upstreams.{}.max_message_bytes)",
+            self.name, self.config.max_message_bytes, self.name
+        )
     }
 
     /// Connects: starts the process (stdio) or opens the session (HTTP), shakes hands
@@ -303,8 +328,9 @@ impl Instance {
             inst: Arc::downgrade(self),
         };
         let startup = Duration::from_secs(self.config.startup_timeout_secs);
+        let oversized = Arc::new(AtomicBool::new(false));
         let (service, process) = if self.config.is_stdio() {
-            let (service, process) = self.start_stdio(handler, startup).await?;
+            let (service, process) = self.start_stdio(handler, startup, &oversized).await?;
             (service, Some(process))
         } else {
             (self.start_http(handler, startup).await?, None)
@@ -333,6 +359,7 @@ impl Instance {
             peer,
             stop: Some(stop),
             process,
+            oversized,
         })
     }
 
@@ -340,6 +367,7 @@ impl Instance {
         &self,
         handler: Client,
         startup: Duration,
+        oversized: &Arc<AtomicBool>,
     ) -> Result<(RunningService<RoleClient, Client>, LocalProcess), String> {
         let c = &self.config;
         let env = self
@@ -358,6 +386,12 @@ impl Instance {
         let (Some(r), Some(w)) = (p.take_stdout(), p.take_stdin()) else {
             p.shutdown(self.env.kill_grace).await;
             return Err("its pipes are missing".into());
+        };
+        let r = LineCap {
+            inner: r,
+            cap: c.max_message_bytes,
+            line: 0,
+            tripped: oversized.clone(),
         };
         match tokio::time::timeout(startup, handler.serve((r, w))).await {
             Ok(Ok(s)) => Ok((s, p)),
@@ -420,6 +454,7 @@ impl Instance {
             }
         };
         let mut reason = format!("its connection ended ({why})");
+        let oversized = conn.oversized.load(Ordering::SeqCst);
         if let Some(mut p) = conn.process {
             let code = p.shutdown(self.env.kill_grace).await;
             p.drain().await;
@@ -431,6 +466,12 @@ impl Instance {
             if !tail.trim().is_empty() {
                 reason.push_str(&format!("; its stderr: {}", tail.trim()));
             }
+        }
+        if oversized {
+            reason = format!(
+                "{}, so it was stopped ({reason})",
+                self.over_limit("a longer message")
+            );
         }
         let before: Vec<String> = self
             .tools_now()
@@ -514,6 +555,77 @@ impl Instance {
 }
 
 /// `${NAME}` in `value` replaced by `NAME` of `env`; `Err(NAME)` for a missing one.
+/// The bytes of a call's response as JSON.
+fn response_size(r: &CallToolResponse) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    let _ = match r {
+        CallToolResponse::Complete(r) => serde_json::to_writer(&mut n, r),
+        CallToolResponse::InputRequired(r) => serde_json::to_writer(&mut n, r),
+        CallToolResponse::Task(r) => serde_json::to_writer(&mut n, r),
+        _ => Ok(()),
+    };
+    n.0
+}
+
+/// A stdio upstream's stdout, read no further than `cap` bytes into one line (one
+/// JSON-RPC message): past it, reading fails, so rmcp ends the connection, and `tripped`
+/// is set. rmcp's framing holds at most one line, so this bounds its memory.
+struct LineCap<R> {
+    inner: R,
+    cap: usize,
+    /// Bytes of the current line read so far.
+    line: usize,
+    tripped: Arc<AtomicBool>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for LineCap<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let over = |cap: usize| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a line of over {cap} bytes"),
+            )
+        };
+        if this.tripped.load(Ordering::SeqCst) {
+            return std::task::Poll::Ready(Err(over(this.cap)));
+        }
+        let start = buf.filled().len();
+        std::task::ready!(std::pin::Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        let new = &buf.filled()[start..];
+        let mut from = 0;
+        let newlines = new.iter().enumerate().filter(|(_, b)| **b == b'\n');
+        for (nl, _) in newlines {
+            if this.line + (nl - from) > this.cap {
+                break;
+            }
+            this.line = 0;
+            from = nl + 1;
+        }
+        this.line += new.len() - from;
+        if this.line > this.cap {
+            this.tripped.store(true, Ordering::SeqCst);
+            buf.set_filled(start);
+            return std::task::Poll::Ready(Err(over(this.cap)));
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
 fn expand(value: &str, env: &BTreeMap<String, String>) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
@@ -535,6 +647,47 @@ fn expand(value: &str, env: &BTreeMap<String, String>) -> Result<String, String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
+
+    async fn read_capped(data: &[u8], cap: usize) -> (std::io::Result<Vec<u8>>, bool) {
+        let tripped = Arc::new(AtomicBool::new(false));
+        let mut r = LineCap {
+            inner: tokio::io::BufReader::with_capacity(7, data),
+            cap,
+            line: 0,
+            tripped: tripped.clone(),
+        };
+        let mut out = Vec::new();
+        let res = r.read_to_end(&mut out).await.map(|_| out);
+        (res, tripped.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn lines_up_to_the_cap_pass_a_longer_one_fails_wherever_it_is() {
+        // Lines of 10 bytes with a cap of 10, read 7 bytes at a time: all pass.
+        let ok = b"0123456789\nabcdefghij\n0123456789".to_vec();
+        let (res, tripped) = read_capped(&ok, 10).await;
+        assert_eq!(res.unwrap(), ok);
+        assert!(!tripped);
+        // An 11-byte line between short ones, in one read of 64 bytes: fails.
+        let bad = b"ab\n0123456789X\ncd\n";
+        let tripped = Arc::new(AtomicBool::new(false));
+        let mut r = LineCap {
+            inner: &bad[..],
+            cap: 10,
+            line: 0,
+            tripped: tripped.clone(),
+        };
+        let mut buf = [0u8; 64];
+        let err = r.read(&mut buf).await.unwrap_err();
+        assert!(err.to_string().contains("over 10 bytes"), "{err}");
+        assert!(tripped.load(Ordering::SeqCst));
+        // And again on the next read.
+        assert!(r.read(&mut buf).await.is_err());
+        // A last line without its newline counts too.
+        let (res, tripped) = read_capped(b"ab\n0123456789XYZ", 10).await;
+        assert!(res.is_err() && tripped);
+    }
 
     #[test]
     fn header_values_expand_variables() {

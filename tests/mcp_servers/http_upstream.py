@@ -5,7 +5,7 @@ Usage: http_upstream.py   (the expected token in $EXPECTED_TOKEN)
 
 Binds 127.0.0.1 on an ephemeral port, prints `PORT <n>`, serves until stdin closes.
 Every request without `Authorization: Bearer $EXPECTED_TOKEN` gets 401, so a tool
-answering at all proves the header reached it. Tools: `whoami` and `add(a, b)`.
+answering at all proves the header reached it. Tools: `whoami`, `add(a, b)` and `repeat(s, n)`.
 """
 
 import hmac
@@ -33,6 +33,12 @@ def whoami() -> str:
 def add(a: int, b: int) -> str:
     """Adds two integers."""
     return str(a + b)
+
+
+@mcp.tool()
+def repeat(s: str, n: int) -> str:
+    """Returns s repeated n times (a large result on demand)."""
+    return s * n
 
 
 class Bearer:

@@ -397,3 +397,67 @@ async fn an_upstream_that_dies_is_restarted_once_then_reported_and_list_changed_
     server.revoke(&other);
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_over_max_message_bytes_never_reaches_the_agent_and_a_stdio_upstream_that_sent_it_is_restarted()
+ {
+    let http = http_upstream().await;
+    // The everything server's tool list is ~7.7 KB: under the limit.
+    let h = Harness::new(
+        json!({"mcp_upstreams": {
+            "everything": {"command": [node(), everything_js(), "stdio"],
+                           "max_message_bytes": 16384},
+            "tracker": {"url": http.url, "headers": {"Authorization": "Bearer ${TRACKER_TOKEN}"},
+                        "max_message_bytes": 16384},
+        }}),
+        &[("TRACKER_TOKEN", HTTP_SECRET)],
+    )
+    .await;
+    let big = "x".repeat(20_000);
+    let mut a = Vec::new();
+    for (tool, args, file) in [
+        ("everything__echo", json!({"message": "before"}), "before"),
+        ("everything__echo", json!({"message": big}), "big"),
+        ("everything__echo", json!({"message": "after"}), "after"),
+        (
+            "tracker__repeat",
+            json!({"s": "y", "n": 20_000}),
+            "http-big",
+        ),
+        ("tracker__repeat", json!({"s": "y", "n": 10}), "http-small"),
+    ] {
+        a.extend(call(&h, tool, args, file));
+    }
+    let batch = h.run(vec![task("t", &["everything", "tracker"], a)]).await;
+    assert_eq!(batch.tasks[0].status, SessionStatus::Succeeded, "{batch:?}");
+
+    assert!(text(&h.json("before")).contains("before"));
+    // Stdio: the line is not read past the limit; the call says why, nothing of it
+    // reaches the agent, and the server is restarted (the next call works).
+    let refused = h.json("big");
+    assert_eq!(refused["isError"], true, "{refused}");
+    let m = text(&refused);
+    assert!(
+        m.contains("over its limit of 16384 bytes (mcp_upstreams.everything.max_message_bytes)"),
+        "{m}"
+    );
+    assert!(!refused.to_string().contains("xxxxxxxxxx"), "{refused}");
+    assert!(text(&h.json("after")).contains("after"), "not restarted");
+    // HTTP: the result of 20,000+ bytes is refused after it came, naming its size.
+    let refused = h.json("http-big");
+    assert_eq!(refused["isError"], true, "{refused}");
+    let m = text(&refused);
+    assert!(m.contains("sent a result of "), "{m}");
+    assert!(
+        m.contains("over its limit of 16384 bytes (mcp_upstreams.tracker.max_message_bytes)"),
+        "{m}"
+    );
+    assert!(!refused.to_string().contains("yyyyyyyyyy"), "{refused}");
+    assert_eq!(text(&h.json("http-small")), "y".repeat(10));
+    // The record says the refused calls failed.
+    let calls = aicli::mcp::read_calls(&h.task_dir(&batch, "t"));
+    assert!(
+        calls.iter().any(|c| c.tool == "everything__echo" && !c.ok),
+        "{calls:?}"
+    );
+}
