@@ -19,7 +19,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use bollard::query_parameters::{DownloadFromContainerOptions, UploadToContainerOptions};
+use bollard::query_parameters::DownloadFromContainerOptions;
 use futures_util::StreamExt;
 
 use super::DockerError;
@@ -126,35 +126,20 @@ pub async fn upload(c: &Container, up: &Upload, scratch: &Path) -> Result<String
         .map_err(|e| DockerError::Work(e.to_string()))?;
     let _ = git(&clone, &["remote", "remove", "origin"]).await;
 
-    let (writer, rx) = TarWriter::new(up.uid, up.gid);
-    let up2 = up.clone();
-    let base2 = base.clone();
-    let clone2 = clone.clone();
-    let writer = tokio::task::spawn_blocking(move || write_tar(writer, &up2, &clone2, &base2));
-    let sent = c
-        .docker
-        .upload_to_container(
-            &c.id,
-            Some(UploadToContainerOptions {
-                path: "/".to_owned(),
-                ..Default::default()
-            }),
-            bollard::body_try_stream(tarball::stream(rx)),
-        )
-        .await;
-    let built = writer
-        .await
-        .map_err(|e| DockerError::Work(format!("the upload's tar writer failed: {e}")))?;
-    built.map_err(|e| DockerError::Work(format!("cannot pack the workspace: {e}")))?;
-    sent.map_err(|e| DockerError::Api {
-        what: format!("uploading the workspace to container {}", c.id),
-        message: e.to_string(),
-    })?;
+    let (up2, base2, clone2) = (up.clone(), base.clone(), clone.clone());
+    tarball::upload(
+        &c.docker,
+        &c.id,
+        (up.uid, up.gid),
+        "the workspace",
+        move |w| write_tar(w, &up2, &clone2, &base2),
+    )
+    .await?;
     let _ = std::fs::remove_dir_all(&clone);
     Ok(base)
 }
 
-fn write_tar(mut w: TarWriter, up: &Upload, clone: &Path, base: &str) -> std::io::Result<()> {
+fn write_tar(w: &mut TarWriter, up: &Upload, clone: &Path, base: &str) -> std::io::Result<()> {
     w.dir("workspace", 0o755)?;
     w.tree(&up.workspace, "workspace", &|rel| rel == Path::new(".git"))?;
     // Every directory is an entry of its own (an implied parent would be root's, and
@@ -172,8 +157,7 @@ fn write_tar(mut w: TarWriter, up: &Upload, clone: &Path, base: &str) -> std::io
     w.dir("aicli-runner", 0o700)?;
     w.file("aicli-runner/run.sh", RUN_SH.as_bytes(), 0o755)?;
     w.file("aicli-runner/collect.sh", COLLECT_SH.as_bytes(), 0o755)?;
-    w.file("aicli-runner/base", format!("{base}\n").as_bytes(), 0o644)?;
-    w.finish()
+    w.file("aicli-runner/base", format!("{base}\n").as_bytes(), 0o644)
 }
 
 /// Downloads `path` of the container (a file or a directory, as the Engine API tars it)

@@ -178,6 +178,44 @@ pub fn stream(
     })
 }
 
+/// Writes a tar owned by `uid:gid` with `fill` (on a blocking thread) and streams it
+/// into container `id` at `/`; `what` names the files in errors ("the workspace").
+pub async fn upload<F>(
+    docker: &bollard::Docker,
+    id: &str,
+    (uid, gid): (u64, u64),
+    what: &str,
+    fill: F,
+) -> Result<(), super::DockerError>
+where
+    F: FnOnce(&mut TarWriter) -> std::io::Result<()> + Send + 'static,
+{
+    use super::DockerError;
+    let (mut w, rx) = TarWriter::new(uid, gid);
+    let writer = tokio::task::spawn_blocking(move || {
+        fill(&mut w)?;
+        w.finish()
+    });
+    let sent = docker
+        .upload_to_container(
+            id,
+            Some(bollard::query_parameters::UploadToContainerOptions {
+                path: "/".to_owned(),
+                ..Default::default()
+            }),
+            bollard::body_try_stream(stream(rx)),
+        )
+        .await;
+    writer
+        .await
+        .map_err(|e| DockerError::Work(format!("the tar writer of {what} failed: {e}")))?
+        .map_err(|e| DockerError::Work(format!("cannot pack {what}: {e}")))?;
+    sent.map_err(|e| DockerError::Api {
+        what: format!("uploading {what} to container {id}"),
+        message: e.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,8 +7,7 @@ use std::collections::HashMap;
 use bollard::Docker;
 use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CommitContainerOptions, CreateContainerOptions, LogsOptions, UploadToContainerOptions,
-    WaitContainerOptions,
+    CommitContainerOptions, CreateContainerOptions, LogsOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 
@@ -69,54 +68,27 @@ where
             message: e.to_string(),
         }
     };
-    let created = docker
-        .create_container(
-            None::<CreateContainerOptions>,
-            ContainerCreateBody {
-                image: Some(l.from.clone()),
-                cmd: Some(vec!["/bin/sh".into(), "-c".into(), l.script.clone()]),
-                entrypoint: Some(Vec::new()),
-                user: Some("0:0".into()),
-                env: Some(vec![format!("PATH={}", l.path)]),
-                labels: Some(HashMap::from([(
-                    crate::runner::docker::labels::MANAGED.to_owned(),
-                    "build".to_owned(),
-                )])),
-                host_config: Some(HostConfig {
-                    network_mode: Some("none".into()),
-                    ..HostConfig::default()
-                }),
-                ..ContainerCreateBody::default()
-            },
-        )
-        .await
-        .map_err(api(format!("creating a build container from {}", l.from)))?;
-    let c = Container {
-        docker: docker.clone(),
-        id: created.id,
-        host: String::new(),
-    };
+    let c = helper(
+        docker,
+        &l.from,
+        &l.script,
+        "build",
+        ContainerCreateBody {
+            user: Some("0:0".into()),
+            env: Some(vec![format!("PATH={}", l.path)]),
+            ..ContainerCreateBody::default()
+        },
+    )
+    .await?;
     let result = async {
-        let (mut w, rx) = TarWriter::new(0, 0);
-        let writer = tokio::task::spawn_blocking(move || {
-            add(&mut w)?;
-            w.finish()
-        });
-        let sent = docker
-            .upload_to_container(
-                &c.id,
-                Some(UploadToContainerOptions {
-                    path: "/".into(),
-                    ..Default::default()
-                }),
-                bollard::body_try_stream(tarball::stream(rx)),
-            )
-            .await;
-        writer
-            .await
-            .map_err(|e| DockerError::Work(e.to_string()))?
-            .map_err(|e| DockerError::Work(format!("cannot pack the files of {}: {e}", l.tag)))?;
-        sent.map_err(api(format!("uploading the files of {}", l.tag)))?;
+        tarball::upload(
+            docker,
+            &c.id,
+            (0, 0),
+            &format!("the files of {}", l.tag),
+            add,
+        )
+        .await?;
         docker
             .start_container(
                 &c.id,
@@ -168,34 +140,14 @@ where
 
 /// Runs `script` in a throwaway container of `image` (no network) and returns stdout.
 pub async fn probe(docker: &Docker, image: &str, script: &str) -> Result<String, DockerError> {
-    let created = docker
-        .create_container(
-            None::<CreateContainerOptions>,
-            ContainerCreateBody {
-                image: Some(image.to_owned()),
-                cmd: Some(vec!["/bin/sh".into(), "-c".into(), script.to_owned()]),
-                entrypoint: Some(Vec::new()),
-                labels: Some(HashMap::from([(
-                    crate::runner::docker::labels::MANAGED.to_owned(),
-                    "probe".to_owned(),
-                )])),
-                host_config: Some(HostConfig {
-                    network_mode: Some("none".into()),
-                    ..HostConfig::default()
-                }),
-                ..ContainerCreateBody::default()
-            },
-        )
-        .await
-        .map_err(|e| DockerError::Api {
-            what: format!("creating a container of {image}"),
-            message: e.to_string(),
-        })?;
-    let c = Container {
-        docker: docker.clone(),
-        id: created.id,
-        host: String::new(),
-    };
+    let c = helper(
+        docker,
+        image,
+        script,
+        "probe",
+        ContainerCreateBody::default(),
+    )
+    .await?;
     let r = async {
         docker
             .start_container(
@@ -220,6 +172,46 @@ pub async fn probe(docker: &Docker, image: &str, script: &str) -> Result<String,
     .await;
     let _ = remove_container(&c).await;
     r
+}
+
+/// Creates (does not start) a throwaway container of `image` running `script` with no
+/// network, labelled as aicli's `role` (`build`, `probe`) so that leftovers are found;
+/// `body` gives what else it needs (user, env).
+async fn helper(
+    docker: &Docker,
+    image: &str,
+    script: &str,
+    role: &str,
+    body: ContainerCreateBody,
+) -> Result<Container, DockerError> {
+    let created = docker
+        .create_container(
+            None::<CreateContainerOptions>,
+            ContainerCreateBody {
+                image: Some(image.to_owned()),
+                cmd: Some(vec!["/bin/sh".into(), "-c".into(), script.to_owned()]),
+                entrypoint: Some(Vec::new()),
+                labels: Some(HashMap::from([(
+                    crate::runner::docker::labels::MANAGED.to_owned(),
+                    role.to_owned(),
+                )])),
+                host_config: Some(HostConfig {
+                    network_mode: Some("none".into()),
+                    ..HostConfig::default()
+                }),
+                ..body
+            },
+        )
+        .await
+        .map_err(|e| DockerError::Api {
+            what: format!("creating a {role} container of {image}"),
+            message: e.to_string(),
+        })?;
+    Ok(Container {
+        docker: docker.clone(),
+        id: created.id,
+        host: String::new(),
+    })
 }
 
 async fn wait_exit(docker: &Docker, id: &str) -> i64 {
