@@ -158,6 +158,21 @@ impl PriceTable {
         }
         Some(total)
     }
+
+    /// [`PriceTable::estimate`] of a run: its per-model split, or, without one, its
+    /// whole `total` as `model`'s.
+    pub fn estimate_run(
+        &self,
+        model: Option<&str>,
+        by_model: &BTreeMap<String, CanonicalUsage>,
+        total: &CanonicalUsage,
+    ) -> Option<f64> {
+        if by_model.is_empty() {
+            self.estimate([(model.unwrap_or_default(), total)])
+        } else {
+            self.estimate(by_model.iter().map(|(m, u)| (m.as_str(), u)))
+        }
+    }
 }
 
 /// A cost figure and where it came from.

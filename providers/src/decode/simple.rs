@@ -139,18 +139,11 @@ where
                 r.usage_by_model.insert(m.clone(), *u);
             }
         }
-        let model = self.model.clone().unwrap_or_default();
-        let by_model: Vec<(&str, &CanonicalUsage)> = if r.usage_by_model.is_empty() {
-            vec![(model.as_str(), &r.canonical_usage)]
-        } else {
-            r.usage_by_model
-                .iter()
-                .map(|(m, u)| (m.as_str(), u))
-                .collect()
-        };
-        r.set_cost(crate::usage::Cost::estimated(
-            self.prices.estimate(by_model),
-        ));
+        r.set_cost(crate::usage::Cost::estimated(self.prices.estimate_run(
+            self.model.as_deref(),
+            &r.usage_by_model,
+            &r.canonical_usage,
+        )));
         match &self.verdict {
             Some((true, _, _)) => r.succeed(),
             Some((false, kind, error)) => r.fail(
