@@ -28,7 +28,6 @@ use aicli::runner::DockerRunner;
 use aicli::runner::docker::image;
 use aicli::{BatchEvent, BatchOptions, Engine};
 use aicli_testkit::{CliWiring, FakeApi, RunDirs, Script, Vendor, WiringOptions};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 const LINE_DELAY_MS: u64 = 20;
@@ -88,7 +87,7 @@ async fn timed(
     tasks: Vec<TaskSpec>,
     opts: BatchOptions,
 ) -> (Vec<(f64, f64)>, Duration, usize) {
-    let (tx, mut rx) = broadcast::channel::<BatchEvent>(65536);
+    let (tx, mut rx) = aicli::live::channel(64 << 20);
     let collector = tokio::spawn(async move {
         let mut started: HashMap<Arc<str>, Instant> = HashMap::new();
         let mut first: HashMap<Arc<str>, f64> = HashMap::new();
@@ -110,8 +109,8 @@ async fn timed(
                         out.push((*f, s.elapsed().as_secs_f64() * 1000.0));
                     }
                 }
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => break,
+                Ok(_) | Err(aicli::live::RecvError::Lagged(_)) => {}
+                Err(aicli::live::RecvError::Closed) => break,
             }
         }
         out

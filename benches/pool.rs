@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use aicli::providers::{AiCliConfig, ProviderRegistry, TaskSpec};
 use aicli::testing::ReplayProvider;
 use aicli::{BatchEvent, BatchOptions, Engine};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 const LINE_DELAY_MS: u64 = 20;
@@ -150,7 +149,7 @@ async fn run(n: usize, parallel: usize, dir: &Path) -> Run {
     opts.provider = Some("fake".into());
     opts.worktrees = false;
     opts.runs_dir = Some(dir.join(format!("runs-{parallel}")));
-    let (tx, mut rx) = broadcast::channel::<BatchEvent>(65536);
+    let (tx, mut rx) = aicli::live::channel(256 << 20);
     let collector = tokio::spawn(async move {
         let mut started: HashMap<Arc<str>, Instant> = HashMap::new();
         let mut first: Vec<f64> = Vec::new();
@@ -165,8 +164,8 @@ async fn run(n: usize, parallel: usize, dir: &Path) -> Run {
                     }
                 }
                 Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(k)) => eprintln!("lagged {k}"),
-                Err(broadcast::error::RecvError::Closed) => break,
+                Err(aicli::live::RecvError::Lagged(k)) => eprintln!("lagged {k}"),
+                Err(aicli::live::RecvError::Closed) => break,
             }
         }
         first

@@ -18,7 +18,8 @@ pub struct Conversation {
     writer: StdinWriter,
     /// The decoder's current wait (its id) and when it is overdue.
     wait: Option<(u64, Instant)>,
-    /// When a cancel asked the CLI to stop: how long it has to end its turn.
+    /// When a cancel (or the budget) asked the CLI to stop: how long it has to end its
+    /// turn.
     stopping: Option<Instant>,
 }
 
@@ -67,7 +68,7 @@ impl Conversation {
         events
     }
 
-    /// A cancel: `true` when the decoder asked the CLI to stop and it has `grace` to
+    /// A cancel (or a budget stop): `true` when the decoder asked the CLI to stop and it has `grace` to
     /// end its turn ([`Conversation::stop_deadline`]); `false`: stop at once.
     pub fn stop(&mut self, decoder: &mut dyn Decoder, grace: Duration) -> bool {
         if self.stopping.is_some() {
@@ -81,12 +82,7 @@ impl Conversation {
         true
     }
 
-    /// Whether a cancel is under way.
-    pub fn stopping(&self) -> bool {
-        self.stopping.is_some()
-    }
-
-    /// Until when the CLI may take to end its turn after a cancel.
+    /// Until when the CLI may take to end its turn after a cancel or a budget stop.
     pub fn stop_deadline(&self) -> Option<Instant> {
         self.stopping
     }

@@ -1,9 +1,9 @@
 //! The live stream of a batch: what subscribers (progress display, `--json` output, the
-//! MCP log) receive while tasks run.
+//! MCP log) receive while tasks run, through the bounded [`crate::live`] channel.
 
 use std::sync::Arc;
 
-use aicli_providers::{AgentEvent, PendingQuestion, SessionResult};
+use aicli_providers::{AgentEvent, CanonicalUsage, CostSource, PendingQuestion, SessionResult};
 use serde::Serialize;
 
 /// One thing that happened in a batch.
@@ -25,6 +25,20 @@ pub enum BatchEvent {
         task_id: Arc<str>,
         /// The event.
         event: AgentEvent,
+    },
+    /// What a running task has spent so far, by its stream: the sum of its usage
+    /// increments, priced at the config's prices for each model (see
+    /// [`aicli_providers::LiveSpend`]). Sent after each increment; a slow subscriber gets
+    /// the latest figure only.
+    TaskSpend {
+        /// The task.
+        task_id: Arc<str>,
+        /// The run's tokens so far.
+        usage: CanonicalUsage,
+        /// Their cost so far, USD, when every model used has a price.
+        cost_usd: Option<f64>,
+        /// `estimated` (from prices), or `unknown` when a model has no price.
+        cost_source: CostSource,
     },
     /// A task will be retried after a back-off.
     Backoff {
@@ -53,7 +67,8 @@ pub enum BatchEvent {
         /// Its result.
         result: Arc<SessionResult>,
     },
-    /// The batch budget is spent: nothing new starts, running tasks are cancelled.
+    /// The batch budget is spent: settled runs were charged all of it, so nothing new
+    /// starts (runs still in flight were stopped when the spend reached it).
     BudgetSpent {
         /// USD spent so far.
         spent_usd: f64,
@@ -68,6 +83,7 @@ impl BatchEvent {
         match self {
             BatchEvent::TaskStarted { task_id, .. }
             | BatchEvent::Agent { task_id, .. }
+            | BatchEvent::TaskSpend { task_id, .. }
             | BatchEvent::Backoff { task_id, .. }
             | BatchEvent::TaskBlocked { task_id, .. }
             | BatchEvent::TaskFinished { task_id, .. } => Some(task_id),

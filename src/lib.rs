@@ -6,12 +6,14 @@
 //! vendor.
 #![deny(missing_docs)]
 
+pub mod budget;
 pub mod cgroup;
 pub mod conversation;
 pub mod env;
 pub mod events;
 pub mod fake_api;
 pub mod install;
+pub mod live;
 pub mod mcp;
 pub mod pool;
 pub mod process;
@@ -28,6 +30,7 @@ pub mod util;
 pub mod worktree;
 
 pub use events::BatchEvent;
+pub use live::{LiveReceiver, LiveSender};
 pub use service::{BatchOptions, Engine, EngineError, run_batch};
 pub use store::BatchResult;
 

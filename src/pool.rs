@@ -240,6 +240,7 @@ mod tests {
             result: r,
             reset_at: None,
             argv: Vec::new(),
+            streamed: aicli_providers::LiveSpend::default(),
             place: None,
         }
     }

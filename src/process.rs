@@ -50,6 +50,80 @@ pub enum StdoutLine {
 /// How much of an over-long line is kept.
 const OVERLONG_PREFIX: usize = 4096;
 
+/// Bytes of stdout lines read but not yet taken by the session, per run (one line is
+/// always let through, however long): when the session falls behind, the reader waits
+/// (and the CLI with it, on a full pipe) instead of queueing the stream in memory.
+pub const LINE_QUEUE_BYTES: usize = 256 * 1024;
+
+/// A channel of stdout lines bounded in bytes ([`LINE_QUEUE_BYTES`] by default).
+pub fn line_channel(max_bytes: usize) -> (LineSender, LineReceiver) {
+    let max_bytes = max_bytes.clamp(1, u32::MAX as usize);
+    let room = Arc::new(tokio::sync::Semaphore::new(max_bytes));
+    // Every line holds at least this many bytes of room: the count of lines queued is
+    // bounded too.
+    let (tx, rx) = mpsc::channel(max_bytes / MIN_LINE_COST + 1);
+    (
+        LineSender {
+            tx,
+            room,
+            max_bytes,
+        },
+        LineReceiver { rx, held: None },
+    )
+}
+
+const MIN_LINE_COST: usize = 64;
+
+type Queued = (StdoutLine, tokio::sync::OwnedSemaphorePermit);
+
+/// The reader's side of a [`line_channel`].
+#[derive(Debug)]
+pub struct LineSender {
+    tx: mpsc::Sender<Queued>,
+    room: Arc<tokio::sync::Semaphore>,
+    max_bytes: usize,
+}
+
+impl LineSender {
+    /// Queues `line`, waiting for room; `Err` when the receiver is gone.
+    pub async fn send(&self, line: StdoutLine) -> Result<(), StdoutLine> {
+        let len = match &line {
+            StdoutLine::Line(b) => b.len(),
+            StdoutLine::Overlong { prefix, .. } => prefix.len(),
+        };
+        let cost = len.clamp(MIN_LINE_COST, self.max_bytes) as u32;
+        let Ok(permit) = self.room.clone().acquire_many_owned(cost).await else {
+            return Err(line);
+        };
+        self.tx.send((line, permit)).await.map_err(|e| e.0.0)
+    }
+}
+
+/// The session's side of a [`line_channel`]: a line's room is given back when the
+/// next one is taken (the session is done with it by then).
+#[derive(Debug)]
+pub struct LineReceiver {
+    rx: mpsc::Receiver<Queued>,
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl LineReceiver {
+    /// The next line; `None` at EOF (when the reader is done).
+    pub async fn recv(&mut self) -> Option<StdoutLine> {
+        self.held = None;
+        let (line, permit) = self.rx.recv().await?;
+        self.held = Some(permit);
+        Some(line)
+    }
+
+    /// A receiver that is closed already (what a handle gives once its lines were
+    /// taken).
+    pub fn closed() -> LineReceiver {
+        let (_, rx) = line_channel(1);
+        rx
+    }
+}
+
 /// Options for reading a child's output.
 #[derive(Debug)]
 pub struct OutputOptions {
@@ -166,7 +240,7 @@ pub struct LocalProcess {
     /// A two-way run's stdin ([`CommandSpec::stdin_open`]), until taken.
     pub stdin_writer: Option<StdinWriter>,
     /// Closed when stdout reaches EOF (at once with [`OutputOptions::raw_pipes`]).
-    pub lines: mpsc::Receiver<StdoutLine>,
+    pub lines: LineReceiver,
     /// The pipes handed to the caller with [`OutputOptions::raw_pipes`].
     stdin: Option<tokio::process::ChildStdin>,
     stdout: Option<tokio::process::ChildStdout>,
@@ -315,7 +389,7 @@ impl LocalProcess {
             }
             (_, None) => {}
         }
-        let (tx, rx) = mpsc::channel(256);
+        let (tx, rx) = line_channel(LINE_QUEUE_BYTES);
         if let Some(stdout) = child.stdout.take() {
             let cap = out.line_cap;
             readers.push(tokio::spawn(read_lines(stdout, cap, record, tx)));
@@ -428,7 +502,7 @@ pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
     stdout: R,
     cap: usize,
     tee: impl Into<StdoutRecord>,
-    tx: mpsc::Sender<StdoutLine>,
+    tx: LineSender,
 ) {
     let tee: StdoutRecord = tee.into();
     let mut reader = BufReader::with_capacity(64 * 1024, stdout);
@@ -601,7 +675,7 @@ mod tests {
     #[tokio::test]
     async fn lines_are_split_and_capped() {
         let input: &[u8] = b"one\ntwo\r\nthree-is-long\nfour";
-        let (tx, mut rx) = mpsc::channel(16);
+        let (tx, mut rx) = line_channel(1 << 20);
         read_lines(input, 8, None, tx).await;
         let mut got = Vec::new();
         while let Some(l) = rx.recv().await {
@@ -626,7 +700,7 @@ mod tests {
         let big = vec![b'x'; 200_000];
         let mut input = big.clone();
         input.extend_from_slice(b"\nok\n");
-        let (tx, mut rx) = mpsc::channel(16);
+        let (tx, mut rx) = line_channel(1 << 20);
         read_lines(&input[..], 1024, None, tx).await;
         match rx.recv().await {
             Some(StdoutLine::Overlong { len, prefix }) => {
@@ -636,6 +710,34 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(rx.recv().await, Some(StdoutLine::Line(b"ok".to_vec())));
+    }
+
+    #[tokio::test]
+    async fn lines_wait_for_room_in_bytes_and_one_long_line_still_passes() {
+        let (tx, mut rx) = line_channel(1000);
+        let reader = tokio::spawn(async move {
+            for i in 0..10 {
+                tx.send(StdoutLine::Line(vec![b'a' + i; 400]))
+                    .await
+                    .unwrap();
+            }
+            // Longer than the whole bound: it takes all the room, and passes alone.
+            tx.send(StdoutLine::Line(vec![b'z'; 5000])).await.unwrap();
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Two lines of 400 fit in 1000 bytes; the reader waits for the third.
+        assert!(!reader.is_finished());
+        assert_eq!(rx.rx.len(), 2);
+        let mut got = Vec::new();
+        while let Some(StdoutLine::Line(l)) = rx.recv().await {
+            got.push(l.len());
+            assert!(rx.rx.len() <= 2, "more queued than the bound");
+        }
+        assert_eq!(
+            got,
+            [400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 5000]
+        );
+        reader.await.unwrap();
     }
 
     #[test]

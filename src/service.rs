@@ -2,8 +2,9 @@
 //!
 //! Resolves providers, checks the repository, records the batch, mints an MCP token
 //! per task run (when an agent server is attached), runs the tasks through the
-//! [`pool`](crate::pool) (each in its own worktree), enforces the batch budget, cleans
-//! up worktrees that hold no work, and aggregates the result.
+//! [`pool`](crate::pool) (each in its own worktree), enforces the batch budget
+//! ([`budget`](crate::budget)), cleans up worktrees that hold no work, and aggregates the
+//! result.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,16 +17,17 @@ use aicli_providers::{
     SessionResult, SessionStatus, SessionTotals, SharedProvider, TaskSpec,
 };
 use async_trait::async_trait;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::BatchEvent;
+use crate::live::LiveSender;
 use crate::pool::{self, Backoff, Control, PoolOwner};
 use crate::runner::{AgentReach, LocalRunner, PlaceRequest, Placement, Runner};
 use crate::session::{SessionIo, SessionLimits, SessionOutcome, SessionSpec, run_session};
 use crate::store::{
-    AnswerRecord, AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec, RunStore,
-    SessionRun, TaskLock, TaskRecord, TaskState, read_range,
+    AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec,
+    RunStore, SessionRun, TaskLock, TaskRecord, TaskState, read_range,
 };
 use crate::util::now_rfc3339;
 use crate::worktree::{Cleanup, Repo, Worktree, WorktreeError};
@@ -328,7 +330,7 @@ impl Engine {
         &self,
         mut tasks: Vec<TaskSpec>,
         opts: BatchOptions,
-        live: broadcast::Sender<BatchEvent>,
+        live: LiveSender,
         cancel: CancellationToken,
     ) -> Result<BatchResult, EngineError> {
         if tasks.is_empty() {
@@ -467,7 +469,7 @@ impl Engine {
         store: &RunStore,
         task_ref: &str,
         answer: &str,
-        live: broadcast::Sender<BatchEvent>,
+        live: LiveSender,
         cancel: CancellationToken,
     ) -> Result<SessionResult, EngineError> {
         let (record, task_id) = find_blocked(store, task_ref)?;
@@ -497,7 +499,7 @@ impl Engine {
         let provider = self.registry.get(&rec.provider)?;
         let spec = record.spec().map_err(EngineError::NotFound)?;
         if let Some(budget) = spec.budget_usd {
-            let spent = record.spent_usd();
+            let spent = record.charged_usd();
             if spent >= budget {
                 return Err(EngineError::Refused(format!(
                     "batch {} has spent ${spent:.4} of its ${budget:.4} budget: the answer would start a new run",
@@ -573,7 +575,7 @@ impl Engine {
         &self,
         store: &RunStore,
         batch_id: &str,
-        live: broadcast::Sender<BatchEvent>,
+        live: LiveSender,
         cancel: CancellationToken,
     ) -> Result<BatchResult, EngineError> {
         let record = store.open_batch(batch_id).map_err(EngineError::NotFound)?;
@@ -831,7 +833,7 @@ impl Engine {
         record: BatchRecord,
         plan: Vec<Planned>,
         opts: BatchOptions,
-        live: broadcast::Sender<BatchEvent>,
+        live: LiveSender,
         cancel: CancellationToken,
     ) -> Result<BatchResult, EngineError> {
         let started = Instant::now();
@@ -840,7 +842,7 @@ impl Engine {
         } else {
             None
         };
-        let spent_before = record.spent_usd();
+        let charged_before = record.charged_usd();
         // Only this process runs these tasks until each is settled.
         let mut plan = plan;
         let mut busy = Vec::new();
@@ -853,6 +855,25 @@ impl Engine {
         if !busy.is_empty() {
             return Err(EngineError::Refused(busy.join("; ")));
         }
+        // Tasks whose last run had already finished are closed from their records; the
+        // pool runs the others (its indices map to `to_run`).
+        let (closed, to_run): (Vec<(usize, SessionResult)>, Vec<usize>) = {
+            let mut closed = Vec::new();
+            let mut to_run = Vec::new();
+            for (i, p) in plan.iter().enumerate() {
+                match &p.recorded {
+                    Some(r) => closed.push((i, r.clone())),
+                    None => to_run.push(i),
+                }
+            }
+            (closed, to_run)
+        };
+        // A task without a limit of its own asks for an equal share of what is left, so
+        // that the runs in flight together fit in it.
+        let share = spec.budget_usd.map_or(f64::INFINITY, |b| {
+            let at_once = spec.max_parallel.clamp(1, to_run.len().max(1));
+            (b - charged_before).max(0.0) / at_once as f64
+        });
         let shared = Arc::new(Shared {
             engine: self.clone(),
             spec: spec.clone(),
@@ -863,24 +884,13 @@ impl Engine {
             persist_locks: (0..plan.len())
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
+            budget: spec
+                .budget_usd
+                .map(|b| crate::budget::BudgetPool::new(b, charged_before)),
+            share,
+            budget_announced: std::sync::atomic::AtomicBool::new(false),
             tasks: Mutex::new(plan),
-            spent: Mutex::new(spent_before),
-            budget_cancelled: std::sync::atomic::AtomicBool::new(false),
         });
-        // Tasks whose last run had already finished are closed from their records; the
-        // pool runs the others (its indices map to `to_run`).
-        let (closed, to_run): (Vec<(usize, SessionResult)>, Vec<usize>) = {
-            let tasks = shared.tasks.lock().map(|t| t.clone()).unwrap_or_default();
-            let mut closed = Vec::new();
-            let mut to_run = Vec::new();
-            for (i, p) in tasks.into_iter().enumerate() {
-                match p.recorded {
-                    Some(r) => closed.push((i, r)),
-                    None => to_run.push(i),
-                }
-            }
-            (closed, to_run)
-        };
         let mut owner = Owner {
             shared: shared.clone(),
             finalizers: tokio::task::JoinSet::new(),
@@ -894,7 +904,7 @@ impl Engine {
         }
         let s2 = shared.clone();
         let n = to_run.len();
-        if spec.budget_usd.is_some_and(|b| spent_before >= b) {
+        if shared.budget.as_ref().is_some_and(|b| b.is_spent()) {
             // Nothing new starts once the budget is spent (a resume, an answer).
             for i in 0..n {
                 owner.on_never_started(i, Control::StopStarting);
@@ -1118,14 +1128,18 @@ struct Shared {
     record: BatchRecord,
     repo: Option<Repo>,
     opts: BatchOptions,
-    live: broadcast::Sender<BatchEvent>,
+    live: LiveSender,
     tasks: Mutex<Vec<Planned>>,
     /// One lock per task: record writes of a task happen one at a time, each writing the
     /// task's state as it is when the write starts, so the last write is the newest.
     persist_locks: Vec<tokio::sync::Mutex<()>>,
-    /// Running attempts were cancelled because the batch budget ran out (not by a user).
-    budget_cancelled: std::sync::atomic::AtomicBool,
-    spent: Mutex<f64>,
+    /// The batch budget, when the batch has one: runs reserve their share of it before
+    /// they start and report what they stream (see [`crate::budget`]).
+    budget: Option<Arc<crate::budget::BudgetPool>>,
+    /// What a task without a limit of its own reserves, USD.
+    share: f64,
+    /// `BudgetSpent` was sent.
+    budget_announced: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -1164,11 +1178,6 @@ impl Shared {
             Ok(Err(e)) => tracing::warn!(task = %id, error = %e, "cannot write the task record"),
             Err(e) => tracing::warn!(task = %id, error = %e, "the record writer failed"),
         }
-    }
-
-    fn budget_remaining(&self) -> Option<f64> {
-        let spent = self.spent.lock().map(|s| *s).unwrap_or(0.0);
-        self.spec.budget_usd.map(|b| (b - spent).max(0.0))
     }
 
     /// The task's working directory: its worktree, made on its first attempt. A task that
@@ -1233,8 +1242,36 @@ impl Shared {
             result: SessionResult::not_started(provider, kind, message),
             reset_at: None,
             argv: Vec::new(),
+            streamed: aicli_providers::LiveSpend::default(),
             place: None,
         }
+    }
+
+    /// Records an attempt of task `index` that never started, with its result.
+    fn record_not_started(&self, index: usize, result: &SessionResult) {
+        let now = now_rfc3339();
+        let offset = self.record.events_len(&result.task_id);
+        let result = result.clone();
+        self.update(index, |p| {
+            p.rec.attempts.push(AttemptRecord {
+                attempt: p.rec.attempts.len() as u32 + 1,
+                kind: p.kind,
+                started_at: now.clone(),
+                finished_at: Some(now),
+                events_start: offset,
+                events_end: Some(offset),
+                stderr_start: 0,
+                stderr_end: Some(0),
+                aicli_events_start: 0,
+                model: None,
+                prior: None,
+                resumed_session: None,
+                argv: Vec::new(),
+                place: None,
+                result: Some(result),
+                budget: None,
+            });
+        });
     }
 
     /// Waits as long as the provider needs between a session's last run and its
@@ -1289,7 +1326,7 @@ impl Shared {
             provider.name()
         );
         tracing::info!(task = %task_id, "{message}");
-        let _ = self.live.send(BatchEvent::Agent {
+        self.live.send(BatchEvent::Agent {
             task_id: task_id.clone(),
             event: AgentEvent::synthetic(EventKind::Status { status: message }),
         });
@@ -1317,6 +1354,52 @@ impl Shared {
                     ErrorKind::BadRequest,
                     e.to_string(),
                 );
+            }
+        };
+        // Its share of the batch budget first: it starts only when that fits in what is
+        // left beside the runs in flight.
+        let reservation = match &self.budget {
+            None => None,
+            Some(pool) => {
+                let want = planned
+                    .rec
+                    .task
+                    .max_budget_usd
+                    .or(provider.config().max_budget_usd)
+                    .unwrap_or(self.share);
+                match pool.reserve(want, &cancel).await {
+                    Ok(r) => Some(Arc::new(r)),
+                    Err(refusal) => {
+                        let mut r = match refusal {
+                            crate::budget::Refusal::Spent { .. } => SessionResult::not_started(
+                                provider.name(),
+                                ErrorKind::Budget,
+                                BUDGET_SPENT_BEFORE_START,
+                            ),
+                            crate::budget::Refusal::Cancelled => {
+                                let mut r = SessionResult::not_started(
+                                    provider.name(),
+                                    ErrorKind::Cancelled,
+                                    "the batch was cancelled while this task waited for its share of the budget",
+                                );
+                                // Not an outcome of the task: `aicli resume` runs it.
+                                r.status = SessionStatus::Interrupted;
+                                r
+                            }
+                        };
+                        r.task_id = planned.rec.task.id.clone();
+                        r.prompt = planned.rec.task.prompt.clone();
+                        self.record_not_started(index, &r);
+                        self.persist(index, true).await;
+                        return SessionOutcome {
+                            result: r,
+                            reset_at: None,
+                            argv: Vec::new(),
+                            streamed: aicli_providers::LiveSpend::default(),
+                            place: None,
+                        };
+                    }
+                }
             }
         };
         let task_id: Arc<str> = Arc::from(planned.rec.task.id.as_str());
@@ -1361,6 +1444,10 @@ impl Shared {
             argv: Vec::new(),
             place: None,
             result: None,
+            budget: reservation.as_ref().map(|r| AttemptBudget {
+                reserved_usd: r.amount(),
+                charged_usd: None,
+            }),
         });
         planned.rec.state = TaskState::Running;
         if attempt_in_run == 1
@@ -1376,7 +1463,7 @@ impl Shared {
             p.worktree_lock = wt_lock;
         });
         self.persist(index, false).await;
-        let _ = self.live.send(BatchEvent::TaskStarted {
+        self.live.send(BatchEvent::TaskStarted {
             task_id: task_id.clone(),
             provider: Arc::from(provider.name()),
             attempt: attempt_no,
@@ -1403,7 +1490,10 @@ impl Shared {
                     branch,
                     (prior, answered),
                     attempt_no,
-                    cancel,
+                    RunControl {
+                        cancel,
+                        budget: reservation.clone(),
+                    },
                 )
                 .await
             }
@@ -1417,21 +1507,24 @@ impl Shared {
             result.continuation = planned.continuation.clone();
         }
         if result.error_kind == Some(ErrorKind::Cancelled) {
-            if self
-                .budget_cancelled
-                .load(std::sync::atomic::Ordering::SeqCst)
-            {
-                // Cancelled because the batch budget ran out while it ran: final.
-                result.fail(
-                    ErrorKind::Budget,
-                    "cancelled: the batch budget was spent while this task ran",
-                );
-            } else {
-                // Cancelled by the user (Ctrl-C): not an outcome of the task;
-                // `aicli resume` runs it again (resuming its session when it has one).
-                result.status = SessionStatus::Interrupted;
-            }
+            // Cancelled by the user (Ctrl-C): not an outcome of the task; `aicli resume`
+            // runs it again (resuming its session when it has one). (A run the budget
+            // stopped says `budget`.)
+            result.status = SessionStatus::Interrupted;
         }
+        // What the budget counts for the run: its cost (for a run cut off, at least its
+        // streamed estimate), or, when that is unknown, its whole reservation (or what
+        // it streamed, if more). The rest of the reservation goes back to the pool.
+        let charge = reservation.as_ref().map(|r| {
+            let charge = result
+                .cost_usd
+                .unwrap_or_else(|| r.amount().max(outcome.streamed.priced_usd()));
+            r.settle(charge);
+            AttemptBudget {
+                reserved_usd: r.amount(),
+                charged_usd: Some(charge),
+            }
+        });
         let events_end = self.record.events_len(&task.id);
         let stderr_end = self.record.stderr_len(&task.id);
         let provisional = if result.error_kind.is_some_and(|k| k.is_backoff()) {
@@ -1446,6 +1539,7 @@ impl Shared {
                 a.stderr_end = Some(stderr_end);
                 a.result = Some(result.clone());
                 a.argv = outcome.argv.clone();
+                a.budget = charge;
                 a.place = outcome.place.clone();
             }
             p.rec.state = provisional;
@@ -1457,6 +1551,7 @@ impl Shared {
             result,
             reset_at: outcome.reset_at,
             argv: outcome.argv,
+            streamed: outcome.streamed,
             place: outcome.place,
         }
     }
@@ -1479,8 +1574,9 @@ impl Shared {
         branch: Option<String>,
         (prior, answered): (Option<SessionTotals>, Option<AnsweredQuestion>),
         attempt_no: u32,
-        cancel: CancellationToken,
+        control: RunControl,
     ) -> SessionOutcome {
+        let RunControl { cancel, budget } = control;
         let workdir = match &task.cwd {
             Some(sub) => workspace.join(sub),
             None => workspace.clone(),
@@ -1611,7 +1707,7 @@ impl Shared {
             private_dir: private_dir.clone(),
             record_dir: Some(self.record.task_dir(&task.id)),
             mcp,
-            budget_remaining_usd: self.budget_remaining(),
+            budget_remaining_usd: budget.as_ref().map(|r| r.amount()),
             search_path: self.engine.search_path.clone(),
             base_env,
             auth_precheck: self.engine.auth_precheck,
@@ -1621,6 +1717,7 @@ impl Shared {
             live: self.live.clone(),
             injected,
             cancel,
+            budget,
         };
         let mut outcome = run_session(spec, io, placement.as_mut()).await;
         outcome.place = Some(placement.describe());
@@ -1702,13 +1799,13 @@ impl Shared {
         });
         let task_id: Arc<str> = Arc::from(result.task_id.as_str());
         if let (SessionStatus::Blocked, Some(q)) = (result.status, &result.question) {
-            let _ = self.live.send(BatchEvent::TaskBlocked {
+            self.live.send(BatchEvent::TaskBlocked {
                 task_id: task_id.clone(),
                 question: q.clone(),
             });
             self.notify_blocked(&result, q).await;
         }
-        let _ = self.live.send(BatchEvent::TaskFinished {
+        self.live.send(BatchEvent::TaskFinished {
             task_id,
             result: Arc::new(result),
         });
@@ -1762,18 +1859,24 @@ impl Shared {
         });
         let mut results = Vec::new();
         let mut total = 0.0;
+        let mut estimated = 0.0;
+        let mut charged = 0.0;
         let mut unknown = 0;
-        for rec in &all {
+        for mut rec in all {
             let (spent, unk) = rec.spent();
             total += spent;
+            estimated += rec.estimated();
+            charged += rec.charged();
             if unk {
                 unknown += 1;
             }
-            let mut r = rec.latest_result().cloned().unwrap_or_else(|| {
+            // Moved out of the record, not copied: a batch holds one copy of each answer.
+            let latest = rec.attempts.iter_mut().rev().find_map(|a| a.result.take());
+            let mut r = latest.unwrap_or_else(|| {
                 SessionResult::not_started(&rec.provider, ErrorKind::Cancelled, "never started")
             });
-            r.task_id = rec.task.id.clone();
-            r.prompt = rec.task.prompt.clone();
+            r.task_id = rec.task.id;
+            r.prompt = rec.task.prompt;
             results.push(r);
         }
         let count = |s: SessionStatus| results.iter().filter(|r| r.status == s).count();
@@ -1790,7 +1893,10 @@ impl Shared {
             n_cost_unknown: unknown,
             wall_clock_ms: wall.as_millis() as u64,
             budget_usd: self.spec.budget_usd,
-            budget_remaining_usd: self.spec.budget_usd.map(|b| (b - total).max(0.0)),
+            budget_remaining_usd: self.spec.budget_usd.map(|b| (b - charged).max(0.0)),
+            estimated_cost_usd: estimated,
+            budget_charged_usd: self.spec.budget_usd.map(|_| charged),
+            budget_reserved_usd: self.budget.as_ref().map(|p| p.figures().peak_reserved),
             runs_dir: self.record.dir().to_path_buf(),
         }
     }
@@ -1827,7 +1933,6 @@ impl PoolOwner for Owner {
         let index = self.indices[i];
         let s = self.shared.clone();
         let result = outcome.result.clone();
-        let cost = result.cost_usd.unwrap_or(0.0);
         if will_retry {
             let totals = result.session_totals;
             s.update(index, |p| {
@@ -1843,26 +1948,20 @@ impl PoolOwner for Owner {
             self.finalizers
                 .spawn(async move { s2.finalize(index, result).await });
         }
-        let spent = {
-            let Ok(mut spent) = s.spent.lock() else {
-                return Control::Continue;
-            };
-            *spent += cost;
-            *spent
-        };
-        match s.spec.budget_usd {
-            Some(b) if spent >= b => {
-                let _ = s.live.send(BatchEvent::BudgetSpent {
-                    spent_usd: spent,
-                    budget_usd: b,
-                });
-                if spent > b {
-                    s.budget_cancelled
-                        .store(true, std::sync::atomic::Ordering::SeqCst);
-                    Control::CancelRunning
-                } else {
-                    Control::StopStarting
+        match &s.budget {
+            // Settled runs were charged the whole budget: nothing new starts (the runs
+            // in flight were stopped when the spend reached it).
+            Some(pool) if pool.is_spent() => {
+                if !s
+                    .budget_announced
+                    .swap(true, std::sync::atomic::Ordering::SeqCst)
+                {
+                    s.live.send(BatchEvent::BudgetSpent {
+                        spent_usd: pool.figures().charged,
+                        budget_usd: pool.budget(),
+                    });
                 }
+                Control::StopStarting
             }
             Some(_) | None => Control::Continue,
         }
@@ -1875,7 +1974,7 @@ impl PoolOwner for Owner {
             .map(|p| p.rec.task.id)
             .unwrap_or_default();
         tracing::info!(task = %task_id, delay_ms = b.delay.as_millis() as u64, parallelism = b.parallelism, reason = %b.reason, "backing off");
-        let _ = self.shared.live.send(BatchEvent::Backoff {
+        self.shared.live.send(BatchEvent::Backoff {
             task_id: Arc::from(task_id.as_str()),
             attempt: b.attempt,
             delay_ms: b.delay.as_millis() as u64,
@@ -1887,11 +1986,7 @@ impl PoolOwner for Owner {
     fn on_never_started(&mut self, i: usize, _why: Control) {
         let index = self.indices[i];
         let s = self.shared.clone();
-        let budget_spent = s
-            .spec
-            .budget_usd
-            .is_some_and(|b| s.spent.lock().map(|x| *x >= b).unwrap_or(false));
-        if !budget_spent {
+        if !s.budget.as_ref().is_some_and(|b| b.is_spent()) {
             // Cancelled: the task stays queued in its record, so a resume runs it.
             return;
         }
@@ -1901,36 +1996,24 @@ impl PoolOwner for Owner {
         let mut r = SessionResult::not_started(
             &planned.rec.provider,
             ErrorKind::Budget,
-            "the batch budget was spent before this task started",
+            BUDGET_SPENT_BEFORE_START,
         );
         r.task_id = planned.rec.task.id.clone();
         r.prompt = planned.rec.task.prompt.clone();
-        let now = now_rfc3339();
-        let offset = s.record.events_len(&r.task_id);
-        let result = r.clone();
-        s.update(index, |p| {
-            p.rec.attempts.push(AttemptRecord {
-                attempt: p.rec.attempts.len() as u32 + 1,
-                kind: p.kind,
-                started_at: now.clone(),
-                finished_at: Some(now),
-                events_start: offset,
-                events_end: Some(offset),
-                stderr_start: 0,
-                stderr_end: Some(0),
-                aicli_events_start: 0,
-                model: None,
-                prior: None,
-                resumed_session: None,
-                argv: Vec::new(),
-                place: None,
-                result: Some(result),
-            });
-        });
+        s.record_not_started(index, &r);
         self.finalizers
             .spawn(async move { s.finalize(index, r).await });
     }
 }
+
+/// What stops a run: the batch's cancellation and the run's share of the budget.
+struct RunControl {
+    cancel: CancellationToken,
+    budget: Option<Arc<crate::budget::Reservation>>,
+}
+
+/// Why a task never started once the budget was spent.
+const BUDGET_SPENT_BEFORE_START: &str = "the batch budget was spent before this task started";
 
 /// `run_batch(provider, tasks, options)`: runs `tasks` with `provider` as the default
 /// provider, without a live subscriber.
@@ -1941,7 +2024,7 @@ pub async fn run_batch(
     mut options: BatchOptions,
 ) -> Result<BatchResult, EngineError> {
     options.provider = Some(provider.to_owned());
-    let (tx, _rx) = broadcast::channel(1024);
+    let tx = LiveSender::new(crate::live::DEFAULT_QUEUE_BYTES);
     engine
         .run_batch(tasks, options, tx, CancellationToken::new())
         .await

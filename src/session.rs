@@ -16,14 +16,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aicli_providers::{
-    AgentEvent, ErrorKind, EventKind, ExitStatus, LaunchContext, Line, LinkSpec, McpEndpoint,
-    ParseContext, PendingQuestion, SessionResult, SharedProvider, TaskSpec,
+    AgentEvent, Cost, CostSource, ErrorKind, EventKind, ExitStatus, LaunchContext, Line, LinkSpec,
+    LiveSpend, McpEndpoint, ParseContext, PendingQuestion, SessionResult, SharedProvider, TaskSpec,
 };
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::Reservation;
 use crate::conversation::{Conversation, sleep_until};
 use crate::events::BatchEvent;
+use crate::live::LiveSender;
 use crate::process::{OutputOptions, StdoutLine};
 use crate::runner::{Placement, RunHandle};
 use crate::util::create_private_dirs;
@@ -74,7 +76,8 @@ pub struct SessionSpec {
     pub record_dir: Option<PathBuf>,
     /// aicli's MCP server for this run (token included) and its port.
     pub mcp: Option<(McpEndpoint, u16)>,
-    /// What is left of the batch budget.
+    /// What this run may spend of the batch budget (its reservation), when the batch
+    /// has one: a CLI with a per-run cap gets it as its cap.
     pub budget_remaining_usd: Option<f64>,
     /// What the parser needs besides the lines (model, prior session totals).
     pub parse_ctx: ParseContext,
@@ -108,11 +111,14 @@ impl std::fmt::Debug for TokenRestriction {
 #[derive(Debug)]
 pub struct SessionIo {
     /// Live events go here.
-    pub live: broadcast::Sender<BatchEvent>,
+    pub live: LiveSender,
     /// Events aicli's MCP server made for this task (logs, questions).
     pub injected: Option<mpsc::UnboundedReceiver<AgentEvent>>,
     /// Cancels the run.
     pub cancel: CancellationToken,
+    /// The run's reservation of the batch budget, when the batch has one: told what the
+    /// run's stream spends as it passes, and stops the run when the budget says so.
+    pub budget: Option<Arc<Reservation>>,
 }
 
 /// What a run produced. The events went to the live stream and the record as they
@@ -126,6 +132,9 @@ pub struct SessionOutcome {
     /// The command that ran (program and arguments; secrets live in files and env,
     /// never here), empty when nothing was started.
     pub argv: Vec<String>,
+    /// What the run's stream said it spent (its usage increments at the config's
+    /// prices).
+    pub streamed: LiveSpend,
     /// Where it ran (the placement's description), when it was placed.
     pub place: Option<String>,
 }
@@ -139,6 +148,8 @@ enum EndReason {
     /// The CLI exited; its stdout stayed open past [`PIPE_GRACE`].
     Exited,
     Final,
+    /// The batch budget stopped the run.
+    Budget,
     WallTimeout,
     IdleTimeout,
     Cancelled,
@@ -160,6 +171,7 @@ pub async fn run_session(
             result: *result,
             reset_at: None,
             argv: Vec::new(),
+            streamed: LiveSpend::default(),
             place: None,
         },
     };
@@ -440,13 +452,27 @@ async fn supervise(
     let mut decoder = provider.decoder(&spec.parse_ctx);
     let mut saw_final = false;
     let mut reset_at: Option<i64> = None;
+    // What the stream says the run spent: each usage increment priced at its model's
+    // price, for the budget and the live display.
+    let prices = &provider.config().prices;
+    let mut spend = LiveSpend::default();
+    let mut run_model = spec.parse_ctx.model.clone();
+    let budget = io.budget.clone();
 
     // Questions the decoder itself asked a human (an ACP permission request).
     let mut asked: Vec<PendingQuestion> = Vec::new();
     let mut publish = |evs: &mut Vec<AgentEvent>| {
+        let mut spent = false;
         for ev in evs.drain(..) {
             if let EventKind::Final { .. } = &ev.kind {
                 saw_final = true;
+            }
+            if let EventKind::SessionStarted { model: Some(m), .. } = &ev.kind {
+                run_model = Some(m.clone());
+            }
+            if let EventKind::Usage { usage, model } = &ev.kind {
+                spend.add(prices, model.as_deref(), run_model.as_deref(), usage);
+                spent = true;
             }
             if let EventKind::RateLimit {
                 resets_at: Some(t), ..
@@ -461,9 +487,21 @@ async fn supervise(
                     asked_at: crate::util::now_rfc3339(),
                 });
             }
-            let _ = io.live.send(BatchEvent::Agent {
+            io.live.send(BatchEvent::Agent {
                 task_id: task_id.clone(),
                 event: ev,
+            });
+        }
+        if spent {
+            if let Some(b) = &budget {
+                b.streamed(spend.priced_usd());
+            }
+            let cost = spend.cost();
+            io.live.send(BatchEvent::TaskSpend {
+                task_id: task_id.clone(),
+                usage: spend.usage(),
+                cost_usd: cost.cost_usd,
+                cost_source: cost.cost_source,
             });
         }
     };
@@ -508,6 +546,7 @@ async fn supervise(
                     result,
                     reset_at: None,
                     argv: Vec::new(),
+                    streamed: LiveSpend::default(),
                     place: None,
                 };
             }
@@ -519,12 +558,14 @@ async fn supervise(
     // grace for the last lines, then the run is over (not a wait for the idle watchdog).
     let mut child_exit: Option<Option<i32>> = None;
     let mut pipe_deadline: Option<tokio::time::Instant> = None;
+    // Why a two-way CLI was asked to end its turn (a cancel, the budget): the run ends
+    // for that reason once it has, or once the kill grace is over.
+    let mut stop_why: Option<EndReason> = None;
     let reason = loop {
         let pipe_sleep = sleep_until(pipe_deadline);
         let final_sleep = sleep_until(final_deadline);
         let wait_sleep = sleep_until(conversation.as_ref().and_then(Conversation::deadline));
         let stop_sleep = sleep_until(conversation.as_ref().and_then(Conversation::stop_deadline));
-        let stopping = conversation.as_ref().is_some_and(Conversation::stopping);
         let injected_recv = async {
             match injected.as_mut() {
                 Some(rx) => rx.recv().await,
@@ -533,17 +574,22 @@ async fn supervise(
         };
         tokio::select! {
             biased;
-            _ = io.cancel.cancelled(), if !stopping => {
+            _ = io.cancel.cancelled(), if stop_why.is_none() => {
                 // A two-way CLI is asked to stop first (ACP `session/cancel`); it has the
                 // kill grace to end its turn, then the process group is killed as for any.
-                let asked_to_stop = conversation
-                    .as_mut()
-                    .is_some_and(|c| c.stop(decoder.as_mut(), limits.kill_grace));
-                if !asked_to_stop {
+                if !ask_to_stop(&mut conversation, &mut decoder, limits.kill_grace) {
                     break EndReason::Cancelled;
                 }
+                stop_why = Some(EndReason::Cancelled);
             }
-            _ = stop_sleep => break EndReason::Cancelled,
+            _ = budget_stop(&io.budget), if stop_why.is_none() => {
+                // The budget stops a run as a cancel does, and says `budget`.
+                if !ask_to_stop(&mut conversation, &mut decoder, limits.kill_grace) {
+                    break EndReason::Budget;
+                }
+                stop_why = Some(EndReason::Budget);
+            }
+            _ = stop_sleep => break stop_why.unwrap_or(EndReason::Cancelled),
             line = lines.recv() => match line {
                 Some(line) => {
                     idle_deadline = tokio::time::Instant::now() + limits.idle_timeout;
@@ -552,8 +598,10 @@ async fn supervise(
                     if let Some(c) = conversation.as_mut() {
                         c.pump(decoder.as_mut());
                     }
-                    if stopping && decoder.finished() {
-                        break EndReason::Cancelled;
+                    if let Some(why) = stop_why
+                        && decoder.finished()
+                    {
+                        break why;
                     }
                     // The CLI said its last word: a short grace to exit. It may take it
                     // back (a background agent of Claude's goes on): then wait again.
@@ -602,6 +650,7 @@ async fn supervise(
         tokio::select! {
             biased;
             _ = io.cancel.cancelled() => reason = EndReason::Cancelled,
+            _ = budget_stop(&io.budget) => reason = EndReason::Budget,
             code = handle.wait() => exit_code = code,
             _ = after_final => reason = EndReason::Final,
             _ = tokio::time::sleep_until(wall_deadline) => reason = EndReason::WallTimeout,
@@ -664,7 +713,25 @@ async fn supervise(
                 last_words(&result, exit_code)
             ),
         ),
+        // (A two-way CLI asked to stop for the budget ends its turn as cancelled.)
+        EndReason::Budget
+            if !saw_final
+                || (stop_why == Some(EndReason::Budget)
+                    && result.error_kind == Some(ErrorKind::Cancelled)) =>
+        {
+            result.fail(
+                ErrorKind::Budget,
+                format!(
+                    "stopped by the batch budget: {}",
+                    io.budget
+                        .as_ref()
+                        .and_then(|b| b.stop_reason())
+                        .unwrap_or_else(|| "the budget was reached".to_owned())
+                ),
+            )
+        }
         EndReason::Cancelled
+        | EndReason::Budget
         | EndReason::WallTimeout
         | EndReason::IdleTimeout
         | EndReason::Eof
@@ -677,11 +744,54 @@ async fn supervise(
         result.block(q);
     }
     result.exit_code = exit_code;
+    if !saw_final {
+        take_streamed_cost(&mut result, &spend);
+    }
     SessionOutcome {
         result,
         reset_at,
         argv: Vec::new(),
+        streamed: spend,
         place: None,
+    }
+}
+
+/// Asks a two-way CLI to end its turn (see [`Conversation::stop`]): `false` when there
+/// is no conversation or nothing to stop, and the run is to be killed at once.
+fn ask_to_stop(
+    conversation: &mut Option<Conversation>,
+    decoder: &mut Box<dyn aicli_providers::Decoder>,
+    grace: Duration,
+) -> bool {
+    conversation
+        .as_mut()
+        .is_some_and(|c| c.stop(decoder.as_mut(), grace))
+}
+
+/// Resolves when the run's reservation says stop; never without a budget.
+async fn budget_stop(budget: &Option<Arc<Reservation>>) {
+    match budget {
+        Some(b) => b.stopped().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A run cut off before its last line (cancelled, timed out, stopped by the budget,
+/// crashed) costs at least what its stream showed: when the result has no figure the
+/// CLI reported and its own is lower (or none), it gets the streamed estimate. Never
+/// zero for a run whose stream reported usage.
+fn take_streamed_cost(result: &mut SessionResult, spend: &LiveSpend) {
+    if spend.usage().is_zero() || spend.has_unpriced() {
+        return;
+    }
+    let streamed = spend.priced_usd();
+    let lower = match (result.cost_source, result.cost_usd) {
+        (CostSource::Reported, Some(_)) => false,
+        (CostSource::Estimated | CostSource::Unknown, Some(c)) => c < streamed,
+        (CostSource::Reported | CostSource::Estimated | CostSource::Unknown, None) => true,
+    };
+    if lower {
+        result.set_cost(Cost::estimated(Some(streamed)));
     }
 }
 
@@ -708,7 +818,7 @@ fn take_injected(
     ev: AgentEvent,
     log: &mut AicliLog,
     questions: &mut Vec<PendingQuestion>,
-    live: &broadcast::Sender<BatchEvent>,
+    live: &LiveSender,
     task_id: &Arc<str>,
 ) {
     log.append(&ev);
@@ -719,7 +829,7 @@ fn take_injected(
             asked_at: crate::util::now_rfc3339(),
         });
     }
-    let _ = live.send(BatchEvent::Agent {
+    live.send(BatchEvent::Agent {
         task_id: task_id.clone(),
         event: ev,
     });

@@ -123,6 +123,22 @@ pub struct AttemptRecord {
     /// Its result, if it ended.
     #[serde(default)]
     pub result: Option<SessionResult>,
+    /// Its share of the batch budget, when the batch has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<AttemptBudget>,
+}
+
+/// An attempt's share of the batch budget (see [`crate::budget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AttemptBudget {
+    /// USD reserved for it before it started (a CLI with a per-run cap got this as
+    /// its cap).
+    pub reserved_usd: f64,
+    /// USD the budget counted for it when it ended: its cost (reported, else estimated,
+    /// for a cut-off run its streamed estimate), or its whole reservation when its cost
+    /// is unknown. `None` while it runs.
+    #[serde(default)]
+    pub charged_usd: Option<f64>,
 }
 
 /// A human's answer to a blocked task.
@@ -184,33 +200,77 @@ impl TaskRecord {
 
     /// USD spent over all attempts (known costs), and whether any cost is unknown.
     ///
-    /// An attempt without a cost of its own (one interrupted before the CLI's last
-    /// line) is covered when a later attempt resumed its session from the start
-    /// (no prior totals to subtract) with a session-cumulative cost: that attempt's cost
-    /// already counts the interrupted one's.
+    /// An attempt cut off before the CLI's last line (so without session totals of its
+    /// own) is covered when a later attempt resumed its session from the start (no prior
+    /// totals to subtract) with a session-cumulative cost: that attempt's cost already
+    /// counts the cut-off one's, which is then not counted again (whether its own
+    /// figure is a streamed estimate or unknown).
     pub fn spent(&self) -> (f64, bool) {
         let mut total = 0.0;
         let mut unknown = false;
         for (i, a) in self.attempts.iter().enumerate() {
             let Some(r) = &a.result else { continue };
+            if self.covered(i) {
+                continue;
+            }
             match r.cost_usd {
                 Some(c) => total += c,
-                None => {
-                    let covered = r.session_id.as_deref().is_some_and(|sid| {
-                        self.attempts[i + 1..].iter().any(|later| {
-                            later.resumed_session.as_deref() == Some(sid)
-                                && later.prior.is_none()
-                                && later.result.as_ref().is_some_and(|lr| {
-                                    lr.cost_usd.is_some()
-                                        && lr.session_totals.is_some_and(|t| t.cost_usd.is_some())
-                                })
-                        })
-                    });
-                    unknown |= !covered && (r.exit_code.is_some() || r.session_id.is_some());
-                }
+                None => unknown |= r.exit_code.is_some() || r.session_id.is_some(),
             }
         }
         (total, unknown)
+    }
+
+    /// Whether attempt `i`'s spend is counted in a later attempt's cost (see
+    /// [`TaskRecord::spent`]).
+    fn covered(&self, i: usize) -> bool {
+        let Some(r) = self.attempts.get(i).and_then(|a| a.result.as_ref()) else {
+            return false;
+        };
+        if r.session_totals.is_some() {
+            return false;
+        }
+        r.session_id.as_deref().is_some_and(|sid| {
+            self.attempts[i + 1..].iter().any(|later| {
+                later.resumed_session.as_deref() == Some(sid)
+                    && later.prior.is_none()
+                    && later.result.as_ref().is_some_and(|lr| {
+                        lr.cost_usd.is_some()
+                            && lr.session_totals.is_some_and(|t| t.cost_usd.is_some())
+                    })
+            })
+        })
+    }
+
+    /// USD the batch budget counted for this task: each attempt's charge (see
+    /// [`AttemptBudget::charged_usd`]), or its known cost where it has none (an attempt
+    /// made without a budget, by an older aicli, or cut off by aicli's death); an
+    /// attempt covered by a later one (see [`TaskRecord::spent`]) counts nothing.
+    pub fn charged(&self) -> f64 {
+        self.attempts
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.covered(*i))
+            .map(|(_, a)| {
+                a.budget
+                    .and_then(|b| b.charged_usd)
+                    .or_else(|| a.result.as_ref().and_then(|r| r.cost_usd))
+                    .unwrap_or(0.0)
+            })
+            .sum()
+    }
+
+    /// The part of [`TaskRecord::spent`] that is an estimate (from the config's prices,
+    /// or a cut-off run's stream), not a figure the CLI reported.
+    pub fn estimated(&self) -> f64 {
+        self.attempts
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.covered(*i))
+            .filter_map(|(_, a)| a.result.as_ref())
+            .filter(|r| r.cost_source == aicli_providers::CostSource::Estimated)
+            .filter_map(|r| r.cost_usd)
+            .sum()
     }
 }
 
@@ -265,16 +325,31 @@ pub struct BatchResult {
     pub n_failed: usize,
     /// Tasks blocked on a question.
     pub n_blocked: usize,
-    /// USD spent over all attempts of all tasks, counting known costs.
+    /// USD spent over all attempts of all tasks, counting known costs (reported by the
+    /// CLIs, or estimated).
     pub total_cost_usd: f64,
+    /// The part of `total_cost_usd` that is estimated from the config's prices (a CLI
+    /// that reports no cost, a run cut off before its last line), not reported.
+    #[serde(default)]
+    pub estimated_cost_usd: f64,
     /// Tasks with an attempt whose cost is unknown (so `total_cost_usd` is a lower bound).
     pub n_cost_unknown: usize,
     /// Wall-clock time of the batch (of this invocation when resumed).
     pub wall_clock_ms: u64,
     /// The budget, if any.
     pub budget_usd: Option<f64>,
-    /// What is left of it.
+    /// What is left of it: the budget minus what it counted
+    /// (`budget_charged_usd`), never below 0.
     pub budget_remaining_usd: Option<f64>,
+    /// What the budget counted over all attempts: their costs, and for an attempt whose
+    /// cost is unknown its whole reservation. More than `budget_usd` when runs overspent
+    /// it (see the README's *Security and reliability*).
+    #[serde(default)]
+    pub budget_charged_usd: Option<f64>,
+    /// The most that was reserved at one time for the runs in flight of this
+    /// invocation (their caps together); at most what was left of the budget.
+    #[serde(default)]
+    pub budget_reserved_usd: Option<f64>,
     /// Where the records are.
     pub runs_dir: PathBuf,
 }
@@ -581,11 +656,11 @@ impl BatchRecord {
         file_len(&self.task_dir(task_id).join("stderr.log"))
     }
 
-    /// USD spent so far over every attempt of every task (known costs; 0 when the
-    /// records cannot be read).
-    pub fn spent_usd(&self) -> f64 {
+    /// USD the batch budget has counted so far over every attempt of every task
+    /// ([`TaskRecord::charged`]; 0 when the records cannot be read).
+    pub fn charged_usd(&self) -> f64 {
         self.tasks()
-            .map(|ts| ts.iter().map(|t| t.spent().0).sum())
+            .map(|ts| ts.iter().map(TaskRecord::charged).sum())
             .unwrap_or(0.0)
     }
 
@@ -651,6 +726,7 @@ mod tests {
             argv: Vec::new(),
             place: None,
             result: Some(result),
+            budget: None,
         }
     }
 
@@ -684,5 +760,22 @@ mod tests {
         rec.attempts
             .push(attempt(2, Some("s"), result("s", Some(0.5), None)));
         assert_eq!(rec.spent(), (0.5, true));
+    }
+
+    #[test]
+    fn the_budget_counts_charges_else_known_costs() {
+        let mut rec = TaskRecord::queued(TaskSpec::default(), "p");
+        // Cut off with its cost unknown: charged its whole reservation.
+        let mut a = attempt(1, None, result("s", None, None));
+        a.budget = Some(AttemptBudget {
+            reserved_usd: 0.5,
+            charged_usd: Some(0.5),
+        });
+        rec.attempts.push(a);
+        // Made without a budget: its cost.
+        rec.attempts
+            .push(attempt(2, None, result("s", Some(0.25), None)));
+        assert_eq!(rec.charged(), 0.75);
+        assert_eq!(rec.spent(), (0.25, true));
     }
 }

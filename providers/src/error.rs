@@ -192,6 +192,15 @@ pub enum ProviderError {
         /// What was asked for.
         what: String,
     },
+    /// The run may spend nothing: its budget (the task's limit, or its reservation of
+    /// the batch budget) is 0, and the CLI would read a 0 cap as "no limit".
+    #[error("no budget for this run of {provider}: {message}")]
+    NoBudget {
+        /// The provider's name.
+        provider: String,
+        /// Which limit is 0.
+        message: String,
+    },
     /// The config names an executable (for an environment variable) that is not found.
     #[error(
         "provider {provider} sets {var} to the path of `{binary}`, which is not on {looked_in} nor in aicli's cache: install it (`aicli install`), or set {var} in the provider's env"
@@ -226,6 +235,7 @@ impl ProviderError {
             ProviderError::Unsupported { .. } | ProviderError::InvalidTask { .. } => {
                 ErrorKind::BadRequest
             }
+            ProviderError::NoBudget { .. } => ErrorKind::Budget,
         }
     }
 }

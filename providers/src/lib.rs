@@ -114,4 +114,4 @@ pub use result::{
     SessionStatus, SessionTotals,
 };
 pub use task::{PermissionMode, TaskSpec};
-pub use usage::{CanonicalUsage, Cost, CostSource, ModelPrice, PriceTable};
+pub use usage::{CanonicalUsage, Cost, CostSource, LiveSpend, ModelPrice, PriceTable};

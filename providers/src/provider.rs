@@ -190,7 +190,10 @@ pub struct LaunchContext<'a> {
     pub private_dir: &'a Path,
     /// aicli's MCP server, when it runs.
     pub mcp: Option<&'a McpEndpoint>,
-    /// What is left of the batch budget, USD, when the batch has one.
+    /// What this run may spend of the batch budget, USD, when the batch has one: the
+    /// share the engine reserved for it before it started (the reservations of the runs
+    /// in flight together fit in what is left). A CLI with a per-run cap
+    /// ([`Feature::MaxBudget`]) gets it as its cap.
     pub budget_remaining_usd: Option<f64>,
     /// Whether the CLI runs as root (Claude needs `IS_SANDBOX=1` to bypass permissions).
     pub is_root: bool,

@@ -158,6 +158,21 @@ impl PriceTable {
         }
         Some(total)
     }
+
+    /// [`PriceTable::estimate`] of a run: its per-model split, or, without one, its
+    /// whole `total` as `model`'s.
+    pub fn estimate_run(
+        &self,
+        model: Option<&str>,
+        by_model: &BTreeMap<String, CanonicalUsage>,
+        total: &CanonicalUsage,
+    ) -> Option<f64> {
+        if by_model.is_empty() {
+            self.estimate([(model.unwrap_or_default(), total)])
+        } else {
+            self.estimate(by_model.iter().map(|(m, u)| (m.as_str(), u)))
+        }
+    }
 }
 
 /// A cost figure and where it came from.
@@ -194,6 +209,82 @@ impl Cost {
         Cost {
             cost_usd: None,
             cost_source: CostSource::Unknown,
+        }
+    }
+}
+
+/// A run's spend as its stream reports it, while it runs: the sum of its
+/// [`EventKind::Usage`](crate::EventKind::Usage) increments, each priced at the price of
+/// the model that used the tokens (the run's model for an increment that names none).
+///
+/// The one place an increment is priced: the engine's live budget accounting and the
+/// progress display both add the stream's increments here. What it gives is an
+/// estimate at the config's prices; the run's result has the final figure (the CLI's
+/// own where it reports one).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LiveSpend {
+    usage: CanonicalUsage,
+    priced_usd: f64,
+    unpriced: bool,
+}
+
+impl LiveSpend {
+    /// Adds one increment used by `model` (or, when it names none, by `run_model`),
+    /// priced from `prices`; returns its cost, `None` when no price covers the model.
+    pub fn add(
+        &mut self,
+        prices: &PriceTable,
+        model: Option<&str>,
+        run_model: Option<&str>,
+        usage: &CanonicalUsage,
+    ) -> Option<f64> {
+        self.usage += *usage;
+        if usage.is_zero() {
+            return Some(0.0);
+        }
+        let price = model
+            .filter(|m| !m.is_empty())
+            .or(run_model.filter(|m| !m.is_empty()))
+            .and_then(|m| prices.get(m));
+        match price {
+            Some(p) => {
+                let c = p.cost(usage);
+                if c.is_finite() {
+                    self.priced_usd += c;
+                }
+                Some(c)
+            }
+            None => {
+                self.unpriced = true;
+                None
+            }
+        }
+    }
+
+    /// The tokens so far.
+    pub fn usage(&self) -> CanonicalUsage {
+        self.usage
+    }
+
+    /// The cost of the tokens that have a price, USD (a lower bound when
+    /// [`LiveSpend::has_unpriced`]).
+    pub fn priced_usd(&self) -> f64 {
+        self.priced_usd
+    }
+
+    /// Whether some tokens used a model the price table does not cover.
+    pub fn has_unpriced(&self) -> bool {
+        self.unpriced
+    }
+
+    /// The estimate as a [`Cost`]: estimated when every token had a price, unknown when
+    /// some had none (a partial sum would under-report), and an estimated 0 before any
+    /// usage was reported.
+    pub fn cost(&self) -> Cost {
+        if self.unpriced {
+            Cost::unknown()
+        } else {
+            Cost::estimated(Some(self.priced_usd))
         }
     }
 }
@@ -278,5 +369,36 @@ mod tests {
         expect.request_count = 0;
         assert_eq!(b.saturating_sub(&a), expect);
         assert_eq!(a.saturating_sub(&b), CanonicalUsage::default());
+    }
+
+    #[test]
+    fn live_spend_prices_each_increment_at_its_model_else_the_runs() {
+        let mut t = BTreeMap::new();
+        let p = |i: f64, o: f64| ModelPrice {
+            input: i,
+            cached_input: None,
+            cache_write: None,
+            output: o,
+        };
+        t.insert("big".to_owned(), p(10.0, 20.0));
+        t.insert("small".to_owned(), p(1.0, 2.0));
+        let t = PriceTable(t);
+        let mut live = LiveSpend::default();
+        assert_eq!(live.cost(), Cost::estimated(Some(0.0)));
+        // An increment naming its model: priced at it, not at the run's.
+        let c = live.add(&t, Some("small"), Some("big"), &usage(1_000_000, 0, 0, 0));
+        assert_eq!(c, Some(1.0));
+        // One naming none: the run's model.
+        let c = live.add(&t, None, Some("big"), &usage(0, 1_000_000, 0, 0));
+        assert_eq!(c, Some(20.0));
+        assert!((live.priced_usd() - 21.0).abs() < 1e-9);
+        assert_eq!(live.usage().total_input(), 1_000_000);
+        assert_eq!(live.usage().request_count, 2);
+        assert!(!live.has_unpriced());
+        // A model without a price: the estimate becomes unknown, the priced part stays.
+        assert_eq!(live.add(&t, Some("other"), None, &usage(5, 0, 0, 0)), None);
+        assert!(live.has_unpriced());
+        assert_eq!(live.cost(), Cost::unknown());
+        assert!((live.priced_usd() - 21.0).abs() < 1e-9);
     }
 }

@@ -8,6 +8,8 @@
 //! aicli-fake-cli [--replay FILE.ndjson] [--stderr-file F] [--exit-file F] [options]
 //!   --line-delay-ms N        sleep N ms before each line (default 0)
 //!   --start-delay-ms N       sleep N ms before the first line
+//!   --wait-for-file PATH     before the first line (after --start-delay-ms), wait until
+//!                            PATH exists (at most 60 s, then exit 3)
 //!   --session-id ID          replace the recorded session id with ID in every line
 //!   --resume ID              the same (so Claude's and Gemini's resume flag works)
 //!   --exit CODE              exit with CODE (overrides --exit-file)
@@ -52,9 +54,13 @@
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
 //!   --record-stdin FILE      read stdin to its end and write it to FILE (first of all)
 //!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit
+//!   --repeat-to BYTES        print the transcript's lines but its last over and over
+//!                            until BYTES bytes are out, then its last line (a stream of
+//!                            any length from a short transcript)
 //!   --acp MODE               be a minimal ACP agent on stdio instead (see the `acp`
 //!                            module: ok, garbage, unknown-id, early-notification,
-//!                            silent, hang)
+//!                            silent, hang); with `--prompted FILE` it creates FILE when
+//!                            it gets `session/prompt`
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -68,7 +74,14 @@ mod acp;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(i) = args.iter().position(|a| a == "--acp") {
-        acp::run(args.get(i + 1).map(String::as_str).unwrap_or("ok"));
+        let prompted = args
+            .iter()
+            .position(|a| a == "--prompted")
+            .and_then(|j| args.get(j + 1));
+        acp::run(
+            args.get(i + 1).map(String::as_str).unwrap_or("ok"),
+            prompted.map(String::as_str),
+        );
         return;
     }
     if args.first().map(String::as_str) == Some("--sleeper") {
@@ -84,6 +97,7 @@ fn main() {
             "--exit-file" => o.exit_file = Some(val()),
             "--line-delay-ms" => o.line_delay = val().parse().unwrap_or(0),
             "--start-delay-ms" => o.start_delay = val().parse().unwrap_or(0),
+            "--wait-for-file" => o.wait_for_file = Some(val()),
             // `--resume ID` is Claude's and Gemini's resume flag: the fake continues "the
             // same session" by printing that id.
             "--session-id" | "--resume" => o.session_id = Some(val()),
@@ -122,6 +136,7 @@ fn main() {
             "--record-argv" => o.record_argv = Some(val()),
             "--record-stdin" => o.record_stdin = Some(val()),
             "--timeline" => o.timeline = Some(val()),
+            "--repeat-to" => o.repeat_to = val().parse().ok(),
             // Anything else (the provider's own flags, the prompt) is accepted and ignored.
             _ => {}
         }
@@ -136,6 +151,7 @@ struct Opts {
     exit_file: Option<String>,
     line_delay: u64,
     start_delay: u64,
+    wait_for_file: Option<String>,
     session_id: Option<String>,
     exit: Option<i32>,
     stderr: Option<String>,
@@ -157,6 +173,7 @@ struct Opts {
     record_argv: Option<String>,
     record_stdin: Option<String>,
     timeline: Option<String>,
+    repeat_to: Option<u64>,
     dump_env: Option<String>,
     mcp_calls: Vec<(String, String, String)>,
     mcp_config: Option<String>,
@@ -341,6 +358,16 @@ fn run(mut o: Opts, args: &[String]) {
     if o.start_delay > 0 {
         std::thread::sleep(Duration::from_millis(o.start_delay));
     }
+    if let Some(f) = &o.wait_for_file {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !std::path::Path::new(f).exists() {
+            if std::time::Instant::now() >= deadline {
+                eprintln!("fake-cli: waited 60 s for {f}");
+                std::process::exit(3);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     // Checked after the start delay: "the file is still there when I get going".
     for f in &o.require_file {
         if !std::path::Path::new(f).exists() {
@@ -367,8 +394,13 @@ fn run(mut o: Opts, args: &[String]) {
         .as_ref()
         .map(|p| std::fs::read(p).unwrap_or_else(|e| panic!("{p}: {e}")))
         .unwrap_or_default();
-    let recorded_sid = find_session_id(&transcript);
-    let mut lines = transcript.split(|b| *b == b'\n').peekable();
+    let mut replayed = &transcript[..];
+    if let Some(total) = o.repeat_to {
+        repeat_to(&mut out, &transcript, total);
+        replayed = &[];
+    }
+    let recorded_sid = find_session_id(replayed);
+    let mut lines = replayed.split(|b| *b == b'\n').peekable();
     let mut n = 0;
     while let Some(line) = lines.next() {
         if lines.peek().is_none() && line.is_empty() {
@@ -415,6 +447,26 @@ fn run(mut o: Opts, args: &[String]) {
             .unwrap_or(0)
     });
     std::process::exit(code);
+}
+
+/// `--repeat-to`: the transcript's lines but the last, over and over, until `total` bytes
+/// are out; then its last line (in place of the normal replay).
+fn repeat_to(out: &mut impl Write, transcript: &[u8], total: u64) {
+    let text = transcript.strip_suffix(b"\n").unwrap_or(transcript);
+    let (body, last) = match text.iter().rposition(|b| *b == b'\n') {
+        Some(i) => (&text[..=i], &text[i + 1..]),
+        None => (&text[..0], text),
+    };
+    let mut written = 0u64;
+    while !body.is_empty() && written + last.len() as u64 + 1 < total {
+        for line in body.split_inclusive(|b| *b == b'\n') {
+            out.write_all(line).unwrap();
+            written += line.len() as u64;
+        }
+    }
+    out.write_all(last).unwrap();
+    out.write_all(b"\n").unwrap();
+    out.flush().unwrap();
 }
 
 /// The first `session_id` / `thread_id` value in the transcript.

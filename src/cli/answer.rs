@@ -3,8 +3,6 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use aicli::BatchEvent;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
@@ -34,7 +32,7 @@ pub(super) async fn answer(
     };
     let running = start_engine(config_path, &repo, no_mcp, &fake, docker, &cancel).await?;
     let store = running.engine.store(&repo, r.runs_dir.as_deref());
-    let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
+    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), true);
     let printer = super::printer::spawn(rx, json_out, cancel.clone());
     let result = running.engine.answer(&store, task, text, tx, cancel).await;

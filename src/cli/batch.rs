@@ -4,11 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use aicli::BatchOptions;
 use aicli::providers::RunnerKind;
 use aicli::tasks_file::TasksFile;
-use aicli::{BatchEvent, BatchOptions};
 use clap::Args;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
@@ -133,15 +132,14 @@ pub(super) async fn batch(
     opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
     opts.runs_dir = r.runs_dir.clone();
     opts.base_ref = base;
-    let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
+    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), false);
     let providers: Vec<String> = file
         .tasks
         .iter()
         .map(|t| t.provider.clone().unwrap_or_else(|| default.clone()))
         .collect();
-    let display_opts =
-        super::progress::DisplayOptions::new(running.engine.config(), &providers, cancel.clone());
+    let display_opts = super::progress::DisplayOptions::new(&providers, cancel.clone());
     let display = tokio::spawn(super::progress::run(rx, display_opts));
     let result = running.engine.run_batch(file.tasks, opts, tx, cancel).await;
     running.stop();

@@ -16,12 +16,11 @@ use std::time::{Duration, Instant};
 use aicli::fake_api::FakeApis;
 use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::{PermissionMode, SessionStatus, TaskSpec};
-use aicli::{BatchEvent, BatchOptions, BatchResult, Engine};
+use aicli::{BatchOptions, BatchResult, Engine};
 use aicli_testkit::{FakeApi, Script, Vendor};
 use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::json;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::common::{batch_code, ctrl_c_cancels};
@@ -272,11 +271,8 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
     opts.timeout = Some(Duration::from_secs(180));
     opts.idle_timeout = Some(Duration::from_secs(90));
     let providers: Vec<String> = chosen.iter().map(|(n, _)| n.clone()).collect();
-    let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
-    let shown = tokio::spawn(display(
-        rx,
-        DisplayOptions::new(&config, &providers, cancel.clone()),
-    ));
+    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
+    let shown = tokio::spawn(display(rx, DisplayOptions::new(&providers, cancel.clone())));
     let first = engine.run_batch(tasks, opts, tx, cancel.clone()).await;
     let _ = shown.await;
     let first = first?;
@@ -297,7 +293,7 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
         for (task_id, q) in &blocked {
             answers.push((task_id.clone(), answer_of(task_id, q, ask).await));
         }
-        let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
+        let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
         let answering: Vec<String> = blocked
             .iter()
             .filter_map(|(t, _)| {
@@ -307,10 +303,7 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
                     .map(|(n, _)| n.clone())
             })
             .collect();
-        let shown = tokio::spawn(display(
-            rx,
-            DisplayOptions::new(&config, &answering, cancel.clone()),
-        ));
+        let shown = tokio::spawn(display(rx, DisplayOptions::new(&answering, cancel.clone())));
         let mut runs = tokio::task::JoinSet::new();
         for (task_id, text) in &answers {
             let task_ref = format!("{batch_id}/{task_id}");
@@ -333,7 +326,7 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
     }
 
     // 3. The batch as its records now say (every answer settled), for the whole demo.
-    let (tx, _rx) = broadcast::channel::<BatchEvent>(16);
+    let tx = aicli::LiveSender::new(aicli::live::DEFAULT_QUEUE_BYTES);
     let mut result: BatchResult = engine
         .resume_batch(&store, &batch_id, tx, cancel.clone())
         .await?;

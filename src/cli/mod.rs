@@ -226,7 +226,8 @@ fn init_tracing(verbose: u8) {
     // By default only rmcp's errors: its warnings are about the MCP clients' own
     // habits (Gemini CLI re-opens its SSE stream after a run's session closed, and rmcp
     // warns "Resume failed (Session error: Channel closed…)" for every slow stream),
-    // which are benign and would tear the live display. `-v` shows them.
+    // which are benign and would tear the live display. `-v` shows them, the known-benign
+    // ones as notes saying why (`BenignAsNote`), not as warnings.
     let rmcp_cap = if verbose == 0 {
         "rmcp=error"
     } else {
@@ -241,8 +242,52 @@ fn init_tracing(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(progress::LogWriter)
-        .with_target(false)
+        .event_format(BenignAsNote(
+            tracing_subscriber::fmt::format().with_target(false),
+        ))
         .try_init();
+}
+
+/// The log format, except for lines known to be benign ([`aicli::mcp::benign_log`]):
+/// those are a note saying why, never a warning.
+struct BenignAsNote<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for BenignAsNote<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        match aicli::mcp::benign_log(event.metadata().target(), &message.0) {
+            Some(why) => writeln!(writer, "aicli: note (benign): {} — {why}", message.0),
+            None => self.0.format_event(ctx, writer, event),
+        }
+    }
+}
+
+/// The `message` field of an event.
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.0 = value.to_owned();
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
 }
 
 /// 2 for what the user can fix in the command or its inputs (config, tasks file,

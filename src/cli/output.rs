@@ -306,7 +306,7 @@ pub fn batch_table(b: &BatchResult) -> String {
         .count();
     let failed = b.n_failed.saturating_sub(interrupted);
     out.push_str(&format!(
-        "\n{} tasks: {} succeeded, {failed} failed, {} blocked{} · cost ${:.4}{} · {:.1}s",
+        "\n{} tasks: {} succeeded, {failed} failed, {} blocked{} · cost ${:.4}{}{} · {:.1}s",
         b.n_tasks,
         b.n_succeeded,
         b.n_blocked,
@@ -316,6 +316,11 @@ pub fn batch_table(b: &BatchResult) -> String {
             String::new()
         },
         b.total_cost_usd,
+        if b.estimated_cost_usd > 0.0 {
+            format!(" (~${:.4} of it estimated)", b.estimated_cost_usd)
+        } else {
+            String::new()
+        },
         if b.n_cost_unknown > 0 {
             format!(" + unknown ({} tasks)", b.n_cost_unknown)
         } else {
@@ -324,7 +329,8 @@ pub fn batch_table(b: &BatchResult) -> String {
         b.wall_clock_ms as f64 / 1000.0
     ));
     if let Some(budget) = b.budget_usd {
-        let left = budget - b.total_cost_usd;
+        // What the budget counted: costs, and a whole share for a run of unknown cost.
+        let left = budget - b.budget_charged_usd.unwrap_or(b.total_cost_usd);
         if left >= 0.0 {
             out.push_str(&format!(" · budget ${budget:.4}, ${left:.4} left"));
         } else {

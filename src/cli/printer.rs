@@ -5,7 +5,6 @@
 use aicli::BatchEvent;
 use aicli::providers::{AgentEvent, EventKind, SessionResult};
 use serde_json::json;
-use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -110,21 +109,27 @@ impl EventPrinter {
 
 /// Prints the agent events of `rx` until it closes. When stdout closes (the reader went
 /// away), `cancel` is cancelled: nobody can see the run any more, its records are kept.
+///
+/// It prints on a thread of its own: a slow reader of stdout blocks only that thread,
+/// never the runtime that reads the CLIs' streams. Events it could not keep up with are
+/// dropped by the live channel; how many is said once, at the end.
 pub fn spawn(
-    mut rx: broadcast::Receiver<BatchEvent>,
+    mut rx: aicli::LiveReceiver,
     json: bool,
     cancel: CancellationToken,
 ) -> JoinHandle<EventPrinter> {
-    tokio::spawn(async move {
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
         let mut printer = EventPrinter::new(json);
+        let mut dropped = 0u64;
         loop {
-            let ev = match rx.recv().await {
+            let ev = match runtime.block_on(rx.recv()) {
                 Ok(e) => e,
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    eprintln!("aicli: {n} events were not shown (display too slow)");
+                Err(aicli::live::RecvError::Lagged(n)) => {
+                    dropped += n;
                     continue;
                 }
-                Err(broadcast::error::RecvError::Closed) => break,
+                Err(aicli::live::RecvError::Closed) => break,
             };
             let BatchEvent::Agent { event, .. } = ev else {
                 continue;
@@ -132,6 +137,11 @@ pub fn spawn(
             if !printer.event(&event) && out::closed() {
                 cancel.cancel();
             }
+        }
+        if dropped > 0 {
+            eprintln!(
+                "aicli: {dropped} events were not shown (the output was read too slowly); the run record has them all"
+            );
         }
         printer
     })

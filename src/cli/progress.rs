@@ -10,9 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aicli::BatchEvent;
-use aicli::providers::{CanonicalUsage, EventKind, PriceTable};
+use aicli::providers::{CanonicalUsage, CostSource, EventKind};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::output;
@@ -27,20 +26,13 @@ pub struct DisplayOptions {
     pub n_tasks: usize,
     /// Who runs them, e.g. `claude ×2, gemini ×1`.
     pub providers: String,
-    /// Each provider's price table, to estimate a cost from the stream's usage.
-    pub prices: HashMap<String, PriceTable>,
     /// Cancelled on Ctrl-C: the display says so (a plain `eprintln!` would tear it).
     pub cancel: CancellationToken,
 }
 
 impl DisplayOptions {
-    /// Options for `n_tasks` tasks with these providers (one entry per task), prices from
-    /// `config`.
-    pub fn new(
-        config: &aicli::providers::AiCliConfig,
-        task_providers: &[String],
-        cancel: CancellationToken,
-    ) -> DisplayOptions {
+    /// Options for `n_tasks` tasks with these providers (one entry per task).
+    pub fn new(task_providers: &[String], cancel: CancellationToken) -> DisplayOptions {
         let mut counts: Vec<(String, usize)> = Vec::new();
         for p in task_providers {
             match counts.iter_mut().find(|(n, _)| n == p) {
@@ -55,11 +47,6 @@ impl DisplayOptions {
                 .map(|(p, c)| format!("{p} ×{c}"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            prices: config
-                .providers
-                .iter()
-                .map(|(n, p)| (n.clone(), p.prices.clone()))
-                .collect(),
             cancel,
         }
     }
@@ -68,37 +55,46 @@ impl DisplayOptions {
 struct Line {
     bar: ProgressBar,
     provider: Arc<str>,
-    model: Option<String>,
-    usage: CanonicalUsage,
-    reported_cost: Option<f64>,
+    spend: Spend,
     last_tool: String,
 }
 
-impl Line {
-    /// The cost so far: the CLI's figure, else an estimate from the usage seen.
-    fn cost(&self, prices: &HashMap<String, PriceTable>) -> String {
-        if let Some(c) = self.reported_cost {
-            return format!("${c:.4}");
-        }
-        let estimate = self.model.as_deref().and_then(|m| {
-            prices
-                .get(&*self.provider)
-                .and_then(|t| t.get(m))
-                .map(|p| p.cost(&self.usage))
-        });
-        match estimate {
-            Some(c) if !self.usage.is_zero() => format!("~${c:.4} estimated"),
-            Some(_) | None if self.usage.is_zero() => "$0".to_owned(),
-            Some(_) | None => "$? (no price)".to_owned(),
-        }
+/// A running task's tokens and cost as its stream reports them: the engine's running
+/// figure ([`BatchEvent::TaskSpend`]: the usage increments priced at the config's
+/// prices), until the CLI reports its own cost on its final event.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Spend {
+    usage: CanonicalUsage,
+    /// The engine's estimate so far (`None`: a model without a price).
+    estimate: Option<f64>,
+    /// The CLI's own figure, once it gave one.
+    reported: Option<f64>,
+}
+
+impl Spend {
+    /// USD to add to the batch's running total, if known.
+    fn usd(&self) -> Option<f64> {
+        self.reported.or(self.estimate)
     }
 
-    fn render(&self, prices: &HashMap<String, PriceTable>) {
+    /// `in 1200 · out 40 · cache 300 · ~$0.0123 estimated`.
+    fn text(&self) -> String {
+        let cost = match (self.reported, self.estimate) {
+            (Some(c), _) => format!("${c:.4}"),
+            (None, _) if self.usage.is_zero() => "$0".to_owned(),
+            (None, Some(c)) => format!("~${c:.4} estimated"),
+            (None, None) => "$? (no price)".to_owned(),
+        };
+        format!("{} · {cost}", output::usage_short(&self.usage))
+    }
+}
+
+impl Line {
+    fn render(&self) {
         self.bar.set_message(format!(
-            "{} · {} · {} · {}",
+            "{} · {} · {}",
             self.provider,
-            output::usage_short(&self.usage),
-            self.cost(prices),
+            self.spend.text(),
             if self.last_tool.is_empty() {
                 "-"
             } else {
@@ -146,7 +142,7 @@ impl Drop for NoControlEcho {
 }
 
 /// Draws the display until the channel closes.
-pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) {
+pub async fn run(mut rx: aicli::LiveReceiver, opts: DisplayOptions) {
     let _echo = NoControlEcho::new();
     let mp = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(8));
     if let Ok(mut a) = ACTIVE.lock() {
@@ -157,8 +153,18 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
         ProgressStyle::with_template("{bar:30} {pos}/{len} tasks · {elapsed} · {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let summary = |spent: f64| format!("{} · ${spent:.4} spent", opts.providers);
-    main.set_message(summary(0.0));
+    // What finished tasks cost, and what the running ones have spent so far.
+    let summary = |spent: f64, lines: &HashMap<Arc<str>, Line>| {
+        let running: f64 = lines.values().filter_map(|l| l.spend.usd()).sum();
+        if running > 0.0 {
+            format!(
+                "{} · ${spent:.4} spent · ~${running:.4} running",
+                opts.providers
+            )
+        } else {
+            format!("{} · ${spent:.4} spent", opts.providers)
+        }
+    };
     // Drawn now, not when the first task ends.
     main.enable_steady_tick(Duration::from_millis(250));
     main.tick();
@@ -166,6 +172,7 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
         .unwrap_or_else(|_| ProgressStyle::default_spinner());
     let mut lines: HashMap<Arc<str>, Line> = HashMap::new();
     let mut spent = 0.0;
+    main.set_message(summary(spent, &lines));
     let mut said_interrupted = false;
     loop {
         let ev = tokio::select! {
@@ -178,8 +185,8 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
         };
         let ev = match ev {
             Ok(e) => e,
-            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(broadcast::error::RecvError::Closed) => break,
+            Err(aicli::live::RecvError::Lagged(_)) => continue,
+            Err(aicli::live::RecvError::Closed) => break,
         };
         match ev {
             BatchEvent::TaskStarted {
@@ -202,12 +209,10 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
                 let line = Line {
                     bar,
                     provider,
-                    model: None,
-                    usage: CanonicalUsage::default(),
-                    reported_cost: None,
+                    spend: Spend::default(),
                     last_tool: String::new(),
                 };
-                line.render(&opts.prices);
+                line.render();
                 lines.insert(task_id, line);
             }
             BatchEvent::Agent { task_id, event } => {
@@ -215,23 +220,19 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
                     continue;
                 };
                 match &event.kind {
-                    EventKind::SessionStarted { model, .. } => {
-                        if model.is_some() {
-                            line.model = model.clone();
-                        }
-                    }
                     EventKind::ToolCall { name, .. } => line.last_tool = name.clone(),
-                    // Usage events are increments of the run's usage.
-                    EventKind::Usage { usage, .. } => line.usage += *usage,
                     EventKind::Final { cost_usd, .. } => {
                         if cost_usd.is_some() {
-                            line.reported_cost = *cost_usd;
+                            line.spend.reported = *cost_usd;
                         }
                     }
                     EventKind::Question { question, .. } => {
                         line.last_tool = format!("? {question}");
                     }
-                    EventKind::UserMessage { .. }
+                    // Tokens and cost come priced from the engine (`TaskSpend`).
+                    EventKind::SessionStarted { .. }
+                    | EventKind::Usage { .. }
+                    | EventKind::UserMessage { .. }
                     | EventKind::AssistantText { .. }
                     | EventKind::Thinking { .. }
                     | EventKind::ToolResult { .. }
@@ -247,7 +248,7 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
                     | EventKind::Protocol { .. }
                     | EventKind::Unknown { .. } => continue,
                 }
-                line.render(&opts.prices);
+                line.render();
             }
             BatchEvent::Backoff {
                 task_id,
@@ -275,7 +276,24 @@ pub async fn run(mut rx: broadcast::Receiver<BatchEvent>, opts: DisplayOptions) 
                 }
                 spent += result.cost_usd.unwrap_or(0.0);
                 main.inc(1);
-                main.set_message(summary(spent));
+                main.set_message(summary(spent, &lines));
+            }
+            BatchEvent::TaskSpend {
+                task_id,
+                usage,
+                cost_usd,
+                cost_source,
+            } => {
+                let Some(line) = lines.get_mut(&task_id) else {
+                    continue;
+                };
+                line.spend.usage = usage;
+                line.spend.estimate = match cost_source {
+                    CostSource::Unknown => None,
+                    CostSource::Estimated | CostSource::Reported => cost_usd,
+                };
+                line.render();
+                main.set_message(summary(spent, &lines));
             }
             BatchEvent::BudgetSpent {
                 spent_usd,
@@ -339,5 +357,32 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
 
     fn make_writer(&'a self) -> Self::Writer {
         LogLine::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_task_shows_streamed_tokens_and_an_estimated_cost_until_the_cli_reports() {
+        let mut s = Spend::default();
+        assert_eq!(s.text(), "in 0 · out 0 · cache 0 · $0");
+        s.usage = CanonicalUsage {
+            input_tokens: 1200,
+            output_tokens: 40,
+            cache_read: 300,
+            ..CanonicalUsage::default()
+        };
+        s.estimate = Some(0.0123);
+        assert_eq!(
+            s.text(),
+            "in 1200 · out 40 · cache 300 · ~$0.0123 estimated"
+        );
+        s.estimate = None;
+        assert_eq!(s.text(), "in 1200 · out 40 · cache 300 · $? (no price)");
+        s.reported = Some(0.02);
+        assert_eq!(s.text(), "in 1200 · out 40 · cache 300 · $0.0200");
+        assert_eq!(s.usd(), Some(0.02));
     }
 }

@@ -8,11 +8,10 @@ use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::replay;
 use aicli::providers::{ParseContext, TaskSpec};
 use aicli::store::{RunStore, read_range};
-use aicli::{BatchEvent, BatchOptions, Engine};
+use aicli::{BatchOptions, Engine};
 use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::json;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::common::{ctrl_c_cancels, installed_version};
@@ -152,7 +151,7 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
     opts.provider = Some(provider.name().to_owned());
     opts.worktrees = false;
     opts.runs_dir = Some(scratch.path().join("runs"));
-    let (tx, _rx) = broadcast::channel::<BatchEvent>(1024);
+    let tx = aicli::LiveSender::new(aicli::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), true);
     let batch = engine.run_batch(vec![task], opts, tx, cancel).await?;
     drop(fake);

@@ -3,8 +3,6 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use aicli::BatchEvent;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
@@ -33,15 +31,14 @@ pub(super) async fn resume(
             return Err(usage(m));
         }
     };
-    let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
+    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), false);
     let providers: Vec<String> = spec
         .tasks
         .iter()
         .map(|t| t.provider.clone().unwrap_or_else(|| spec.provider.clone()))
         .collect();
-    let display_opts =
-        super::progress::DisplayOptions::new(running.engine.config(), &providers, cancel.clone());
+    let display_opts = super::progress::DisplayOptions::new(&providers, cancel.clone());
     let display = tokio::spawn(super::progress::run(rx, display_opts));
     let result = running
         .engine

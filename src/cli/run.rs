@@ -4,11 +4,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use aicli::BatchOptions;
 use aicli::providers::{RunnerKind, TaskSpec};
-use aicli::{BatchEvent, BatchOptions};
 use anyhow::bail;
 use clap::Args;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
@@ -109,7 +108,7 @@ pub(super) async fn run(
     if let Some(b) = base {
         opts.base_ref = b;
     }
-    let (tx, rx) = broadcast::channel::<BatchEvent>(16384);
+    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), true);
     let printer = super::printer::spawn(rx, a.json, cancel.clone());
     let result = running.engine.run_batch(vec![task], opts, tx, cancel).await;

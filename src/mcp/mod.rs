@@ -76,6 +76,7 @@
 //! allowlist, 404 for a missing value). Protocol errors are kept for malformed calls.
 
 mod auth;
+mod benign;
 mod calls;
 mod command;
 mod credentials;
@@ -94,6 +95,7 @@ use std::path::PathBuf;
 
 use aicli_providers::AgentEvent;
 
+pub use benign::benign_log;
 pub use calls::{CALL_LOG_CAPACITY, CallRecord};
 pub use command::TOOL_STDERR_TAIL;
 pub use credentials::{CredentialError, CredentialSource, EnvLookup};

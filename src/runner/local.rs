@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use aicli_providers::{BinaryLocation, CommandSpec};
 use async_trait::async_trait;
-use tokio::sync::mpsc;
 
 use super::{AgentReach, PlaceRequest, Placement, RunHandle, Runner, RunnerError};
 use crate::process::{
-    CgroupMode, LocalProcess, OutputOptions, StderrTail, StdinWriter, StdoutLine,
+    CgroupMode, LineReceiver, LocalProcess, OutputOptions, StderrTail, StdinWriter,
 };
 
 /// Runs CLIs as child processes of aicli.
@@ -96,8 +95,8 @@ struct LocalHandle(LocalProcess);
 
 #[async_trait]
 impl RunHandle for LocalHandle {
-    fn take_lines(&mut self) -> mpsc::Receiver<StdoutLine> {
-        std::mem::replace(&mut self.0.lines, mpsc::channel(1).1)
+    fn take_lines(&mut self) -> LineReceiver {
+        std::mem::replace(&mut self.0.lines, LineReceiver::closed())
     }
     fn stderr(&self) -> StderrTail {
         self.0.stderr.clone()

@@ -22,9 +22,8 @@ use std::time::Duration;
 
 use aicli_providers::{BinaryLocation, CommandSpec, SharedProvider};
 use async_trait::async_trait;
-use tokio::sync::mpsc;
 
-use crate::process::{OutputOptions, SpawnError, StderrTail, StdinWriter, StdoutLine};
+use crate::process::{LineReceiver, OutputOptions, SpawnError, StderrTail, StdinWriter};
 
 pub mod docker;
 pub mod local;
@@ -170,9 +169,10 @@ pub trait Placement: Send + Sync + std::fmt::Debug {
 /// A started run.
 #[async_trait]
 pub trait RunHandle: Send + std::fmt::Debug {
-    /// Stdout lines as they arrive; closed at EOF. Taken once (later calls get a closed
-    /// channel), so a session can wait for lines and for the exit at the same time.
-    fn take_lines(&mut self) -> mpsc::Receiver<StdoutLine>;
+    /// Stdout lines as they arrive (bounded in bytes: [`crate::process::line_channel`]);
+    /// closed at EOF. Taken once (later calls get a closed channel), so a session can
+    /// wait for lines and for the exit at the same time.
+    fn take_lines(&mut self) -> LineReceiver;
     /// The stderr tail.
     fn stderr(&self) -> StderrTail;
     /// The process id on this machine, when there is one.

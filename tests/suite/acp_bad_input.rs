@@ -58,7 +58,7 @@ async fn run(mode: &str) -> (SessionResult, Vec<BatchEvent>, Duration) {
 }
 
 /// No process of this run is left: none has `marker` in its argv.
-async fn assert_no_process_with(marker: &str) {
+pub(crate) async fn assert_no_process_with(marker: &str) {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         let left: Vec<String> = std::fs::read_dir("/proc")

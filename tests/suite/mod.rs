@@ -1,4 +1,5 @@
 mod acp_bad_input;
+mod budget;
 pub mod cli;
 mod cli_env;
 mod docker;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aicli::BatchOptions;
-use aicli::providers::{AgentEvent, EventKind, McpEndpoint, SessionStatus, TaskSpec};
+use aicli::providers::{AgentEvent, CostSource, EventKind, McpEndpoint, SessionStatus, TaskSpec};
 use aicli::service::{AgentGrant, AgentServer, TaskScope};
 use aicli::store::{RunStore, TaskState};
 use aicli::worktree::{Cleanup, Repo};
@@ -592,7 +592,8 @@ async fn r11_resume_after_a_kill_right_after_worktree_add() {
 }
 
 /// R12: the batch budget is not checked before a run starts: an answer (or a resume)
-/// of a batch whose budget is already spent starts the CLI anyway.
+/// of a batch whose budget is already spent starts the CLI anyway. (Now: the budget
+/// stops the run mid-stream, its question is kept, and no answer runs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r12_no_answer_runs_once_the_budget_is_spent() {
     let repo = git_repo();
@@ -602,9 +603,20 @@ async fn r12_no_answer_runs_once_the_budget_is_spent() {
     let mut o = opts(repo.path());
     o.budget_usd = Some(0.0001); // one run costs 0.0003692
     let (tx, _ev) = collect_events();
+    // Its lines come slowly: the budget stops the run at its first usage (0.0002492
+    // streamed), before its result line, whatever the machine's load. The question was
+    // asked before that.
     let b = engine
         .run_batch(
-            vec![task("svc", &["--record-argv", argv.to_str().unwrap()])],
+            vec![task(
+                "svc",
+                &[
+                    "--record-argv",
+                    argv.to_str().unwrap(),
+                    "--line-delay-ms",
+                    "50",
+                ],
+            )],
             o,
             tx,
             CancellationToken::new(),
@@ -615,6 +627,12 @@ async fn r12_no_answer_runs_once_the_budget_is_spent() {
         "after the batch: spent {} of budget {:?}, remaining {:?}",
         b.total_cost_usd, b.budget_usd, b.budget_remaining_usd
     );
+    let r = &b.tasks[0];
+    // Stopped with its question asked: it waits for the answer, charged its streamed
+    // estimate.
+    assert_eq!(r.status, SessionStatus::Blocked, "{r:?}");
+    assert_eq!(r.cost_source, CostSource::Estimated, "{r:?}");
+    assert_eq!(b.budget_charged_usd, r.cost_usd);
     let store = engine.store(repo.path(), None);
     let (tx, _ev) = collect_events();
     let err = engine
@@ -624,7 +642,7 @@ async fn r12_no_answer_runs_once_the_budget_is_spent() {
     assert_eq!(
         err.to_string(),
         format!(
-            "batch {} has spent $0.0004 of its $0.0001 budget: the answer would start a new run",
+            "batch {} has spent $0.0002 of its $0.0001 budget: the answer would start a new run",
             b.batch_id
         )
     );

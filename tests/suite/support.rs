@@ -10,7 +10,6 @@ use std::time::Duration;
 use aicli::providers::{AiCliConfig, ProviderRegistry, SharedProvider};
 use aicli::testing::ReplayProvider;
 use aicli::{BatchEvent, Engine};
-use tokio::sync::broadcast;
 
 /// The fake CLI binary built with this crate.
 pub fn fake_cli() -> PathBuf {
@@ -105,18 +104,15 @@ pub fn engine_with(config: AiCliConfig, extra: Vec<SharedProvider>) -> Engine {
 }
 
 /// A live channel and a task collecting everything it carries.
-pub fn collect_events() -> (
-    broadcast::Sender<BatchEvent>,
-    tokio::task::JoinHandle<Vec<BatchEvent>>,
-) {
-    let (tx, mut rx) = broadcast::channel(65536);
+pub fn collect_events() -> (aicli::LiveSender, tokio::task::JoinHandle<Vec<BatchEvent>>) {
+    let (tx, mut rx) = aicli::live::channel(256 << 20);
     let h = tokio::spawn(async move {
         let mut out = Vec::new();
         loop {
             match rx.recv().await {
                 Ok(e) => out.push(e),
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => break,
+                Err(aicli::live::RecvError::Lagged(_)) => continue,
+                Err(aicli::live::RecvError::Closed) => break,
             }
         }
         out

@@ -74,7 +74,8 @@ pub fn classify(e: &RpcError, what: For) -> ErrorKind {
 /// The kind of an error's words when nothing structured says (OpenCode's `-32603
 /// "Internal error: <the provider's message>"`).
 fn text_kind(text: &str) -> Option<ErrorKind> {
-    const WORDS: [(&str, ErrorKind); 9] = [
+    // (Network words are read before this, by `kind_of_api_text`.)
+    const WORDS: [(&str, ErrorKind); 8] = [
         ("x-api-key", ErrorKind::Auth),
         ("api key", ErrorKind::Auth),
         ("unauthorized", ErrorKind::Auth),
@@ -83,7 +84,6 @@ fn text_kind(text: &str) -> Option<ErrorKind> {
         ("quota", ErrorKind::RateLimit),
         ("overloaded", ErrorKind::Overloaded),
         ("internal server error", ErrorKind::ServerError),
-        ("connection reset", ErrorKind::Network),
     ];
     let lower = text.to_lowercase();
     WORDS
@@ -149,12 +149,12 @@ pub fn swallowed_error(result: &Value, text: &str) -> Option<ErrorKind> {
         (ErrorKind::Unknown, _) => {}
         (kind, _) => return Some(kind),
     }
-    const WORDS: [(&str, ErrorKind); 6] = [
+    // (Network words, "stream disconnected" among them, are read by `kind_of_api_text`.)
+    const WORDS: [(&str, ErrorKind); 5] = [
         ("high demand", ErrorKind::ServerError),
         ("overloaded", ErrorKind::Overloaded),
         ("exceeded retry limit", ErrorKind::RateLimit),
         ("Missing environment variable", ErrorKind::Auth),
-        ("stream disconnected", ErrorKind::Network),
         ("Quota exceeded", ErrorKind::RateLimit),
     ];
     WORDS

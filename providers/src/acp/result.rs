@@ -7,7 +7,7 @@ use super::decode::AcpDecoder;
 use crate::decode::ExitStatus;
 use crate::error::ErrorKind;
 use crate::result::{SessionResult, SessionTotals};
-use crate::usage::{CanonicalUsage, Cost};
+use crate::usage::Cost;
 
 /// The way a later run would continue this run's session: the first of the entry's
 /// `continue_with` the agent advertised.
@@ -43,18 +43,11 @@ pub(super) fn finish(d: AcpDecoder, stderr: &str, exit: ExitStatus) -> SessionRe
     let usage_known = d.turn.as_ref().is_some_and(|t| t.usage.is_some());
     let cost = match d.run_cost() {
         Some(c) => Cost::reported(c),
-        None if usage_known => {
-            let model = r.model.clone().unwrap_or_default();
-            let by_model: Vec<(&str, &CanonicalUsage)> = if r.usage_by_model.is_empty() {
-                vec![(model.as_str(), &r.canonical_usage)]
-            } else {
-                r.usage_by_model
-                    .iter()
-                    .map(|(m, u)| (m.as_str(), u))
-                    .collect()
-            };
-            Cost::estimated(d.provider.config.prices.estimate(by_model))
-        }
+        None if usage_known => Cost::estimated(d.provider.config.prices.estimate_run(
+            r.model.as_deref(),
+            &r.usage_by_model,
+            &r.canonical_usage,
+        )),
         None => Cost::unknown(),
     };
     r.set_cost(cost);

@@ -52,9 +52,9 @@ impl ClaudeProvider {
             if usd <= 0.0 {
                 // The CLI checks its budget after a model call, and may read 0 as "no
                 // limit": a run with nothing left to spend must not start.
-                return Err(ProviderError::InvalidTask {
+                return Err(ProviderError::NoBudget {
                     provider: self.name.clone(),
-                    message: "no budget left for this run (--max-budget-usd would be 0)".to_owned(),
+                    message: "--max-budget-usd would be 0".to_owned(),
                 });
             }
             c.args(["--max-budget-usd".to_owned(), usd.to_string()]);

@@ -398,7 +398,7 @@ impl ClaudeDecoder {
             Some(ApiEvent::ContentBlockDelta(d)) => out.push(match d.delta {
                 Some(Delta::Text(t)) => {
                     let t = t.text.into_string();
-                    self.deltas.push_str(&t);
+                    crate::shared::text::push_capped(&mut self.deltas, &t);
                     EventKind::AssistantText {
                         text: t,
                         delta: true,

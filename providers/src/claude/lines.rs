@@ -5,6 +5,7 @@ use super::classify::retry_kind;
 use super::wire::{self, MessageUsage, UserBlock, UserContent};
 use crate::decode::Events;
 use crate::event::EventKind;
+use crate::shared::text::push_capped;
 use crate::usage::CanonicalUsage;
 use crate::wire::Str;
 
@@ -24,9 +25,9 @@ pub(super) fn snapshot(u: MessageUsage) -> CanonicalUsage {
 /// Appends a whole text block (blocks are separated by a blank line).
 pub(super) fn push_block(out: &mut String, text: &str) {
     if !out.is_empty() {
-        out.push_str("\n\n");
+        push_capped(out, "\n\n");
     }
-    out.push_str(text);
+    push_capped(out, text);
 }
 
 pub(super) fn hook(h: wire::Hook<'_>, phase: &str) -> EventKind {

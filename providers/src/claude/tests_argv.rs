@@ -213,8 +213,17 @@ fn budget_is_the_smaller_of_the_task_and_what_remains() {
     assert_eq!(budget(Some(0.25), Some(0.5)).unwrap(), Some("0.25".into()));
     assert_eq!(budget(None, Some(1.5)).unwrap(), Some("1.5".into()));
     assert_eq!(budget(None, None).unwrap(), None);
-    let spent = budget(Some(1.0), Some(0.0)).unwrap_err().to_string();
-    assert!(spent.contains("no budget left"), "{spent}");
+    // Nothing to spend is a budget stop (never a bad request).
+    let spent = budget(Some(1.0), Some(0.0)).unwrap_err();
+    assert_eq!(spent.kind(), crate::ErrorKind::Budget, "{spent}");
+    assert!(
+        spent.to_string().contains("no budget for this run"),
+        "{spent}"
+    );
+    assert_eq!(
+        budget(Some(0.0), None).unwrap_err().kind(),
+        crate::ErrorKind::Budget
+    );
 }
 
 #[test]

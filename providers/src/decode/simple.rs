@@ -4,6 +4,7 @@ use super::{Decoder, Events, ExitStatus, Line, Tally, text_of};
 use crate::error::ErrorKind;
 use crate::event::{AgentEvent, EventKind};
 use crate::result::SessionResult;
+use crate::shared::text::push_capped;
 use crate::usage::CanonicalUsage;
 
 /// A whole decoder for a CLI whose lines each map to events on their own: `parse` turns
@@ -74,9 +75,9 @@ where
                 EventKind::SessionStarted { model: Some(m), .. } => self.model = Some(m.clone()),
                 EventKind::AssistantText { text, delta } => {
                     if !(self.text.is_empty() || *delta && self.prev_delta) {
-                        self.text.push_str("\n\n");
+                        push_capped(&mut self.text, "\n\n");
                     }
-                    self.text.push_str(text);
+                    push_capped(&mut self.text, text);
                     self.prev_delta = *delta;
                 }
                 EventKind::Final {
@@ -138,18 +139,11 @@ where
                 r.usage_by_model.insert(m.clone(), *u);
             }
         }
-        let model = self.model.clone().unwrap_or_default();
-        let by_model: Vec<(&str, &CanonicalUsage)> = if r.usage_by_model.is_empty() {
-            vec![(model.as_str(), &r.canonical_usage)]
-        } else {
-            r.usage_by_model
-                .iter()
-                .map(|(m, u)| (m.as_str(), u))
-                .collect()
-        };
-        r.set_cost(crate::usage::Cost::estimated(
-            self.prices.estimate(by_model),
-        ));
+        r.set_cost(crate::usage::Cost::estimated(self.prices.estimate_run(
+            self.model.as_deref(),
+            &r.usage_by_model,
+            &r.canonical_usage,
+        )));
         match &self.verdict {
             Some((true, _, _)) => r.succeed(),
             Some((false, kind, error)) => r.fail(

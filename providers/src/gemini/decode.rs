@@ -1,5 +1,6 @@
 //! Gemini lines -> events, folding what the result needs as they pass.
 
+use crate::shared::text::push_capped;
 use std::collections::BTreeMap;
 
 use super::classify::{classify, text_kind};
@@ -111,9 +112,9 @@ impl GeminiDecoder {
                     let delta = m.delta.unwrap_or(false);
                     let text = m.content.into_string();
                     if !(self.response.is_empty() || delta && self.prev_delta) {
-                        self.response.push_str("\n\n");
+                        push_capped(&mut self.response, "\n\n");
                     }
-                    self.response.push_str(&text);
+                    push_capped(&mut self.response, &text);
                     self.prev_delta = delta;
                     EventKind::AssistantText { text, delta }
                 }

@@ -6,6 +6,35 @@ use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+/// How much of a run's answer text a decoder keeps (256 KiB: more than the longest
+/// single answer a model writes): a stream of any length costs no more memory. The
+/// whole stream is in the run record.
+pub const RESPONSE_CAP: usize = 256 << 10;
+
+/// What ends an answer cut at [`RESPONSE_CAP`].
+pub const RESPONSE_CUT_NOTE: &str =
+    "\n[aicli: the answer is longer than 256 KiB; the rest of it is in the run record]";
+
+/// Appends `text` to a run's answer `out`, which keeps at most [`RESPONSE_CAP`] bytes
+/// (cut at a character boundary and ended by [`RESPONSE_CUT_NOTE`]); nothing more is
+/// added once it is full.
+pub fn push_capped(out: &mut String, text: &str) {
+    if out.len() >= RESPONSE_CAP {
+        return;
+    }
+    let room = RESPONSE_CAP - out.len();
+    if text.len() <= room {
+        out.push_str(text);
+        return;
+    }
+    let mut cut = room;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    out.push_str(&text[..cut]);
+    out.push_str(RESPONSE_CUT_NOTE);
+}
+
 /// At most `max` characters of `s`, with an ellipsis when cut.
 pub fn truncate_chars(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
@@ -94,6 +123,22 @@ pub fn blocks_text(items: &[Value]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_keeps_its_first_256_kib_cut_at_a_character_and_says_so() {
+        let mut out = String::new();
+        let chunk = "é".repeat(1000); // 2 bytes each
+        for _ in 0..1000 {
+            push_capped(&mut out, &chunk);
+        }
+        assert!(out.ends_with(RESPONSE_CUT_NOTE));
+        let body = &out[..out.len() - RESPONSE_CUT_NOTE.len()];
+        assert!(body.len() <= RESPONSE_CAP && body.len() > RESPONSE_CAP - 4);
+        assert!(body.chars().all(|c| c == 'é'));
+        let before = out.len();
+        push_capped(&mut out, "more");
+        assert_eq!(out.len(), before, "nothing is added once full");
+    }
 
     #[test]
     fn tool_output_joins_text_blocks_and_keeps_the_rest_as_json() {

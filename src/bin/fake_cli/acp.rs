@@ -5,7 +5,8 @@
 //! `fake-acp-session`), `session/set_mode` and `session/set_config_option` (`{}`), and
 //! `session/prompt` with two `agent_message_chunk`s ("Hello " "over ACP.") and
 //! `{"stopReason":"end_turn","usage":{...}}`; `session/cancel` ends a prompt as
-//! `cancelled`. MODE:
+//! `cancelled`. With a `prompted` file, it creates the file when it gets
+//! `session/prompt` (a test waits for the turn to be under way). MODE:
 //!
 //! | mode | what it does wrong |
 //! |---|---|
@@ -33,7 +34,7 @@ fn chunk(text: &str) -> Value {
 }
 
 /// Runs the agent until stdin closes.
-pub fn run(mode: &str) {
+pub fn run(mode: &str, prompted: Option<&str>) {
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
     let mut prompt_id: Option<Value> = None;
@@ -63,6 +64,9 @@ pub fn run(mode: &str) {
             "session/new" => say(&mut out, &reply(json!({"sessionId": SESSION}))),
             "session/set_mode" | "session/set_config_option" => say(&mut out, &reply(json!({}))),
             "session/prompt" => {
+                if let Some(f) = prompted {
+                    let _ = std::fs::write(f, b"prompted\n");
+                }
                 if mode == "hang" {
                     prompt_id = id;
                     continue;

@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::process::{OutputOptions, StderrTail, StdoutLine};
+use crate::process::{LINE_QUEUE_BYTES, LineReceiver, OutputOptions, StderrTail, line_channel};
 use crate::runner::RunHandle;
 
 /// A container aicli created.
@@ -34,7 +34,7 @@ pub struct Container {
 #[derive(Debug)]
 pub struct ContainerHandle {
     container: Arc<Container>,
-    lines: mpsc::Receiver<StdoutLine>,
+    lines: LineReceiver,
     stderr: StderrTail,
     readers: Vec<JoinHandle<()>>,
     exit: watch::Receiver<Option<i64>>,
@@ -154,7 +154,7 @@ impl ContainerHandle {
                 }
             }
         }));
-        let (tx, lines) = mpsc::channel(256);
+        let (tx, lines) = line_channel(LINE_QUEUE_BYTES);
         readers.push(tokio::spawn(crate::process::read_lines(
             reader(out_rx),
             out.line_cap,
@@ -221,8 +221,8 @@ impl ContainerHandle {
 
 #[async_trait]
 impl RunHandle for ContainerHandle {
-    fn take_lines(&mut self) -> mpsc::Receiver<StdoutLine> {
-        std::mem::replace(&mut self.lines, mpsc::channel(1).1)
+    fn take_lines(&mut self) -> LineReceiver {
+        std::mem::replace(&mut self.lines, LineReceiver::closed())
     }
 
     fn stderr(&self) -> StderrTail {

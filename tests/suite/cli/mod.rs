@@ -5,6 +5,7 @@
 
 mod acp;
 mod frictions;
+mod memory;
 mod newcomer;
 mod tools;
 

@@ -8,8 +8,9 @@
 //! `mcp.rs`: tokens and addresses from inside containers; `prompt.rs`: the prompt on
 //! stdin and the environment a container gets; `images.rs`: `aicli image build` and
 //! `aicli doctor` on the engine; `tools.rs`: task-scoped MCP tools called from a
-//! container.
+//! container; `budget.rs`: the batch budget with runs in containers.
 
+mod budget;
 pub mod clis;
 mod fake_api;
 mod images;

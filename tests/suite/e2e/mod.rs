@@ -29,6 +29,7 @@
 //! the vendor-specific ones; `timing.rs` the start-up measurement (`#[ignore]`d).
 
 mod acp;
+mod budget;
 mod claude;
 mod codex;
 mod gemini;
@@ -48,7 +49,6 @@ use aicli::store::{AttemptRecord, RunStore, TaskRecord, read_range};
 use aicli::{BatchEvent, BatchOptions, BatchResult, Engine};
 use aicli_testkit::{FakeApi, RecordedRequest, RequestKind, RunDirs, Script, Usage, Vendor};
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::support::git_repo_in;
@@ -543,8 +543,28 @@ impl E2e {
 
     /// [`E2e::run`] on another engine (another config) over the same repository.
     pub async fn run_with(&self, engine: &Engine, tasks: Vec<TaskSpec>) -> Ran {
+        self.run_batch(engine, tasks, |_| {}).await
+    }
+
+    /// [`E2e::run`] with changed batch options (a budget, the parallelism).
+    pub async fn run_options(
+        &self,
+        tasks: Vec<TaskSpec>,
+        change: impl FnOnce(&mut BatchOptions),
+    ) -> Ran {
+        self.run_batch(&self.engine, tasks, change).await
+    }
+
+    async fn run_batch(
+        &self,
+        engine: &Engine,
+        tasks: Vec<TaskSpec>,
+        change: impl FnOnce(&mut BatchOptions),
+    ) -> Ran {
         let (tx, collector) = timed_events();
-        let run = engine.run_batch(tasks, self.options(), tx, CancellationToken::new());
+        let mut options = self.options();
+        change(&mut options);
+        let run = engine.run_batch(tasks, options, tx, CancellationToken::new());
         let batch = match tokio::time::timeout(BATCH_LIMIT, run).await {
             Ok(r) => r.unwrap_or_else(|e| panic!("run_batch failed: {e}")),
             Err(_) => panic!(
@@ -565,7 +585,7 @@ impl E2e {
     /// Answers blocked task `task_id` through the engine (the CLI session resumes, with
     /// the batch's limits).
     pub async fn answer(&self, task_id: &str, text: &str) -> SessionResult {
-        let (tx, _rx) = broadcast::channel(1024);
+        let tx = aicli::LiveSender::new(aicli::live::DEFAULT_QUEUE_BYTES);
         let store = self.store();
         let fut = self
             .engine
@@ -741,17 +761,17 @@ impl E2e {
 
 /// A live channel and a task collecting what it carries, with arrival times.
 pub fn timed_events() -> (
-    broadcast::Sender<BatchEvent>,
+    aicli::LiveSender,
     tokio::task::JoinHandle<Vec<(Instant, BatchEvent)>>,
 ) {
-    let (tx, mut rx) = broadcast::channel(65_536);
+    let (tx, mut rx) = aicli::live::channel(256 << 20);
     let h = tokio::spawn(async move {
         let mut out = Vec::new();
         loop {
             match rx.recv().await {
                 Ok(e) => out.push((Instant::now(), e)),
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => break,
+                Err(aicli::live::RecvError::Lagged(_)) => continue,
+                Err(aicli::live::RecvError::Closed) => break,
             }
         }
         out
@@ -797,6 +817,64 @@ pub async fn assert_no_process_with_home(home: &Path) {
             panic!("processes of the test's runs are still alive: {left:#?}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The live display's figures came from the stream while the task ran (issue 11,
+/// friction 17): spend updates for `task` before its end, from Claude's assistant usage,
+/// Codex's `turn.completed`, Gemini's result line, priced at the config's prices and
+/// marked estimated. The last one holds the run's input and cache tokens; for the CLIs
+/// that report no cost it is the run's cost too (Claude's live figure lacks the output
+/// its result line adds, and its result carries the CLI's own figure).
+pub fn assert_live_spend(cli: Cli, ran: &Ran, task: &str) {
+    let r = ran
+        .batch
+        .tasks
+        .iter()
+        .find(|t| t.task_id == task)
+        .expect("the task's result");
+    let mut spends = Vec::new();
+    let mut finished = false;
+    for (_, e) in &ran.events {
+        match e {
+            BatchEvent::TaskSpend {
+                task_id,
+                usage,
+                cost_usd,
+                cost_source,
+            } if &**task_id == task => {
+                assert!(!finished, "a spend update after the task's end");
+                spends.push((*usage, *cost_usd, *cost_source));
+            }
+            BatchEvent::TaskFinished { task_id, .. } if &**task_id == task => finished = true,
+            _ => {}
+        }
+    }
+    let (usage, cost, source) = *spends
+        .last()
+        .unwrap_or_else(|| panic!("no live spend for {task}: {:#?}", ran.events));
+    assert_eq!(source, CostSource::Estimated, "{spends:?}");
+    assert_eq!(
+        usage.input_tokens, r.canonical_usage.input_tokens,
+        "{spends:?}"
+    );
+    assert_eq!(usage.cache_read, r.canonical_usage.cache_read, "{spends:?}");
+    assert!(
+        usage.output_tokens <= r.canonical_usage.output_tokens,
+        "{spends:?}"
+    );
+    let cost = cost.expect("the model has a price");
+    assert!(cost > 0.0, "{spends:?}");
+    match cli.cost_source() {
+        CostSource::Estimated => {
+            assert_cost(Some(cost), r.cost_usd.unwrap_or_default(), "live spend")
+        }
+        CostSource::Reported | CostSource::Unknown => {
+            assert!(
+                cost <= r.cost_usd.unwrap_or_default() + 1e-9,
+                "{spends:?} vs {r:?}"
+            )
+        }
     }
 }
 
@@ -901,6 +979,7 @@ pub async fn plain_answer_with(cli: Cli, setup: Setup) {
     assert_eq!(r.tool_calls, 0);
     assert_eq!(r.worktree, None, "a worktree without work is removed");
     assert_eq!(ran.batch.total_cost_usd, r.cost_usd.unwrap_or_default());
+    assert_live_spend(cli, &ran, "plain");
     t.assert_only_model_traffic();
 
     // The record: one attempt, the raw stream re-parses to the same result.

@@ -1,0 +1,464 @@
+//! The batch budget: reserved before a run starts, counted live from its stream, and
+//! enforced while runs are in flight, not only when they end.
+//!
+//! - **Reserve.** Before a run starts it reserves its share of the budget (see
+//!   [`BudgetPool::reserve`]); the reservations of the runs in flight together never
+//!   exceed what is left (budget minus what settled runs were charged). A CLI with a
+//!   per-run cap (Claude's `--max-budget-usd`) gets its reservation as that cap. A run
+//!   that wants more than is free waits, first come first served, until runs in flight
+//!   end and give back what they did not use; when nothing is in flight, it starts with
+//!   whatever is left.
+//! - **Count live.** While a run streams, the session tells its [`Reservation`] what the
+//!   run has spent so far (its usage increments priced at the config's prices,
+//!   [`aicli_providers::LiveSpend`]).
+//! - **Stop.** A run may spend what no other run holds: `budget - charged - the others'
+//!   max(reserved, streamed)`. When its streamed spend reaches that, it is told to stop
+//!   ([`Reservation::stopped`]). When the spend of everything (settled and streamed)
+//!   reaches the budget, that holds for every run in flight: all stop.
+//! - **Settle.** When a run ends, its reservation is replaced by its charge (its
+//!   cost; see [`Reservation::settle`]) and what it did not use goes back to the pool.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Below this, amounts of USD are equal (float sums of prices).
+const EPSILON: f64 = 1e-12;
+
+/// A batch budget shared by the runs of one invocation (a batch, a resume, an answer).
+#[derive(Debug)]
+pub struct BudgetPool {
+    budget: f64,
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// What settled runs were charged (this invocation's and, for a resume or an
+    /// answer, those in the records).
+    charged: f64,
+    /// Runs in flight.
+    runs: BTreeMap<u64, Run>,
+    next_run: u64,
+    /// Runs waiting for a reservation, in arrival order.
+    waiting: VecDeque<u64>,
+    next_ticket: u64,
+    /// The most reserved for runs in flight at one time.
+    peak_reserved: f64,
+}
+
+#[derive(Debug)]
+struct Run {
+    reserved: f64,
+    streamed: f64,
+    stop: CancellationToken,
+    why: Option<String>,
+}
+
+impl State {
+    /// What runs in flight hold: each its reservation, or its streamed spend when that
+    /// is more.
+    fn held(&self, except: Option<u64>) -> f64 {
+        self.runs
+            .iter()
+            .filter(|(id, _)| Some(**id) != except)
+            .map(|(_, r)| r.reserved.max(r.streamed))
+            .sum()
+    }
+
+    fn reserved(&self) -> f64 {
+        self.runs.values().map(|r| r.reserved).sum()
+    }
+}
+
+/// Why a run got no reservation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// The budget is spent: settled runs were charged all of it.
+    Spent {
+        /// What was charged.
+        charged: f64,
+        /// The budget.
+        budget: f64,
+    },
+    /// The wait was cancelled (Ctrl-C).
+    Cancelled,
+}
+
+/// The figures of a pool, for the batch result.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BudgetFigures {
+    /// What settled runs were charged.
+    pub charged: f64,
+    /// The most reserved for runs in flight at one time.
+    pub peak_reserved: f64,
+}
+
+impl BudgetPool {
+    /// A pool of `budget` USD of which `charged` is already spent.
+    pub fn new(budget: f64, charged: f64) -> Arc<BudgetPool> {
+        Arc::new(BudgetPool {
+            budget,
+            state: Mutex::new(State {
+                charged,
+                ..State::default()
+            }),
+            changed: Notify::new(),
+        })
+    }
+
+    /// The budget.
+    pub fn budget(&self) -> f64 {
+        self.budget
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the figures half-updated (each
+        // update is one assignment); go on with them.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pool's figures now.
+    pub fn figures(&self) -> BudgetFigures {
+        let s = self.lock();
+        BudgetFigures {
+            charged: s.charged,
+            peak_reserved: s.peak_reserved,
+        }
+    }
+
+    /// Whether settled runs were charged the whole budget (nothing can start again).
+    pub fn is_spent(&self) -> bool {
+        self.lock().charged >= self.budget - EPSILON
+    }
+
+    /// Reserves up to `want` USD for a run: as soon as it is this run's turn (first
+    /// come, first served) and `want` is free, or, when no run is in flight, whatever is
+    /// left. Refused when settled runs were charged the whole budget, or when `cancel`
+    /// fires while waiting.
+    pub async fn reserve(
+        self: &Arc<Self>,
+        want: f64,
+        cancel: &CancellationToken,
+    ) -> Result<Reservation, Refusal> {
+        let want = want.max(0.0);
+        let ticket = {
+            let mut s = self.lock();
+            let t = s.next_ticket;
+            s.next_ticket += 1;
+            s.waiting.push_back(t);
+            t
+        };
+        // Leaves the queue however the wait ends (also when this future is dropped).
+        let mut place = Place {
+            pool: self,
+            ticket,
+            queued: true,
+        };
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut s = self.lock();
+                if s.charged >= self.budget - EPSILON {
+                    return Err(Refusal::Spent {
+                        charged: s.charged,
+                        budget: self.budget,
+                    });
+                }
+                let free = self.budget - s.charged - s.held(None);
+                let first = s.waiting.front() == Some(&ticket);
+                if first && free > EPSILON && (free >= want - EPSILON || s.runs.is_empty()) {
+                    let amount = want.min(free);
+                    let id = s.next_run;
+                    s.next_run += 1;
+                    let stop = CancellationToken::new();
+                    s.runs.insert(
+                        id,
+                        Run {
+                            reserved: amount,
+                            streamed: 0.0,
+                            stop: stop.clone(),
+                            why: None,
+                        },
+                    );
+                    s.peak_reserved = s.peak_reserved.max(s.reserved());
+                    s.waiting.pop_front();
+                    place.queued = false;
+                    drop(s);
+                    // The next in line may fit in what is still free.
+                    self.changed.notify_waiters();
+                    tracing::debug!(run = id, reserved = amount, free, "budget reserved");
+                    return Ok(Reservation {
+                        pool: self.clone(),
+                        id,
+                        amount,
+                        stop,
+                        settled: std::sync::atomic::AtomicBool::new(false),
+                    });
+                }
+            }
+            tokio::select! {
+                _ = &mut changed => {}
+                _ = cancel.cancelled() => return Err(Refusal::Cancelled),
+            }
+        }
+    }
+
+    /// Tells every run whose streamed spend reached what it may spend to stop.
+    fn enforce(&self, s: &mut State) {
+        let total = s.charged + s.runs.values().map(|r| r.streamed).sum::<f64>();
+        let reached = total >= self.budget - EPSILON;
+        let ids: Vec<u64> = s.runs.keys().copied().collect();
+        for id in ids {
+            let allowed = self.budget - s.charged - s.held(Some(id));
+            let Some(run) = s.runs.get_mut(&id) else {
+                continue;
+            };
+            if run.why.is_some() || run.streamed < allowed - EPSILON {
+                continue;
+            }
+            let why = if reached {
+                format!(
+                    "the batch budget of ${:.4} was reached while this task ran (${total:.4} spent, counting what the runs in flight streamed)",
+                    self.budget
+                )
+            } else {
+                format!(
+                    "this run streamed ${:.4} of spend, past its reservation of ${:.4}, and the rest of the ${:.4} budget is spent or reserved by other runs",
+                    run.streamed, run.reserved, self.budget
+                )
+            };
+            tracing::info!(
+                run = id,
+                streamed = run.streamed,
+                allowed,
+                "budget: stopping a run"
+            );
+            run.why = Some(why);
+            run.stop.cancel();
+        }
+    }
+}
+
+/// A place in the queue of runs waiting for a reservation.
+struct Place<'a> {
+    pool: &'a BudgetPool,
+    ticket: u64,
+    queued: bool,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if self.queued {
+            let mut s = self.pool.lock();
+            s.waiting.retain(|t| *t != self.ticket);
+            drop(s);
+            self.pool.changed.notify_waiters();
+        }
+    }
+}
+
+/// One run's share of the budget, from its start to its end.
+#[derive(Debug)]
+pub struct Reservation {
+    pool: Arc<BudgetPool>,
+    id: u64,
+    amount: f64,
+    stop: CancellationToken,
+    settled: std::sync::atomic::AtomicBool,
+}
+
+impl Reservation {
+    /// USD reserved for the run (the cap a CLI with a per-run cap gets).
+    pub fn amount(&self) -> f64 {
+        self.amount
+    }
+
+    /// What the run has spent so far by its stream, USD; stops runs that reached what
+    /// they may spend (this one or, when the budget is reached, all).
+    pub fn streamed(&self, usd: f64) {
+        let mut s = self.pool.lock();
+        if let Some(r) = s.runs.get_mut(&self.id) {
+            r.streamed = r.streamed.max(usd);
+        }
+        self.pool.enforce(&mut s);
+    }
+
+    /// Resolves when the run must stop (see the module docs).
+    pub async fn stopped(&self) {
+        self.stop.cancelled().await
+    }
+
+    /// Why the run must stop, once it must.
+    pub fn stop_reason(&self) -> Option<String> {
+        self.pool
+            .lock()
+            .runs
+            .get(&self.id)
+            .and_then(|r| r.why.clone())
+    }
+
+    /// What the run streamed so far, USD.
+    pub fn streamed_usd(&self) -> f64 {
+        self.pool
+            .lock()
+            .runs
+            .get(&self.id)
+            .map_or(0.0, |r| r.streamed)
+    }
+
+    /// The run ended and cost `charge` USD: the reservation is replaced by it, what it
+    /// did not use returns to the pool, and runs still in flight are checked against
+    /// what is left now. Only the first call counts.
+    pub fn settle(&self, charge: f64) {
+        if self.settled.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let mut s = self.pool.lock();
+        s.runs.remove(&self.id);
+        if charge.is_finite() && charge > 0.0 {
+            s.charged += charge;
+        }
+        self.pool.enforce(&mut s);
+        drop(s);
+        self.pool.changed.notify_waiters();
+    }
+}
+
+impl Drop for Reservation {
+    /// A reservation dropped without [`Reservation::settle`] is charged what its run
+    /// streamed.
+    fn drop(&mut self) {
+        let streamed = self.streamed_usd();
+        self.settle(streamed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn never() -> CancellationToken {
+        CancellationToken::new()
+    }
+
+    #[tokio::test]
+    async fn reservations_together_fit_in_what_is_left_and_a_bigger_one_waits() {
+        let pool = BudgetPool::new(1.0, 0.25);
+        let a = pool.reserve(0.5, &never()).await.unwrap();
+        assert_eq!(a.amount(), 0.5);
+        // 0.25 is free: a run that wants 0.5 waits while `a` is in flight.
+        let p2 = pool.clone();
+        let b = tokio::spawn(async move { p2.reserve(0.5, &never()).await.map(|r| r.amount()) });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!b.is_finished(), "started with only 0.25 free");
+        // `a` used 0.1: 0.4 returns, 0.65 is free.
+        a.settle(0.1);
+        assert_eq!(b.await.unwrap(), Ok(0.5));
+        let f = pool.figures();
+        assert!((f.charged - 0.35).abs() < 1e-12, "{f:?}");
+        assert!((f.peak_reserved - 0.5).abs() < 1e-12, "{f:?}");
+    }
+
+    #[tokio::test]
+    async fn with_nothing_in_flight_a_run_takes_what_is_left_then_the_budget_is_spent() {
+        let pool = BudgetPool::new(1.0, 0.8);
+        let r = pool.reserve(0.5, &never()).await.unwrap();
+        assert!((r.amount() - 0.2).abs() < 1e-12);
+        r.settle(0.3);
+        assert!(pool.is_spent());
+        assert_eq!(
+            pool.reserve(0.5, &never()).await.unwrap_err(),
+            Refusal::Spent {
+                charged: 1.1,
+                budget: 1.0
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn waiting_is_first_come_first_served_and_cancellable() {
+        let pool = BudgetPool::new(1.0, 0.0);
+        let a = pool.reserve(0.9, &never()).await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (p, o) = (pool.clone(), order.clone());
+        // The first in line wants more than the second: the second does not overtake.
+        let first = tokio::spawn(async move {
+            let r = p.reserve(0.6, &never()).await.unwrap();
+            o.lock().unwrap().push("first");
+            r
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (p, o) = (pool.clone(), order.clone());
+        let second = tokio::spawn(async move {
+            let r = p.reserve(0.05, &never()).await.unwrap();
+            o.lock().unwrap().push("second");
+            r
+        });
+        let cancel = CancellationToken::new();
+        let (p, c) = (pool.clone(), cancel.clone());
+        let third = tokio::spawn(async move { p.reserve(0.05, &c).await.map(|r| r.amount()) });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "someone overtook the first"
+        );
+        cancel.cancel();
+        assert_eq!(third.await.unwrap(), Err(Refusal::Cancelled));
+        a.settle(0.2);
+        let (f, s) = (first.await.unwrap(), second.await.unwrap());
+        assert_eq!(*order.lock().unwrap(), ["first", "second"]);
+        assert!((f.amount() - 0.6).abs() < 1e-12 && (s.amount() - 0.05).abs() < 1e-12);
+    }
+
+    #[tokio::test]
+    async fn a_run_streaming_past_what_it_may_spend_is_stopped_and_others_go_on() {
+        let pool = BudgetPool::new(1.0, 0.0);
+        let a = pool.reserve(0.4, &never()).await.unwrap();
+        let b = pool.reserve(0.4, &never()).await.unwrap();
+        // 0.2 is free: `a` may spend 0.6 before it takes what `b` holds.
+        a.streamed(0.55);
+        assert!(a.stop_reason().is_none());
+        a.streamed(0.6);
+        assert!(
+            a.stop_reason()
+                .unwrap()
+                .contains("past its reservation of $0.4000")
+        );
+        tokio::time::timeout(Duration::from_secs(1), a.stopped())
+            .await
+            .unwrap();
+        assert!(b.stop_reason().is_none(), "b is within its reservation");
+        a.settle(0.6);
+        b.streamed(0.39);
+        assert!(b.stop_reason().is_none());
+        // Everything spent or streamed reaches the budget: b stops too.
+        b.streamed(0.4);
+        assert!(
+            b.stop_reason()
+                .unwrap()
+                .contains("budget of $1.0000 was reached")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_run_settling_over_its_reservation_stops_runs_left_without_cover() {
+        let pool = BudgetPool::new(1.0, 0.0);
+        let a = pool.reserve(0.5, &never()).await.unwrap();
+        let b = pool.reserve(0.5, &never()).await.unwrap();
+        b.streamed(0.25);
+        // `a` reports its cost only at its end, and it is over its share: what is left
+        // (0.2) is less than what `b` streamed already.
+        a.settle(0.8);
+        assert!(b.stop_reason().is_some());
+        // A dropped reservation is charged what it streamed.
+        drop(b);
+        assert!((pool.figures().charged - 1.05).abs() < 1e-12);
+    }
+}
