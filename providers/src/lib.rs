@@ -7,11 +7,16 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`provider`] | the [`AiCliProvider`] trait (core: name, config, command, decoder), [`Feature`], [`LaunchContext`] -> [`CommandSpec`] |
+//! | [`provider`] | the [`AiCliProvider`] trait (core: name, config, command, decoder), [`Feature`] |
+//! | `provider/command` | [`LaunchContext`] -> [`CommandSpec`] (files, links, [`McpWiring`]), [`McpEndpoint`] |
+//! | `provider/binary` | [`BinaryLocation`]: where the executable is, and the default way to find it |
+//! | `provider/auth` | [`AuthStatus`], and the default pre-flight look for credentials |
 //! | [`decode`] | the streaming [`Decoder`] contract, [`Line`], [`ExitStatus`], the shared fold [`Tally`] |
 //! | [`wire`] | one-pass reading of `type`-tagged JSON lines into the vendors' serde enums |
 //! | [`registry`] | [`ProviderRegistry`]: names -> providers, adapters -> factories |
-//! | [`config`] | `ai_cli_providers.json`: types, loading, merging, validation |
+//! | [`config`] | `ai_cli_providers.json`: the whole file's type, loading, merging, validation |
+//! | `config/provider` | [`ProviderConfig`]: one provider entry and its defaults |
+//! | `config/engine` | [`EngineConfig`]: the `engine` section (limits, retries, the MCP server and its [`McpLimits`], env, cgroups) |
 //! | [`docker_config`] | [`RunnerKind`] and the `engine.docker` section (engines, images, limits) |
 //! | [`event`] | the normalized [`AgentEvent`] model (every event keeps its raw line) |
 //! | [`usage`] | [`CanonicalUsage`], prices, cost estimation |

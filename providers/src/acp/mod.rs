@@ -11,7 +11,7 @@
 //! | `decode` | the decoder's state; the agent's lines and aicli's recorded lines folded alike |
 //! | `responses` | the agent's responses to aicli's requests: capabilities, the session, the turn's end |
 //! | `outgoing` | aicli's own messages (recorded or live): requests sent, cancel, answers to the agent |
-//! | `live` | what aicli says in a live run: the setup, the prompt, answers, cancel, deadlines |
+//! | `live` | what aicli says in a live run: the setup, the prompt, deadlines; `live/answers`: its answers to the agent's requests, cancel |
 //! | `updates` | `session/update` -> events |
 //! | `permission` | the answer to `session/request_permission`, by permission mode |
 //! | `usage` | tokens and cost over ACP |
