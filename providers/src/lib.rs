@@ -32,10 +32,10 @@
 //! # Decoding: one pass, one fold
 //!
 //! ```text
-//! provider.command(ctx)          -> CommandSpec      (argv, env, stdin = the prompt, files)
-//! provider.decoder(parse_ctx)    -> Box<dyn Decoder>  (one per run)
-//! decoder.line(bytes)            -> the line's events (typed wire enum -> AgentEvent)
-//! decoder.finish(stderr, exit)   -> SessionResult     (a fold over what it saw)
+//! provider.command(ctx)           -> CommandSpec      (argv, env, stdin = the prompt, files)
+//! provider.decoder(parse_ctx)     -> Box<dyn Decoder>  (one per run)
+//! decoder.decode(bytes, &mut out) -> the line's events (typed wire enum -> AgentEvent)
+//! decoder.finish(stderr, exit)    -> SessionResult     (a fold over what it saw)
 //! ```
 //!
 //! Each line is read once, into the vendor's wire enum; the decoder keeps only what the

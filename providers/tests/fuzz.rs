@@ -6,7 +6,7 @@
 //!
 //! The default test run is short (`FUZZ_CASES`, default 256 runs per vendor). A long run,
 //! each vendor for `FUZZ_SECS` seconds (fresh random seeds every `FUZZ_CASES` runs):
-//! `FUZZ_SECS=240 FUZZ_CASES=20000 cargo test --release -p aicli-providers --test fuzz --
+//! `FUZZ_SECS=205 FUZZ_CASES=20000 cargo test --release -p aicli-providers --test fuzz --
 //! --nocapture --test-threads 1` (prints the executions per vendor). The 100k-deep nesting and the 50 MB line are
 //! also fed once each, deterministically.
 

@@ -426,7 +426,8 @@ fn provider_data(d: &ClaudeDecoder) -> Value {
         }
     }
     if d.results.count > 0
-        && let Ok(v) = serde_json::from_str::<ResultVerbatim<'_>>(&d.results.line)
+        && let Some(v) =
+            crate::wire::verbatim::<ResultVerbatim<'_>>(&mut m, "result", &d.results.line)
     {
         put_verbatim(
             &mut m,
@@ -448,7 +449,7 @@ fn provider_data(d: &ClaudeDecoder) -> Value {
         m.insert("assistant_error".to_owned(), Value::String(word));
     }
     if let Some((line, servers)) = &d.init
-        && let Ok(v) = serde_json::from_str::<InitVerbatim<'_>>(line)
+        && let Some(v) = crate::wire::verbatim::<InitVerbatim<'_>>(&mut m, "init", line)
     {
         put_verbatim(
             &mut m,

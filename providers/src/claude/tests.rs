@@ -252,3 +252,25 @@ fn over_long_lines_keep_their_start() {
     );
     assert_eq!(d.finish("", ExitStatus::Code(0)).protocol_errors, 1);
 }
+
+#[test]
+fn verbatim_fields_a_result_line_cannot_give_are_said_not_lost_silently() {
+    // `stop_reason` printed twice: the line decodes (the decoder does not name the key),
+    // its verbatim fields cannot be read back, and provider_data says why.
+    let twice = br#"{"type":"system","subtype":"init","session_id":"s1","model":"claude-opus-5-5"}
+{"type":"result","subtype":"success","is_error":false,"session_id":"s1","result":"ok","num_turns":1,"total_cost_usd":0.01,"stop_reason":"end_turn","stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}
+"#;
+    let (_, r) = run(twice, ExitStatus::Code(0));
+    assert!(r.success, "{r:?}");
+    assert_eq!(r.response, "ok");
+    let unread = r.provider_data["result_unread"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(unread.contains("duplicate field `stop_reason`"), "{unread}");
+    assert!(r.provider_data.get("stop_reason").is_none());
+    // Printed once, it is there and nothing is said.
+    let once = String::from_utf8_lossy(twice).replacen(r#","stop_reason":"end_turn""#, "", 1);
+    let (_, r) = run(once.as_bytes(), ExitStatus::Code(0));
+    assert_eq!(r.provider_data["stop_reason"], "end_turn");
+    assert!(r.provider_data.get("result_unread").is_none());
+}

@@ -142,8 +142,10 @@ impl ExitStatus {
 /// of the run's stdout in order, finished once.
 ///
 /// A decoder keeps only what the result needs (ids, the response text, usage
-/// accumulators, error facts), never the lines or the events: memory does not grow
-/// with the stream, apart from the response text.
+/// accumulators, error facts), never the events and at most a line or two whole (Claude
+/// its first `system/init` and last `result` line, Gemini its last `result` line, each
+/// within the line cap, read again for their verbatim `provider_data` fields): memory
+/// does not grow with the stream, apart from the response text.
 pub trait Decoder: Send {
     /// Appends the events of one line to `out` (a buffer the caller reuses from line to
     /// line: a stream of many short lines then allocates no vector per line). Never
@@ -151,7 +153,9 @@ pub trait Decoder: Send {
     /// vendor does not know [`EventKind::Unknown`]. Every event keeps the line in `raw`.
     fn decode(&mut self, line: Line<'_>, out: &mut Vec<AgentEvent>);
 
-    /// The events of one line, in a new vector ([`Decoder::decode`] without a buffer).
+    /// The events of one line, in a new vector ([`Decoder::decode`] without a buffer): a
+    /// convenience for tests and one-off callers; the engine and `aicli parse` reuse a
+    /// buffer.
     fn line(&mut self, line: Line<'_>) -> Vec<AgentEvent> {
         let mut out = Vec::new();
         self.decode(line, &mut out);

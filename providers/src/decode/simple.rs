@@ -69,7 +69,6 @@ where
                 return events.fold(&mut self.tally);
             }
         };
-        let mut out = Vec::with_capacity(kinds.len());
         for k in kinds {
             match &k {
                 EventKind::SessionStarted { model: Some(m), .. } => self.model = Some(m.clone()),
@@ -92,7 +91,7 @@ where
                         && self.tally.reported.is_empty()
                     {
                         let model = self.model.clone();
-                        out.extend(self.tally.usage_event(model.as_deref(), *u));
+                        events.extend(self.tally.usage_event(model.as_deref(), *u));
                     }
                 }
                 EventKind::SessionStarted { .. }
@@ -114,9 +113,8 @@ where
                 | EventKind::Protocol { .. }
                 | EventKind::Unknown { .. } => {}
             }
-            out.push(k);
+            events.push(k);
         }
-        events.extend(out);
         events.fold(&mut self.tally);
     }
 

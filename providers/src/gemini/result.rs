@@ -62,9 +62,9 @@ fn apply_result_line(
 ) {
     let Some(res) = &d.result else { return };
     if let Some(stats) = &res.stats {
-        if let Ok(ResultVerbatim {
+        if let Some(ResultVerbatim {
             stats: Some(raw), ..
-        }) = serde_json::from_str(&res.line)
+        }) = crate::wire::verbatim(data, "result", &res.line)
         {
             data.insert("stats".into(), crate::wire::value_of(raw));
         }

@@ -38,6 +38,10 @@ use serde_json::value::RawValue;
 pub const OTHER: &str = "__other";
 
 /// An enum whose variant a field of the JSON object names; see the module docs.
+///
+/// A variant's payload must not name the tag field nor keep unknown keys (a map, a
+/// `Value`, `#[serde(flatten)]`): read from a line whose tag comes first, the payload sees
+/// the whole object, tag field included, while the other paths take the tag field out.
 pub trait Tagged<'de>: Sized {
     /// The field that names the variant (`type`, `subtype`).
     const TAG: &'static str;
@@ -176,6 +180,24 @@ impl<'de> Deserialize<'de> for Count {
 /// `raw` as a JSON value (null when it is not JSON, which a kept slice always is).
 pub fn value_of(raw: &RawValue) -> serde_json::Value {
     serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null)
+}
+
+/// The fields of a kept line that go into `provider_data` verbatim (`T`), read when the
+/// result is built. A line they cannot be read from (a key the CLI printed twice) says
+/// so under `<what>_unread` in `data`, rather than losing them without a word.
+pub fn verbatim<'a, T: Deserialize<'a>>(
+    data: &mut serde_json::Map<String, serde_json::Value>,
+    what: &str,
+    line: &'a str,
+) -> Option<T> {
+    serde_json::from_str(line)
+        .map_err(|e| {
+            data.insert(
+                format!("{what}_unread"),
+                serde_json::Value::String(e.to_string()),
+            );
+        })
+        .ok()
 }
 
 /// For `#[serde(deserialize_with)]`: `null` reads as the default (serde's `default`

@@ -13,10 +13,23 @@ enum Line<'a> {
     A(#[serde(borrow)] A<'a>),
     #[serde(rename = "b")]
     B(serde::de::IgnoredAny),
+    /// Tagged again by another field of the same object (as Claude's `system` lines).
+    #[serde(rename = "s")]
+    S(#[serde(borrow)] Sys<'a>),
     #[serde(rename = "__other")]
     Other(#[serde(borrow)] Cow<'a, str>),
 }
 crate::tagged_enum!(Line, "type", old = "kind");
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(remote = "Self")]
+enum Sys<'a> {
+    #[serde(rename = "x")]
+    X { n: u32 },
+    #[serde(rename = "__other")]
+    Other(#[serde(borrow)] Cow<'a, str>),
+}
+crate::tagged_enum!(Sys, "subtype");
 
 #[derive(Debug, Default, Deserialize, PartialEq)]
 #[serde(default)]
@@ -121,6 +134,12 @@ fn a_line_reads_the_same_whether_its_tag_comes_first_later_or_is_guessed_wrong()
         r#"{"n":1,"kind":"b","type":"a"}"#,
         r#"{"a":1}"#,
         r#"{"type":"a","type":"b"}"#,
+        // A payload tagged again by `subtype` on the same object, in every order.
+        r#"{"type":"s","subtype":"x","n":1}"#,
+        r#"{"subtype":"x","n":1,"type":"s"}"#,
+        r#"{"n":1,"type":"s","subtype":"x"}"#,
+        r#"{"type":"s","subtype":"zz","n":1}"#,
+        r#"{"type":"s","n":1}"#,
         // Bad lines fail alike.
         r#"{"type":"a","n":1"#,
         r#"{"n":"x","type":"a"}"#,
@@ -132,6 +151,24 @@ fn a_line_reads_the_same_whether_its_tag_comes_first_later_or_is_guessed_wrong()
         let (fast, generic) = both(s);
         assert_eq!(fast, generic, "{s}");
     }
+}
+
+#[test]
+fn a_line_tagged_twice_reads_both_tags() {
+    for s in [
+        r#"{"type":"s","subtype":"x","n":1}"#,
+        r#"{"subtype":"x","n":1,"type":"s"}"#,
+    ] {
+        assert_eq!(
+            from_line::<Line<'_>>(s).unwrap(),
+            Line::S(Sys::X { n: 1 }),
+            "{s}"
+        );
+    }
+    assert_eq!(
+        from_line::<Line<'_>>(r#"{"type":"s","subtype":"zz"}"#).unwrap(),
+        Line::S(Sys::Other(Cow::Borrowed("zz")))
+    );
 }
 
 #[test]
