@@ -206,24 +206,7 @@ impl AcpDecoder {
     /// The run fails for good: an error event and a final event.
     pub(super) fn fail_run(&mut self, kind: ErrorKind, message: String) -> Vec<EventKind> {
         self.fatal = Some((kind, message.clone()));
-        vec![
-            EventKind::Error {
-                error_kind: kind,
-                message: message.clone(),
-                fatal: true,
-                http_status: None,
-            },
-            EventKind::Final {
-                success: false,
-                text: None,
-                error_kind: Some(kind),
-                error: Some(message),
-                usage: None,
-                cost_usd: None,
-                num_turns: None,
-                duration_ms: None,
-            },
-        ]
+        failed(kind, message, None, None)
     }
 
     fn protocol(&mut self, kinds: &mut Vec<EventKind>, message: String) {
@@ -446,4 +429,31 @@ impl Decoder for AcpDecoder {
     fn overdue(&mut self, id: u64) -> Vec<AgentEvent> {
         self.timed_out(id)
     }
+}
+
+/// The events of a failed run or turn: a fatal error, then the final event.
+pub(super) fn failed(
+    kind: ErrorKind,
+    message: String,
+    http_status: Option<u16>,
+    cost_usd: Option<f64>,
+) -> Vec<EventKind> {
+    vec![
+        EventKind::Error {
+            error_kind: kind,
+            message: message.clone(),
+            fatal: true,
+            http_status,
+        },
+        EventKind::Final {
+            success: false,
+            text: None,
+            error_kind: Some(kind),
+            error: Some(message),
+            usage: None,
+            cost_usd,
+            num_turns: None,
+            duration_ms: None,
+        },
+    ]
 }

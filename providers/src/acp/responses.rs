@@ -160,30 +160,10 @@ impl AcpDecoder {
                 error: Some((kind, message.clone())),
                 usage: None,
             });
-            return vec![
-                EventKind::Error {
-                    error_kind: kind,
-                    message: message.clone(),
-                    fatal: true,
-                    http_status: status,
-                },
-                EventKind::Final {
-                    success: false,
-                    text: None,
-                    error_kind: Some(kind),
-                    error: Some(message),
-                    usage: None,
-                    cost_usd: self.run_cost(),
-                    num_turns: None,
-                    duration_ms: None,
-                },
-            ];
+            return super::decode::failed(kind, message, status, self.run_cost());
         }
-        let mut kinds = self.fail_run(kind, message);
-        if let Some(EventKind::Error { http_status, .. }) = kinds.first_mut() {
-            *http_status = status;
-        }
-        kinds
+        self.fatal = Some((kind, message.clone()));
+        super::decode::failed(kind, message, status, None)
     }
 
     /// The run's cost so far, from the cumulative figure.

@@ -266,17 +266,7 @@ impl AcpDecoder {
                     self.request("session/new", &req);
                 }
                 Some(resume) => {
-                    let how = self
-                        .provider
-                        .acp
-                        .continue_with
-                        .iter()
-                        .copied()
-                        .find(|c| match c {
-                            AcpContinue::Resume => agent.resume,
-                            AcpContinue::Load => agent.load_session,
-                        });
-                    match how {
+                    match super::result::continue_with(self) {
                         Some(AcpContinue::Resume) => {
                             let req = ResumeSessionRequest::new(resume, cwd).mcp_servers(servers);
                             self.request("session/resume", &req);
