@@ -203,10 +203,16 @@ impl AcpDecoder {
         self.turn.is_some() || self.fatal.is_some()
     }
 
-    /// The run fails for good: an error event and a final event.
-    pub(super) fn fail_run(&mut self, kind: ErrorKind, message: String) -> Vec<EventKind> {
+    /// The run fails for good: an error event (with the HTTP status a failed request
+    /// gave, if any) and a final event.
+    pub(super) fn fail_run(
+        &mut self,
+        kind: ErrorKind,
+        message: String,
+        http_status: Option<u16>,
+    ) -> Vec<EventKind> {
         self.fatal = Some((kind, message.clone()));
-        failed(kind, message, None, None)
+        failed(kind, message, http_status, None)
     }
 
     fn protocol(&mut self, kinds: &mut Vec<EventKind>, message: String) {

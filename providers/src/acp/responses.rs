@@ -55,6 +55,7 @@ impl AcpDecoder {
                                 self.agent_name(),
                                 serde_json::to_string(&r.protocol_version).unwrap_or_default()
                             ),
+                            None,
                         ));
                     }
                 }
@@ -115,7 +116,7 @@ impl AcpDecoder {
             self.agent_name(),
             sent.method()
         );
-        self.fail_run(ErrorKind::Protocol, message)
+        self.fail_run(ErrorKind::Protocol, message, None)
     }
 
     fn error_response(&mut self, sent: &Sent, e: &RpcError) -> Vec<EventKind> {
@@ -162,8 +163,7 @@ impl AcpDecoder {
             });
             return super::decode::failed(kind, message, status, self.run_cost());
         }
-        self.fatal = Some((kind, message.clone()));
-        super::decode::failed(kind, message, status, None)
+        self.fail_run(kind, message, status)
     }
 
     /// The run's cost so far, from the cumulative figure.

@@ -213,7 +213,7 @@ impl AcpDecoder {
     /// The run fails from the live side (a setup step the agent cannot do): the events
     /// go with the line's.
     fn fail_live(&mut self, kind: ErrorKind, message: String) {
-        let kinds = self.fail_run(kind, message);
+        let kinds = self.fail_run(kind, message, None);
         let events = events_of(&mut self.tally, "", kinds);
         self.made.extend(events);
     }
@@ -372,7 +372,7 @@ impl AcpDecoder {
             sent.method(),
             self.provider.name
         );
-        let kinds = self.fail_run(ErrorKind::Timeout, message);
+        let kinds = self.fail_run(ErrorKind::Timeout, message, None);
         events_of(&mut self.tally, "", kinds)
     }
 }
