@@ -274,38 +274,44 @@ impl LocalProcess {
         }
         // If aicli itself dies (even by SIGKILL), the kernel kills the child: no CLI keeps
         // running unsupervised (its own descendants are found and killed on the next
-        // `aicli resume`, through the pid file the session leaves). The parent-death
-        // signal is set by `setpriv --pdeathsig` (util-linux), which then execs the CLI:
-        // posix_spawn stays usable. Without setpriv, a pre_exec hook sets it, which makes
-        // std fork aicli's whole address space for every CLI (~3x slower spawning).
-        // (A missing program is left to spawn itself, so its error says "not found".)
+        // `aicli resume`, through the pid file written before the spawn). The
+        // parent-death signal is set by `setpriv --pdeathsig` (util-linux), which then
+        // execs a shell that checks that its parent is still aicli (a parent that died
+        // before the signal was set would never send it) and only then joins the run's
+        // cgroup and execs the CLI: from the CLI's first instruction on, aicli's death
+        // kills it, and everything stays posix_spawn. Without setpriv, a pre_exec hook
+        // does the same, which makes std fork aicli's whole address space for every CLI
+        // (~3x slower spawning). (A missing program is left to spawn itself, so its
+        // error says "not found".)
         let missing = cmd.program.components().count() > 1 && !cmd.program.exists();
         let trampoline = setpriv().filter(|_| !missing);
         // The run's cgroup, joined before the CLI starts so that every descendant is born
-        // in it: with setpriv, `sh` writes its own pid into it and execs setpriv (still
-        // posix_spawn); without, the pre_exec hook below joins it.
+        // in it.
         let cgroup = if missing {
             None
         } else {
             crate::proctree::run_cgroup(cgroups)
         };
         let shell = Path::new("/bin/sh");
-        let mut c = match (trampoline, &cgroup) {
-            (Some(setpriv), Some(cg)) if shell.exists() => {
-                let mut c = Command::new(shell);
-                c.args(["-c", r#"echo 0 >"$0" && exec "$@""#])
-                    .arg(cg.procs_file())
-                    .arg(setpriv)
-                    .args(["--pdeathsig", "KILL", "--"])
-                    .arg(&cmd.program);
-                c
-            }
-            (Some(setpriv), _) => {
+        let parent = std::process::id();
+        let (mut c, hooked) = match trampoline {
+            Some(setpriv) if shell.exists() => {
                 let mut c = Command::new(setpriv);
-                c.args(["--pdeathsig", "KILL", "--"]).arg(&cmd.program);
-                c
+                c.args(["--pdeathsig", "KILL", "--"]).arg(shell).arg("-c");
+                match &cgroup {
+                    Some(cg) => {
+                        c.arg(TRAMPOLINE_JOIN)
+                            .arg(parent.to_string())
+                            .arg(cg.procs_file());
+                    }
+                    None => {
+                        c.arg(TRAMPOLINE).arg(parent.to_string());
+                    }
+                }
+                c.arg(&cmd.program);
+                (c, false)
             }
-            (None, _) => Command::new(&cmd.program),
+            Some(_) | None => (Command::new(&cmd.program), true),
         };
         c.args(&cmd.args)
             .current_dir(&cmd.cwd)
@@ -328,11 +334,16 @@ impl LocalProcess {
         // finds after a restart) can be told apart from other runs' without a cgroup.
         let marker = crate::proctree::new_marker();
         c.env(RUN_MARKER_VAR, &marker);
+        // What `aicli resume` needs to find the run's processes goes into its record
+        // before any of them exists: a kill -9 of aicli between the spawn and the
+        // leader's line leaves the marker and the cgroup to look in.
+        if let Some(f) = &out.pid_file {
+            crate::proctree::write_pid_file(f, None, &marker, cgroup.as_ref());
+        }
         // Own process group (pgid = the child's pid): the whole group can be signalled,
         // and a Ctrl-C on aicli's terminal does not reach it (aicli shuts it down itself).
         c.process_group(0);
-        if trampoline.is_none() {
-            let parent = std::process::id();
+        if hooked {
             let join = cgroup.as_ref().and_then(|cg| {
                 std::ffi::CString::new(cg.procs_file().into_os_string().into_vec()).ok()
             });
@@ -589,6 +600,15 @@ pub(crate) async fn read_lines<R: AsyncRead + Unpin>(
 }
 
 /// `setpriv` (util-linux) when it is installed and supports `--pdeathsig`.
+/// The trampoline's shell script without a cgroup (`$0`: aicli's pid; then the CLI and
+/// its arguments): the CLI starts only while aicli lives.
+const TRAMPOLINE: &str = r#"[ "$PPID" = "$0" ] || exit 125; exec "$@""#;
+
+/// The trampoline's shell script with a cgroup (`$0`: aicli's pid, `$1`: the cgroup's
+/// `cgroup.procs`; then the CLI and its arguments): joins it, then starts the CLI.
+const TRAMPOLINE_JOIN: &str =
+    r#"[ "$PPID" = "$0" ] || exit 125; echo 0 >"$1" || exit 125; shift; exec "$@""#;
+
 fn setpriv() -> Option<&'static Path> {
     static SETPRIV: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     SETPRIV

@@ -160,6 +160,11 @@ struct Reaper {
     leaders: HashSet<u32>,
     groups: VecDeque<u32>,
     group_set: HashSet<u32>,
+    /// Processes a run's end signalled that were not reaped yet: one that dies late (a
+    /// loaded machine, a frozen cgroup thawed late) is reaped by the SIGCHLD thread
+    /// whenever it turns into a zombie, whatever group or cgroup it was in. A pid leaves
+    /// the set when it is reaped or gone.
+    killed: HashSet<u32>,
 }
 
 /// How many past runs' process groups the reaper remembers.
@@ -182,6 +187,7 @@ fn reaper() -> &'static Mutex<Reaper> {
             leaders: HashSet::new(),
             groups: VecDeque::new(),
             group_set: HashSet::new(),
+            killed: HashSet::new(),
         })
     })
 }
@@ -247,11 +253,17 @@ fn own_run_cgroup_prefix() -> Option<String> {
 /// run's process group, or (v2) exited in one of this process's run cgroups. A run's
 /// leader is never reaped here (tokio waits for it).
 fn reap_adopted(killed: &[u32]) {
-    let (leaders, groups) = match reaper().lock() {
-        Ok(r) => (r.leaders.clone(), r.group_set.clone()),
+    let (leaders, groups, signalled) = match reaper().lock() {
+        Ok(mut r) => {
+            let r = &mut *r;
+            r.killed
+                .extend(killed.iter().copied().filter(|p| !r.leaders.contains(p)));
+            (r.leaders.clone(), r.group_set.clone(), r.killed.clone())
+        }
         Err(_) => return,
     };
     let prefix = own_run_cgroup_prefix();
+    let mut reaped = Vec::new();
     for pid in my_children() {
         if leaders.contains(&pid) {
             continue;
@@ -260,7 +272,7 @@ fn reap_adopted(killed: &[u32]) {
         if st.state != 'Z' {
             continue;
         }
-        let ours = killed.contains(&pid)
+        let ours = signalled.contains(&pid)
             || groups.contains(&st.pgrp)
             || prefix.as_ref().is_some_and(|p| {
                 std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
@@ -268,7 +280,17 @@ fn reap_adopted(killed: &[u32]) {
             });
         if ours {
             let _ = waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG));
+            reaped.push(pid);
         }
+    }
+    if signalled.is_empty() {
+        return;
+    }
+    // Reaped, or gone some other way (its own parent reaped it): no longer ours to wait
+    // for.
+    if let Ok(mut r) = reaper().lock() {
+        r.killed
+            .retain(|p| !reaped.contains(p) && proc_stat(*p).is_some());
     }
 }
 
@@ -314,12 +336,7 @@ impl RunTree {
             }
         }
         if let Some(f) = &pid_file {
-            let start = proc_stat(leader).map(|s| s.start_time).unwrap_or(0);
-            let mut text = format!("{leader} {start}\nmarker {marker}\n");
-            if let Some(c) = &cgroup {
-                text.push_str(&format!("cgroup {}\n", c.path().display()));
-            }
-            write_private(f, &text);
+            write_pid_file(f, Some(leader), &marker, cgroup.as_ref());
         }
         RunTree {
             leader,
@@ -472,6 +489,21 @@ impl RunTree {
             let _ = std::fs::remove_file(f);
         }
     }
+}
+
+/// Writes a run's pid file: the leader's `pid start_time` (once it exists), the
+/// marker and the cgroup. Written first without a leader, before the spawn.
+pub fn write_pid_file(path: &Path, leader: Option<u32>, marker: &str, cgroup: Option<&RunCgroup>) {
+    let mut text = String::new();
+    if let Some(leader) = leader {
+        let start = proc_stat(leader).map(|s| s.start_time).unwrap_or(0);
+        text.push_str(&format!("{leader} {start}\n"));
+    }
+    text.push_str(&format!("marker {marker}\n"));
+    if let Some(c) = cgroup {
+        text.push_str(&format!("cgroup {}\n", c.path().display()));
+    }
+    write_private(path, &text);
 }
 
 fn write_private(path: &Path, text: &str) {

@@ -106,6 +106,14 @@ pub enum EngineError {
     /// Nothing to run.
     #[error("the batch has no tasks")]
     NoTasks,
+    /// A batch option is invalid ([`BatchOptions::validate`]).
+    #[error("{option}: {message}")]
+    InvalidOption {
+        /// The option's field in [`BatchOptions`] (`budget_usd`, `timeout`, ...).
+        option: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// The run records could not be written.
     #[error("cannot write the run record in {path}: {source}")]
     Record {
@@ -166,6 +174,35 @@ impl BatchOptions {
             batch_id: None,
             runner: None,
         }
+    }
+}
+
+impl BatchOptions {
+    /// Checks the options before anything is written or run: a budget must be a finite
+    /// number above 0, time limits at least a second, parallelism at least 1.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let invalid = |option, message: String| EngineError::InvalidOption { option, message };
+        if let Some(b) = self.budget_usd {
+            aicli_providers::check_budget(b).map_err(|m| invalid("budget_usd", m))?;
+        }
+        for (option, limit) in [
+            ("timeout", self.timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if limit.is_some_and(|d| d < Duration::from_secs(1)) {
+                return Err(invalid(
+                    option,
+                    "must be at least 1 second (less would stop every run at once)".to_owned(),
+                ));
+            }
+        }
+        if self.max_parallel == Some(0) {
+            return Err(invalid(
+                "max_parallel",
+                "must be at least 1 (0 would run nothing)".to_owned(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -333,6 +370,7 @@ impl Engine {
         live: LiveSender,
         cancel: CancellationToken,
     ) -> Result<BatchResult, EngineError> {
+        opts.validate()?;
         if tasks.is_empty() {
             return Err(EngineError::NoTasks);
         }

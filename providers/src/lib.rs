@@ -118,5 +118,5 @@ pub use result::{
     AnsweredQuestion, Continuation, ContinuationMode, ParseContext, PendingQuestion, SessionResult,
     SessionStatus, SessionTotals,
 };
-pub use task::{PermissionMode, TaskSpec};
+pub use task::{PermissionMode, TaskSpec, check_budget};
 pub use usage::{CanonicalUsage, Cost, CostSource, LiveSpend, ModelPrice, PriceTable};

@@ -118,10 +118,16 @@ impl TaskSpec {
                 self.id
             ));
         }
-        if let Some(b) = self.max_budget_usd
-            && !(b.is_finite() && b >= 0.0)
-        {
-            return Err(format!("max_budget_usd: {b} is not a non-negative number"));
+        if let Some(b) = self.max_budget_usd {
+            check_budget(b).map_err(|m| format!("max_budget_usd: {m}"))?;
+        }
+        if self.timeout_secs == Some(0) {
+            return Err("timeout_secs: must be at least 1 (0 would stop the run at once)".into());
+        }
+        if self.idle_timeout_secs == Some(0) {
+            return Err(
+                "idle_timeout_secs: must be at least 1 (0 would stop the run at once)".into(),
+            );
         }
         if let Some(cwd) = &self.cwd
             && (cwd.is_absolute()
@@ -134,6 +140,24 @@ impl TaskSpec {
                 cwd.display()
             ));
         }
+        Ok(())
+    }
+}
+
+/// Whether `usd` can be a budget: a finite number above 0 (NaN, infinities, negative
+/// numbers and 0 are refused, with the reason).
+pub fn check_budget(usd: f64) -> Result<(), String> {
+    if usd.is_nan() {
+        Err("NaN is not an amount of dollars".to_owned())
+    } else if usd.is_infinite() {
+        Err(format!(
+            "{usd} is not a finite amount of dollars (leave the budget out for none)"
+        ))
+    } else if usd < 0.0 {
+        Err(format!("{usd} is negative"))
+    } else if usd == 0.0 {
+        Err("0 would let nothing run (leave the budget out for none)".to_owned())
+    } else {
         Ok(())
     }
 }
@@ -155,7 +179,20 @@ mod tests {
         t.id = "ok-1".into();
         t.max_budget_usd = Some(-1.0);
         assert!(t.validate().unwrap_err().starts_with("max_budget_usd"));
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0] {
+            t.max_budget_usd = Some(bad);
+            let err = t.validate().unwrap_err();
+            assert!(err.starts_with("max_budget_usd: "), "{bad}: {err}");
+        }
+        t.max_budget_usd = Some(0.01);
+        assert_eq!(t.validate(), Ok(()));
         t.max_budget_usd = None;
+        t.timeout_secs = Some(0);
+        assert!(t.validate().unwrap_err().starts_with("timeout_secs: "));
+        t.timeout_secs = Some(1);
+        t.idle_timeout_secs = Some(0);
+        assert!(t.validate().unwrap_err().starts_with("idle_timeout_secs: "));
+        t.idle_timeout_secs = None;
         t.cwd = Some("../x".into());
         assert!(t.validate().unwrap_err().starts_with("cwd"));
         t.cwd = None;

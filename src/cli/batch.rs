@@ -26,19 +26,19 @@ pub struct BatchArgs {
     #[arg(long, value_name = "BATCH_ID", conflicts_with = "tasks")]
     pub resume: Option<String>,
     /// Sessions at once (at least 1).
-    #[arg(long, value_parser = super::common::positive_count)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::common::positive_count)]
     pub max_parallel: Option<usize>,
     /// Batch budget, USD.
-    #[arg(long, value_name = "USD")]
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     pub budget: Option<f64>,
     /// The provider for tasks that name none.
     #[arg(long, short)]
     pub provider: Option<String>,
     /// Wall-clock limit per task, seconds (at least 1).
-    #[arg(long, value_name = "SECS", value_parser = super::common::positive_secs)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = super::common::positive_secs)]
     pub timeout: Option<u64>,
     /// Idle limit per task, seconds (at least 1).
-    #[arg(long, value_name = "SECS", value_parser = super::common::positive_secs)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = super::common::positive_secs)]
     pub idle_timeout: Option<u64>,
     /// Print the batch result as JSON instead of a table.
     #[arg(long)]
@@ -72,12 +72,6 @@ pub(super) async fn batch(
         (None, None) => return Err(usage("give a tasks file, or --resume BATCH_ID")),
     };
     let file = TasksFile::load(&tasks_path).map_err(usage)?;
-    if file.max_parallel == Some(0) && a.max_parallel.is_none() {
-        return Err(usage(format!(
-            "{}: max_parallel must be at least 1 (0 would run nothing)",
-            tasks_path.display()
-        )));
-    }
     let r = match (&r.repo, &file.repo) {
         (None, Some(dir)) => RepoArgs {
             repo: Some(
@@ -144,7 +138,23 @@ pub(super) async fn batch(
     let result = running.engine.run_batch(file.tasks, opts, tx, cancel).await;
     running.stop();
     let _ = display.await;
+    let from_flags = [
+        ("budget_usd", a.budget.is_some(), "--budget"),
+        ("max_parallel", a.max_parallel.is_some(), "--max-parallel"),
+        ("timeout", a.timeout.is_some(), "--timeout"),
+        ("idle_timeout", a.idle_timeout.is_some(), "--idle-timeout"),
+    ];
     let result = result.map_err(|e| match e {
+        // A batch option names its flag when the flag gave it, else the tasks file's key.
+        aicli::EngineError::InvalidOption { option, message } => {
+            match from_flags
+                .iter()
+                .find(|(o, given, _)| *o == option && *given)
+            {
+                Some((_, _, flag)) => usage(format!("{flag}: {message}")),
+                None => usage(format!("{}: {option}: {message}", tasks_path.display())),
+            }
+        }
         aicli::EngineError::InvalidTask { .. } | aicli::EngineError::NoTasks => {
             usage(format!("{}: {e}", tasks_path.display()))
         }

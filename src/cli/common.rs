@@ -166,19 +166,21 @@ pub(super) async fn worktree_base(
 
 /// A clap value parser for seconds: at least 1 (0 would stop a task at once).
 pub(super) fn positive_secs(s: &str) -> Result<u64, String> {
-    match s.parse::<u64>() {
-        Ok(0) => Err("must be at least 1 second (0 would stop the task at once)".to_owned()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("not a number of seconds: {e}")),
+    match s.trim().parse::<i128>() {
+        Ok(n) if n < 1 => Err(format!(
+            "{n}: must be at least 1 second (less would stop the task at once)"
+        )),
+        Ok(n) => u64::try_from(n).map_err(|_| format!("{n}: too many seconds")),
+        Err(e) => Err(format!("'{s}' is not a whole number of seconds: {e}")),
     }
 }
 
 /// A clap value parser for a parallelism: at least 1.
 pub(super) fn positive_count(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("must be at least 1 (0 would run nothing)".to_owned()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("not a whole number: {e}")),
+    match s.trim().parse::<i128>() {
+        Ok(n) if n < 1 => Err(format!("{n}: must be at least 1 (less would run nothing)")),
+        Ok(n) => usize::try_from(n).map_err(|_| format!("{n}: too many")),
+        Err(e) => Err(format!("'{s}' is not a whole number: {e}")),
     }
 }
 

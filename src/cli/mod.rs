@@ -317,6 +317,7 @@ fn usage_or_failure(e: &anyhow::Error) -> u8 {
         Some(
             EngineError::Config(_)
             | EngineError::InvalidTask { .. }
+            | EngineError::InvalidOption { .. }
             | EngineError::NoTasks
             | EngineError::NotFound(_)
             | EngineError::Refused(_)

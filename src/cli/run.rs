@@ -26,16 +26,16 @@ pub struct RunArgs {
     #[arg(long, short)]
     pub model: Option<String>,
     /// Wall-clock limit, seconds (at least 1).
-    #[arg(long, value_name = "SECS", value_parser = super::common::positive_secs)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = super::common::positive_secs)]
     pub timeout: Option<u64>,
     /// Idle limit (no output), seconds (at least 1).
-    #[arg(long, value_name = "SECS", value_parser = super::common::positive_secs)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = super::common::positive_secs)]
     pub idle_timeout: Option<u64>,
     /// Turn limit.
     #[arg(long)]
     pub max_turns: Option<u32>,
     /// Dollar limit.
-    #[arg(long, value_name = "USD")]
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     pub budget: Option<f64>,
     /// Run in the repository itself instead of a new worktree.
     #[arg(long)]

@@ -42,6 +42,16 @@ fn exists(pid: u32) -> bool {
     aicli::process::proc_stat(pid).is_some()
 }
 
+/// Each pid with what `/proc` says of it (state, parent, group), for a failure message.
+fn described(pids: &[u32]) -> Vec<String> {
+    pids.iter()
+        .map(|p| match aicli::process::proc_stat(*p) {
+            Some(s) => format!("{p} (state {}, ppid {}, pgrp {})", s.state, s.ppid, s.pgrp),
+            None => format!("{p} (gone)"),
+        })
+        .collect()
+}
+
 /// Waits up to `within` until none of `pids` passes `check`; returns those that do.
 fn left_after(pids: &[u32], within: Duration, check: fn(u32) -> bool) -> Vec<u32> {
     let deadline = Instant::now() + within;
@@ -116,7 +126,11 @@ async fn twenty_quick_runs_that_leave_a_daemon_leave_no_process() {
         // The batch returned: every daemon is gone, killed and reaped by this process
         // (aicli here), not even a zombie.
         let left = left_after(&all, Duration::from_millis(500), exists);
-        assert!(left.is_empty(), "{mode:?}: processes left: {left:?}");
+        assert!(
+            left.is_empty(),
+            "{mode:?}: processes left: {:?}",
+            described(&left)
+        );
     }
 }
 
@@ -249,6 +263,125 @@ fn kill_9_of_aicli_while_a_daemon_is_out_of_the_group_then_resume_leaves_nothing
     for mode in modes() {
         for _ in 0..2 {
             kill_9_then_resume(mode);
+        }
+    }
+}
+
+/// `aicli batch` of three tasks at once whose CLIs start grandchildren (one a daemon),
+/// killed with SIGKILL the moment the first CLI has started — while the others are
+/// being spawned, before their pid files could name them —, then `aicli resume`:
+/// nothing of any run is left. (A CLI that started after aicli died would run
+/// unsupervised; one whose record did not yet say where its processes are would be
+/// missed by the resume.)
+fn kill_9_while_clis_start_then_resume(mode: CgroupMode) {
+    let repo = git_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let pids = dir.path().join("pids");
+    let engine = serde_json::json!({ "cgroups": serde_json::to_value(mode).unwrap() });
+    let cfg = fake_cli_config_with(
+        dir.path(),
+        &[
+            "--spawn-grandchildren",
+            "2",
+            "--line-delay-ms",
+            "300",
+            "--timeline",
+            started.to_str().unwrap(),
+            "--pid-file",
+            pids.to_str().unwrap(),
+        ],
+        engine,
+    );
+    let tasks = dir.path().join("tasks.json");
+    std::fs::write(
+        &tasks,
+        r#"[{"id": "a", "prompt": "p"}, {"id": "b", "prompt": "p"}, {"id": "c", "prompt": "p"}]"#,
+    )
+    .unwrap();
+    let aicli = env!("CARGO_BIN_EXE_aicli");
+    let mut child = std::process::Command::new(aicli)
+        .arg("--config")
+        .arg(&cfg)
+        .args([
+            "batch",
+            tasks.to_str().unwrap(),
+            "--no-mcp",
+            "--max-parallel",
+            "3",
+        ])
+        .arg("--repo")
+        .arg(repo.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "{mode:?}: no CLI ever started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    // Long enough for a CLI that outlived aicli to start its grandchildren.
+    std::thread::sleep(Duration::from_millis(500));
+    let batch = std::fs::read_dir(repo.path().join(".aicli/runs"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let out = std::process::Command::new(aicli)
+        .arg("--config")
+        .arg(&cfg)
+        .args([
+            "resume",
+            batch.file_name().unwrap().to_str().unwrap(),
+            "--no-mcp",
+            "--json",
+            "--repo",
+        ])
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{mode:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mine = |pid: &u32| {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == fake_cli());
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .is_ok_and(|c| c.starts_with(repo.path()));
+        exe && cwd
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let stray = loop {
+        let stray: Vec<u32> = aicli::process::all_processes()
+            .into_keys()
+            .filter(mine)
+            .collect();
+        if stray.is_empty() || Instant::now() >= deadline {
+            break stray;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        stray.is_empty(),
+        "{mode:?}: processes of the killed batch left after the resume: {:?}",
+        described(&stray)
+    );
+}
+
+#[test]
+fn kill_9_of_aicli_while_its_clis_start_then_resume_leaves_nothing() {
+    for mode in modes() {
+        for _ in 0..2 {
+            kill_9_while_clis_start_then_resume(mode);
         }
     }
 }

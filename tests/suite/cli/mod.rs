@@ -7,6 +7,7 @@ mod acp;
 mod frictions;
 mod memory;
 mod newcomer;
+mod round3;
 mod tools;
 
 use std::path::{Path, PathBuf};
