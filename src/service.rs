@@ -1334,31 +1334,35 @@ impl Shared {
             .and_then(|a| a.result.clone())
             .or_else(|| planned.origin.as_ref().map(|o| o.result.clone()));
         let Some(last) = last else { return };
-        // The run that began the session: the first attempt that ran in it (of the
-        // origin's task, else of this one); its end bounds when the session began (a
-        // later run it continued only makes the bound later, so the wait longer).
-        let first_in = |attempts: &[AttemptRecord]| {
+        // The latest run in the session: the last attempt that ran in it (of this task,
+        // else of the origin's); by its end every earlier run of the session had started
+        // (gemini names a recording after the minute a run starts it, and a second
+        // recording of the session in the same minute loses the first).
+        let last_in = |attempts: &[AttemptRecord]| {
             attempts
                 .iter()
+                .rev()
                 .find(|a| a.result.as_ref().and_then(|r| r.session_id.as_deref()) == Some(sid))
                 .map(|a| a.finished_at.clone())
         };
-        let began = planned
-            .origin
-            .as_ref()
-            .and_then(|o| first_in(&o.task.attempts))
-            .or_else(|| first_in(&planned.rec.attempts))
+        let last_used = last_in(&planned.rec.attempts)
+            .or_else(|| {
+                planned
+                    .origin
+                    .as_ref()
+                    .and_then(|o| last_in(&o.task.attempts))
+            })
             .flatten()
             .and_then(|t| humantime::parse_rfc3339_weak(&t).ok())
             .unwrap_or_else(std::time::SystemTime::now);
-        let Some(until) = provider.resume_not_before(&last, began) else {
+        let Some(until) = provider.resume_not_before(&last, last_used) else {
             return;
         };
         let Ok(wait) = until.duration_since(std::time::SystemTime::now()) else {
             return;
         };
         let message = format!(
-            "waiting {:.0}s before continuing the session: {} must not load a session in the wall-clock minute it began (providers.{}.acp.load_in_a_new_minute)",
+            "waiting {:.0}s before continuing the session: {} must not load a session in a wall-clock minute it was last used in (providers.{}.acp.load_in_a_new_minute)",
             wait.as_secs_f64(),
             provider.name(),
             provider.name()

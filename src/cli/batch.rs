@@ -29,7 +29,7 @@ pub struct BatchArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = super::common::positive_count)]
     pub max_parallel: Option<usize>,
     /// Batch budget, USD.
-    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
+    #[arg(long, value_name = "USD", allow_hyphen_values = true)]
     pub budget: Option<f64>,
     /// The provider for tasks that name none.
     #[arg(long, short)]

@@ -35,7 +35,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub max_turns: Option<u32>,
     /// Dollar limit.
-    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
+    #[arg(long, value_name = "USD", allow_hyphen_values = true)]
     pub budget: Option<f64>,
     /// Run in the repository itself instead of a new worktree.
     #[arg(long)]

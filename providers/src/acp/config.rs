@@ -32,12 +32,14 @@ pub struct AcpConfig {
     /// skipped). Empty: a continuation is a new session whose prompt carries the
     /// context (`continuation.mode = "new_run"`).
     pub continue_with: Vec<AcpContinue>,
-    /// `session/load` only in a later wall-clock minute than the session began: gemini
-    /// 0.61 names a session's recording after the minute it starts one, and a load in
-    /// the session's first minute starts a new recording over the session's own file,
-    /// answers "No previous sessions found" and loses the history for good
-    /// (google-gemini/gemini-cli#28775). With this set, a continuation that loads waits
-    /// for the next minute first (at most a minute; the live stream says so).
+    /// `session/load` only in a later wall-clock minute than the session was last used
+    /// in: gemini 0.61 names a recording after the minute a run starts one (each load
+    /// starts one, `session-<minute>-<id>`), and a load in the minute the session began,
+    /// or in the minute of its last load, starts a recording over the session's own
+    /// file, answers "No previous sessions found" and loses the history for good
+    /// (google-gemini/gemini-cli#28775; a second answer within a minute of the first
+    /// met it too). With this set, a continuation that loads waits for the minute after
+    /// the session's last run first (at most a minute; the live stream says so).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub load_in_a_new_minute: bool,
     /// Seconds the agent has to answer each setup request (`initialize`,
@@ -48,11 +50,35 @@ pub struct AcpConfig {
     /// are (the run's `PATH`, then aicli's cache): `{"CLAUDE_CODE_EXECUTABLE": "claude"}`
     /// runs claude-agent-acp on aicli's pinned `claude`. A name not found is an error.
     pub env_executables: BTreeMap<String, String>,
-    /// Variables set to the path of a JSON file aicli writes for the run (0600, in the
-    /// run's private directory) with this content: settings an agent reads from a file
-    /// it is pointed at, such as gemini's `GEMINI_CLI_SYSTEM_DEFAULTS_PATH` (defaults
-    /// the user's own settings still override).
-    pub env_files: BTreeMap<String, serde_json::Value>,
+    /// The agent's own settings home for each run, for an agent that reads its
+    /// settings from `$HOME/<dir>` and can be pointed at another home by a variable
+    /// (gemini: `GEMINI_CLI_HOME`, `.gemini/settings.json`): the user's settings with
+    /// `settings` merged over them, every other entry of the user's directory linked
+    /// (see [`AcpSettingsHome`]). Absent: the agent uses the user's home as it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings_home: Option<AcpSettingsHome>,
+}
+
+/// A run's own settings home for an ACP agent ([`AcpConfig::settings_home`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct AcpSettingsHome {
+    /// The variable that points the agent at a home (`GEMINI_CLI_HOME`).
+    pub env: String,
+    /// The agent's directory in a home (`.gemini`).
+    pub dir: String,
+    /// Its settings file in that directory (`settings.json`).
+    pub settings_file: String,
+    /// Directories of the user's directory every run writes, linked (and created in
+    /// the user's directory) even when missing, so that what a run writes there
+    /// outlives it: gemini's `tmp` (sessions) and `history`.
+    pub kept_dirs: Vec<String>,
+    /// Entries of the home itself the agent reads, linked when the user has them
+    /// (gemini's `.env`, `.agents`).
+    pub home_entries: Vec<String>,
+    /// Settings merged over the user's for every run, the way gemini merges a higher
+    /// settings layer (gemini-acp turns its session cleanup off here).
+    pub settings: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The default [`AcpConfig::setup_timeout_secs`].

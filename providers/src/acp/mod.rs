@@ -80,12 +80,14 @@
 //! answers "No previous sessions found" *and* has overwritten the history for good
 //! (google-gemini/gemini-cli#28775). The entry sets `load_in_a_new_minute`, so the
 //! engine waits for the next minute before such a load
-//! ([`AiCliProvider::resume_not_before`]): an answer given at once waits up to a minute;
-//! later ones do not wait. Each load also leaves a recording of the session with no
-//! content, and gemini's session cleanup at the next start deletes every file of a
-//! session that has one: the entry turns that cleanup off for its runs (`env_files`,
-//! `GEMINI_CLI_SYSTEM_DEFAULTS_PATH`; gemini reads the file only where no directory above
-//! it is world-writable).
+//! ([`AiCliProvider::resume_not_before`]): an answer given at once waits up to a minute,
+//! and so does a second answer within a minute of the first. Each load also leaves a
+//! recording of the session with no content, and gemini's session cleanup at the next
+//! start deletes every file of a session that has one (the real one too): the entry
+//! turns that cleanup off in the run's own settings home (`acp.settings_home`, as the
+//! gemini adapter's; a system-defaults file would not do: gemini reads one only when it
+//! and every directory above it are root's and not group- or world-writable, so never
+//! for other users nor under `/tmp`).
 //!
 //! # The measured agents (2026-12-01, against the testkit's fake model APIs)
 //!
@@ -124,7 +126,7 @@ mod wire;
 
 use std::path::PathBuf;
 
-pub use config::{AcpConfig, AcpContinue, AcpMode, AcpModel, AcpModes};
+pub use config::{AcpConfig, AcpContinue, AcpMode, AcpModel, AcpModes, AcpSettingsHome};
 pub use decode::AcpDecoder;
 pub use updates::split_mcp;
 
@@ -134,6 +136,7 @@ use crate::error::ProviderError;
 use crate::provider::{AiCliProvider, CommandSpec, Feature, LaunchContext};
 use crate::result::{ParseContext, SessionResult};
 use crate::shared::args;
+use crate::shared::settings_home::SettingsHome;
 
 /// An ACP agent, driven by its config entry.
 #[derive(Debug, Clone)]
@@ -214,27 +217,40 @@ impl AiCliProvider for AcpProvider {
             })?;
             c.env.insert(var.clone(), found.display().to_string());
         }
-        for (var, contents) in &self.acp.env_files {
-            if c.env.contains_key(var) {
-                continue;
+        if let Some(h) = &self.acp.settings_home {
+            if c.env.contains_key(&h.env) {
+                return Err(ProviderError::InvalidTask {
+                    provider: self.name.clone(),
+                    message: format!(
+                        "env {} is set by the task or the config, but aicli points it at the \
+                         run's own settings home (acp.settings_home)",
+                        h.env
+                    ),
+                });
             }
-            let file: String = var
-                .chars()
-                .map(|ch| {
-                    if ch.is_ascii_alphanumeric() {
-                        ch.to_ascii_lowercase()
-                    } else {
-                        '-'
-                    }
-                })
-                .collect();
-            let path = ctx.private_dir.join(format!("acp-{file}.json"));
-            c.env.insert(var.clone(), path.display().to_string());
-            c.files.push(crate::provider::FileSpec {
-                path,
-                contents: contents.to_string(),
-                mode: 0o600,
-            });
+            let kept: Vec<&str> = h.kept_dirs.iter().map(String::as_str).collect();
+            let entries: Vec<&str> = h.home_entries.iter().map(String::as_str).collect();
+            let home = SettingsHome {
+                label: &self.name,
+                env: &h.env,
+                home_dir: "settings-home",
+                dir: &h.dir,
+                settings_file: &h.settings_file,
+                kept_dirs: &kept,
+                home_entries: &entries,
+            };
+            let user_home = crate::shared::settings_home::user_home(
+                Some(&task.env),
+                &self.config.env,
+                ctx.env.get("HOME").map(std::path::Path::new),
+            );
+            let wiring = home
+                .wiring(&h.settings, ctx.private_dir, user_home.as_deref(), |_| {})
+                .map_err(|message| ProviderError::InvalidTask {
+                    provider: self.name.clone(),
+                    message,
+                })?;
+            c.wire(wiring);
         }
         c.stdin_open = true;
         Ok(c)
@@ -253,7 +269,7 @@ impl AiCliProvider for AcpProvider {
     fn resume_not_before(
         &self,
         last: &SessionResult,
-        began: std::time::SystemTime,
+        last_used: std::time::SystemTime,
     ) -> Option<std::time::SystemTime> {
         let loads = last
             .provider_data
@@ -263,7 +279,10 @@ impl AiCliProvider for AcpProvider {
         if !(self.acp.load_in_a_new_minute && loads) {
             return None;
         }
-        let secs = began.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+        let secs = last_used
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_secs();
         Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs((secs / 60 + 1) * 60 + 1))
     }
 

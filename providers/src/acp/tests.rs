@@ -233,3 +233,95 @@ fn a_session_whose_turn_never_began_is_not_continued() {
     assert_eq!(r.provider_data["acp"]["continue_with"], "session/resume");
     assert!(crate::AiCliProvider::resumable(&p, &r));
 }
+
+/// gemini-acp runs with its own settings home: the user's settings with the session
+/// cleanup turned off merged over them (the cleanup deletes a session that a load left
+/// an empty recording of), the user's sessions and history linked — not a system
+/// defaults file, which gemini skips unless root owns it and every directory above it.
+#[test]
+fn gemini_acp_runs_in_its_own_settings_home_with_session_cleanup_off() {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use crate::provider::{AiCliProvider, BinaryLocation, LaunchContext};
+    use crate::task::TaskSpec;
+
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join(".gemini")).unwrap();
+    std::fs::write(
+        home.path().join(".gemini/settings.json"),
+        r#"{"security": {"auth": {"selectedType": "gemini-api-key"}},
+            "general": {"vimMode": true}}"#,
+    )
+    .unwrap();
+    std::fs::write(home.path().join(".gemini/oauth_creds.json"), "{}").unwrap();
+    let env = BTreeMap::from([("HOME".to_owned(), home.path().display().to_string())]);
+    let binary = BinaryLocation::Path("/bin/gemini".into());
+    let task = TaskSpec::new("hello");
+    let ctx = LaunchContext {
+        env: &env,
+        task: &task,
+        binary: &binary,
+        workdir: Path::new("/w"),
+        private_dir: Path::new("/p"),
+        mcp: None,
+        budget_remaining_usd: None,
+        is_root: false,
+        search_path: None,
+        in_container: false,
+    };
+    let c = provider("gemini-acp").command(&ctx).unwrap();
+    assert_eq!(c.env["GEMINI_CLI_HOME"], "/p/settings-home");
+    assert!(
+        !c.env.keys().any(|k| k.starts_with("GEMINI_CLI_SYSTEM")),
+        "{:?}",
+        c.env
+    );
+    assert_eq!(c.files.len(), 1);
+    assert_eq!(
+        c.files[0].path,
+        Path::new("/p/settings-home/.gemini/settings.json")
+    );
+    assert_eq!(c.files[0].mode, 0o600);
+    let settings: Value = serde_json::from_str(&c.files[0].contents).unwrap();
+    assert_eq!(
+        settings,
+        json!({"security": {"auth": {"selectedType": "gemini-api-key"}},
+               "general": {"vimMode": true, "sessionRetention": {"enabled": false}}})
+    );
+    let links: Vec<(String, String, bool)> = c
+        .links
+        .iter()
+        .map(|l| {
+            (
+                l.link.display().to_string(),
+                l.target
+                    .strip_prefix(home.path())
+                    .unwrap()
+                    .display()
+                    .to_string(),
+                l.create_target_dir,
+            )
+        })
+        .collect();
+    assert_eq!(
+        links,
+        [
+            (
+                "/p/settings-home/.gemini/history".to_owned(),
+                ".gemini/history".to_owned(),
+                true
+            ),
+            (
+                "/p/settings-home/.gemini/oauth_creds.json".to_owned(),
+                ".gemini/oauth_creds.json".to_owned(),
+                false
+            ),
+            (
+                "/p/settings-home/.gemini/tmp".to_owned(),
+                ".gemini/tmp".to_owned(),
+                true
+            ),
+        ]
+    );
+}

@@ -72,6 +72,7 @@ use crate::provider::{AiCliProvider, CommandSpec, LaunchContext};
 use crate::result::ParseContext;
 #[cfg(doc)]
 use crate::result::SessionResult;
+use crate::shared::settings_home::SettingsHome;
 
 /// The environment variable through which Gemini finds its home: its `~/.gemini` is
 /// `$GEMINI_CLI_HOME/.gemini`. aicli points it at the run's own home,
@@ -81,18 +82,19 @@ pub const HOME_ENV: &str = "GEMINI_CLI_HOME";
 /// The run's Gemini home, a directory inside the run's private directory.
 pub const HOME_DIR_NAME: &str = "gemini-home";
 
-/// Gemini's directory in a home.
-const GEMINI_DIR: &str = ".gemini";
-
-/// Gemini's settings file in [`GEMINI_DIR`].
-const SETTINGS_FILE: &str = "settings.json";
-
-/// Directories of `~/.gemini` that every run writes (`tmp/<project>/chats` holds the
-/// sessions `--resume` finds): linked even when the user has none yet.
-const KEPT_DIRS: [&str; 2] = ["history", "tmp"];
-
-/// Entries of the home itself that Gemini reads: `.env` and `.agents` (user skills).
-const HOME_ENTRIES: [&str; 2] = [".agents", ".env"];
+/// The run's own Gemini home ([`crate::shared::settings_home`]): `.gemini/settings.json`,
+/// `tmp` (`tmp/<project>/chats` holds the sessions `--resume` finds) and `history`
+/// linked even when the user has none yet, `.env` and `.agents` (user skills) from the
+/// home itself.
+pub const GEMINI_HOME: SettingsHome<'static> = SettingsHome {
+    label: "Gemini",
+    env: HOME_ENV,
+    home_dir: HOME_DIR_NAME,
+    dir: ".gemini",
+    settings_file: "settings.json",
+    kept_dirs: &["history", "tmp"],
+    home_entries: &[".agents", ".env"],
+};
 
 /// The model name `init` reports when no `-m` was given (the CLI routes each prompt).
 pub const AUTO_MODEL: &str = "auto";

@@ -179,14 +179,15 @@ pub trait AiCliProvider: Send + Sync + std::fmt::Debug {
     }
 
     /// The earliest time a later run may continue the session `last` ran in, when the
-    /// CLI needs one (the ACP entry's `load_in_a_new_minute`); `began` is a time the
-    /// session had begun by (the end of the run that began it). Default: no pause.
+    /// CLI needs one (the ACP entry's `load_in_a_new_minute`); `last_used` is a time by
+    /// which every earlier run of the session had started (the end of its latest run).
+    /// Default: no pause.
     fn resume_not_before(
         &self,
         last: &crate::result::SessionResult,
-        began: std::time::SystemTime,
+        last_used: std::time::SystemTime,
     ) -> Option<std::time::SystemTime> {
-        let _ = (last, began);
+        let _ = (last, last_used);
         None
     }
 

@@ -261,6 +261,10 @@ pub struct Setup {
     /// the address they reach this machine under, as `host.docker.internal` (see
     /// `suite::docker`).
     pub docker: Option<super::docker::support::DockerSetup>,
+    /// Put the repository and the CLI's HOME under a world-writable directory (sticky,
+    /// 1777, like `/tmp`), as for a checkout under `/tmp`: what aicli writes for a run
+    /// must work there too.
+    pub world_writable_base: bool,
 }
 
 impl Default for Setup {
@@ -272,6 +276,7 @@ impl Default for Setup {
             idle_timeout: IDLE_TIMEOUT,
             timeout: RUN_TIMEOUT,
             docker: None,
+            world_writable_base: false,
         }
     }
 }
@@ -284,6 +289,20 @@ impl Setup {
             ..Setup::default()
         }
     }
+}
+
+/// Where an e2e test's repository and run directories go: under the target's temp
+/// directory, in `e2e-1777` (made world-writable and sticky) when `world_writable`.
+fn e2e_base(world_writable: bool) -> PathBuf {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    if !world_writable {
+        return tmp.join("e2e");
+    }
+    let base = tmp.join("e2e-1777");
+    std::fs::create_dir_all(&base).expect("e2e-1777");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o1777)).expect("chmod 1777");
+    base
 }
 
 /// A real CLI wired to a fake model API, an engine over a fresh git repository, and
@@ -410,8 +429,8 @@ impl E2e {
         };
         // Not under /tmp (Codex warns about CODEX_HOME there) and short (Claude's socket
         // under $TMPDIR/cc-socks must fit in 107 bytes).
-        let dirs = RunDirs::new_in(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e2e"))
-            .expect("run dirs");
+        let base = e2e_base(setup.world_writable_base);
+        let dirs = RunDirs::new_in(&base).expect("run dirs");
         wiring.write_files(&dirs.home).expect("wiring files");
         // A container gets no variable of aicli's environment but the API keys it passes
         // on: the wiring goes in through the provider's config instead.
@@ -470,7 +489,7 @@ impl E2e {
         }
         tweak(&mut config);
 
-        let repo = git_repo_in(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e2e"));
+        let repo = git_repo_in(&base);
         let cancel = CancellationToken::new();
         let mut mcp_options = McpServerOptions::from_config(&config, repo.path());
         if setup.docker.is_some() {

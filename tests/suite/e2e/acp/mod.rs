@@ -419,7 +419,15 @@ pub async fn question_then_answer(agent: Agent) {
         )
         .then_text("I asked the user and am waiting for the answer.")
     };
-    let t = start(agent, ask(QUESTION)).await;
+    // Under a world-writable directory, as a checkout under /tmp is (gemini reads no
+    // settings file there that aicli could put in the run's record).
+    let setup = Setup {
+        idle_timeout: Duration::from_secs(60),
+        timeout: Duration::from_secs(90),
+        world_writable_base: true,
+        ..Setup::default()
+    };
+    let t = E2e::start_agent(agent, ask(QUESTION), setup, |_| {}).await;
     let ran = t.run_one(t.task("ask", PROMPT)).await;
     let batch_id = ran.batch.batch_id.clone();
     let r = ran.only();
