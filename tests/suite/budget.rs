@@ -262,31 +262,30 @@ async fn a_task_that_needs_more_than_is_free_waits_and_gets_its_cap_from_the_res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_with_nothing_to_spend_ends_budget_never_bad_request() {
+async fn a_task_budget_of_zero_is_refused_before_anything_is_written() {
     let repo = git_repo();
-    // The real Claude adapter (its argv), run as the fake CLI.
+    // The real Claude adapter would pass `--max-budget-usd 0`, which the CLI may read as
+    // "no limit": a limit of 0 is refused at the engine's entry, naming the field.
     let mut config = test_config();
     config.providers.get_mut("claude").unwrap().binary_path = Some(fake_cli());
     let engine = engine_with(config, Vec::new());
-    // The task's own limit is 0 (the real Claude adapter would pass
-    // `--max-budget-usd 0`, which the CLI may read as "no limit"): a budget stop.
     let mut t = task("zero", &[]);
     t.max_budget_usd = Some(0.0);
     let mut o = options(repo.path(), 1, 1.0);
     o.provider = Some("claude".to_owned());
     let (tx, _events) = collect_events();
-    let r = engine
+    let err = engine
         .run_batch(vec![t], o, tx, CancellationToken::new())
         .await
-        .unwrap();
-    let t = &r.tasks[0];
-    assert_eq!(t.error_kind, Some(ErrorKind::Budget), "{t:?}");
+        .unwrap_err();
     assert!(
-        t.error
-            .as_deref()
-            .unwrap()
-            .contains("no budget for this run"),
-        "{t:?}"
+        matches!(&err, aicli::EngineError::InvalidTask { id, message, .. }
+            if id == "zero" && message.starts_with("max_budget_usd: 0 would let nothing run")),
+        "{err:?}"
+    );
+    assert!(
+        !repo.path().join(".aicli/runs").exists(),
+        "a refused batch wrote a record"
     );
 }
 
@@ -301,7 +300,7 @@ async fn a_cancelled_run_is_charged_its_streamed_estimate_never_zero() {
         vec![shared(replay_provider("fake", "claude", Some(&stem)))],
     );
     let cancel = CancellationToken::new();
-    let (tx, events) = collect_events();
+    let (tx, mut rx) = aicli::live::channel(256 << 20);
     let batch = {
         let cancel = cancel.clone();
         let repo = repo.path().to_path_buf();
@@ -316,11 +315,18 @@ async fn a_cancelled_run_is_charged_its_streamed_estimate_never_zero() {
                 .await
         })
     };
-    // Cancelled once the stream has shown some spend (a few model calls).
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Cancelled once the stream has shown some spend (however loaded the machine is).
+    loop {
+        match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
+            Ok(Ok(BatchEvent::TaskSpend {
+                cost_usd: Some(c), ..
+            })) if c > 0.0 => break,
+            Ok(Ok(_) | Err(aicli::live::RecvError::Lagged(_))) => {}
+            Ok(Err(aicli::live::RecvError::Closed)) | Err(_) => panic!("no spend was streamed"),
+        }
+    }
     cancel.cancel();
     let r = batch.await.unwrap().unwrap();
-    let _ = events.await;
     let t = &r.tasks[0];
     assert_eq!(t.status, SessionStatus::Interrupted, "{t:?}");
     assert_eq!(t.cost_source, CostSource::Estimated, "{t:?}");
