@@ -290,7 +290,7 @@ pub enum ConfigError {
         known: Vec<String>,
     },
     /// A config entry names an adapter that is not registered.
-    #[error("config {origin}: at providers.{provider}.adapter: unknown adapter '{adapter}'; registered adapters: {}", known.join(", "))]
+    #[error("config {origin}: at providers.{provider}.adapter: unknown adapter \"{adapter}\" (known: {})", known.join(", "))]
     UnknownAdapter {
         /// The file (or "built-in defaults").
         origin: String,
@@ -300,6 +300,22 @@ pub enum ConfigError {
         adapter: String,
         /// The adapters that exist.
         known: Vec<String>,
+    },
+    /// A new config entry names an adapter that is not built in, so it has no built-in
+    /// entry's defaults to start from, and it is not complete without them (an adapter a
+    /// library registers itself needs a complete entry).
+    #[error("config {origin}: at providers.{provider}.adapter: unknown adapter \"{adapter}\" (known: {}); an entry for an adapter registered by a library must be complete: {message}", known.join(", "))]
+    UnknownAdapterIncomplete {
+        /// The file.
+        origin: String,
+        /// The provider entry.
+        provider: String,
+        /// The adapter it names.
+        adapter: String,
+        /// The built-in adapters ([`crate::config::BUILTIN_ADAPTERS`]).
+        known: Vec<String>,
+        /// What the entry lacks (serde's message, e.g. "missing field `package`").
+        message: String,
     },
 }
 

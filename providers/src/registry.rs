@@ -197,9 +197,19 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(
-            err.contains("unknown adapter 'acme'; registered adapters: acp, claude, codex, gemini"),
+            err.contains(
+                r#"at providers.acme.adapter: unknown adapter "acme" (known: acp, claude, codex, gemini)"#
+            ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_builtin_adapters_are_the_ones_config_errors_list() {
+        let r = ProviderRegistry::with_builtin_adapters();
+        let mut listed = crate::config::BUILTIN_ADAPTERS.map(str::to_owned).to_vec();
+        listed.sort();
+        assert_eq!(r.adapters.keys().cloned().collect::<Vec<_>>(), listed);
     }
 
     #[test]

@@ -41,8 +41,18 @@ pub struct ParseArgs {
 pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(config_path)?;
     let reg = registry(&config)?;
+    // A file that is not there (or not readable) is bad input (exit 2), not a failure of
+    // aicli's; so is a directory that is not a run record's task.
+    let meta = std::fs::metadata(&a.file).map_err(|e| cannot_read(&a.file, &e))?;
+    if meta.is_dir() && !a.file.join("task.json").is_file() {
+        return Err(usage(format!(
+            "{} is not a run record's task directory (no task.json); give a transcript \
+             file or .aicli/runs/<batch>/tasks/<task>",
+            a.file.display()
+        )));
+    }
     // A run record's task directory (or its events.ndjson) carries its own context.
-    let task_dir = if a.file.is_dir() {
+    let task_dir = if meta.is_dir() {
         Some(a.file.clone())
     } else if a.file.file_name().is_some_and(|n| n == "events.ndjson")
         && a.file.with_file_name("task.json").is_file()
@@ -60,7 +70,13 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
                 .attempts
                 .iter()
                 .find(|x| x.attempt == n)
-                .with_context(|| format!("{} has no attempt {n}", dir.display()))?,
+                .ok_or_else(|| {
+                    usage(format!(
+                        "--attempt {n}: {} has no attempt {n} (it has {})",
+                        dir.display(),
+                        rec.attempts.len()
+                    ))
+                })?,
             None => rec
                 .attempts
                 .last()
@@ -106,8 +122,7 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
         };
         let stdout = (a.file.clone(), 0, None);
         let stderr = match &a.stderr {
-            Some(f) => std::fs::read_to_string(f)
-                .with_context(|| format!("cannot read {}", f.display()))?,
+            Some(f) => std::fs::read_to_string(f).map_err(|e| cannot_read(f, &e))?,
             None => String::new(),
         };
         (
@@ -132,8 +147,7 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
     };
     // Streamed: one line in memory at a time, each event written as its line passes.
     let (path, start, end) = stdout;
-    let reader =
-        open_range(&path, start, end).with_context(|| format!("cannot read {}", path.display()))?;
+    let reader = open_range(&path, start, end).map_err(|e| cannot_read(&path, &e))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut written: std::io::Result<()> = Ok(());
     let mut result = replay::decode_reader(
@@ -162,6 +176,12 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A file the command line names cannot be opened: bad input (exit 2). A failure while
+/// reading one that opened stays aicli's (exit 1).
+fn cannot_read(path: &Path, e: &std::io::Error) -> anyhow::Error {
+    usage(format!("cannot read {}: {e}", path.display()))
 }
 
 /// Bytes `start..end` of `path` (to its end when `end` is `None`), buffered.

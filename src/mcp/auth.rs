@@ -6,7 +6,10 @@
 //! 1. `Host` (and `Origin`, when a browser sent one) must name loopback, the bind host or
 //!    a configured extra host; otherwise 403.
 //! 2. `Authorization: Bearer <64 hex chars>` must name a live token; otherwise 401 with
-//!    `WWW-Authenticate: Bearer` and a JSON body. The token is compared in constant time
+//!    `WWW-Authenticate: Bearer` and a JSON body. The scheme is case-insensitive and
+//!    one or more spaces follow it (RFC 9110 §11.4, `auth-scheme 1*SP token68`); the
+//!    token has one spelling, lower-case hex as minted (upper-case hex, a tab, anything
+//!    after the token: 401). The token is compared in constant time
 //!    ([`subtle`]) against the live tokens that share its first 8 hex characters (the
 //!    only part of a token that is ever logged).
 //! 3. An `Mcp-Session-Id` must have been created by the same token; another token's (or
@@ -16,7 +19,9 @@
 //!    403. A token minted [`PeerRule::Pending`] (its container is starting) holds its
 //!    requests until the address is known (at most [`PENDING_WAIT`]), so no request
 //!    slips through before the restriction.
-//! 5. The caller ([`Caller`]: the token's id and its task context) goes into the request
+//! 5. A `Content-Length` over `mcp.limits.max_body_bytes` gets 413 from the head alone,
+//!    before any of the body is read (rmcp's own limit counts bytes as they arrive).
+//! 6. The caller ([`Caller`]: the token's id and its task context) goes into the request
 //!    extensions, where rmcp hands it on to the tools inside `http::request::Parts`.
 //!
 //! A new session id in a response is bound to the caller's token; a successful `DELETE`
@@ -114,7 +119,7 @@ pub(crate) struct Tokens {
 pub(crate) enum AuthFailure {
     /// No `Authorization` header, or not the Bearer scheme.
     Missing,
-    /// A Bearer token that is not 64 hex characters.
+    /// A Bearer token that is not 64 lower-case hex characters.
     Malformed,
     /// A well-formed token that is not live (never minted, or revoked).
     Unknown,
@@ -270,11 +275,17 @@ impl Tokens {
             .ok_or(AuthFailure::Missing)?
             .to_str()
             .map_err(|_| AuthFailure::Malformed)?;
+        // RFC 9110 §5.5: whitespace around a field value is not part of it (hyper strips
+        // it; so does this, whatever carried the header).
+        let value = value.trim_matches([' ', '\t']);
+        // RFC 9110 §11.4 (and RFC 6750 §2.1): `auth-scheme 1*SP token68`, the scheme in
+        // any case; between them one or more spaces, never a tab.
         let (scheme, rest) = value.split_once(' ').ok_or(AuthFailure::Missing)?;
         if !scheme.eq_ignore_ascii_case("bearer") {
             return Err(AuthFailure::Missing);
         }
-        let secret = parse_token(rest.trim()).map_err(|()| AuthFailure::Malformed)?;
+        let secret =
+            parse_token(rest.trim_start_matches(' ')).map_err(|()| AuthFailure::Malformed)?;
         let mut prefix = [0u8; PREFIX_BYTES];
         prefix.copy_from_slice(&secret[..PREFIX_BYTES]);
         let inner = self.read();
@@ -365,10 +376,17 @@ impl Tokens {
     }
 }
 
-/// Decodes a 64-hex-character token.
+/// Decodes a token spelled as minted: exactly 64 lower-case hex characters. The same
+/// bytes in upper-case hex are another spelling, refused: a token has one. (What is
+/// checked here is the presented string's shape; the secret itself is compared in
+/// constant time after.)
 fn parse_token(token: &str) -> Result<[u8; TOKEN_BYTES], ()> {
     let mut out = [0u8; TOKEN_BYTES];
-    if token.len() != 2 * TOKEN_BYTES {
+    if token.len() != 2 * TOKEN_BYTES
+        || !token
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
         return Err(());
     }
     hex::decode_to_slice(token, &mut out).map_err(|_| ())?;
@@ -483,6 +501,35 @@ fn json_response(status: StatusCode, body: serde_json::Value) -> Response {
     resp
 }
 
+/// 413 for a request whose `Content-Length` is over `max` (`mcp.limits.max_body_bytes`),
+/// answered from the head alone: rmcp counts a body's bytes only as they arrive, so a
+/// client announcing more than it sends would hold the connection until the idle close.
+/// The body is never read, so the connection is closed after the answer.
+fn announced_too_large(headers: &HeaderMap, max: usize) -> Option<Response> {
+    let length: u64 = headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    if length <= u64::try_from(max).unwrap_or(u64::MAX) {
+        return None;
+    }
+    let mut resp = json_response(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        serde_json::json!({
+            "error": "payload_too_large",
+            "error_description": format!(
+                "the request body (Content-Length {length}) is over mcp.limits.max_body_bytes ({max} bytes)"
+            ),
+        }),
+    );
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    Some(resp)
+}
+
 /// 401 with `WWW-Authenticate: Bearer` and a JSON body.
 pub(crate) fn unauthorized(failure: AuthFailure) -> Response {
     let (challenge, error) = match failure {
@@ -565,6 +612,10 @@ pub(crate) async fn gate(
                 serde_json::json!({"error": "forbidden", "error_description": "this token is not valid from this address"}),
             );
         }
+    }
+    if let Some(refused) = announced_too_large(req.headers(), shared.limits.max_body_bytes) {
+        tracing::warn!(token = %caller.prefix, task_id = %caller.ctx.task_id, "refused MCP request: 413, its Content-Length is over mcp.limits.max_body_bytes");
+        return refused;
     }
     let session = req
         .headers()
@@ -730,6 +781,48 @@ mod tests {
             AuthFailure::Unknown
         );
         assert!(!tokens.bind_session("s2", c.token_id));
+    }
+
+    #[test]
+    fn the_scheme_is_any_case_the_token_has_one_spelling() {
+        let tokens = Tokens::default();
+        let t = tokens.mint_with(
+            ctx(),
+            PeerRule::Any,
+            tokio_util::sync::CancellationToken::new(),
+        );
+        let auth = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+            tokens.authenticate(&h).map(|_| ())
+        };
+        for ok in [
+            format!("Bearer {t}"),
+            format!("bearer {t}"),
+            format!("BEARER {t}"),
+            // 1*SP (RFC 9110 §11.4), and whitespace around the field value (§5.5).
+            format!("Bearer  {t}"),
+            format!(" Bearer {t}\t"),
+        ] {
+            assert_eq!(auth(&ok), Ok(()), "{ok:?}");
+        }
+        let upper = t.to_ascii_uppercase();
+        // One letter upper-cased (64 hex digits without a letter: odds of 1e-13).
+        let at = t.find(|c: char| c.is_ascii_alphabetic()).unwrap();
+        let mut mixed = t.clone();
+        mixed.replace_range(at..=at, &t[at..=at].to_ascii_uppercase());
+        for (bad, why) in [
+            (format!("Bearer {upper}"), AuthFailure::Malformed),
+            (format!("Bearer {mixed}"), AuthFailure::Malformed),
+            (format!("Bearer \t{t}"), AuthFailure::Malformed),
+            (format!("Bearer {t} x"), AuthFailure::Malformed),
+            (format!("Bearer {t}0"), AuthFailure::Malformed),
+            (format!("Bearer\t{t}"), AuthFailure::Missing),
+            (format!("Bearer{t}"), AuthFailure::Missing),
+            (format!("Token {t}"), AuthFailure::Missing),
+        ] {
+            assert_eq!(auth(&bad), Err(why), "{bad:?}");
+        }
     }
 
     #[test]

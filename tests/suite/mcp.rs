@@ -855,6 +855,53 @@ async fn mcp_auth_refuses_missing_malformed_unknown_and_revoked_tokens() {
     f.stop().await;
 }
 
+/// The `Bearer` scheme in any case and one or more spaces after it (RFC 9110 §11.4:
+/// `auth-scheme 1*SP token68`); the token in one spelling only, lower-case hex as
+/// minted. Upper-case hex of the same token, a tab, or more after the token is 401 over
+/// real HTTP, before and after a session exists (issue 21 §3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_bearer_scheme_in_any_case_and_the_token_in_one_spelling() {
+    let f = Fixture::new().await;
+    let raw = Raw::new(f.server.url());
+    let (token, _rx) = f.mint("t-spelling");
+    let upper = token.to_ascii_uppercase();
+    assert_ne!(upper, token);
+    for bad in [
+        format!("Bearer {upper}"),
+        format!("bearer {upper}"),
+        format!("Bearer \t{token}"),
+        format!("Bearer {token} {token}"),
+    ] {
+        assert_401(
+            raw.post(Some(&bad), None, &init_body()).await,
+            "invalid_token",
+        )
+        .await;
+    }
+    assert_401(
+        raw.post(Some(&format!("Bearer\t{token}")), None, &init_body())
+            .await,
+        "unauthorized",
+    )
+    .await;
+    for ok in [
+        format!("bearer {token}"),
+        format!("BEARER {token}"),
+        format!("Bearer  {token}"),
+    ] {
+        let resp = raw.post(Some(&ok), None, &init_body()).await;
+        assert_eq!(resp.status(), 200, "{ok:?}: {:?}", resp.text().await);
+    }
+    let sid = raw.initialize(&token).await;
+    assert_401(
+        raw.post(Some(&format!("Bearer {upper}")), Some(&sid), &tools_list(2))
+            .await,
+        "invalid_token",
+    )
+    .await;
+    f.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_session_id_is_bound_to_the_token_that_created_it() {
     let f = Fixture::new().await;

@@ -157,6 +157,61 @@ async fn a_stalled_request_body_is_closed_after_the_idle_timeout() {
     }
 }
 
+/// A head that announces a body over `mcp.limits.max_body_bytes` gets 413 at once, from
+/// its `Content-Length` alone, and its connection is closed (the body is never read).
+/// Before, rmcp counted bytes as they came: a client that announced 99,999,999,999 and
+/// sent none waited for the 30 s idle close with no answer (issue 21 F7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_announced_over_the_limit_gets_413_at_once() {
+    let s = Server::start(McpLimits::default()).await;
+    let (token, _rx) = s.mint("t");
+    let max = McpLimits::default().max_body_bytes;
+    for (length, body) in [
+        ("99999999999", ""),
+        (&*(max + 1).to_string(), "{\"jsonrpc\""),
+    ] {
+        let mut c = s.tcp().await;
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: {length}\r\n\r\n{body}"
+        );
+        let started = std::time::Instant::now();
+        c.write_all(head.as_bytes()).await.unwrap();
+        let (closed, got) = closed_within(&mut c, Duration::from_secs(3)).await;
+        assert!(
+            got.starts_with("HTTP/1.1 413"),
+            "Content-Length {length}: {got:?}"
+        );
+        assert!(
+            got.contains("mcp.limits.max_body_bytes") && got.contains(&max.to_string()),
+            "Content-Length {length}: {got}"
+        );
+        assert!(
+            closed,
+            "Content-Length {length}: the connection stayed open"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "Content-Length {length}: {:?}",
+            started.elapsed()
+        );
+    }
+    // Unauthenticated, the same head is refused at once too (401: nothing about limits).
+    let mut c = s.tcp().await;
+    c.write_all(
+        b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+          Content-Length: 99999999999\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let (_, got) = closed_within(&mut c, Duration::from_secs(3)).await;
+    assert!(got.starts_with("HTTP/1.1 401"), "{got:?}");
+    // A body at the limit's side still reaches the server: a real request works.
+    let raw = Raw::new(s.server.url());
+    raw.initialize(&token).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_the_limit_are_closed_at_once() {
     let s = Server::start(limits(|l| {

@@ -40,6 +40,11 @@ pub const DEFAULT_CONFIG_JSON: &str = include_str!("../../../ai_cli_providers.js
 /// The origin name used in errors about the built-in defaults.
 pub const BUILTIN_ORIGIN: &str = "built-in defaults (ai_cli_providers.json)";
 
+/// The adapters built into the library, in the order they are listed to a user:
+/// `ProviderRegistry::with_builtin_adapters` registers exactly these. A library may
+/// register more.
+pub const BUILTIN_ADAPTERS: [&str; 4] = ["claude", "codex", "gemini", "acp"];
+
 /// The environment variable that names a user config file.
 pub const CONFIG_ENV_VAR: &str = "AICLI_CONFIG";
 
@@ -121,8 +126,9 @@ impl AiCliConfig {
             });
         }
         inherit_adapter_defaults(&mut base, &user);
+        let unknown = unknown_adapters(&base, &user);
         merge_patch(&mut base, &user);
-        from_merged(base, Some(&user), origin)
+        from_merged(base, Some(&user), origin).map_err(|e| blame_unknown_adapter(e, &unknown))
     }
 
     /// Checks what types cannot: the default provider exists, numbers are in range.
@@ -298,6 +304,58 @@ fn inherit_adapter_defaults(base: &mut Value, user: &Value) {
         if let Some(template) = base_providers.get(adapter).cloned() {
             base_providers.insert(name.clone(), template);
         }
+    }
+}
+
+/// The new entries of `user` (not in `base`) that name an adapter which is neither built
+/// in nor a built-in entry to inherit from: `(entry, adapter)`.
+fn unknown_adapters(base: &Value, user: &Value) -> Vec<(String, String)> {
+    let (Some(user_providers), Some(base_providers)) = (
+        user.get("providers").and_then(Value::as_object),
+        base.get("providers").and_then(Value::as_object),
+    ) else {
+        return Vec::new();
+    };
+    user_providers
+        .iter()
+        .filter(|(name, _)| !base_providers.contains_key(*name))
+        .filter_map(|(name, entry)| {
+            let adapter = entry.get("adapter").and_then(Value::as_str)?;
+            (!BUILTIN_ADAPTERS.contains(&adapter) && !base_providers.contains_key(adapter))
+                .then(|| (name.clone(), adapter.to_owned()))
+        })
+        .collect()
+}
+
+/// An entry that names an unknown adapter and lacks a field (what the adapter's built-in
+/// entry would have given it) is blamed on its adapter, not on the field.
+fn blame_unknown_adapter(e: ConfigError, unknown: &[(String, String)]) -> ConfigError {
+    let ConfigError::Shape {
+        origin,
+        json_path,
+        message,
+    } = e
+    else {
+        return e;
+    };
+    match unknown
+        .iter()
+        .find(|(name, _)| json_path == format!("providers.{name}"))
+    {
+        Some((provider, adapter)) if message.starts_with("missing field") => {
+            ConfigError::UnknownAdapterIncomplete {
+                origin,
+                provider: provider.clone(),
+                adapter: adapter.clone(),
+                known: BUILTIN_ADAPTERS.iter().map(|a| (*a).to_owned()).collect(),
+                message,
+            }
+        }
+        Some(_) | None => ConfigError::Shape {
+            origin,
+            json_path,
+            message,
+        },
     }
 }
 

@@ -137,3 +137,37 @@ fn load_prefers_explicit_then_env_then_user_dir() {
         .unwrap_or_default();
     assert!(err.starts_with("cannot read config"), "{err}");
 }
+
+#[test]
+fn an_entry_naming_an_unknown_adapter_says_so_instead_of_a_missing_field() {
+    let err = |json: &str| {
+        AiCliConfig::from_user_json(json, "u.json")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        err(r#"{"providers": {"x": {"adapter": "martian"}}}"#),
+        "config u.json: at providers.x.adapter: unknown adapter \"martian\" (known: claude, \
+         codex, gemini, acp); an entry for an adapter registered by a library must be \
+         complete: missing field `package`"
+    );
+    // A known adapter without a built-in entry of its name (acp) needs its fields.
+    assert!(
+        err(r#"{"providers": {"x": {"adapter": "acp"}}}"#)
+            .starts_with("config u.json: at providers.x: missing field `package`"),
+    );
+    // Another mistake in such an entry is still that mistake.
+    assert!(
+        err(r#"{"providers": {"x": {"adapter": "martian", "package": "p", "binary_name": "m", "max_turns": "many"}}}"#)
+            .contains("at providers.x.max_turns: invalid type"),
+    );
+    // A complete entry for a library's own adapter loads (the registry that lacks the
+    // adapter refuses it, see registry.rs).
+    let c = AiCliConfig::from_user_json(
+        r#"{"providers": {"x": {"adapter": "martian", "package": "p", "binary_name": "m"}}}"#,
+        "u.json",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.providers["x"].adapter_name("x"), "martian");
+}

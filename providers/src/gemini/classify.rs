@@ -1,5 +1,6 @@
 //! Why a Gemini run failed: its error type, its own exit codes, the HTTP status (quoted
-//! in the message, else read back from the exit code), then the words.
+//! in the message, else read back from the exit code), then the error stderr reports
+//! (its class and status), then the words.
 
 use std::sync::LazyLock;
 
@@ -199,20 +200,106 @@ pub(super) fn http_of_grpc_status(status: &str) -> Option<u16> {
     })
 }
 
+/// The error Gemini threw and reported on stderr: `… ModelNotFoundError: <message>`,
+/// its stack, then the error object's own fields (`code: 404`, `status: 400`). Gemini
+/// turns every 404 into a `ModelNotFoundError` whose message alone reaches the `result`
+/// line (`[API Error: Requested entity was not found.]`, `error.type` `unknown`, exit
+/// 1), so stderr is where the class and the status are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(super) struct Thrown {
+    /// The error's class name (`ModelNotFoundError`, `_ApiError`, …).
+    pub(super) class: String,
+    /// Its `code` or `status` field, where that is an HTTP error status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) http_status: Option<u16>,
+}
+
+impl Thrown {
+    /// The last error stderr reports (the one that ended the run), if any.
+    pub(super) fn from_stderr(stderr: &str) -> Option<Thrown> {
+        let mut last: Option<Thrown> = None;
+        // Whether the lines after the report still belong to it (its stack and fields).
+        let mut in_report = false;
+        for line in stderr.lines().map(str::trim) {
+            if let Some(class) = thrown_class(line) {
+                last = Some(Thrown {
+                    class: class.to_owned(),
+                    http_status: None,
+                });
+                in_report = true;
+                continue;
+            }
+            if !in_report || line.starts_with("at ") {
+                continue;
+            }
+            if line.starts_with('}') {
+                in_report = false;
+                continue;
+            }
+            let status = ["code: ", "status: "]
+                .iter()
+                .find_map(|f| line.strip_prefix(f))
+                .and_then(|v| v.trim_end_matches(',').parse::<u16>().ok())
+                .filter(|s| (400..600).contains(s));
+            if let (Some(s), Some(t)) = (status, last.as_mut())
+                && t.http_status.is_none()
+            {
+                t.http_status = Some(s);
+            }
+        }
+        last
+    }
+
+    /// The kind the class says (Gemini's own error types), else its HTTP status.
+    fn kind(&self, api: Option<&ApiError>, message: &str) -> Option<ErrorKind> {
+        fatal_type_kind(&self.class, message)
+            .or_else(|| self.http_status.map(|s| http_kind(s, api, message)))
+    }
+}
+
+/// The class name of an error report line (`<Name>Error: …`, the name an identifier
+/// ending in `Error`), not a stack frame's.
+fn thrown_class(line: &str) -> Option<&str> {
+    if line.starts_with("at ") {
+        return None;
+    }
+    line.match_indices("Error: ").find_map(|(at, _)| {
+        let end = at + "Error".len();
+        let start = line[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '$'))
+            .map_or(0, |i| i + 1);
+        let name = &line[start..end];
+        name.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_uppercase() || c == '_')
+            .then_some(name)
+    })
+}
+
 /// A classified failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Classified {
     pub(super) kind: ErrorKind,
-    /// The failed API call's HTTP status, from the quoted error or the exit code.
+    /// The failed API call's HTTP status, from the quoted error, the exit code, or the
+    /// error stderr reports.
     pub(super) http_status: Option<u16>,
     pub(super) api: Option<ApiError>,
+    /// The error stderr reports, where it decided the kind.
+    pub(super) thrown: Option<Thrown>,
 }
 
-/// Classifies a failure from Gemini's error type, its message and the exit code: the
-/// error type first, then Gemini's own exit codes, then the HTTP status (quoted in the
-/// message, else read back from the exit code), then the words. `exit` is `None` where
-/// the exit code is not known yet (a `result` line parsed on its own).
-pub(super) fn classify(error_type: Option<&str>, message: &str, exit: Option<Exit>) -> Classified {
+/// Classifies a failure from the structured fields first: Gemini's error type, its own
+/// exit codes, the HTTP status (quoted in the message, else read back from the exit
+/// code); then from stderr: the class and status of the error Gemini reports there
+/// ([`Thrown`]); then the words of the message. `exit` is `None` where the exit code is
+/// not known yet and `stderr` empty where stderr is not (a `result` line parsed on its
+/// own, live).
+pub(super) fn classify(
+    error_type: Option<&str>,
+    message: &str,
+    exit: Option<Exit>,
+    stderr: &str,
+) -> Classified {
     let api = ApiError::find(message);
     let exit_status = match exit {
         Some(Exit::Http(s)) => Some(s),
@@ -233,17 +320,26 @@ pub(super) fn classify(error_type: Option<&str>, message: &str, exit: Option<Exi
         )
         | None => None,
     };
-    let http_status = api.as_ref().and_then(|a| a.http_status).or(exit_status);
+    let mut http_status = api.as_ref().and_then(|a| a.http_status).or(exit_status);
+    let mut thrown = None;
     let kind = error_type
         .and_then(|t| fatal_type_kind(t, message))
         .or_else(|| exit.and_then(|e| e.kind(message)))
         .or_else(|| http_status.map(|s| http_kind(s, api.as_ref(), message)))
+        .or_else(|| {
+            let t = Thrown::from_stderr(stderr)?;
+            let kind = t.kind(api.as_ref(), message)?;
+            http_status = t.http_status;
+            thrown = Some(t);
+            Some(kind)
+        })
         .or_else(|| text_kind(message))
         .unwrap_or(ErrorKind::Unknown);
     Classified {
         kind,
         http_status,
         api,
+        thrown,
     }
 }
 
@@ -300,6 +396,15 @@ pub(super) fn text_kind(text: &str) -> Option<ErrorKind> {
             ),
             (ErrorKind::Auth, &["api key not valid"]),
             (ErrorKind::BadRequest, &MODEL_NOT_FOUND_WORDS),
+            // The Google APIs' NOT_FOUND messages, as Gemini quotes a 404 in its `result`
+            // line (Vertex and Code Assist say the first, the Gemini API the second).
+            (
+                ErrorKind::BadRequest,
+                &[
+                    "api error: requested entity was not found",
+                    "is not found for api version",
+                ],
+            ),
             (ErrorKind::Network, &NETWORK_WORDS),
         ])
     });

@@ -189,7 +189,7 @@ impl GeminiDecoder {
         let (error_kind, error) = match (&r.error, success) {
             (_, true) => (None, None),
             (Some(e), false) => {
-                let c = classify(Some(&e.kind), &e.message, None);
+                let c = classify(Some(&e.kind), &e.message, None, "");
                 (Some(c.kind), Some(e.message.trim_end().to_owned()))
             }
             (None, false) => (Some(ErrorKind::Unknown), None),

@@ -44,9 +44,13 @@
 //! the API's error JSON; its own fatal errors have codes 41 (auth), 42 (input: a bad
 //! `--resume`, an empty prompt), 44 (sandbox), 52 (config), 53 (turn limit), 54 (fatal
 //! tool error), 55 (untrusted directory) and 130 (cancelled). Several of them print no
-//! `result` line at all (41, 42, 55): the exit code and stderr then say what happened. A
-//! model that does not exist is exit 1 with `ModelNotFoundError` on stderr
-//! (`bad_request`). Without a known exit code nothing is said about one.
+//! `result` line at all (41, 42, 55): the exit code and stderr then say what happened.
+//! Gemini turns every API 404 (a model that does not exist) into a `ModelNotFoundError`:
+//! exit 1, a `result` line of `error.type` `unknown` with the API's message alone
+//! (`[API Error: Requested entity was not found.]`), and on stderr the class and `code:
+//! 404` (`bad_request`). Structured fields decide first (the error type, the exit code,
+//! a quoted status), then the error stderr reports, then the message's words. Without a
+//! known exit code nothing is said about one.
 //!
 //! # Usage
 //!

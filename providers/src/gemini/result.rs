@@ -43,7 +43,7 @@ pub(super) fn finish(d: GeminiDecoder, stderr: &str, exit: ExitStatus) -> Sessio
         data.insert("warnings".into(), json!(d.tally.warnings));
     }
     match &d.result {
-        Some(_) => apply_result_line(&d, &mut r, &mut data, gexit),
+        Some(_) => apply_result_line(&d, &mut r, &mut data, gexit, stderr),
         None => {
             let (kind, message) = classify_without_result(&d, stderr, exit);
             r.fail(kind, message);
@@ -59,6 +59,7 @@ fn apply_result_line(
     r: &mut SessionResult,
     data: &mut Map<String, Value>,
     exit: Exit,
+    stderr: &str,
 ) {
     let Some(res) = &d.result else { return };
     if let Some(stats) = &res.stats {
@@ -143,7 +144,7 @@ fn apply_result_line(
                 }),
         ),
     };
-    let c = classify(error_type.as_deref(), &message, Some(exit));
+    let c = classify(error_type.as_deref(), &message, Some(exit), stderr);
     if let Some(t) = error_type {
         data.insert("error_type".into(), t.into());
     }
@@ -152,6 +153,9 @@ fn apply_result_line(
     }
     if let Some(api) = &c.api {
         data.insert("api_error".into(), json!(api));
+    }
+    if let Some(thrown) = &c.thrown {
+        data.insert("stderr_error".into(), json!(thrown));
     }
     r.fail(c.kind, message);
 }

@@ -1,7 +1,7 @@
 //! `aicli-fake-api`: run one fake model API by hand and watch the requests.
 //!
 //! ```text
-//! aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS | --drop | --hang] [--log FILE]
+//! aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS [--error-message TEXT] | --drop | --hang] [--log FILE]
 //! ```
 //!
 //! Prints the base URL and the env/args that point the vendor's CLI at it, then one line
@@ -11,9 +11,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use aicli_testkit::{FakeApi, Script, Vendor};
+use aicli_testkit::{ErrorReply, FakeApi, Script, Vendor};
 
-const USAGE: &str = "usage: aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS | --drop | --hang] [--log FILE]";
+const USAGE: &str = "usage: aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS [--error-message TEXT] | --drop | --hang] [--log FILE]";
 
 fn parse(args: &[String]) -> Result<(Vendor, u16, Script, Option<String>), String> {
     let vendor = args
@@ -23,6 +23,9 @@ fn parse(args: &[String]) -> Result<(Vendor, u16, Script, Option<String>), Strin
     let mut port = 0u16;
     let mut script = Script::new();
     let mut log = None;
+    // `--error STATUS` and `--error-message TEXT`, in either order.
+    let mut error: Option<u16> = None;
+    let mut error_message: Option<String> = None;
     let mut rest = args[1..].iter();
     while let Some(flag) = rest.next() {
         match flag.as_str() {
@@ -55,11 +58,21 @@ fn parse(args: &[String]) -> Result<(Vendor, u16, Script, Option<String>), Strin
                 .then_quote_tool_result();
             }
             "--log" => log = Some(value.clone()),
-            "--error" => {
-                script = Script::error(value.parse().map_err(|e| format!("--error: {e}"))?)
-            }
+            "--error" => error = Some(value.parse().map_err(|e| format!("--error: {e}"))?),
+            "--error-message" => error_message = Some(value.clone()),
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
+    }
+    match (error, error_message) {
+        (Some(status), message) => {
+            let mut reply = ErrorReply::status(status);
+            if let Some(m) = message {
+                reply = reply.with_message(m);
+            }
+            script = Script::error_reply(reply);
+        }
+        (None, Some(_)) => return Err(format!("--error-message needs --error\n{USAGE}")),
+        (None, None) => {}
     }
     Ok((vendor, port, script, log))
 }

@@ -4,6 +4,7 @@
 //! (`newcomer.rs`: install, demo, `--fake-api`).
 
 mod acp;
+mod bad_input;
 mod frictions;
 mod memory;
 mod newcomer;
