@@ -24,6 +24,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::record::AttemptBudget;
+
 /// Below this, amounts of USD are equal (float sums of prices).
 const EPSILON: f64 = 1e-12;
 
@@ -263,6 +265,16 @@ impl Drop for Place<'_> {
     }
 }
 
+/// What a run without a limit of its own reserves of a batch's `budget` (none: no
+/// limit): an equal share of what is left after `charged`, so that the runs in flight
+/// together (at most `max_parallel` of `to_run`) fit in it.
+pub fn share(budget: Option<f64>, charged: f64, max_parallel: usize, to_run: usize) -> f64 {
+    budget.map_or(f64::INFINITY, |b| {
+        let at_once = max_parallel.clamp(1, to_run.max(1));
+        (b - charged).max(0.0) / at_once as f64
+    })
+}
+
 /// One run's share of the budget, from its start to its end.
 #[derive(Debug)]
 pub struct Reservation {
@@ -310,6 +322,19 @@ impl Reservation {
             .runs
             .get(&self.id)
             .map_or(0.0, |r| r.streamed)
+    }
+
+    /// The run ended: it is charged its cost (for a run cut off, at least its streamed
+    /// estimate — the caller's `cost_usd` has it), or, when its cost is unknown, its
+    /// whole reservation (or what it streamed, if more); the rest goes back to the pool.
+    /// Returns the attempt's figures for its record.
+    pub fn settle_run(&self, cost_usd: Option<f64>, streamed_usd: f64) -> AttemptBudget {
+        let charge = cost_usd.unwrap_or_else(|| self.amount.max(streamed_usd));
+        self.settle(charge);
+        AttemptBudget {
+            reserved_usd: self.amount,
+            charged_usd: Some(charge),
+        }
     }
 
     /// The run ended and cost `charge` USD: the reservation is replaced by it, what it

@@ -5,7 +5,7 @@
 use aicli_providers::{AgentEvent, AiCliConfig, SessionResult, TaskSpec};
 use serde_json::Value;
 
-use crate::store::{BatchResult, TaskRecord};
+use crate::record::{BatchResult, TaskRecord};
 use crate::tasks_file::TasksFile;
 
 /// Every schema: (file name, schema).

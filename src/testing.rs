@@ -139,3 +139,37 @@ impl Decoder for Renamed {
         r
     }
 }
+
+/// A fault injected into runs (the guard tests): the engine's run of a task panics, so
+/// that what the run held must be released by its guards' `Drop` alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// The run of task `task_id` panics once it has read `lines` lines of the CLI's
+    /// stdout (mid-stream: the CLI is running, its token granted, its budget reserved).
+    PanicAfterLines {
+        /// The task.
+        task_id: String,
+        /// Lines read before the panic.
+        lines: usize,
+    },
+}
+
+impl Fault {
+    /// Whether the fault is for `task_id`.
+    pub fn applies_to(&self, task_id: &str) -> bool {
+        match self {
+            Fault::PanicAfterLines { task_id: t, .. } => t == task_id,
+        }
+    }
+
+    /// Called after each line the run read (`seen` so far): panics when it is time.
+    #[allow(clippy::panic)]
+    pub fn after_line(&self, seen: usize) {
+        match self {
+            Fault::PanicAfterLines { lines, task_id } if seen >= *lines => {
+                panic!("injected fault: the run of task {task_id} panics after {seen} lines")
+            }
+            Fault::PanicAfterLines { .. } => {}
+        }
+    }
+}

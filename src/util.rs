@@ -31,6 +31,48 @@ pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))
 }
 
+/// Writes `contents` to `path` with `mode` (0600 unless a caller needs another),
+/// creating missing parents ([`create_private_dirs`]); an existing file is truncated and
+/// given `mode` too. The one way aicli writes a private file that is not JSON state.
+pub fn write_private_file(path: &Path, contents: &str, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if let Some(parent) = path.parent() {
+        create_private_dirs(parent)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(mode)
+        .open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    f.write_all(contents.as_bytes())
+}
+
+/// Opens `path` for appending, created [`PRIVATE_FILE_MODE`] when missing: the record's
+/// streams (a CLI's stdout, stderr, aicli's own events).
+pub fn open_private_append(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(PRIVATE_FILE_MODE)
+        .open(path)
+}
+
+/// Opens `path` to read and write without truncating, created [`PRIVATE_FILE_MODE`]
+/// when missing (lock files).
+pub fn open_private_rw(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(PRIVATE_FILE_MODE)
+        .open(path)
+}
+
 /// Now, as RFC 3339 UTC with milliseconds (`2026-11-30T04:39:00.123Z`): records are
 /// ordered by these strings, and two runs of a session can end within one second.
 pub fn now_rfc3339() -> String {
@@ -52,13 +94,19 @@ pub fn write_json<T: serde::Serialize>(
     value: &T,
     durable: bool,
 ) -> std::io::Result<()> {
+    // One write: serde writes token by token, and the temp file is unbuffered.
+    let bytes = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
+    write_bytes(path, bytes, durable)
+}
+
+/// Writes `bytes` (and a final newline) to `path` as [`write_json`] writes JSON:
+/// atomically, 0600, fsynced when `durable`.
+pub fn write_bytes(path: &Path, mut bytes: Vec<u8>, durable: bool) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     create_private_dirs(dir)?;
     // The temp file is made 0600 (tempfile's default, whatever the umask) and keeps
     // that mode through the rename.
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    // One write: serde writes token by token, and the temp file is unbuffered.
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
     bytes.push(b'\n');
     tmp.write_all(&bytes)?;
     if durable {

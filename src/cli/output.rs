@@ -1,7 +1,7 @@
 //! Human-readable rendering of events and results.
 
 use aicli::providers::{AgentEvent, CostSource, EventKind, SessionResult, SessionStatus};
-use aicli::store::BatchResult;
+use aicli::record::BatchResult;
 
 /// One line (or more) for an event in `aicli run`'s progress, or `None` to skip it.
 pub fn event_line(ev: &AgentEvent) -> Option<String> {

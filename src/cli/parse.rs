@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use aicli::providers::replay;
 use aicli::providers::{ExitStatus, ParseContext, SessionResult};
-use aicli::store::read_range;
+use aicli::record::read_range;
 use anyhow::Context;
 use clap::Args;
 
@@ -63,7 +63,7 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
     };
     let mut verdict: Option<SessionResult> = None;
     let (provider_name, stdout, stderr, exit_code, ctx) = if let Some(dir) = task_dir {
-        let rec: aicli::store::TaskRecord =
+        let rec: aicli::record::TaskRecord =
             aicli::util::read_json(&dir.join("task.json")).map_err(anyhow::Error::msg)?;
         let attempt = match a.attempt {
             Some(n) => rec

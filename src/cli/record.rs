@@ -7,7 +7,7 @@ use std::sync::Arc;
 use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::replay;
 use aicli::providers::{ParseContext, TaskSpec};
-use aicli::store::{RunStore, read_range};
+use aicli::record::{RunStore, read_range};
 use aicli::{BatchOptions, Engine};
 use anyhow::{Context, bail};
 use clap::Args;

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use aicli::providers::SessionStatus;
-use aicli::store::RunStore;
+use aicli::record::RunStore;
 use clap::Subcommand;
 use serde_json::json;
 
@@ -181,7 +181,7 @@ fn call_line(c: &aicli::mcp::McpCallRecord) -> String {
 }
 
 /// `provider claude`, or `providers claude, codex` for a mixed batch: who ran its tasks.
-fn providers_of(tasks: &[aicli::store::TaskRecord], default: &str) -> String {
+fn providers_of(tasks: &[aicli::record::TaskRecord], default: &str) -> String {
     let mut names: Vec<&str> = Vec::new();
     for t in tasks {
         if !names.contains(&t.provider.as_str()) {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use aicli::store::TaskState;
+use aicli::record::TaskState;
 use aicli::worktree::{Cleanup, Repo};
 use clap::Subcommand;
 use serde_json::json;

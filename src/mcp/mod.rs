@@ -144,12 +144,12 @@ pub struct TaskContext {
 }
 
 #[async_trait::async_trait]
-impl crate::service::AgentServer for McpServer {
+impl crate::engine::AgentServer for McpServer {
     async fn grant(
         &self,
-        scope: crate::service::TaskScope,
+        scope: crate::engine::TaskScope,
         reach: Option<&crate::runner::AgentReach>,
-    ) -> Result<crate::service::AgentGrant, String> {
+    ) -> Result<crate::engine::AgentGrant, String> {
         // Where the CLI reaches us: loopback (the bound address), or an address such as
         // the bridge gateway that the server must then listen on too.
         let (url, port) = match reach {
@@ -188,7 +188,7 @@ impl crate::service::AgentServer for McpServer {
         }
         let mut endpoint = self.endpoint(&token);
         endpoint.url = url;
-        Ok(crate::service::AgentGrant {
+        Ok(crate::engine::AgentGrant {
             endpoint,
             port,
             events: rx,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use aicli::providers::{
     AiCliConfig, CanonicalUsage, CostSource, ErrorKind, SessionStatus, TaskSpec,
 };
-use aicli::store::RunStore;
+use aicli::record::RunStore;
 use aicli::{BatchEvent, BatchOptions};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aicli::providers::{ErrorKind, SessionStatus, TaskSpec};
-use aicli::store::{RunStore, TaskState};
+use aicli::record::{RunStore, TaskState};
 use aicli::{BatchEvent, BatchOptions};
 use tokio_util::sync::CancellationToken;
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 use aicli::providers::{
     AgentEvent, ContinuationMode, EventKind, Feature, McpEndpoint, SessionStatus, TaskSpec,
 };
-use aicli::service::{AgentGrant, AgentServer, TaskScope};
-use aicli::store::{RunStore, TaskState};
+use aicli::engine::{AgentGrant, AgentServer, TaskScope};
+use aicli::record::{RunStore, TaskState};
 use aicli::{BatchOptions, EngineError};
 use tokio_util::sync::CancellationToken;
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use aicli::providers::SessionStatus;
-use aicli::store::{RunStore, TaskState};
+use aicli::record::{RunStore, TaskState};
 use serde_json::json;
 
 use super::support::{alive, fake_cli_config, git, git_repo};
@@ -105,7 +105,7 @@ fn a_run_that_printed_its_final_line_is_closed_from_its_record_not_run_again() {
         !task_dir.join("result.json").exists(),
         "killed before the task was closed"
     );
-    let before: aicli::store::TaskRecord =
+    let before: aicli::record::TaskRecord =
         aicli::util::read_json(&task_dir.join("task.json")).unwrap();
     assert_eq!(before.state, TaskState::Running);
     let worktree = before.worktree.clone().expect("a worktree");

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use aicli::BatchOptions;
 use aicli::providers::{AgentEvent, CostSource, EventKind, McpEndpoint, SessionStatus, TaskSpec};
-use aicli::service::{AgentGrant, AgentServer, TaskScope};
-use aicli::store::{RunStore, TaskState};
+use aicli::engine::{AgentGrant, AgentServer, TaskScope};
+use aicli::record::{RunStore, TaskState};
 use aicli::worktree::{Cleanup, Repo};
 use tokio_util::sync::CancellationToken;
 
@@ -362,7 +362,7 @@ async fn r5_cancel_while_the_cli_floods_stdout() {
     );
 }
 
-fn store_task(repo: &Path, batch: &str, id: &str) -> aicli::store::TaskRecord {
+fn store_task(repo: &Path, batch: &str, id: &str) -> aicli::record::TaskRecord {
     RunStore::new(repo.join(".aicli/runs"))
         .open_batch(batch)
         .unwrap()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use aicli::BatchOptions;
 use aicli::providers::{CostSource, ErrorKind, TaskSpec};
-use aicli::store::RunStore;
+use aicli::record::RunStore;
 use tokio_util::sync::CancellationToken;
 
 use super::support::{self, assert_no_container, docker_config, local_host};

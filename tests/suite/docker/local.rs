@@ -322,7 +322,7 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
             .unwrap_or_else(|| panic!("{id} keeps its worktree"));
         assert!(wt.join(file).is_file(), "{id}: {file} missing");
     }
-    let rec = aicli::store::RunStore::new(&runs)
+    let rec = aicli::record::RunStore::new(&runs)
         .open_batch(&batch_id)
         .unwrap();
     let slow = rec.task("slow").unwrap();

@@ -10,7 +10,7 @@ use aicli::BatchOptions;
 use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::TaskSpec;
 use aicli::runner::AgentReach;
-use aicli::service::{AgentGrant, AgentServer, TaskScope};
+use aicli::engine::{AgentGrant, AgentServer, TaskScope};
 use tokio_util::sync::CancellationToken;
 
 use super::support::{self, docker_config, local_host};

@@ -45,7 +45,7 @@ use aicli::providers::{
     AiCliConfig, CanonicalUsage, CostSource, ErrorKind, ParseContext, PermissionMode,
     ProviderRegistry, SessionResult, SessionStatus, SharedProvider, TaskSpec,
 };
-use aicli::store::{AttemptRecord, RunStore, TaskRecord, read_range};
+use aicli::record::{AttemptRecord, RunStore, TaskRecord, read_range};
 use aicli::{BatchEvent, BatchOptions, BatchResult, Engine};
 use aicli_testkit::{FakeApi, RecordedRequest, RequestKind, RunDirs, Script, Usage, Vendor};
 use serde_json::{Value, json};
@@ -1311,7 +1311,7 @@ pub async fn question_then_answer_with(cli: Cli, setup: Setup) {
     );
     // The record says the same.
     let rec = t.record(&batch_id, "ask");
-    assert_eq!(rec.state, aicli::store::TaskState::Blocked);
+    assert_eq!(rec.state, aicli::record::TaskState::Blocked);
     let recorded = rec.latest_result().expect("recorded result");
     assert_eq!(
         recorded.question.as_ref().map(|q| q.question.as_str()),
@@ -1364,7 +1364,7 @@ pub async fn question_then_answer_with(cli: Cli, setup: Setup) {
         "per-run usage of the answer run"
     );
     let rec = t.record(&batch_id, "ask");
-    assert_eq!(rec.state, aicli::store::TaskState::Succeeded);
+    assert_eq!(rec.state, aicli::record::TaskState::Succeeded);
     assert_eq!(rec.attempts.len(), 2);
     assert_eq!(rec.answers.len(), 1);
     t.assert_only_model_traffic();

@@ -516,7 +516,7 @@ pub async fn question_then_answer(agent: Agent) {
         );
     }
     let rec = t.record(&batch_id, "ask");
-    assert_eq!(rec.state, aicli::store::TaskState::Succeeded);
+    assert_eq!(rec.state, aicli::record::TaskState::Succeeded);
     assert_eq!(rec.attempts.len(), 3);
     assert_eq!(rec.answers.len(), 2);
     t.assert_only_model_traffic();

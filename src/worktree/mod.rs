@@ -15,20 +15,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tokio::process::Command;
 
-use crate::util::{PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, create_private_dirs, ensure_private_dir};
+use crate::util::{
+    PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, create_private_dirs, ensure_private_dir, write_private_file,
+};
 
-/// Writes `bytes` to `path` (replacing it) with mode 0600.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(PRIVATE_FILE_MODE)
-        .open(path)?
-        .write_all(bytes)
-}
+mod placement;
+
+pub use placement::{place_task, task_worktree_path};
 
 /// The branch prefix of every branch aicli makes.
 pub const BRANCH_PREFIX: &str = "aicli/";
@@ -146,14 +139,7 @@ pub struct WorktreeLock {
 /// has it, or when the worktree is gone.
 pub async fn lock_worktree(path: &Path) -> Option<WorktreeLock> {
     let f = base_file(path).await?.with_file_name("aicli-lock");
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(PRIVATE_FILE_MODE)
-        .open(f)
-        .ok()?;
+    let file = crate::util::open_private_rw(&f).ok()?;
     nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
         .ok()
         .map(|f| WorktreeLock { _file: f })
@@ -200,20 +186,16 @@ impl Repo {
     /// only (0700, whatever the umask; an existing one is set to 0700 too), and that git
     /// ignores them.
     pub fn ensure_state_dir(&self) -> std::io::Result<PathBuf> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let dir = self.state_dir();
         ensure_private_dir(&dir)?;
         ensure_private_dir(&dir.join("worktrees"))?;
         let ignore = dir.join(".gitignore");
         if !ignore.exists() {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .write(true)
-                .mode(PRIVATE_FILE_MODE)
-                .open(&ignore)?
-                .write_all(b"# aicli's runs and worktrees; not part of the project\n*\n")?;
+            write_private_file(
+                &ignore,
+                "# aicli's runs and worktrees; not part of the project\n*\n",
+                PRIVATE_FILE_MODE,
+            )?;
         }
         Ok(dir)
     }
@@ -293,7 +275,7 @@ impl Repo {
             },
         )?;
         if let Some(f) = base_file(path).await {
-            write_private(&f, format!("{base}\n").as_bytes()).map_err(|e| WorktreeError::Git {
+            write_private_file(&f, &format!("{base}\n"), PRIVATE_FILE_MODE).map_err(|e| WorktreeError::Git {
                 args: "worktree add (recording the base commit)".into(),
                 dir: f.clone(),
                 stderr: e.to_string(),

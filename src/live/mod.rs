@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::sync::Notify;
 
-use crate::events::BatchEvent;
+mod events;
+
+pub use events::BatchEvent;
 
 /// The default bound of a subscriber's queue: 1 MiB of events.
 pub const DEFAULT_QUEUE_BYTES: usize = 1024 * 1024;

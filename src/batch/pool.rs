@@ -1,5 +1,6 @@
-//! Runs N sessions with at most `max_parallel` at once, FIFO, cancellable, and backs off
-//! under rate limits.
+//! Runs a batch's tasks with at most `max_parallel` attempts at once, FIFO, cancellable,
+//! and backs off under rate limits. The tasks are the owner's: each goes into its
+//! attempt and comes back out with the outcome.
 //!
 //! When an attempt ends with an error kind that means "slow down" (`rate_limit`,
 //! `overloaded`), the pool (1) waits before starting anything new — exponential with
@@ -17,7 +18,7 @@ use aicli_providers::config::RetryConfig;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::session::SessionOutcome;
+use crate::run::RunOutcome;
 
 /// What the pool's owner says after an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,8 +34,6 @@ pub enum Control {
 /// A back-off decision, for the owner to report.
 #[derive(Debug, Clone)]
 pub struct Backoff {
-    /// The task's index.
-    pub index: usize,
     /// The attempt that failed.
     pub attempt: u32,
     /// The wait before anything starts again.
@@ -45,21 +44,17 @@ pub struct Backoff {
     pub reason: String,
 }
 
-/// Callbacks of the pool's owner.
+/// Callbacks of the pool's owner. The tasks (`T`) are the owner's, lent to the pool
+/// while queued or running and handed back when they end.
 #[async_trait::async_trait]
-pub trait PoolOwner: Send {
-    /// An attempt ended with `outcome`; `will_retry` says whether the pool retries it.
-    async fn on_attempt_end(
-        &mut self,
-        index: usize,
-        attempt: u32,
-        outcome: &SessionOutcome,
-        will_retry: bool,
-    ) -> Control;
-    /// The pool backs off.
-    fn on_backoff(&mut self, backoff: &Backoff);
-    /// A queued task will never start (batch cancelled or budget spent).
-    fn on_never_started(&mut self, index: usize, why: Control);
+pub trait PoolOwner<T: Send>: Send {
+    /// An attempt of `task` ended and will be retried after a back-off: the owner may
+    /// update the task before it goes back to the head of the queue.
+    fn on_retry(&mut self, task: &mut T, outcome: &RunOutcome, backoff: &Backoff);
+    /// The task's last attempt in this pool ended with `outcome`.
+    async fn on_done(&mut self, task: T, outcome: RunOutcome) -> Control;
+    /// A queued task will never start (the batch was cancelled, or the budget spent).
+    fn on_never_started(&mut self, task: T, why: Control);
 }
 
 /// The delay before attempt `attempt + 1`: `base * 2^(attempt-1)`, capped, with ±25%
@@ -83,123 +78,156 @@ pub fn backoff_delay(
     Duration::from_millis(ms)
 }
 
-/// The latest reset time (Unix seconds) a rate-limit event of the run announced.
-pub fn reset_time(outcome: &SessionOutcome) -> Option<i64> {
-    outcome.reset_at
-}
-
 fn wants_backoff(r: &SessionResult) -> bool {
     r.error_kind.is_some_and(|k| k.is_backoff())
 }
 
-/// Runs tasks `0..n` through `start(index, attempt, cancel)`.
-pub async fn run<F, Fut>(
-    n: usize,
+/// The pool's loop state.
+struct Pool<T> {
+    max_parallel: usize,
+    limit: usize,
+    queue: VecDeque<(T, u32)>,
+    gate: Option<tokio::time::Instant>,
+    successes: usize,
+    stop: Option<Control>,
+}
+
+impl<T: Send + 'static> Pool<T> {
+    /// Decides what follows an attempt's end: a retry after a back-off, or the task's
+    /// end; adjusts the parallelism either way.
+    async fn ended(
+        &mut self,
+        mut task: T,
+        attempt: u32,
+        outcome: RunOutcome,
+        retry: &RetryConfig,
+        owner: &mut dyn PoolOwner<T>,
+        cancelled: bool,
+    ) -> Control {
+        let retry_it = self.stop.is_none()
+            && !cancelled
+            && wants_backoff(&outcome.result)
+            && attempt < retry.max_attempts;
+        if !retry_it {
+            if outcome.result.success {
+                self.successes += 1;
+                if self.successes >= self.limit && self.limit < self.max_parallel {
+                    self.limit += 1;
+                    self.successes = 0;
+                }
+            }
+            return owner.on_done(task, outcome).await;
+        }
+        self.limit = (self.limit / 2).max(1);
+        self.successes = 0;
+        let now_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let delay = backoff_delay(retry, attempt, outcome.reset_at, now_unix);
+        let until = tokio::time::Instant::now() + delay;
+        self.gate = Some(self.gate.map_or(until, |g| g.max(until)));
+        let backoff = Backoff {
+            attempt,
+            delay,
+            parallelism: self.limit,
+            reason: format!(
+                "{}: {}",
+                outcome.result.error_kind.map(|k| k.as_str()).unwrap_or("unknown"),
+                outcome.result.error.clone().unwrap_or_default()
+            ),
+        };
+        owner.on_retry(&mut task, &outcome, &backoff);
+        self.queue.push_front((task, attempt + 1));
+        Control::Continue
+    }
+}
+
+/// Runs `tasks` through `start(task, attempt, cancel)`, which hands each task back with
+/// its attempt's outcome.
+pub async fn run<T, F, Fut>(
+    tasks: Vec<T>,
     max_parallel: usize,
     retry: &RetryConfig,
     start: F,
-    owner: &mut dyn PoolOwner,
+    owner: &mut dyn PoolOwner<T>,
     cancel: CancellationToken,
 ) where
-    F: Fn(usize, u32, CancellationToken) -> Fut,
-    Fut: Future<Output = SessionOutcome> + Send + 'static,
+    T: Send + 'static,
+    F: Fn(T, u32, CancellationToken) -> Fut,
+    Fut: Future<Output = (T, RunOutcome)> + Send + 'static,
 {
     let max_parallel = max_parallel.max(1);
-    let mut queue: VecDeque<(usize, u32)> = (0..n).map(|i| (i, 1)).collect();
-    let mut running: JoinSet<(usize, u32, SessionOutcome)> = JoinSet::new();
-    let mut limit = max_parallel;
-    let mut gate: Option<tokio::time::Instant> = None;
-    let mut successes = 0usize;
-    let mut stop: Option<Control> = None;
+    let mut pool = Pool {
+        max_parallel,
+        limit: max_parallel,
+        queue: tasks.into_iter().map(|t| (t, 1)).collect(),
+        gate: None,
+        successes: 0,
+        stop: None,
+    };
+    let mut running: JoinSet<(T, u32, RunOutcome)> = JoinSet::new();
     let run_cancel = cancel.child_token();
     loop {
-        if cancel.is_cancelled() && stop.is_none() {
-            stop = Some(Control::CancelRunning);
+        if cancel.is_cancelled() && pool.stop.is_none() {
+            pool.stop = Some(Control::CancelRunning);
         }
-        let gate_open = gate.is_none_or(|g| tokio::time::Instant::now() >= g);
-        if gate_open {
-            gate = None;
+        if pool.gate.is_some_and(|g| tokio::time::Instant::now() >= g) {
+            pool.gate = None;
         }
-        while stop.is_none() && gate.is_none() && running.len() < limit {
-            let Some((index, attempt)) = queue.pop_front() else {
+        while pool.stop.is_none() && pool.gate.is_none() && running.len() < pool.limit {
+            let Some((task, attempt)) = pool.queue.pop_front() else {
                 break;
             };
-            let fut = start(index, attempt, run_cancel.child_token());
-            running.spawn(async move { (index, attempt, fut.await) });
+            let fut = start(task, attempt, run_cancel.child_token());
+            running.spawn(async move {
+                let (task, outcome) = fut.await;
+                (task, attempt, outcome)
+            });
         }
-        if let Some(why) = stop {
-            for (index, _) in queue.drain(..) {
-                owner.on_never_started(index, why);
+        if let Some(why) = pool.stop {
+            for (task, _) in pool.queue.drain(..) {
+                owner.on_never_started(task, why);
             }
         }
-        if running.is_empty() && (queue.is_empty() || stop.is_some()) {
+        if running.is_empty() && (pool.queue.is_empty() || pool.stop.is_some()) {
             break;
         }
         let gate_sleep = async {
-            match gate {
-                Some(g) if !queue.is_empty() => tokio::time::sleep_until(g).await,
+            match pool.gate {
+                Some(g) if !pool.queue.is_empty() => tokio::time::sleep_until(g).await,
                 _ => std::future::pending().await,
             }
         };
         tokio::select! {
             joined = running.join_next(), if !running.is_empty() => {
                 let Some(joined) = joined else { continue };
-                let (index, attempt, outcome) = match joined {
+                let (task, attempt, outcome) = match joined {
                     Ok(v) => v,
                     Err(e) => {
-                        // A panicking session is a bug; the task is lost, the batch goes on.
-                        tracing::error!(error = %e, "a session task panicked");
+                        // The attempt catches its run's panics: this is the attempt's own
+                        // bookkeeping failing, a bug. Its task is lost to this batch.
+                        tracing::error!(error = %e, "an attempt panicked outside its run");
                         continue;
                     }
                 };
-                let retry_it = stop.is_none()
-                    && !cancel.is_cancelled()
-                    && wants_backoff(&outcome.result)
-                    && attempt < retry.max_attempts;
-                let control = owner.on_attempt_end(index, attempt, &outcome, retry_it).await;
-                if retry_it {
-                    limit = (limit / 2).max(1);
-                    successes = 0;
-                    let now_unix = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_secs() as i64)
-                        .unwrap_or(0);
-                    let delay = backoff_delay(retry, attempt, reset_time(&outcome), now_unix);
-                    let until = tokio::time::Instant::now() + delay;
-                    gate = Some(gate.map_or(until, |g| g.max(until)));
-                    queue.push_front((index, attempt + 1));
-                    owner.on_backoff(&Backoff {
-                        index,
-                        attempt,
-                        delay,
-                        parallelism: limit,
-                        reason: format!(
-                            "{}: {}",
-                            outcome.result.error_kind.map(|k| k.as_str()).unwrap_or("unknown"),
-                            outcome.result.error.clone().unwrap_or_default()
-                        ),
-                    });
-                } else if outcome.result.success {
-                    successes += 1;
-                    if successes >= limit && limit < max_parallel {
-                        limit += 1;
-                        successes = 0;
-                    }
-                }
+                let control = pool
+                    .ended(task, attempt, outcome, retry, owner, cancel.is_cancelled())
+                    .await;
                 match control {
                     Control::Continue => {}
                     Control::StopStarting => {
-                        stop.get_or_insert(Control::StopStarting);
+                        pool.stop.get_or_insert(Control::StopStarting);
                     }
                     Control::CancelRunning => {
-                        stop = Some(Control::CancelRunning);
+                        pool.stop = Some(Control::CancelRunning);
                         run_cancel.cancel();
                     }
                 }
             }
             _ = gate_sleep => {}
-            _ = cancel.cancelled(), if stop.is_none() => {
-                stop = Some(Control::CancelRunning);
+            _ = cancel.cancelled(), if pool.stop.is_none() => {
+                pool.stop = Some(Control::CancelRunning);
             }
         }
     }
@@ -215,33 +243,32 @@ mod tests {
     }
 
     #[async_trait::async_trait]
-    impl PoolOwner for Recorder {
-        async fn on_attempt_end(
-            &mut self,
-            i: usize,
-            a: u32,
-            _: &SessionOutcome,
-            _: bool,
-        ) -> Control {
-            self.ended.push((i, a));
+    impl PoolOwner<(usize, u32)> for Recorder {
+        fn on_retry(&mut self, task: &mut (usize, u32), _: &RunOutcome, _: &Backoff) {
+            self.ended.push(*task);
+            task.1 += 1;
+        }
+        async fn on_done(&mut self, task: (usize, u32), _: RunOutcome) -> Control {
+            self.ended.push(task);
             Control::Continue
         }
-        fn on_backoff(&mut self, _: &Backoff) {}
-        fn on_never_started(&mut self, _: usize, _: Control) {}
+        fn on_never_started(&mut self, _: (usize, u32), _: Control) {}
     }
 
-    fn outcome(kind: Option<aicli_providers::ErrorKind>) -> SessionOutcome {
+    fn outcome(kind: Option<aicli_providers::ErrorKind>) -> RunOutcome {
         let mut r = SessionResult::default();
         match kind {
             Some(k) => r.fail(k, "x"),
             None => r.succeed(),
         }
-        SessionOutcome {
+        RunOutcome {
             result: r,
             reset_at: None,
             argv: Vec::new(),
             streamed: aicli_providers::LiveSpend::default(),
             place: None,
+            started: true,
+            budget: None,
         }
     }
 
@@ -256,18 +283,20 @@ mod tests {
             max_delay_ms: 2,
         };
         run(
-            5,
+            (0..5).map(|i| (i, 1)).collect(),
             2,
             &retry,
-            move |i, a, _cancel| {
+            move |task: (usize, u32), a, _cancel| {
+                let i = task.0;
                 s2.lock().unwrap().push((i, a));
                 async move {
                     tokio::time::sleep(Duration::from_millis(5)).await;
-                    match (i, a) {
+                    let o = match (i, a) {
                         (1, 1) => outcome(Some(aicli_providers::ErrorKind::RateLimit)),
                         (3, _) => outcome(Some(aicli_providers::ErrorKind::Auth)),
                         _ => outcome(None),
-                    }
+                    };
+                    (task, o)
                 }
             },
             &mut owner,

@@ -1,0 +1,424 @@
+//! One attempt of a task: its share of the budget, its worktree, its record, the run,
+//! and what came back — written where it is known, once. A panic in the run is caught
+//! here: the run's guards released what it held as it unwound, and the attempt is
+//! recorded as crashed.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use aicli_providers::{
+    AgentEvent, ErrorKind, EventKind, ParseContext, SessionResult, SessionStatus, SharedProvider,
+    TaskSpec,
+};
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{Batch, TaskRun};
+use crate::budget::{Refusal, Reservation};
+use crate::engine::TaskScope;
+use crate::live::BatchEvent;
+use crate::record::{AttemptBudget, AttemptKind, AttemptRecord, TaskState, files};
+use crate::run::{RunAgent, RunIo, RunOutcome, RunPlace, RunSpec};
+use crate::util::now_rfc3339;
+
+/// Why a task never started once the budget was spent.
+pub(super) const BUDGET_SPENT_BEFORE_START: &str =
+    "the batch budget was spent before this task started";
+
+impl Batch {
+    /// Attempt `n` (of this invocation) of `task`; hands the task back with the outcome.
+    pub(super) async fn attempt(
+        self: Arc<Self>,
+        mut task: TaskRun,
+        n: u32,
+        cancel: CancellationToken,
+    ) -> (TaskRun, RunOutcome) {
+        let caught = AssertUnwindSafe(self.attempt_in(&mut task, n, cancel))
+            .catch_unwind()
+            .await;
+        let outcome = match caught {
+            Ok(o) => o,
+            Err(panic) => self.crashed(&mut task, panic).await,
+        };
+        (task, outcome)
+    }
+
+    async fn attempt_in(&self, task: &mut TaskRun, n: u32, cancel: CancellationToken) -> RunOutcome {
+        let provider = match self.engine.registry.get(&task.rec.provider) {
+            Ok(p) => p,
+            Err(e) => {
+                return self
+                    .not_started(task, ErrorKind::BadRequest, e.to_string())
+                    .await;
+            }
+        };
+        // Its share of the batch budget first: it starts only when that fits in what is
+        // left beside the runs in flight.
+        let reservation = match self.reserve(task, &provider, &cancel).await {
+            Ok(r) => r,
+            Err(refused) => return refused,
+        };
+        let workdir = self.place_worktree(task).await;
+        if task.next.resume.is_some() {
+            self.pause_before_resume(task, &provider, &cancel).await;
+        }
+        self.record_start(task, n, &provider, reservation.as_deref())
+            .await;
+        let kind = self.engine.runner_kind(&task.rec.task, &provider);
+        let runner = self.engine.runner(kind).await;
+        let outcome = match (workdir, runner) {
+            (Err(e), _) => RunOutcome::not_run(
+                &task.rec,
+                ErrorKind::Unknown,
+                format!("cannot create the worktree: {e}"),
+                reservation,
+            ),
+            (_, Err(e)) => RunOutcome::not_run(
+                &task.rec,
+                ErrorKind::Crashed,
+                format!("the {kind} runner is not available: {e}"),
+                reservation,
+            ),
+            (Ok(workspace), Ok(runner)) => {
+                let spec =
+                    self.run_spec(task, &provider, workspace, runner, reservation.as_deref());
+                let io = RunIo {
+                    live: self.live.clone(),
+                    cancel,
+                    budget: reservation,
+                };
+                crate::run::run(spec, io).await
+            }
+        };
+        self.record_end(task, n, outcome).await
+    }
+
+    /// Reserves the run's share of the budget (the task's limit, its provider's, else
+    /// the batch's share), waiting for room; a refusal is the attempt's outcome,
+    /// recorded.
+    async fn reserve(
+        &self,
+        task: &mut TaskRun,
+        provider: &SharedProvider,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Arc<Reservation>>, RunOutcome> {
+        let Some(pool) = &self.budget else {
+            return Ok(None);
+        };
+        let want = task
+            .rec
+            .task
+            .max_budget_usd
+            .or(provider.config().max_budget_usd)
+            .unwrap_or(self.share);
+        match pool.reserve(want, cancel).await {
+            Ok(r) => Ok(Some(Arc::new(r))),
+            Err(Refusal::Spent { .. }) => Err(self
+                .not_started(task, ErrorKind::Budget, BUDGET_SPENT_BEFORE_START.to_owned())
+                .await),
+            Err(Refusal::Cancelled) => {
+                let mut o = self
+                    .not_started(
+                        task,
+                        ErrorKind::Cancelled,
+                        "the batch was cancelled while this task waited for its share of the budget"
+                            .to_owned(),
+                    )
+                    .await;
+                // Not an outcome of the task: `aicli resume` runs it.
+                o.result.status = SessionStatus::Interrupted;
+                Err(o)
+            }
+        }
+    }
+
+    /// The task's working directory (its worktree, made on its first attempt), with the
+    /// hold on it that keeps `aicli worktrees prune` away.
+    async fn place_worktree(&self, task: &mut TaskRun) -> Result<std::path::PathBuf, String> {
+        let dir = match &self.repo {
+            None => return Ok(self.spec.repo.clone()),
+            Some(repo) => {
+                crate::worktree::place_task(repo, &self.spec, &mut task.rec, task.origin.as_ref())
+                    .await?
+            }
+        };
+        if task.worktree_lock.is_none() {
+            task.worktree_lock = crate::worktree::lock_worktree(&dir).await;
+        }
+        Ok(dir)
+    }
+
+    /// The attempt's start in the record: its offsets, model, the session it resumes,
+    /// its reservation; the task running; a human's answer recorded.
+    async fn record_start(
+        &self,
+        task: &mut TaskRun,
+        n: u32,
+        provider: &SharedProvider,
+        reservation: Option<&Reservation>,
+    ) {
+        let (run_task, prior) = task.task_for_run();
+        let attempt = task.rec.attempts.len() as u32 + 1;
+        let id = task.id().to_owned();
+        task.rec.attempts.push(AttemptRecord {
+            attempt,
+            kind: if n > 1 { AttemptKind::Retry } else { task.next.kind },
+            started_at: now_rfc3339(),
+            finished_at: None,
+            events_start: self.record.events_len(&id),
+            events_end: None,
+            stderr_start: self.record.stderr_len(&id),
+            stderr_end: None,
+            aicli_events_start: self.record.aicli_events_len(&id),
+            model: provider.model_for(&run_task),
+            prior,
+            resumed_session: run_task.resume_session_id.clone(),
+            argv: Vec::new(),
+            place: None,
+            result: None,
+            budget: reservation.map(|r| AttemptBudget {
+                reserved_usd: r.amount(),
+                charged_usd: None,
+            }),
+        });
+        task.rec.state = TaskState::Running;
+        if n == 1
+            && let Some(a) = task.answer.take()
+        {
+            task.rec.answers.push(a);
+        }
+        task.persist(&self.record, false).await;
+        self.live.send(BatchEvent::TaskStarted {
+            task_id: Arc::from(id.as_str()),
+            provider: Arc::from(provider.name()),
+            attempt,
+        });
+    }
+
+    /// Everything the run needs: the task as it runs, where, its environment, limits,
+    /// its MCP scope.
+    fn run_spec(
+        &self,
+        task: &TaskRun,
+        provider: &SharedProvider,
+        workspace: std::path::PathBuf,
+        runner: Arc<dyn crate::runner::Runner>,
+        reservation: Option<&Reservation>,
+    ) -> RunSpec {
+        let (run_task, prior) = task.task_for_run();
+        let attempt = task.rec.attempts.len() as u32;
+        let engine = &self.engine;
+        let base_env = crate::env::cli_env(
+            &engine.source_env,
+            &engine.config.engine.env_passthrough,
+            provider.config(),
+            Some(&run_task),
+        );
+        let place = RunPlace {
+            batch_id: self.spec.batch_id.clone(),
+            attempt,
+            workdir: match &run_task.cwd {
+                Some(sub) => workspace.join(sub),
+                None => workspace.clone(),
+            },
+            private_dir: self.private_dir(&run_task.id, attempt),
+            task_home: self.task_home(&run_task.id),
+            branch: task.rec.branch.clone(),
+            record_dir: Some(self.record.task_dir(&run_task.id)),
+            workspace,
+        };
+        let agent = engine.agent_server.as_ref().map(|server| RunAgent {
+            server: server.clone(),
+            scope: self.scope(&run_task, &place),
+        });
+        RunSpec {
+            limits: engine.limits(&self.opts, &run_task),
+            parse_ctx: ParseContext {
+                model: provider.model_for(&run_task),
+                prior,
+                answered: task.answered(),
+            },
+            prompt: task.rec.task.prompt.clone(),
+            runner,
+            provider: provider.clone(),
+            place,
+            base_env,
+            search_path: engine.search_path.clone(),
+            auth_precheck: engine.auth_precheck,
+            budget_cap: reservation.map(Reservation::amount),
+            agent,
+            task: run_task,
+            #[cfg(feature = "test-helpers")]
+            fault: engine.fault.clone(),
+        }
+    }
+
+    fn scope(&self, task: &TaskSpec, place: &RunPlace) -> TaskScope {
+        let e = &self.engine.config.engine;
+        TaskScope {
+            batch_id: self.spec.batch_id.clone(),
+            task_id: task.id.clone(),
+            workspace: place.workspace.clone(),
+            skills: e.skills.iter().chain(&task.skills).cloned().collect(),
+            credentials: task.credentials.clone(),
+            tools: e.mcp_tools.iter().chain(&task.mcp_tools).cloned().collect(),
+            record_dir: place.record_dir.clone(),
+            attempt: place.attempt,
+        }
+    }
+
+    /// The attempt's end in the record: offsets, result, command, place, charge; the
+    /// task's state until it is settled. A continuation (an answer, a recovery) that
+    /// never started leaves the task as it was: blocked with its question, interrupted.
+    async fn record_end(&self, task: &mut TaskRun, n: u32, mut outcome: RunOutcome) -> RunOutcome {
+        if n == 1 {
+            outcome.result.continuation = task.next.continuation.clone();
+        }
+        if n == 1 && !outcome.started && task.keeps_state_when_not_started() {
+            task.undo_unstarted_continuation();
+            task.persist(&self.record, true).await;
+            return outcome;
+        }
+        let id = task.id().to_owned();
+        let (events_end, stderr_end) = (self.record.events_len(&id), self.record.stderr_len(&id));
+        let state = if outcome.result.error_kind.is_some_and(|k| k.is_backoff()) {
+            TaskState::Queued
+        } else {
+            TaskState::of(&outcome.result)
+        };
+        if let Some(a) = task.rec.attempts.last_mut() {
+            a.finished_at = Some(now_rfc3339());
+            a.events_end = Some(events_end);
+            a.stderr_end = Some(stderr_end);
+            a.result = Some(outcome.result.clone());
+            a.argv = outcome.argv.clone();
+            a.budget = outcome.budget;
+            a.place = outcome.place.clone();
+        }
+        task.rec.state = state;
+        // Later attempts of this invocation are plain retries of the same run.
+        task.next.kind = AttemptKind::Retry;
+        task.persist(&self.record, true).await;
+        outcome
+    }
+
+    /// An attempt that never got to its run (no provider, no budget): recorded as such,
+    /// with its result.
+    async fn not_started(&self, task: &mut TaskRun, kind: ErrorKind, message: String) -> RunOutcome {
+        let provider_name = task.rec.provider.clone();
+        let mut result = SessionResult::not_started(&provider_name, kind, message);
+        result.task_id = task.id().to_owned();
+        result.prompt = task.rec.task.prompt.clone();
+        let now = now_rfc3339();
+        let offset = self.record.events_len(task.id());
+        task.rec.attempts.push(AttemptRecord {
+            attempt: task.rec.attempts.len() as u32 + 1,
+            kind: task.next.kind,
+            started_at: now.clone(),
+            finished_at: Some(now),
+            events_start: offset,
+            events_end: Some(offset),
+            stderr_start: 0,
+            stderr_end: Some(0),
+            aicli_events_start: 0,
+            model: None,
+            prior: None,
+            resumed_session: None,
+            argv: Vec::new(),
+            place: None,
+            result: Some(result.clone()),
+            budget: None,
+        });
+        task.persist(&self.record, true).await;
+        RunOutcome::not_run_result(result)
+    }
+
+    /// The run panicked: its guards released what it held as it unwound (process tree,
+    /// token, container, private directory, reservation); the attempt is recorded as
+    /// crashed, with its stream.
+    async fn crashed(
+        &self,
+        task: &mut TaskRun,
+        panic: Box<dyn std::any::Any + Send>,
+    ) -> RunOutcome {
+        let why = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "a panic".to_owned());
+        tracing::error!(task = %task.id(), panic = %why, "the run panicked; its resources were released");
+        let mut result = SessionResult::not_started(
+            &task.rec.provider,
+            ErrorKind::Crashed,
+            format!("aicli failed while running the task (it panicked: {why})"),
+        );
+        result.task_id = task.id().to_owned();
+        result.prompt = task.rec.task.prompt.clone();
+        let id = task.id().to_owned();
+        let (events_end, stderr_end) = (self.record.events_len(&id), self.record.stderr_len(&id));
+        if let Some(a) = task.rec.attempts.last_mut().filter(|a| a.finished_at.is_none()) {
+            a.finished_at = Some(now_rfc3339());
+            a.events_end = Some(events_end);
+            a.stderr_end = Some(stderr_end);
+            a.result = Some(result.clone());
+        }
+        task.rec.state = TaskState::Failed;
+        task.persist(&self.record, true).await;
+        RunOutcome::not_run_result(result)
+    }
+
+    /// The run's private directory: `<batch>/private/<task>-<attempt>`.
+    fn private_dir(&self, task_id: &str, attempt: u32) -> std::path::PathBuf {
+        self.record
+            .dir()
+            .join(files::PRIVATE_DIR)
+            .join(format!("{task_id}-{attempt}"))
+    }
+
+    /// The directory of a task kept across its attempts (a container run's home: the
+    /// CLI's sessions and login copies).
+    pub(super) fn task_home(&self, task_id: &str) -> std::path::PathBuf {
+        self.record
+            .dir()
+            .join(files::PRIVATE_DIR)
+            .join(format!("{task_id}-home"))
+    }
+
+    /// Waits as long as the provider needs between a session's last run and its
+    /// continuation ([`aicli_providers::AiCliProvider::resume_not_before`]; gemini's
+    /// `session/load` in a new minute), saying so on the live stream with the time it
+    /// waits; a cancel ends the wait (the run then ends at once, cancelled).
+    async fn pause_before_resume(
+        &self,
+        task: &TaskRun,
+        provider: &SharedProvider,
+        cancel: &CancellationToken,
+    ) {
+        let Some(resume) = &task.next.resume else {
+            return;
+        };
+        let Some((last, last_used)) = task.last_run_of(&resume.session_id) else {
+            return;
+        };
+        let Some(until) = provider.resume_not_before(&last, last_used) else {
+            return;
+        };
+        let Ok(wait) = until.duration_since(std::time::SystemTime::now()) else {
+            return;
+        };
+        let name = provider.name();
+        let message = format!(
+            "waiting {:.0}s before continuing the session: {name} must not load a session in a wall-clock minute it was last used in (providers.{name}.acp.load_in_a_new_minute)",
+            wait.as_secs_f64(),
+        );
+        tracing::info!(task = %task.id(), "{message}");
+        self.live.send(BatchEvent::Agent {
+            task_id: Arc::from(task.id()),
+            event: AgentEvent::synthetic(EventKind::Status { status: message }),
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = cancel.cancelled() => {}
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! A new batch: every task checked (ids, fields, providers, MCP grants, the runner its
+//! provider can use), the spec and the queued records written, then run.
+
+use std::collections::BTreeSet;
+
+use aicli_providers::{RunnerKind, TaskSpec};
+use tokio_util::sync::CancellationToken;
+
+use super::TaskRun;
+use super::continuation::Next;
+use crate::engine::{BatchOptions, Engine, EngineError, record_error};
+use crate::live::LiveSender;
+use crate::record::{BatchResult, BatchSpec, RunStore, TaskRecord};
+use crate::util::now_rfc3339;
+use crate::worktree::Repo;
+
+/// Runs `tasks` as a new batch (the options were checked by the engine).
+pub(crate) async fn new_batch(
+    engine: &Engine,
+    mut tasks: Vec<TaskSpec>,
+    opts: BatchOptions,
+    live: LiveSender,
+    cancel: CancellationToken,
+) -> Result<BatchResult, EngineError> {
+    if tasks.is_empty() {
+        return Err(EngineError::NoTasks);
+    }
+    let default_provider = opts
+        .provider
+        .clone()
+        .unwrap_or_else(|| engine.config.default_provider.clone());
+    check_tasks(engine, &mut tasks, &opts, &default_provider)?;
+    let (root, base) = workdir_root(&opts).await?;
+    let runs_dir = engine.runs_dir(&root, opts.runs_dir.as_deref());
+    let spec = BatchSpec {
+        batch_id: opts
+            .batch_id
+            .clone()
+            .unwrap_or_else(crate::util::new_batch_id),
+        created_at: now_rfc3339(),
+        repo: root,
+        provider: default_provider.clone(),
+        base_ref: base,
+        tasks: tasks.clone(),
+        max_parallel: opts
+            .max_parallel
+            .unwrap_or(engine.config.engine.max_parallel)
+            .max(1),
+        budget_usd: opts.budget_usd,
+        timeout_secs: opts.timeout.map(|d| d.as_secs()),
+        idle_timeout_secs: opts.idle_timeout.map(|d| d.as_secs()),
+        worktrees: opts.worktrees,
+        fake_api: opts.fake_api.clone(),
+        aicli_version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    let store = RunStore::new(&runs_dir);
+    let record = store
+        .create_batch(&spec)
+        .map_err(record_error(&runs_dir.join(&spec.batch_id)))?;
+    let mut runs = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        let provider = t.provider.clone().unwrap_or_else(|| default_provider.clone());
+        let rec = TaskRecord::queued(t, &provider);
+        record
+            .write_task(&rec, false)
+            .map_err(record_error(&record.task_dir(&rec.task.id)))?;
+        let lock = record.lock_task(&rec.task.id).map_err(EngineError::Refused)?;
+        let (next, origin) = Next::first(&store, &rec);
+        let mut run = TaskRun::new(rec, next, lock);
+        run.origin = origin;
+        runs.push(run);
+    }
+    super::execute(engine, spec, record, runs, opts, live, cancel).await
+}
+
+/// Each task checked once, before anything is written: an id (assigned when missing,
+/// unique), its fields, its MCP grants, its provider, and a runner its provider can run
+/// on. The batch's runner goes into each task that names none: answers and resumes run
+/// where the task ran.
+fn check_tasks(
+    engine: &Engine,
+    tasks: &mut [TaskSpec],
+    opts: &BatchOptions,
+    default_provider: &str,
+) -> Result<(), EngineError> {
+    let mut seen = BTreeSet::new();
+    for (i, t) in tasks.iter_mut().enumerate() {
+        let invalid = |t: &TaskSpec, message: String| EngineError::InvalidTask {
+            index: i + 1,
+            id: t.id.clone(),
+            message,
+        };
+        if t.id.is_empty() {
+            t.id = format!("task-{}", i + 1);
+        }
+        t.validate().map_err(|m| invalid(t, m))?;
+        if !seen.insert(t.id.clone()) {
+            return Err(invalid(t, "id: another task has the same id".to_owned()));
+        }
+        t.runner = t.runner.or(opts.runner);
+        if let Some((j, message)) = engine.config.unknown_mcp_grant(&t.mcp_tools) {
+            return Err(invalid(t, format!("mcp_tools[{j}]: {message}")));
+        }
+        let provider = engine
+            .registry
+            .get(t.provider.as_deref().unwrap_or(default_provider))?;
+        check_runner(engine, t, &provider).map_err(|m| invalid(t, m))?;
+    }
+    Ok(())
+}
+
+/// A provider that speaks to its agent on stdin (ACP) runs only where stdin can stay
+/// open: the local runner.
+pub(super) fn check_runner(
+    engine: &Engine,
+    task: &TaskSpec,
+    provider: &aicli_providers::SharedProvider,
+) -> Result<(), String> {
+    let kind = engine.runner_kind(task, provider);
+    if provider.two_way() && kind != RunnerKind::Local {
+        return Err(format!(
+            "provider {} speaks to its agent on stdin (ACP), which the {kind} runner cannot keep open: run it with the local runner (`--runner local`, or the provider's `runner`)",
+            provider.name()
+        ));
+    }
+    Ok(())
+}
+
+/// The directory tasks run against and the base commit of their worktrees: the
+/// repository's root and `base_ref` resolved, its state directory made; without
+/// worktrees, the directory itself.
+async fn workdir_root(opts: &BatchOptions) -> Result<(std::path::PathBuf, String), EngineError> {
+    if opts.worktrees {
+        let repo = Repo::open(&opts.repo).await?;
+        let base = repo.resolve(&opts.base_ref).await?;
+        repo.ensure_state_dir()
+            .map_err(record_error(&repo.state_dir()))?;
+        return Ok((repo.root().to_path_buf(), base));
+    }
+    if !opts.repo.is_dir() {
+        return Err(EngineError::NotFound(format!(
+            "{} is not a directory",
+            opts.repo.display()
+        )));
+    }
+    Ok((opts.repo.clone(), String::new()))
+}

@@ -1,0 +1,115 @@
+//! A batch's spec and result, and its line in `aicli runs`.
+
+use std::path::PathBuf;
+
+use aicli_providers::{SessionResult, TaskSpec};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `batch.json`: what was asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BatchSpec {
+    /// The batch id.
+    pub batch_id: String,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// The repository.
+    pub repo: PathBuf,
+    /// The default provider.
+    pub provider: String,
+    /// Base commit of the worktrees.
+    pub base_ref: String,
+    /// The tasks (ids assigned).
+    pub tasks: Vec<TaskSpec>,
+    /// Parallelism.
+    pub max_parallel: usize,
+    /// Batch budget, USD.
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
+    /// Wall-clock limit per run, seconds, when the batch set one.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Idle limit per run, seconds, when the batch set one.
+    #[serde(default)]
+    pub idle_timeout_secs: Option<u64>,
+    /// Whether tasks ran in worktrees.
+    pub worktrees: bool,
+    /// The fake model API script the CLIs were pointed at (`--fake-api=SCRIPT`): an
+    /// answer or a resume of the batch's tasks points them at the same fakes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fake_api: Option<String>,
+    /// aicli's version.
+    pub aicli_version: String,
+}
+
+/// `result.json` of a batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct BatchResult {
+    /// The batch id.
+    pub batch_id: String,
+    /// The default provider.
+    pub provider: String,
+    /// When the batch started (RFC 3339).
+    pub timestamp: String,
+    /// Every task's latest result, in task order.
+    pub tasks: Vec<SessionResult>,
+    /// Tasks in the batch.
+    pub n_tasks: usize,
+    /// Tasks that succeeded.
+    pub n_succeeded: usize,
+    /// Tasks that failed.
+    pub n_failed: usize,
+    /// Tasks blocked on a question.
+    pub n_blocked: usize,
+    /// USD spent over all attempts of all tasks, counting known costs (reported by the
+    /// CLIs, or estimated).
+    pub total_cost_usd: f64,
+    /// The part of `total_cost_usd` that is estimated from the config's prices (a CLI
+    /// that reports no cost, a run cut off before its last line), not reported.
+    #[serde(default)]
+    pub estimated_cost_usd: f64,
+    /// Tasks with an attempt whose cost is unknown (so `total_cost_usd` is a lower bound).
+    pub n_cost_unknown: usize,
+    /// Wall-clock time of the batch (of this invocation when resumed).
+    pub wall_clock_ms: u64,
+    /// The budget, if any.
+    pub budget_usd: Option<f64>,
+    /// What is left of it: the budget minus what it counted
+    /// (`budget_charged_usd`), never below 0.
+    pub budget_remaining_usd: Option<f64>,
+    /// What the budget counted over all attempts: their costs, and for an attempt whose
+    /// cost is unknown its whole reservation. More than `budget_usd` when runs overspent
+    /// it (see the README's *Security and reliability*).
+    #[serde(default)]
+    pub budget_charged_usd: Option<f64>,
+    /// The most that was reserved at one time for the runs in flight of this
+    /// invocation (their caps together); at most what was left of the budget.
+    #[serde(default)]
+    pub budget_reserved_usd: Option<f64>,
+    /// Where the records are.
+    pub runs_dir: PathBuf,
+}
+
+/// A line of `aicli runs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchSummary {
+    /// The batch id.
+    pub batch_id: String,
+    /// When it started.
+    pub created_at: String,
+    /// Who ran its tasks: one provider, or several joined by commas.
+    pub provider: String,
+    /// Tasks.
+    pub n_tasks: usize,
+    /// Succeeded.
+    pub n_succeeded: usize,
+    /// Failed.
+    pub n_failed: usize,
+    /// Blocked.
+    pub n_blocked: usize,
+    /// Not finished (queued, running, interrupted).
+    pub n_unfinished: usize,
+    /// Known cost.
+    pub cost_usd: f64,
+}
+

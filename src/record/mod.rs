@@ -1,0 +1,333 @@
+//! Run records on disk: `<runs>/<batch-id>/`, every file name in [`files`].
+//!
+//! ```text
+//! batch.json                    the batch spec (written once, atomically)
+//! result.json                   the BatchResult (atomic; rewritten as the batch ends)
+//! tasks/<task>/task.json        the task's state and attempts (atomic rewrite)
+//! tasks/<task>/events.ndjson    raw stdout of every attempt, appended as received
+//! tasks/<task>/stderr.log       stderr of every attempt, appended
+//! tasks/<task>/aicli-events.ndjson  events aicli made (MCP logs, questions), appended
+//! tasks/<task>/result.json      the task's latest SessionResult (atomic)
+//! ```
+//!
+//! Appends are fsynced when an attempt ends; JSON files are replaced by atomic rename,
+//! so a `kill -9` at any moment leaves every file valid (an attempt that was running is
+//! recognisable: it has a start offset and no end).
+
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`files`] | every file name of a record |
+//! | `task` | [`TaskRecord`] and its attempts, what a task spent and was charged |
+//! | `batch` | [`BatchSpec`], [`BatchResult`], [`BatchSummary`] |
+//! | `lock` | [`TaskLock`]: one aicli process runs a task at a time |
+
+pub mod files;
+mod batch;
+mod lock;
+mod task;
+
+use std::path::{Path, PathBuf};
+
+use aicli_providers::SessionResult;
+
+pub use batch::{BatchResult, BatchSpec, BatchSummary};
+pub use lock::TaskLock;
+pub use task::{AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, TaskRecord, TaskState};
+
+use crate::util::{ensure_private_dir, read_json, write_json, write_json_atomic, create_private_dirs};
+
+/// A run-records directory.
+#[derive(Debug, Clone)]
+pub struct RunStore {
+    root: PathBuf,
+}
+
+/// One batch's record directory.
+#[derive(Debug, Clone)]
+pub struct BatchRecord {
+    dir: PathBuf,
+}
+
+/// Where a CLI session last ran, found in the run records by its id
+/// ([`RunStore::last_run_of_session`]).
+#[derive(Debug, Clone)]
+pub struct SessionRun {
+    /// The batch of that run.
+    pub batch_id: String,
+    /// Whether that batch ran its tasks in worktrees.
+    pub worktrees: bool,
+    /// The task's record (its worktree and branch while the worktree is kept).
+    pub task: TaskRecord,
+    /// The result of the attempt that ran the session last (its `session_totals` are the
+    /// session's cumulative figures at its end).
+    pub result: SessionResult,
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Reads `[start, end)` of a file (to its end when `end` is `None`).
+pub fn read_range(path: &Path, start: u64, end: Option<u64>) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::new();
+    match end {
+        Some(e) => {
+            f.take(e.saturating_sub(start)).read_to_end(&mut buf)?;
+        }
+        None => {
+            f.read_to_end(&mut buf)?;
+        }
+    }
+    Ok(buf)
+}
+
+impl RunStore {
+    /// The store at `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> RunStore {
+        RunStore { root: root.into() }
+    }
+
+    /// Its directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Creates the record of a new batch and writes its spec.
+    pub fn create_batch(&self, spec: &BatchSpec) -> std::io::Result<BatchRecord> {
+        // The record holds what the agents saw and printed: the owner's only, every
+        // directory of it 0700 whatever the umask.
+        let dir = self.root.join(&spec.batch_id);
+        ensure_private_dir(&self.root)?;
+        ensure_private_dir(&dir)?;
+        ensure_private_dir(&dir.join(files::TASKS_DIR))?;
+        write_json_atomic(&dir.join(files::BATCH_SPEC), spec)?;
+        Ok(BatchRecord { dir })
+    }
+
+    /// The record of batch `id`, or an error naming where it looked.
+    pub fn open_batch(&self, id: &str) -> Result<BatchRecord, String> {
+        let dir = self.root.join(id);
+        if dir.join(files::BATCH_SPEC).is_file() {
+            Ok(BatchRecord { dir })
+        } else {
+            Err(format!(
+                "no batch '{id}' in {} (no {}/batch.json)",
+                self.root.display(),
+                dir.display()
+            ))
+        }
+    }
+
+    /// Every batch, newest first.
+    pub fn list(&self) -> Vec<BatchRecord> {
+        let mut ids: Vec<PathBuf> = std::fs::read_dir(&self.root)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.join(files::BATCH_SPEC).is_file())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids.reverse();
+        ids.into_iter().map(|dir| BatchRecord { dir }).collect()
+    }
+
+    /// The last run, in any batch of this store, of provider `provider` that reported CLI
+    /// session `session_id`: the newest finished attempt whose result names it. A task
+    /// that resumes a session starts from there (its cumulative totals, its directory).
+    pub fn last_run_of_session(&self, provider: &str, session_id: &str) -> Option<SessionRun> {
+        let mut best: Option<((String, String, u32), SessionRun)> = None;
+        for batch in self.list() {
+            let Ok(spec) = batch.spec() else { continue };
+            let Ok(tasks) = batch.tasks() else { continue };
+            for task in tasks.into_iter().filter(|t| t.provider == provider) {
+                let found = task.attempts.iter().rev().find_map(|a| {
+                    let r = a.result.as_ref()?;
+                    (r.session_id.as_deref() == Some(session_id)).then(|| {
+                        let key = (
+                            a.finished_at.clone().unwrap_or_default(),
+                            spec.batch_id.clone(),
+                            a.attempt,
+                        );
+                        (key, r.clone())
+                    })
+                });
+                let Some((key, result)) = found else { continue };
+                if best.as_ref().is_some_and(|(k, _)| *k >= key) {
+                    continue;
+                }
+                best = Some((
+                    key,
+                    SessionRun {
+                        batch_id: spec.batch_id.clone(),
+                        worktrees: spec.worktrees,
+                        task,
+                        result,
+                    },
+                ));
+            }
+        }
+        best.map(|(_, run)| run)
+    }
+
+    /// Every batch holding task `task_ref` (`TASK` or `BATCH/TASK`), newest first.
+    pub fn find_tasks(&self, task_ref: &str) -> Vec<(BatchRecord, String)> {
+        let (batch, task) = match task_ref.split_once('/') {
+            Some((b, t)) => (Some(b), t),
+            None => (None, task_ref),
+        };
+        self.list()
+            .into_iter()
+            .filter(|rec| batch.is_none_or(|b| b == rec.batch_id()))
+            .filter(|rec| rec.task_dir(task).join(files::TASK).is_file())
+            .map(|rec| (rec, task.to_owned()))
+            .collect()
+    }
+}
+
+impl BatchRecord {
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The batch id.
+    pub fn batch_id(&self) -> String {
+        self.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> Result<BatchSpec, String> {
+        read_json(&self.dir.join(files::BATCH_SPEC))
+    }
+
+    /// The result, if the batch ended (or was summarized) at least once.
+    pub fn result(&self) -> Option<BatchResult> {
+        read_json(&self.dir.join(files::BATCH_RESULT)).ok()
+    }
+
+    /// Writes the batch result.
+    pub fn write_result(&self, r: &BatchResult) -> std::io::Result<()> {
+        write_json_atomic(&self.dir.join(files::BATCH_RESULT), r)
+    }
+
+    /// A task's record directory (created).
+    pub fn task_dir(&self, task_id: &str) -> PathBuf {
+        self.dir.join(files::TASKS_DIR).join(task_id)
+    }
+
+    /// Reads a task's record.
+    pub fn task(&self, task_id: &str) -> Result<TaskRecord, String> {
+        read_json(&self.task_dir(task_id).join(files::TASK))
+    }
+
+    /// Writes a task's record (and `result.json` when it has a result), atomically;
+    /// fsynced when `durable` (at the end of an attempt).
+    pub fn write_task(&self, rec: &TaskRecord, durable: bool) -> std::io::Result<()> {
+        let dir = self.task_dir(&rec.task.id);
+        create_private_dirs(&dir)?;
+        write_json(&dir.join(files::TASK), rec, durable)?;
+        if let Some(r) = rec.latest_result() {
+            write_json(&dir.join(files::TASK_RESULT), r, durable)?;
+        }
+        Ok(())
+    }
+
+    /// [`BatchRecord::write_task`] with the file I/O on the blocking pool (a record is
+    /// serialized here, written and renamed there: an fsync takes milliseconds, and on
+    /// an async worker it would stall every other run's I/O).
+    pub async fn write_task_off_thread(
+        &self,
+        rec: &TaskRecord,
+        durable: bool,
+    ) -> std::io::Result<()> {
+        let dir = self.task_dir(&rec.task.id);
+        let task = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
+        let result = rec
+            .latest_result()
+            .map(serde_json::to_vec_pretty)
+            .transpose()
+            .map_err(std::io::Error::other)?;
+        tokio::task::spawn_blocking(move || {
+            create_private_dirs(&dir)?;
+            crate::util::write_bytes(&dir.join(files::TASK), task, durable)?;
+            if let Some(r) = result {
+                crate::util::write_bytes(&dir.join(files::TASK_RESULT), r, durable)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+
+    /// The size of a task's `events.ndjson` (where the next attempt's stdout starts).
+    pub fn events_len(&self, task_id: &str) -> u64 {
+        file_len(&self.task_dir(task_id).join(files::EVENTS))
+    }
+
+    /// The size of a task's `aicli-events.ndjson`.
+    pub fn aicli_events_len(&self, task_id: &str) -> u64 {
+        file_len(&self.task_dir(task_id).join(files::AICLI_EVENTS))
+    }
+
+    /// The size of a task's `stderr.log`.
+    pub fn stderr_len(&self, task_id: &str) -> u64 {
+        file_len(&self.task_dir(task_id).join(files::STDERR))
+    }
+
+    /// USD the batch budget has counted so far over every attempt of every task
+    /// ([`TaskRecord::charged`]; 0 when the records cannot be read).
+    pub fn charged_usd(&self) -> f64 {
+        self.tasks()
+            .map(|ts| ts.iter().map(TaskRecord::charged).sum())
+            .unwrap_or(0.0)
+    }
+
+    /// Every task record, in spec order.
+    pub fn tasks(&self) -> Result<Vec<TaskRecord>, String> {
+        let spec = self.spec()?;
+        spec.tasks.iter().map(|t| self.task(&t.id)).collect()
+    }
+
+    /// One line for `aicli runs`.
+    pub fn summary(&self) -> Result<BatchSummary, String> {
+        let spec = self.spec()?;
+        let tasks = self.tasks().unwrap_or_default();
+        let count = |s: TaskState| tasks.iter().filter(|t| t.state == s).count();
+        // Who ran the tasks (a mixed batch names each), not only the default.
+        let mut providers: Vec<&str> = Vec::new();
+        for t in &tasks {
+            if !providers.contains(&t.provider.as_str()) {
+                providers.push(&t.provider);
+            }
+        }
+        let provider = if providers.is_empty() {
+            spec.provider.clone()
+        } else {
+            providers.join(",")
+        };
+        Ok(BatchSummary {
+            batch_id: spec.batch_id,
+            created_at: spec.created_at,
+            provider,
+            n_tasks: spec.tasks.len(),
+            n_succeeded: count(TaskState::Succeeded),
+            n_failed: count(TaskState::Failed),
+            n_blocked: count(TaskState::Blocked),
+            n_unfinished: spec.tasks.len()
+                - count(TaskState::Succeeded)
+                - count(TaskState::Failed)
+                - count(TaskState::Blocked),
+            cost_usd: tasks.iter().map(|t| t.spent().0).sum(),
+        })
+    }
+}
+
