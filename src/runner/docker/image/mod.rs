@@ -119,9 +119,10 @@ pub async fn build(
         && have != want
     {
         return Err(DockerError::Work(format!(
-            "{} in {} is version '{have}', the pin is {want}: install the pinned CLI first (.ci/install-clis.sh)",
+            "{} in {} is version '{have}', the pin is {want}: install the pinned CLI first (`aicli install {}`)",
             spec.package,
-            spec.npm_dir.display()
+            spec.npm_dir.display(),
+            spec.provider
         )));
     }
     let bin_rel = bin_entry(&pkg, &spec.binary_name).ok_or_else(|| {
@@ -389,7 +390,7 @@ fn read_package(dir: &Path) -> Result<Value, DockerError> {
     let file = dir.join("package.json");
     let text = std::fs::read_to_string(&file).map_err(|e| {
         DockerError::Work(format!(
-            "{} is not in aicli's npm cache ({e}); install the pinned CLIs first (.ci/install-clis.sh)",
+            "{} is not in aicli's npm cache ({e}); install the pinned CLIs first (`aicli install PROVIDER`)",
             file.display()
         ))
     })?;
