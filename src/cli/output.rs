@@ -251,6 +251,49 @@ fn time_taken(r: &SessionResult, elapsed: Option<Duration>) -> String {
     }
 }
 
+/// The batch's totals line: the tasks by outcome, the cost of all its runs, the time,
+/// what is left of a budget.
+fn totals(b: &BatchResult, interrupted: usize) -> String {
+    let failed = b.n_failed.saturating_sub(interrupted);
+    let mut out = format!(
+        "\n{} tasks: {} succeeded, {failed} failed, {} blocked{} · cost ${:.4}{}{}{} · {:.1}s",
+        b.n_tasks,
+        b.n_succeeded,
+        b.n_blocked,
+        if interrupted > 0 {
+            format!(", {interrupted} interrupted")
+        } else {
+            String::new()
+        },
+        b.total_cost_usd,
+        all_runs_note(b),
+        if b.estimated_cost_usd > 0.0 {
+            format!(" (~${:.4} of it estimated)", b.estimated_cost_usd)
+        } else {
+            String::new()
+        },
+        if b.n_cost_unknown > 0 {
+            format!(" + unknown ({} tasks)", b.n_cost_unknown)
+        } else {
+            String::new()
+        },
+        b.wall_clock_ms as f64 / 1000.0
+    );
+    if let Some(budget) = b.budget_usd {
+        // What the budget counted: costs, and a whole share for a run of unknown cost.
+        let left = budget - b.budget_charged_usd.unwrap_or(b.total_cost_usd);
+        if left >= 0.0 {
+            out.push_str(&format!(" · budget ${budget:.4}, ${left:.4} left"));
+        } else {
+            out.push_str(&format!(
+                " · budget ${budget:.4}, over budget by ${:.4}",
+                -left
+            ));
+        }
+    }
+    out
+}
+
 /// ` over all runs ($0.0007 in the last runs above)` when the batch's total, which
 /// counts every run of every task (a question's run and its answer's), is not what the
 /// table's "cost (last run)" column adds up to; empty when it is.
@@ -347,43 +390,7 @@ pub fn batch_table(b: &BatchResult) -> String {
         .iter()
         .filter(|t| t.status == SessionStatus::Interrupted)
         .count();
-    let failed = b.n_failed.saturating_sub(interrupted);
-    out.push_str(&format!(
-        "\n{} tasks: {} succeeded, {failed} failed, {} blocked{} · cost ${:.4}{}{}{} · {:.1}s",
-        b.n_tasks,
-        b.n_succeeded,
-        b.n_blocked,
-        if interrupted > 0 {
-            format!(", {interrupted} interrupted")
-        } else {
-            String::new()
-        },
-        b.total_cost_usd,
-        all_runs_note(b),
-        if b.estimated_cost_usd > 0.0 {
-            format!(" (~${:.4} of it estimated)", b.estimated_cost_usd)
-        } else {
-            String::new()
-        },
-        if b.n_cost_unknown > 0 {
-            format!(" + unknown ({} tasks)", b.n_cost_unknown)
-        } else {
-            String::new()
-        },
-        b.wall_clock_ms as f64 / 1000.0
-    ));
-    if let Some(budget) = b.budget_usd {
-        // What the budget counted: costs, and a whole share for a run of unknown cost.
-        let left = budget - b.budget_charged_usd.unwrap_or(b.total_cost_usd);
-        if left >= 0.0 {
-            out.push_str(&format!(" · budget ${budget:.4}, ${left:.4} left"));
-        } else {
-            out.push_str(&format!(
-                " · budget ${budget:.4}, over budget by ${:.4}",
-                -left
-            ));
-        }
-    }
+    out.push_str(&totals(b, interrupted));
     out.push_str(&format!("\nrecords: {}", b.runs_dir.display()));
     for r in b
         .tasks
