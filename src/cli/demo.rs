@@ -2,8 +2,8 @@
 //! parallel in a scratch repository against the embedded fake model APIs, with the live
 //! display; each one answers, writes a file with its shell tool, lists its worktree
 //! through aicli's MCP server (`getWorkspaceFiles`) and asks a question (`ask_user`),
-//! which the demo answers (or lets you answer); the same CLI session then resumes and
-//! finishes. It ends with the results table, where the records are, and what to try
+//! which the demo answers (or lets you answer, with an option's number or any text); the
+//! same CLI session then resumes, writes the answer into its file and finishes. It ends with the results table, where the records are, and what to try
 //! next.
 
 use std::io::IsTerminal;
