@@ -31,6 +31,11 @@ pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))
 }
 
+/// `1 file`, `2 files`: `n` and the noun in its number.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Now, as RFC 3339 UTC with milliseconds (`2026-11-30T04:39:00.123Z`): records are
 /// ordered by these strings, and two runs of a session can end within one second.
 pub fn now_rfc3339() -> String {
