@@ -187,19 +187,39 @@ impl FakeApis {
 }
 
 impl FakeWiring {
-    /// Writes [`FakeWiring::home_files`] under `home` (created when missing).
+    /// Writes [`FakeWiring::home_files`] under `home` (created when missing), private
+    /// as everything aicli makes under `.aicli`: `home` and the directories it makes
+    /// there 0700, the files 0600, whatever the umask. (What the CLIs then write in
+    /// their HOME follows the CLI and the umask, inside the 0700 `home`.)
     pub fn write_home(&self, home: &Path) -> Result<(), FakeApiError> {
-        let wiring = aicli_testkit::CliWiring {
-            vendor: Vendor::Anthropic,
-            env: BTreeMap::new(),
-            args: Vec::new(),
-            home_files: self.home_files.clone(),
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let failed = |path: &Path| {
+            let path = path.to_owned();
+            move |source| FakeApiError::Write { path, source }
         };
-        std::fs::create_dir_all(home).map_err(|source| FakeApiError::Write {
-            path: home.to_owned(),
-            source,
-        })?;
-        wiring.write_files(home)
+        crate::util::ensure_private_dir(home).map_err(failed(home))?;
+        for file in &self.home_files {
+            let path = home.join(&file.path);
+            if let Some(dir) = path.parent() {
+                crate::util::create_private_dirs(dir).map_err(failed(dir))?;
+            }
+            let text = serde_json::to_string_pretty(&file.json).unwrap_or_default();
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(crate::util::PRIVATE_FILE_MODE)
+                .open(&path)
+                .map_err(failed(&path))?;
+            // A file an older aicli (or the umask) made wider is narrowed too.
+            f.set_permissions(std::fs::Permissions::from_mode(
+                crate::util::PRIVATE_FILE_MODE,
+            ))
+            .map_err(failed(&path))?;
+            f.write_all(text.as_bytes()).map_err(failed(&path))?;
+        }
+        Ok(())
     }
 
     /// The whole environment of a CLI run against the fakes: `HOME=home`, `PATH`,

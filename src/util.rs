@@ -73,6 +73,11 @@ pub fn open_private_rw(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// `1 file`, `2 files`: `n` and the noun in its number.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Now, as RFC 3339 UTC with milliseconds (`2026-11-30T04:39:00.123Z`): records are
 /// ordered by these strings, and two runs of a session can end within one second.
 pub fn now_rfc3339() -> String {

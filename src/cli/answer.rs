@@ -2,7 +2,9 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Instant;
 
+use aicli::record::{RunStore, TaskState};
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
@@ -18,39 +20,59 @@ pub(super) async fn answer(
     fake: FakeApiArgs,
     r: RepoArgs,
 ) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
     if text.trim().is_empty() {
         return Err(usage(format!(
             "the answer to {task} is empty: give the text the agent should continue with, e.g. aicli answer {task} \"Use Postgres\""
         )));
     }
     let repo = repo_dir(&r)?;
-    let cancel = CancellationToken::new();
-    // A bare task id may be in any batch: accept the containers' host names then.
-    let docker = match task.split_once('/') {
-        Some((batch_id, _)) => batch_uses_docker(config_path, &repo, &r, batch_id),
-        None => true,
+    // A bare task id is resolved in the run store first, as the engine resolves it: only
+    // then is it known whether its batch runs in containers.
+    let store = super::common::engine(config_path)?.store(&repo, r.runs_dir.as_deref());
+    let task_ref = match task.split_once('/') {
+        Some(_) => task.to_owned(),
+        None => qualified(&store, task).unwrap_or_else(|| task.to_owned()),
     };
+    let batch_id = task_ref.split_once('/').map(|(b, _)| b.to_owned());
+    let docker = batch_id
+        .as_deref()
+        .is_some_and(|b| batch_uses_docker(config_path, &repo, &r, b));
+    let cancel = CancellationToken::new();
     let running = start_engine(config_path, &repo, no_mcp, &fake, docker, &cancel).await?;
     let store = running.engine.store(&repo, r.runs_dir.as_deref());
     let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), true);
     let printer = super::printer::spawn(rx, json_out, cancel.clone());
-    let result = running.engine.answer(&store, task, text, tx, cancel).await;
+    let result = running
+        .engine
+        .answer(&store, &task_ref, text, tx, cancel)
+        .await;
     running.stop();
     let mut printer = printer.await?;
     let r = result?;
     if !json_out && let Some(c) = &r.continuation {
+        // The answer's streamed text may end without a newline (Gemini's deltas).
+        printer.finish();
         outln!("({})", c.reason);
     }
-    // The batch, for the hints: named in the reference, else the one the task is in.
-    let batch_id = match task.split_once('/') {
-        Some((b, _)) => Some(b.to_owned()),
-        None => store
-            .find_tasks(task)
-            .into_iter()
-            .map(|(b, _)| b.batch_id())
-            .next_back(),
-    };
-    printer.result(&r, batch_id.as_deref())?;
+    printer.result(&r, batch_id.as_deref(), started.elapsed())?;
     Ok(finish(&r))
+}
+
+/// `BATCH/TASK` for a bare task id, picked the way the engine picks it: the one batch
+/// where the task is blocked, else the newest batch that holds it. `None` when no batch
+/// holds it, or several hold it blocked (the engine then says which to name).
+fn qualified(store: &RunStore, task: &str) -> Option<String> {
+    let found = store.find_tasks(task);
+    let blocked: Vec<_> = found
+        .iter()
+        .filter(|(b, t)| b.task(t).is_ok_and(|r| r.state == TaskState::Blocked))
+        .collect();
+    let (batch, id) = match blocked.as_slice() {
+        [one] => *one,
+        [] => found.first()?,
+        _ => return None,
+    };
+    Some(format!("{}/{id}", batch.batch_id()))
 }

@@ -119,8 +119,9 @@ pub(super) async fn worktree_base(
             .await
             .unwrap_or_default();
         eprintln!(
-            "aicli: warning: {} has uncommitted changes ({changed} files); the tasks start from HEAD ({head}) and will not see them. Commit them, or pass --include-uncommitted to carry them into each task's worktree.",
-            repo.display()
+            "aicli: warning: {} has uncommitted changes ({}); the tasks start from HEAD ({head}) and will not see them. Commit them, or pass --include-uncommitted to carry them into each task's worktree.",
+            repo.display(),
+            aicli::util::count(changed as u64, "file", "files")
         );
         return Ok("HEAD".to_owned());
     }
@@ -158,7 +159,8 @@ pub(super) async fn worktree_base(
         .await
         .with_context(|| step("git update-ref"))?;
     eprintln!(
-        "aicli: the tasks start from the working tree as it is ({changed} changed files, commit {} on top of HEAD)",
+        "aicli: the tasks start from the working tree as it is ({}, commit {} on top of HEAD)",
+        aicli::util::count(changed as u64, "changed file", "changed files"),
         &commit[..commit.len().min(10)]
     );
     Ok(commit)

@@ -2,8 +2,8 @@
 //! parallel in a scratch repository against the embedded fake model APIs, with the live
 //! display; each one answers, writes a file with its shell tool, lists its worktree
 //! through aicli's MCP server (`getWorkspaceFiles`) and asks a question (`ask_user`),
-//! which the demo answers (or lets you answer); the same CLI session then resumes and
-//! finishes. It ends with the results table, where the records are, and what to try
+//! which the demo answers (or lets you answer, with an option's number or any text); the
+//! same CLI session then resumes, writes the answer into its file and finishes. It ends with the results table, where the records are, and what to try
 //! next.
 
 use std::io::IsTerminal;
@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 
 use aicli::fake_api::FakeApis;
 use aicli::mcp::{McpServer, McpServerOptions};
-use aicli::providers::{PermissionMode, SessionStatus, TaskSpec};
+use aicli::providers::{AiCliConfig, PermissionMode, SessionStatus, TaskSpec};
+use aicli::record::RunStore;
 use aicli::{BatchOptions, BatchResult, Engine};
-use aicli_testkit::{FakeApi, Script, Vendor};
+use aicli_testkit::{ANSWER_PLACEHOLDER, FakeApi, Script, Vendor};
 use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::json;
@@ -55,12 +56,13 @@ fn file_of(cli: &str) -> String {
     format!("demo-{cli}.txt")
 }
 
-/// What the fake model of `vendor` does, request by request.
+/// What the fake model of `vendor` does, request by request. After the answer it
+/// writes the answer into the CLI's file with the shell tool, and says it.
 fn script(vendor: Vendor) -> Script {
     let cli = vendor.cli_name();
+    let file = file_of(cli);
     Script::shell(format!(
-        "echo 'written by {cli} with its shell tool' > {}",
-        file_of(cli)
+        "echo 'written by {cli} with its shell tool' > {file}"
     ))
     .with_preamble(format!(
         "Hello from the fake {vendor} model! I will write a file with my shell tool, list the workspace through aicli, and ask you one question."
@@ -72,10 +74,14 @@ fn script(vendor: Vendor) -> Script {
         json!({"question": QUESTION, "options": OPTIONS}),
     )
     .then_text("I asked the user; I will go on when the answer comes.")
-    .then_text(format!(
-        "Thanks for the answer. {} is written and the task is done.",
-        file_of(cli)
+    .then_shell(format!(
+        "printf 'greeting: %s\\n' {ANSWER_PLACEHOLDER} >> {file}"
     ))
+    .with_answer()
+    .then_text(format!(
+        "Thanks for the answer. {file} now ends with \"greeting: {ANSWER_PLACEHOLDER}\", and the task is done."
+    ))
+    .with_answer()
 }
 
 /// The demo task of `provider` (`cli` is its CLI's name): tools allowed the way each
@@ -169,8 +175,8 @@ fn scratch_repo(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The answer to `question`: typed by the user (Enter takes the first option), or the
-/// first option when not asking.
+/// The answer to `question`: typed by the user (an option's number or any text; Enter
+/// takes the first option), or the first option when not asking.
 async fn answer_of(task: &str, question: &aicli::providers::PendingQuestion, ask: bool) -> String {
     let default = question
         .options
@@ -185,9 +191,9 @@ async fn answer_of(task: &str, question: &aicli::providers::PendingQuestion, ask
         return default;
     }
     eprint!(
-        "\n{task} asks: {}\n  options: {}\n  your answer (Enter = \"{default}\"): ",
+        "\n{task} asks: {}\n{}",
         question.question,
-        question.options.join(" / ")
+        prompt(&question.options, &default)
     );
     let line = tokio::task::spawn_blocking(|| {
         let mut s = String::new();
@@ -197,24 +203,44 @@ async fn answer_of(task: &str, question: &aicli::providers::PendingQuestion, ask
     .ok()
     .and_then(Result::ok)
     .unwrap_or_default();
+    let answer = chosen(&line, &question.options, &default);
+    eprintln!("  -> answering \"{answer}\"");
+    answer
+}
+
+/// What the demo asks: the numbered options, and that a number or text will do.
+fn prompt(options: &[String], default: &str) -> String {
+    if options.is_empty() {
+        return format!("  your answer, as text (Enter = \"{default}\"): ");
+    }
+    let numbered: Vec<String> = options
+        .iter()
+        .enumerate()
+        .map(|(i, o)| format!("{}) {o}", i + 1))
+        .collect();
+    format!(
+        "  options: {}\n  your answer, a number or text (Enter = 1, \"{default}\"): ",
+        numbered.join("  ")
+    )
+}
+
+/// The answer a typed line stands for: an option's number is that option, an empty line
+/// the default, anything else itself.
+fn chosen(line: &str, options: &[String], default: &str) -> String {
     let line = line.trim();
     if line.is_empty() {
-        default
-    } else {
-        line.to_owned()
+        return default.to_owned();
+    }
+    match line.parse::<usize>() {
+        Ok(n) if (1..=options.len()).contains(&n) => options[n - 1].clone(),
+        _ => line.to_owned(),
     }
 }
 
-pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Result<ExitCode> {
-    let started = Instant::now();
-    let mut config = load_config(config_path)?;
-    let dir = a
-        .dir
-        .clone()
-        .unwrap_or_else(|| aicli::install::cache_dir().join("demo"));
-    // One provider per CLI: the entry named after it.
+/// One provider per installed CLI: the entry named after it; the missing ones are said.
+fn installed_clis(config: &AiCliConfig) -> anyhow::Result<Vec<(String, Vendor)>> {
     let path = aicli::install::search_path_with_cache(&std::env::var("PATH").unwrap_or_default());
-    let reg = registry(&config)?;
+    let reg = registry(config)?;
     let mut chosen: Vec<(String, Vendor)> = Vec::new();
     for vendor in Vendor::ALL {
         let name = vendor.cli_name();
@@ -228,9 +254,65 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
     }
     if chosen.is_empty() {
         bail!(
-            "no CLI to run: claude, codex and gemini are all missing. Install them with `aicli install` (needs Node.js 20+ with npm), then run `aicli demo` again"
+            "no CLI to run: claude, codex and gemini are all missing. Install them with `aicli install` (needs Node.js 22 or later, with npm), then run `aicli demo` again"
         );
     }
+    Ok(chosen)
+}
+
+/// What the demo runs on: the fake model APIs (the CLIs wired to them, their HOME in
+/// the scratch repository) and aicli's MCP server, both stopped by [`Setup::stop`].
+struct Setup {
+    engine: Engine,
+    apis: FakeApis,
+    server: Arc<McpServer>,
+}
+
+impl Setup {
+    async fn start(
+        mut config: AiCliConfig,
+        dir: &Path,
+        vendors: &[Vendor],
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<Setup> {
+        let apis = FakeApis::start(IpAddr::from([127, 0, 0, 1]), vendors, script).await?;
+        let wiring = apis.wire(&mut config, FakeApi::base_url);
+        let home = home_of(dir);
+        wiring.write_home(&home)?;
+        let inherited: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+        let env = wiring.env(&home, &inherited);
+        let server = Arc::new(
+            McpServer::start(
+                McpServerOptions::from_config(&config, dir),
+                cancel.child_token(),
+            )
+            .await?,
+        );
+        let reg = registry(&config)?;
+        let engine = Engine::new(config, reg)
+            .with_env(env)
+            .with_agent_server(server.clone());
+        Ok(Setup {
+            engine,
+            apis,
+            server,
+        })
+    }
+
+    fn stop(self) {
+        self.server.cancellation_token().cancel();
+        drop(self.apis);
+    }
+}
+
+pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let config = load_config(config_path)?;
+    let dir = a
+        .dir
+        .clone()
+        .unwrap_or_else(|| aicli::install::cache_dir().join("demo"));
+    let chosen = installed_clis(&config)?;
     scratch_repo(&dir)?;
     let dir = dir.canonicalize().unwrap_or(dir);
     eprintln!(
@@ -242,89 +324,22 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
             .join(", "),
         dir.display()
     );
-
     let vendors: Vec<Vendor> = chosen.iter().map(|(_, v)| *v).collect();
-    let apis = FakeApis::start(IpAddr::from([127, 0, 0, 1]), &vendors, script).await?;
-    let wiring = apis.wire(&mut config, FakeApi::base_url);
-    let home = home_of(&dir);
-    wiring.write_home(&home)?;
-    let inherited: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    let env = wiring.env(&home, &inherited);
     let cancel = CancellationToken::new();
-    let server = Arc::new(
-        McpServer::start(
-            McpServerOptions::from_config(&config, &dir),
-            cancel.child_token(),
-        )
-        .await?,
-    );
-    let reg = registry(&config)?;
-    let engine = Engine::new(config.clone(), reg)
-        .with_env(env)
-        .with_agent_server(server.clone());
+    let setup = Setup::start(config, &dir, &vendors, &cancel).await?;
+    let engine = &setup.engine;
     ctrl_c_cancels(cancel.clone(), false);
 
     // 1. The batch: every CLI at once, until each asks its question.
-    let tasks: Vec<TaskSpec> = chosen.iter().map(|(n, v)| task(n, *v)).collect();
-    let mut opts = BatchOptions::new(&dir);
-    opts.max_parallel = Some(tasks.len());
-    opts.timeout = Some(Duration::from_secs(180));
-    opts.idle_timeout = Some(Duration::from_secs(90));
-    let providers: Vec<String> = chosen.iter().map(|(n, _)| n.clone()).collect();
-    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
-    let shown = tokio::spawn(display(rx, DisplayOptions::new(&providers, cancel.clone())));
-    let first = engine.run_batch(tasks, opts, tx, cancel.clone()).await;
-    let _ = shown.await;
-    let first = first?;
+    let first = first_batch(engine, &chosen, &dir, &cancel).await?;
     let batch_id = first.batch_id.clone();
     let store = engine.store(&dir, None);
-
     // 2. The questions: answered (by you, on a terminal), each resuming its session.
-    let blocked: Vec<_> = first
-        .tasks
-        .iter()
-        .filter(|t| t.status == SessionStatus::Blocked)
-        .filter_map(|t| t.question.clone().map(|q| (t.task_id.clone(), q)))
-        .collect();
-    if !blocked.is_empty() && !cancel.is_cancelled() {
+    if !cancel.is_cancelled() {
         let ask =
             !a.yes && !a.json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-        let mut answers = Vec::new();
-        for (task_id, q) in &blocked {
-            answers.push((task_id.clone(), answer_of(task_id, q, ask).await));
-        }
-        let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
-        let answering: Vec<String> = blocked
-            .iter()
-            .filter_map(|(t, _)| {
-                chosen
-                    .iter()
-                    .find(|(n, _)| format!("{n}-demo") == *t)
-                    .map(|(n, _)| n.clone())
-            })
-            .collect();
-        let shown = tokio::spawn(display(rx, DisplayOptions::new(&answering, cancel.clone())));
-        let mut runs = tokio::task::JoinSet::new();
-        for (task_id, text) in &answers {
-            let task_ref = format!("{batch_id}/{task_id}");
-            let engine = engine.clone();
-            let store = store.clone();
-            let tx = tx.clone();
-            let cancel = cancel.clone();
-            let text = text.clone();
-            runs.spawn(async move { engine.answer(&store, &task_ref, &text, tx, cancel).await });
-        }
-        drop(tx);
-        while let Some(r) = runs.join_next().await {
-            match r {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => eprintln!("aicli demo: an answer did not run: {e}"),
-                Err(e) => eprintln!("aicli demo: an answer did not finish: {e}"),
-            }
-        }
-        let _ = shown.await;
+        answer_questions(engine, &store, &first, ask, &cancel).await;
     }
-
     // 3. The batch as its records now say (every answer settled), for the whole demo.
     let tx = aicli::LiveSender::new(aicli::live::DEFAULT_QUEUE_BYTES);
     let mut result: BatchResult = engine
@@ -336,20 +351,92 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
     {
         tracing::warn!(error = %e, "cannot rewrite the batch result");
     }
-    server.cancellation_token().cancel();
+    setup.stop();
     cancel.cancel();
-    drop(apis);
 
     if a.json {
         outln!("{}", serde_json::to_string(&result)?);
+        eprint!("{}", report(&result, &dir));
+    } else {
+        outln!("{}", report(&result, &dir).trim_start_matches('\n'));
     }
+    Ok(ExitCode::from(batch_code(&result)))
+}
+
+/// Runs the demo's tasks, one per CLI, at once with the live display, until each has
+/// asked its question (or ended).
+async fn first_batch(
+    engine: &Engine,
+    chosen: &[(String, Vendor)],
+    dir: &Path,
+    cancel: &CancellationToken,
+) -> anyhow::Result<BatchResult> {
+    let tasks: Vec<TaskSpec> = chosen.iter().map(|(n, v)| task(n, *v)).collect();
+    let mut opts = BatchOptions::new(dir);
+    opts.max_parallel = Some(tasks.len());
+    opts.timeout = Some(Duration::from_secs(180));
+    opts.idle_timeout = Some(Duration::from_secs(90));
+    let providers: Vec<String> = chosen.iter().map(|(n, _)| n.clone()).collect();
+    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
+    let shown = tokio::spawn(display(rx, DisplayOptions::new(&providers, cancel.clone())));
+    let first = engine.run_batch(tasks, opts, tx, cancel.clone()).await;
+    let _ = shown.await;
+    Ok(first?)
+}
+
+/// Answers every blocked task of `first` (asking on a terminal when `ask`), all at once,
+/// each resuming its CLI session with the live display.
+async fn answer_questions(
+    engine: &Engine,
+    store: &RunStore,
+    first: &BatchResult,
+    ask: bool,
+    cancel: &CancellationToken,
+) {
+    let blocked: Vec<_> = first
+        .tasks
+        .iter()
+        .filter(|t| t.status == SessionStatus::Blocked)
+        .filter_map(|t| t.question.clone().map(|q| (t, q)))
+        .collect();
+    if blocked.is_empty() {
+        return;
+    }
+    let mut answers = Vec::new();
+    for (t, q) in &blocked {
+        answers.push((t.task_id.clone(), answer_of(&t.task_id, q, ask).await));
+    }
+    let answering: Vec<String> = blocked.iter().map(|(t, _)| t.provider.clone()).collect();
+    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
+    let shown = tokio::spawn(display(rx, DisplayOptions::new(&answering, cancel.clone())));
+    let mut runs = tokio::task::JoinSet::new();
+    for (task_id, text) in answers {
+        let task_ref = format!("{}/{task_id}", first.batch_id);
+        let (engine, store, tx, cancel) =
+            (engine.clone(), store.clone(), tx.clone(), cancel.clone());
+        runs.spawn(async move { engine.answer(&store, &task_ref, &text, tx, cancel).await });
+    }
+    drop(tx);
+    while let Some(r) = runs.join_next().await {
+        match r {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => eprintln!("aicli demo: an answer did not run: {e}"),
+            Err(e) => eprintln!("aicli demo: an answer did not finish: {e}"),
+        }
+    }
+    let _ = shown.await;
+}
+
+/// The demo's closing text: what each CLI said last, the table, the worktrees and what
+/// to try next.
+fn report(result: &BatchResult, dir: &Path) -> String {
     let mut text = String::new();
     text.push_str("\nWhat each CLI said last:\n");
     for t in &result.tasks {
         let said = t.response.lines().next().unwrap_or_default();
         text.push_str(&format!("  {}: {said}\n", t.task_id));
     }
-    text.push_str(&format!("\n{}\n", output::batch_table(&result)));
+    text.push_str(&format!("\n{}\n", output::batch_table(result)));
     let worktrees: Vec<String> = result
         .tasks
         .iter()
@@ -361,20 +448,16 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
         .collect();
     if !worktrees.is_empty() {
         text.push_str(&format!(
-            "worktrees (each with the file its CLI wrote):\n{}\n",
+            "worktrees (each with the file its CLI wrote, ending with your answer):\n{}\n",
             worktrees.join("\n")
         ));
     }
     let repo = shell_word(&dir.display().to_string());
+    let batch_id = &result.batch_id;
     text.push_str(&format!(
         "\nTry next:\n  aicli runs show {batch_id} --repo {repo}      # every attempt, the question and its answer\n  aicli batch {repo}/tasks.json --fake-api --repo {repo}      # a tasks file of your own, still offline\n  aicli run \"Add a unit test for the parser\" --provider claude   # for real, in your repository (see `aicli status`)\n"
     ));
-    if a.json {
-        eprint!("{text}");
-    } else {
-        outln!("{}", text.trim_start_matches('\n'));
-    }
-    Ok(ExitCode::from(batch_code(&result)))
+    text
 }
 
 /// `s` quoted for a POSIX shell when it needs it.
@@ -385,5 +468,23 @@ fn shell_word(s: &str) -> String {
         s.to_owned()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_option_s_number_is_that_option_and_the_prompt_says_so() {
+        let options: Vec<String> = OPTIONS.iter().map(|o| (*o).to_owned()).collect();
+        assert_eq!(chosen("3\n", &options, "Hello, world"), "Hallo");
+        assert_eq!(chosen("  \n", &options, "Hello, world"), "Hello, world");
+        assert_eq!(chosen("4", &options, "Hello, world"), "4");
+        assert_eq!(chosen("0", &options, "Hello, world"), "0");
+        assert_eq!(chosen("Salut", &options, "Hello, world"), "Salut");
+        let p = prompt(&options, "Hello, world");
+        assert!(p.contains("1) Hello, world  2) Bonjour  3) Hallo"), "{p}");
+        assert!(p.contains("a number or text"), "{p}");
     }
 }

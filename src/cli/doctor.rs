@@ -3,9 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use serde_json::json;
+use aicli::runner::docker::image::ImageReport;
+use serde_json::{Value, json};
 
-use super::probe::{auth_words, probe_all};
+use super::probe::{Probe, auth_words, probe_all};
 use super::{load_config, registry};
 
 /// The CLI versions named in `fixtures/<provider>/*.meta.json`.
@@ -26,6 +27,58 @@ pub(super) fn fixture_versions(dir: &Path, provider: &str) -> std::collections::
     out
 }
 
+/// Where the recorded fixtures are, and how they were found.
+#[derive(Debug)]
+struct Fixtures {
+    /// The directory, when there is one.
+    dir: Option<PathBuf>,
+    /// Where it came from, or where aicli looked.
+    said: String,
+}
+
+impl Fixtures {
+    /// `--fixtures DIR`, else `./fixtures`, else the `fixtures` of the source tree this
+    /// aicli was built from (its repository root), when it is still there.
+    fn find(explicit: Option<PathBuf>) -> Fixtures {
+        if let Some(d) = explicit {
+            let said = if d.is_dir() {
+                format!("{} (--fixtures)", d.display())
+            } else {
+                format!("{}: no such directory (--fixtures)", d.display())
+            };
+            return Fixtures {
+                dir: d.is_dir().then_some(d),
+                said,
+            };
+        }
+        let here = PathBuf::from("fixtures");
+        if here.is_dir() {
+            let shown = std::fs::canonicalize(&here).unwrap_or(here.clone());
+            return Fixtures {
+                said: format!("{} (the current directory's)", shown.display()),
+                dir: Some(here),
+            };
+        }
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        if source.is_dir() {
+            return Fixtures {
+                said: format!(
+                    "{} (the source tree aicli was built from)",
+                    source.display()
+                ),
+                dir: Some(source),
+            };
+        }
+        Fixtures {
+            dir: None,
+            said: format!(
+                "not found (no ./fixtures, and the source tree aicli was built from, {}, has none): pass --fixtures DIR of an aicli checkout",
+                Path::new(env!("CARGO_MANIFEST_DIR")).display()
+            ),
+        }
+    }
+}
+
 pub(super) async fn doctor(
     config_path: Option<&Path>,
     fixtures: Option<PathBuf>,
@@ -34,12 +87,7 @@ pub(super) async fn doctor(
 ) -> anyhow::Result<ExitCode> {
     let config = load_config(config_path)?;
     let reg = registry(&config)?;
-    let fixtures = fixtures.or_else(|| {
-        let d = PathBuf::from("fixtures");
-        d.is_dir().then_some(d)
-    });
-    let mut rows = Vec::new();
-    let mut problems = 0;
+    let fixtures = Fixtures::find(fixtures);
     let probes = probe_all(
         reg.providers().cloned().collect(),
         &config.engine.env_passthrough,
@@ -51,119 +99,155 @@ pub(super) async fn doctor(
     // ones are problems only when the config runs tasks in containers.
     let (images, docker_note) = super::image::doctor_reports(&config, &reg).await;
     let uses_docker = aicli::runner::docker::config_uses_docker(&config);
-    for pr in &probes {
-        let p = &pr.provider;
-        let bin = &pr.binary;
-        let installed = pr.version.clone();
-        let pinned = p.config().version.clone();
-        let recorded: Vec<String> = fixtures
-            .as_deref()
-            .map(|d| fixture_versions(d, p.name()).into_iter().collect())
-            .unwrap_or_default();
-        let mut warnings = Vec::new();
-        if let Err(e) = bin {
-            warnings.push(e.clone());
-        }
-        let login = pr.auth.as_ref().map(auth_words);
-        for s in &pr.slow {
-            warnings.push(format!("slow probe: {s}"));
-        }
-        if let (Some(i), Some(pin)) = (&installed, &pinned)
-            && i != pin
-        {
-            warnings.push(format!(
-                "installed {} {i} differs from the pinned {pin} (adapters and fixtures were checked against {pin}); run `aicli install {}` or re-record the fixtures",
-                p.binary_name(),
-                p.name()
-            ));
-        }
-        if let Some(i) = &installed
-            && !recorded.is_empty()
-            && !recorded.contains(i)
-        {
-            warnings.push(format!(
-                "the fixtures were recorded with {} but {i} is installed: re-record them with `aicli record`",
-                recorded.join(", ")
-            ));
-        }
-        let mine: Vec<_> = images
-            .iter()
-            .filter(|(n, _)| n == p.name())
-            .map(|(_, r)| r)
-            .collect();
-        let image_warnings: Vec<String> = mine
-            .iter()
-            .filter_map(|r| super::image::version_warning(r, pinned.as_deref()))
-            .collect();
-        problems += warnings.len();
-        if uses_docker {
-            problems += image_warnings.len();
-            warnings.extend(image_warnings.iter().cloned());
-        }
-        rows.push(json!({
-            "images": mine,
-            "image_notes": if uses_docker { Vec::new() } else { image_warnings },
-            "provider": p.name(),
-            "binary": bin.as_ref().map(|b| b.describe()).ok(),
-            "found_in": pr.source.map(|s| s.as_str()),
-            "login": login,
-            "auth": pr.auth,
-            "installed_version": installed,
-            "pinned_version": pinned,
-            "fixtures_version": recorded,
-            "warnings": warnings,
-        }));
-    }
+    let mut problems = Vec::new();
+    let rows: Vec<Value> = probes
+        .iter()
+        .map(|pr| row(pr, &fixtures, &images, uses_docker, &mut problems))
+        .collect();
     if json_out {
         outln!("{}", serde_json::to_string(&rows)?);
     } else {
-        if let Some(note) = &docker_note {
-            outln!("({note}; images not checked)");
+        print_rows(&rows, &fixtures, docker_note.as_deref());
+    }
+    if strict && !problems.is_empty() {
+        eprintln!(
+            "aicli doctor --strict: exit 1: {} problem{}:",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        );
+        for p in &problems {
+            eprintln!("  {p}");
         }
-        for r in &rows {
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One provider's row (its JSON), its problems added to `problems` as
+/// `provider: what`.
+fn row(
+    pr: &Probe,
+    fixtures: &Fixtures,
+    images: &[(String, ImageReport)],
+    uses_docker: bool,
+    problems: &mut Vec<String>,
+) -> Value {
+    let p = &pr.provider;
+    let installed = pr.version.clone();
+    let pinned = p.config().version.clone();
+    let recorded: Vec<String> = fixtures
+        .dir
+        .as_deref()
+        .map(|d| fixture_versions(d, p.name()).into_iter().collect())
+        .unwrap_or_default();
+    let mut warnings = Vec::new();
+    if let Err(e) = &pr.binary {
+        warnings.push(e.clone());
+    }
+    // A slow probe says something about the machine, not the installation: a note.
+    let notes: Vec<String> = pr.slow.iter().map(|s| format!("slow probe: {s}")).collect();
+    if let (Some(i), Some(pin)) = (&installed, &pinned)
+        && i != pin
+    {
+        warnings.push(format!(
+            "installed {} {i} differs from the pinned {pin} (adapters and fixtures were checked against {pin}); run `aicli install {}` or re-record the fixtures",
+            p.binary_name(),
+            p.name()
+        ));
+    }
+    if let Some(i) = &installed
+        && !recorded.is_empty()
+        && !recorded.contains(i)
+    {
+        warnings.push(format!(
+            "the fixtures were recorded with {} but {i} is installed: re-record them with `aicli record`",
+            recorded.join(", ")
+        ));
+    }
+    let mine: Vec<&ImageReport> = images
+        .iter()
+        .filter(|(n, _)| n == p.name())
+        .map(|(_, r)| r)
+        .collect();
+    let image_warnings: Vec<String> = mine
+        .iter()
+        .filter_map(|r| super::image::version_warning(r, pinned.as_deref()))
+        .collect();
+    if uses_docker {
+        warnings.extend(image_warnings.iter().cloned());
+    }
+    problems.extend(warnings.iter().map(|w| format!("{}: {w}", p.name())));
+    json!({
+        "images": mine,
+        "image_notes": if uses_docker { Vec::new() } else { image_warnings },
+        "notes": notes,
+        "provider": p.name(),
+        "binary": pr.binary.as_ref().map(|b| b.describe()).ok(),
+        "found_in": pr.source.map(|s| s.as_str()),
+        "login": pr.auth.as_ref().map(auth_words),
+        "auth": pr.auth,
+        "installed_version": installed,
+        "pinned_version": pinned,
+        "fixtures_dir": fixtures.dir,
+        "fixtures_version": recorded,
+        "warnings": warnings,
+    })
+}
+
+/// The rows as text, after where the fixtures are and (once) why images were not
+/// checked.
+fn print_rows(rows: &[Value], fixtures: &Fixtures, docker_note: Option<&str>) {
+    outln!("fixtures: {}", fixtures.said);
+    if let Some(note) = docker_note {
+        outln!("({note}; images not checked)");
+    }
+    let none = if fixtures.dir.is_some() {
+        "none"
+    } else {
+        "not found"
+    };
+    for r in rows {
+        let recorded = r["fixtures_version"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| none.to_owned());
+        outln!(
+            "{}: installed {} · pinned {} · fixtures {recorded}",
+            r["provider"].as_str().unwrap_or_default(),
+            r["installed_version"].as_str().unwrap_or("-"),
+            r["pinned_version"].as_str().unwrap_or("-"),
+        );
+        if let Some(b) = r["binary"].as_str() {
             outln!(
-                "{}: installed {} · pinned {} · fixtures {}",
-                r["provider"].as_str().unwrap_or_default(),
-                r["installed_version"].as_str().unwrap_or("-"),
-                r["pinned_version"].as_str().unwrap_or("-"),
-                r["fixtures_version"]
-                    .as_array()
-                    .map(|a| a
-                        .iter()
-                        .filter_map(|v| v.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "))
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or_else(|| "-".to_owned())
+                "  binary: {b} (found in {})",
+                r["found_in"].as_str().unwrap_or("?")
             );
-            if let Some(b) = r["binary"].as_str() {
-                outln!(
-                    "  binary: {b} (found in {})",
-                    r["found_in"].as_str().unwrap_or("?")
-                );
-            }
-            if let Some(l) = r["login"].as_str() {
-                outln!("  login: {l}");
-            }
-            for i in r["images"].as_array().into_iter().flatten() {
-                outln!(
-                    "  image: {} on {}: {}",
-                    i["image"].as_str().unwrap_or_default(),
-                    i["host"].as_str().unwrap_or_default(),
-                    i["version_inside"].as_str().unwrap_or("-")
-                );
-            }
-            for n in r["image_notes"].as_array().into_iter().flatten() {
-                outln!("  note: {}", n.as_str().unwrap_or_default());
-            }
-            for w in r["warnings"].as_array().into_iter().flatten() {
-                outln!("  warning: {}", w.as_str().unwrap_or_default());
-            }
+        }
+        if let Some(l) = r["login"].as_str() {
+            outln!("  login: {l}");
+        }
+        for i in r["images"].as_array().into_iter().flatten() {
+            outln!(
+                "  image: {} on {}: {}",
+                i["image"].as_str().unwrap_or_default(),
+                i["host"].as_str().unwrap_or_default(),
+                i["version_inside"].as_str().unwrap_or("-")
+            );
+        }
+        for n in r["image_notes"].as_array().into_iter().flatten() {
+            outln!("  note: {}", n.as_str().unwrap_or_default());
+        }
+        for n in r["notes"].as_array().into_iter().flatten() {
+            outln!("  note: {}", n.as_str().unwrap_or_default());
+        }
+        for w in r["warnings"].as_array().into_iter().flatten() {
+            outln!("  warning: {}", w.as_str().unwrap_or_default());
         }
     }
-    Ok(if strict && problems > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
 }

@@ -1,8 +1,9 @@
 //! `aicli image build [PROVIDER…]`, and the image part of `aicli doctor`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use aicli::install::{self, Pin};
 use aicli::providers::{AiCliConfig, ProviderRegistry};
 use aicli::runner::DockerRunner;
 use aicli::runner::docker::image::{self, BuildSpec, ImageReport};
@@ -29,8 +30,8 @@ pub struct BuildArgs {
     /// Only on this engine (a name in engine.docker.hosts); default: every engine.
     #[arg(long, value_name = "NAME")]
     pub host: Option<String>,
-    /// aicli's npm cache holding the pinned CLIs (default: $AICLI_CLI_CACHE, else
-    /// ~/.cache/aicli/npm).
+    /// aicli's npm cache holding the pinned CLIs, where missing ones are installed first
+    /// (default: `aicli install`'s: $AICLI_CLI_CACHE, else <aicli cache>/npm).
     #[arg(long, value_name = "DIR")]
     pub npm_cache: Option<PathBuf>,
     /// Build even when the image already holds the pinned CLI on the same base.
@@ -48,12 +49,6 @@ pub async fn run(config: &AiCliConfig, action: ImageAction) -> anyhow::Result<Ex
     }
 }
 
-fn home() -> PathBuf {
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default()
-}
-
 async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
     let reg = ProviderRegistry::from_config(config)?;
     // ACP agents run with the local runner only: no image by default.
@@ -65,6 +60,22 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
     } else {
         a.providers.clone()
     };
+    for name in &names {
+        reg.get(name)?;
+    }
+    // The caches `aicli install` uses: $AICLI_CLI_CACHE, else $AICLI_CACHE_DIR/npm, …
+    let npm_dir = a.npm_cache.clone().unwrap_or_else(install::cli_cache_dir);
+    let deb_cache = config
+        .engine
+        .docker
+        .deb_cache
+        .clone()
+        .unwrap_or_else(|| install::cache_dir().join("debs"));
+    eprintln!(
+        "aicli image build: the pinned CLIs from {}, Debian packages cached in {}",
+        npm_dir.display(),
+        deb_cache.display()
+    );
     let env = std::env::vars().collect();
     let runner = DockerRunner::connect(&config.engine.docker, &env)
         .await
@@ -81,16 +92,8 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
             a.host.unwrap_or_default()
         );
     }
-    let npm_dir = a
-        .npm_cache
-        .clone()
-        .unwrap_or_else(aicli_testkit::cli_cache_dir);
-    let deb_cache = config
-        .engine
-        .docker
-        .deb_cache
-        .clone()
-        .unwrap_or_else(|| home().join(".cache/aicli/debs"));
+    // After the engines answered: without one, there is no point installing 1 GB.
+    install_pins(config, &names, &npm_dir).await?;
     let mut built = Vec::new();
     for name in &names {
         let p = reg.get(name)?;
@@ -130,6 +133,37 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&built)?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Installs the pinned CLIs of `names` that `npm_dir` lacks, as `aicli install` does
+/// (a provider that pins no version has nothing to install).
+async fn install_pins(
+    config: &AiCliConfig,
+    names: &[String],
+    npm_dir: &Path,
+) -> anyhow::Result<()> {
+    let mut missing: Vec<Pin> = Vec::new();
+    for name in names {
+        let pins = match install::pins(config, std::slice::from_ref(name)) {
+            Ok(p) => p,
+            Err(install::InstallError::NoVersion { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        // The image takes the provider's own package (not an ACP wrapper's CLI).
+        missing.extend(
+            pins.into_iter()
+                .filter(|p| p.provider == *name && !install::is_installed(npm_dir, p)),
+        );
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!(
+        "aicli image build: {} not in {}: installing first",
+        missing.iter().map(Pin::spec).collect::<Vec<_>>().join(", "),
+        npm_dir.display()
+    );
+    super::install::install_missing(&missing, npm_dir).await
 }
 
 /// For `aicli doctor`: each provider's image on each reachable engine, with the CLI

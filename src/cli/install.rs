@@ -53,58 +53,7 @@ pub(super) async fn install(
             prefix.display()
         );
     } else {
-        let path = std::env::var("PATH").unwrap_or_default();
-        let npm = install::find_npm(&path)?;
-        let specs: Vec<String> = missing.iter().map(Pin::spec).collect();
-        for omit in [false, true] {
-            let group: Vec<String> = missing
-                .iter()
-                .filter(|p| p.omit_optional == omit)
-                .map(Pin::spec)
-                .collect();
-            if group.is_empty() {
-                continue;
-            }
-            let p = if omit {
-                install::slim_prefix(&prefix)
-            } else {
-                prefix.clone()
-            };
-            eprintln!(
-                "aicli install: npm install --prefix {}{} {}",
-                p.display(),
-                if omit { " --omit=optional" } else { "" },
-                group.join(" ")
-            );
-        }
-        eprintln!(
-            "aicli install: the three CLIs take about 1 GB and under a minute on a first install; the ACP wrappers 83 MB"
-        );
-        let started = Instant::now();
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let b = ProgressBar::new_spinner();
-            b.set_style(
-                ProgressStyle::with_template("  {spinner} npm {elapsed:>4} {wide_msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            );
-            b.enable_steady_tick(Duration::from_millis(120));
-            b
-        });
-        let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-        let result = install::npm_install(&npm, &prefix, &missing, &env, |line| match &bar {
-            Some(b) => b.set_message(line.trim().to_owned()),
-            None => eprintln!("  npm: {line}"),
-        })
-        .await;
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        result?;
-        eprintln!(
-            "aicli install: installed {} in {:.1}s",
-            specs.join(", "),
-            started.elapsed().as_secs_f64()
-        );
+        install_missing(&missing, &prefix).await?;
     }
     let rows: Vec<_> = pins
         .iter()
@@ -126,4 +75,129 @@ pub(super) async fn install(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Installs `missing` into the cache `prefix` with npm: says the commands, checks this
+/// machine's Node.js against what the pinned CLIs ask for, then runs npm under a
+/// spinner (on a terminal; else each line of npm's as it comes) and prints npm's
+/// warnings whole after it.
+pub(super) async fn install_missing(missing: &[Pin], prefix: &Path) -> anyhow::Result<()> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let npm = install::find_npm(&path)?;
+    let specs: Vec<String> = missing.iter().map(Pin::spec).collect();
+    for omit in [false, true] {
+        let group: Vec<String> = missing
+            .iter()
+            .filter(|p| p.omit_optional == omit)
+            .map(Pin::spec)
+            .collect();
+        if group.is_empty() {
+            continue;
+        }
+        let p = if omit {
+            install::slim_prefix(prefix)
+        } else {
+            prefix.to_path_buf()
+        };
+        eprintln!(
+            "aicli install: npm install --prefix {}{} {}",
+            p.display(),
+            if omit { " --omit=optional" } else { "" },
+            group.join(" ")
+        );
+    }
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    check_node(&npm, missing, &env, &path).await;
+    eprintln!(
+        "aicli install: the three CLIs take about 1 GB and under a minute on a first install; the ACP wrappers 83 MB"
+    );
+    let started = Instant::now();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = ProgressBar::new_spinner();
+        b.set_style(
+            ProgressStyle::with_template("  {spinner} npm {elapsed:>4} {wide_msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        b.enable_steady_tick(Duration::from_millis(120));
+        b
+    });
+    // Under the spinner npm's lines go by one at a time, cut to the terminal's width:
+    // its warnings (EBADENGINE, skipped install scripts) are kept and printed whole.
+    let mut warnings: Vec<String> = Vec::new();
+    let result = install::npm_install(&npm, prefix, missing, &env, |line| match &bar {
+        Some(b) => {
+            if is_warning(line) {
+                warnings.push(line.to_owned());
+            }
+            b.set_message(line.trim().to_owned());
+        }
+        None => eprintln!("  npm: {line}"),
+    })
+    .await;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if !warnings.is_empty() {
+        eprintln!("aicli install: npm warned:");
+        for w in &warnings {
+            eprintln!("  {w}");
+        }
+    }
+    result?;
+    eprintln!(
+        "aicli install: installed {} in {:.1}s",
+        specs.join(", "),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Whether npm's `line` is one of its warnings (`npm warn …`, `npm WARN …`).
+fn is_warning(line: &str) -> bool {
+    line.trim_start()
+        .get(..8)
+        .is_some_and(|p| p.eq_ignore_ascii_case("npm warn"))
+}
+
+/// Says which Node.js this machine has and what the pinned CLIs' packages ask for
+/// (`engines.node`, from npm), with a warning for each that this Node.js does not meet.
+async fn check_node(
+    npm: &Path,
+    missing: &[Pin],
+    env: &std::collections::BTreeMap<String, String>,
+    path: &str,
+) {
+    let needs = install::node_needs(npm, missing, env).await;
+    let Some((node, version)) = install::node_on(path, env).await else {
+        eprintln!(
+            "aicli install: warning: no node on PATH: the pinned CLIs run on Node.js (npm came without it?)"
+        );
+        return;
+    };
+    let said: Vec<String> = needs
+        .iter()
+        .map(|n| match &n.range {
+            Ok(Some(r)) => format!("{} {} node {r}", n.pin.provider, n.pin.version),
+            Ok(None) => format!("{} {} any node", n.pin.provider, n.pin.version),
+            Err(_) => format!("{} {} unknown", n.pin.provider, n.pin.version),
+        })
+        .collect();
+    eprintln!(
+        "aicli install: Node.js {version} ({}); the pinned CLIs need: {}",
+        node.display(),
+        said.join(", ")
+    );
+    for n in &needs {
+        match &n.range {
+            Ok(Some(r)) if install::satisfies(&version, r) == Some(false) => eprintln!(
+                "aicli install: warning: {} {} ({}) needs Node.js {r}, and this machine's is {version}: npm warns EBADENGINE and installs it anyway, but it may not run. Install a Node.js that fits (https://nodejs.org) and run `aicli install` again",
+                n.pin.provider, n.pin.version, n.pin.package
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!(
+                "aicli install: note: cannot ask npm which Node.js {} needs: {e}",
+                n.pin.spec()
+            ),
+        }
+    }
 }

@@ -24,6 +24,7 @@ mod batch;
 mod blocked;
 mod common;
 mod containers;
+mod countdown;
 mod demo;
 mod doctor;
 mod exit;
@@ -239,8 +240,11 @@ fn init_tracing(verbose: u8) {
             .add_directive(rmcp_cap.parse().unwrap_or_else(|_| {
                 tracing_subscriber::filter::Directive::from(tracing::Level::WARN)
             }));
+    // Colours only for a terminal: a log file or a pipe gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(progress::LogWriter)
         .event_format(BenignAsNote(
             tracing_subscriber::fmt::format().with_target(false),

@@ -1,5 +1,7 @@
 //! Human-readable rendering of events and results.
 
+use std::time::Duration;
+
 use aicli::providers::{AgentEvent, CostSource, EventKind, SessionResult, SessionStatus};
 use aicli::record::BatchResult;
 
@@ -198,13 +200,15 @@ fn headline(r: &SessionResult) -> String {
 }
 
 /// The summary printed after `aicli run` / `aicli answer` (`batch_id` names the batch
-/// in the hints).
-pub fn summary(r: &SessionResult, batch_id: Option<&str>) -> String {
+/// in the hints). The time is `elapsed`, the command's own (what the user waited),
+/// with the CLI's run time beside it when that is a second or more shorter; without
+/// `elapsed`, the run's.
+pub fn summary(r: &SessionResult, batch_id: Option<&str>, elapsed: Option<Duration>) -> String {
     let mut s = format!(
-        "{}\n  {} · {:.1}s · cost {} ({}) · {}",
+        "{}\n  {} · {} · cost {} ({}) · {}",
         headline(r),
         r.provider,
-        r.duration_ms as f64 / 1000.0,
+        time_taken(r, elapsed),
         cost(r),
         cost_source(r),
         tokens(r)
@@ -233,6 +237,74 @@ pub fn summary(r: &SessionResult, batch_id: Option<&str>) -> String {
     s
 }
 
+/// `45.3s (the CLI ran 3.2s)`, or `3.2s` when the command took about as long as the run.
+fn time_taken(r: &SessionResult, elapsed: Option<Duration>) -> String {
+    let run = Duration::from_millis(r.duration_ms);
+    match elapsed {
+        Some(total) if total >= run + Duration::from_secs(1) => format!(
+            "{:.1}s (the CLI ran {:.1}s)",
+            total.as_secs_f64(),
+            run.as_secs_f64()
+        ),
+        Some(total) => format!("{:.1}s", total.max(run).as_secs_f64()),
+        None => format!("{:.1}s", run.as_secs_f64()),
+    }
+}
+
+/// The batch's totals line: the tasks by outcome, the cost of all its runs, the time,
+/// what is left of a budget.
+fn totals(b: &BatchResult, interrupted: usize) -> String {
+    let failed = b.n_failed.saturating_sub(interrupted);
+    let mut out = format!(
+        "\n{} tasks: {} succeeded, {failed} failed, {} blocked{} · cost ${:.4}{}{}{} · {:.1}s",
+        b.n_tasks,
+        b.n_succeeded,
+        b.n_blocked,
+        if interrupted > 0 {
+            format!(", {interrupted} interrupted")
+        } else {
+            String::new()
+        },
+        b.total_cost_usd,
+        all_runs_note(b),
+        if b.estimated_cost_usd > 0.0 {
+            format!(" (~${:.4} of it estimated)", b.estimated_cost_usd)
+        } else {
+            String::new()
+        },
+        if b.n_cost_unknown > 0 {
+            format!(" + unknown ({} tasks)", b.n_cost_unknown)
+        } else {
+            String::new()
+        },
+        b.wall_clock_ms as f64 / 1000.0
+    );
+    if let Some(budget) = b.budget_usd {
+        // What the budget counted: costs, and a whole share for a run of unknown cost.
+        let left = budget - b.budget_charged_usd.unwrap_or(b.total_cost_usd);
+        if left >= 0.0 {
+            out.push_str(&format!(" · budget ${budget:.4}, ${left:.4} left"));
+        } else {
+            out.push_str(&format!(
+                " · budget ${budget:.4}, over budget by ${:.4}",
+                -left
+            ));
+        }
+    }
+    out
+}
+
+/// ` over all runs ($0.0007 in the last runs above)` when the batch's total, which
+/// counts every run of every task (a question's run and its answer's), is not what the
+/// table's "cost (last run)" column adds up to; empty when it is.
+fn all_runs_note(b: &BatchResult) -> String {
+    let last_runs: f64 = b.tasks.iter().filter_map(|t| t.cost_usd).sum();
+    if (b.total_cost_usd - last_runs).abs() < 0.000_05 {
+        return String::new();
+    }
+    format!(" over all runs (${last_runs:.4} in the last runs above)")
+}
+
 /// The status word of a task in the table.
 fn status_word(r: &SessionResult) -> String {
     match r.status {
@@ -244,6 +316,32 @@ fn status_word(r: &SessionResult) -> String {
             .map(|k| k.as_str().to_owned())
             .unwrap_or_else(|| "failed".to_owned()),
     }
+}
+
+/// `rows` as a table: each column as wide as its widest cell (in characters), two
+/// spaces apart, `right[i]` aligning column `i` to the right; one line per row, each
+/// ending in a newline, without trailing blanks.
+pub fn columns<const N: usize>(rows: &[[String; N]], right: &[bool; N]) -> String {
+    let widths: Vec<usize> = (0..N)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if right[i] {
+                    format!("{c:>w$}", w = widths[i])
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// The table printed after a batch: per task its provider, status, tokens (input not
@@ -286,60 +384,13 @@ pub fn batch_table(b: &BatchResult) -> String {
             detail,
         ]);
     }
-    let widths: Vec<usize> = (0..COLS)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    let mut out = columns(&rows, &[false; COLS]);
     let interrupted = b
         .tasks
         .iter()
         .filter(|t| t.status == SessionStatus::Interrupted)
         .count();
-    let failed = b.n_failed.saturating_sub(interrupted);
-    out.push_str(&format!(
-        "\n{} tasks: {} succeeded, {failed} failed, {} blocked{} · cost ${:.4}{}{} · {:.1}s",
-        b.n_tasks,
-        b.n_succeeded,
-        b.n_blocked,
-        if interrupted > 0 {
-            format!(", {interrupted} interrupted")
-        } else {
-            String::new()
-        },
-        b.total_cost_usd,
-        if b.estimated_cost_usd > 0.0 {
-            format!(" (~${:.4} of it estimated)", b.estimated_cost_usd)
-        } else {
-            String::new()
-        },
-        if b.n_cost_unknown > 0 {
-            format!(" + unknown ({} tasks)", b.n_cost_unknown)
-        } else {
-            String::new()
-        },
-        b.wall_clock_ms as f64 / 1000.0
-    ));
-    if let Some(budget) = b.budget_usd {
-        // What the budget counted: costs, and a whole share for a run of unknown cost.
-        let left = budget - b.budget_charged_usd.unwrap_or(b.total_cost_usd);
-        if left >= 0.0 {
-            out.push_str(&format!(" · budget ${budget:.4}, ${left:.4} left"));
-        } else {
-            out.push_str(&format!(
-                " · budget ${budget:.4}, over budget by ${:.4}",
-                -left
-            ));
-        }
-    }
+    out.push_str(&totals(b, interrupted));
     out.push_str(&format!("\nrecords: {}", b.runs_dir.display()));
     for r in b
         .tasks

@@ -2,12 +2,15 @@
 //! (text deltas joined on one line, whatever the CLI: Gemini streams its answer in
 //! chunks), or as NDJSON with `--json`, the result as the last line.
 
+use std::time::Duration;
+
 use aicli::BatchEvent;
 use aicli::providers::{AgentEvent, EventKind, SessionResult};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::countdown::Countdown;
 use super::{out, output};
 
 /// Prints events as they come; remembers whether the last one was an unfinished delta.
@@ -90,9 +93,15 @@ impl EventPrinter {
         self.last_delta = false;
     }
 
-    /// Prints a run's result: the summary (hints name `batch_id`), or its JSON as the
-    /// last NDJSON line (with `"type": "session_result"`).
-    pub fn result(&mut self, r: &SessionResult, batch_id: Option<&str>) -> anyhow::Result<()> {
+    /// Prints a run's result: the summary (hints name `batch_id`; `elapsed` is the
+    /// command's time so far), or its JSON as the last NDJSON line (with `"type":
+    /// "session_result"`).
+    pub fn result(
+        &mut self,
+        r: &SessionResult,
+        batch_id: Option<&str>,
+        elapsed: Duration,
+    ) -> anyhow::Result<()> {
         self.finish();
         if self.json {
             let mut v = serde_json::to_value(r)?;
@@ -101,7 +110,7 @@ impl EventPrinter {
             }
             outln!("{v}");
         } else {
-            outln!("{}", output::summary(r, batch_id));
+            outln!("{}", output::summary(r, batch_id, Some(elapsed)));
         }
         Ok(())
     }
@@ -109,6 +118,7 @@ impl EventPrinter {
 
 /// Prints the agent events of `rx` until it closes. When stdout closes (the reader went
 /// away), `cancel` is cancelled: nobody can see the run any more, its records are kept.
+/// A wait the engine announces ([`Countdown`]) is shown on stderr while it lasts.
 ///
 /// It prints on a thread of its own: a slow reader of stdout blocks only that thread,
 /// never the runtime that reads the CLIs' streams. Events it could not keep up with are
@@ -122,21 +132,45 @@ pub fn spawn(
     tokio::task::spawn_blocking(move || {
         let mut printer = EventPrinter::new(json);
         let mut dropped = 0u64;
+        let mut waiting: Option<Countdown> = None;
         loop {
-            let ev = match runtime.block_on(rx.recv()) {
-                Ok(e) => e,
-                Err(aicli::live::RecvError::Lagged(n)) => {
+            let next = match &waiting {
+                Some(w) => {
+                    let redraw = w.tick();
+                    runtime.block_on(async {
+                        tokio::select! {
+                            ev = rx.recv() => Some(ev),
+                            _ = tokio::time::sleep(redraw) => None,
+                        }
+                    })
+                }
+                None => Some(runtime.block_on(rx.recv())),
+            };
+            let ev = match next {
+                None => continue,
+                Some(Ok(e)) => e,
+                Some(Err(aicli::live::RecvError::Lagged(n))) => {
                     dropped += n;
                     continue;
                 }
-                Err(aicli::live::RecvError::Closed) => break,
+                Some(Err(aicli::live::RecvError::Closed)) => break,
             };
             let BatchEvent::Agent { event, .. } = ev else {
                 continue;
             };
+            // The session goes on: the wait is over.
+            if let Some(w) = waiting.take() {
+                w.finish();
+            }
+            if let EventKind::Status { status } = &event.kind {
+                waiting = Countdown::start(status);
+            }
             if !printer.event(&event) && out::closed() {
                 cancel.cancel();
             }
+        }
+        if let Some(w) = waiting.take() {
+            w.finish();
         }
         if dropped > 0 {
             eprintln!(

@@ -144,112 +144,96 @@ impl Drop for NoControlEcho {
 /// Draws the display until the channel closes.
 pub async fn run(mut rx: aicli::LiveReceiver, opts: DisplayOptions) {
     let _echo = NoControlEcho::new();
-    let mp = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(8));
-    if let Ok(mut a) = ACTIVE.lock() {
-        *a = Some(mp.clone());
-    }
-    let main = mp.add(ProgressBar::new(opts.n_tasks as u64));
-    main.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} tasks · {elapsed} · {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    // What finished tasks cost, and what the running ones have spent so far.
-    let summary = |spent: f64, lines: &HashMap<Arc<str>, Line>| {
-        let running: f64 = lines.values().filter_map(|l| l.spend.usd()).sum();
-        if running > 0.0 {
-            format!(
-                "{} · ${spent:.4} spent · ~${running:.4} running",
-                opts.providers
-            )
-        } else {
-            format!("{} · ${spent:.4} spent", opts.providers)
-        }
-    };
-    // Drawn now, not when the first task ends.
-    main.enable_steady_tick(Duration::from_millis(250));
-    main.tick();
-    let task_style = ProgressStyle::with_template("  {spinner} {prefix:<20} {elapsed:>5} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_spinner());
-    let mut lines: HashMap<Arc<str>, Line> = HashMap::new();
-    let mut spent = 0.0;
-    main.set_message(summary(spent, &lines));
+    let mut display = Display::new(&opts);
     let mut said_interrupted = false;
     loop {
         let ev = tokio::select! {
             ev = rx.recv() => ev,
             _ = opts.cancel.cancelled(), if !said_interrupted => {
                 said_interrupted = true;
-                let _ = mp.println("aicli: interrupted; stopping the running tasks (their records are kept)…");
+                let _ = display.mp.println("aicli: interrupted; stopping the running tasks (their records are kept)…");
                 continue;
             }
         };
-        let ev = match ev {
-            Ok(e) => e,
+        match ev {
+            Ok(e) => display.event(e),
             Err(aicli::live::RecvError::Lagged(_)) => continue,
             Err(aicli::live::RecvError::Closed) => break,
+        }
+    }
+    display.close();
+}
+
+/// The bars being drawn: the batch's, and one per running task.
+struct Display {
+    mp: MultiProgress,
+    main: ProgressBar,
+    task_style: ProgressStyle,
+    lines: HashMap<Arc<str>, Line>,
+    /// What finished tasks cost.
+    spent: f64,
+    /// Who runs the tasks (see [`DisplayOptions::providers`]).
+    providers: String,
+}
+
+impl Display {
+    /// The batch's bar, drawn at once (not when the first task ends).
+    fn new(opts: &DisplayOptions) -> Display {
+        let mp = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(8));
+        if let Ok(mut a) = ACTIVE.lock() {
+            *a = Some(mp.clone());
+        }
+        let main = mp.add(ProgressBar::new(opts.n_tasks as u64));
+        main.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} tasks · {elapsed} · {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        main.enable_steady_tick(Duration::from_millis(250));
+        main.tick();
+        let task_style =
+            ProgressStyle::with_template("  {spinner} {prefix:<20} {elapsed:>5} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner());
+        let d = Display {
+            mp,
+            main,
+            task_style,
+            lines: HashMap::new(),
+            spent: 0.0,
+            providers: opts.providers.clone(),
         };
+        d.main.set_message(d.summary());
+        d
+    }
+
+    /// What finished tasks cost, and what the running ones have spent so far.
+    fn summary(&self) -> String {
+        let running: f64 = self.lines.values().filter_map(|l| l.spend.usd()).sum();
+        if running > 0.0 {
+            format!(
+                "{} · ${:.4} spent · ~${running:.4} running",
+                self.providers, self.spent
+            )
+        } else {
+            format!("{} · ${:.4} spent", self.providers, self.spent)
+        }
+    }
+
+    /// Removes a task's line, if it has one.
+    fn drop_line(&mut self, task_id: &str) {
+        if let Some(l) = self.lines.remove(task_id) {
+            l.bar.finish_and_clear();
+            self.mp.remove(&l.bar);
+        }
+    }
+
+    fn event(&mut self, ev: BatchEvent) {
         match ev {
             BatchEvent::TaskStarted {
                 task_id,
                 provider,
                 attempt,
-            } => {
-                if let Some(old) = lines.remove(&task_id) {
-                    old.bar.finish_and_clear();
-                    mp.remove(&old.bar);
-                }
-                let bar = mp.insert_before(&main, ProgressBar::new_spinner());
-                bar.set_style(task_style.clone());
-                bar.set_prefix(if attempt > 1 {
-                    format!("{task_id} #{attempt}")
-                } else {
-                    task_id.to_string()
-                });
-                bar.enable_steady_tick(Duration::from_millis(200));
-                let line = Line {
-                    bar,
-                    provider,
-                    spend: Spend::default(),
-                    last_tool: String::new(),
-                };
-                line.render();
-                lines.insert(task_id, line);
-            }
-            BatchEvent::Agent { task_id, event } => {
-                let Some(line) = lines.get_mut(&task_id) else {
-                    continue;
-                };
-                match &event.kind {
-                    EventKind::ToolCall { name, .. } => line.last_tool = name.clone(),
-                    EventKind::Final { cost_usd, .. } => {
-                        if cost_usd.is_some() {
-                            line.spend.reported = *cost_usd;
-                        }
-                    }
-                    EventKind::Question { question, .. } => {
-                        line.last_tool = format!("? {question}");
-                    }
-                    // Tokens and cost come priced from the engine (`TaskSpend`).
-                    EventKind::SessionStarted { .. }
-                    | EventKind::Usage { .. }
-                    | EventKind::UserMessage { .. }
-                    | EventKind::AssistantText { .. }
-                    | EventKind::Thinking { .. }
-                    | EventKind::ToolResult { .. }
-                    | EventKind::Retry { .. }
-                    | EventKind::RateLimit { .. }
-                    | EventKind::PermissionDenied { .. }
-                    | EventKind::Error { .. }
-                    | EventKind::Log { .. }
-                    | EventKind::Status { .. }
-                    | EventKind::Plan { .. }
-                    | EventKind::Subtask { .. }
-                    | EventKind::Hook { .. }
-                    | EventKind::Protocol { .. }
-                    | EventKind::Unknown { .. } => continue,
-                }
-                line.render();
-            }
+            } => self.started(task_id, provider, attempt),
+            BatchEvent::Agent { task_id, event } => self.agent(&task_id, &event.kind),
             BatchEvent::Backoff {
                 task_id,
                 delay_ms,
@@ -257,26 +241,22 @@ pub async fn run(mut rx: aicli::LiveReceiver, opts: DisplayOptions) {
                 reason,
                 ..
             } => {
-                if let Some(l) = lines.remove(&task_id) {
-                    l.bar.finish_and_clear();
-                    mp.remove(&l.bar);
-                }
-                let _ = mp.println(format!(
+                self.drop_line(&task_id);
+                let _ = self.mp.println(format!(
                     "aicli: {task_id}: backing off {:.1}s (parallelism {parallelism}): {reason}",
                     delay_ms as f64 / 1000.0
                 ));
             }
             BatchEvent::TaskBlocked { task_id, question } => {
-                let _ = mp.println(format!("⏸ {task_id} asks: {}", question.question));
+                let _ = self
+                    .mp
+                    .println(format!("⏸ {task_id} asks: {}", question.question));
             }
             BatchEvent::TaskFinished { task_id, result } => {
-                if let Some(l) = lines.remove(&task_id) {
-                    l.bar.finish_and_clear();
-                    mp.remove(&l.bar);
-                }
-                spent += result.cost_usd.unwrap_or(0.0);
-                main.inc(1);
-                main.set_message(summary(spent, &lines));
+                self.drop_line(&task_id);
+                self.spent += result.cost_usd.unwrap_or(0.0);
+                self.main.inc(1);
+                self.main.set_message(self.summary());
             }
             BatchEvent::TaskSpend {
                 task_id,
@@ -284,8 +264,8 @@ pub async fn run(mut rx: aicli::LiveReceiver, opts: DisplayOptions) {
                 cost_usd,
                 cost_source,
             } => {
-                let Some(line) = lines.get_mut(&task_id) else {
-                    continue;
+                let Some(line) = self.lines.get_mut(&task_id) else {
+                    return;
                 };
                 line.spend.usage = usage;
                 line.spend.estimate = match cost_source {
@@ -293,26 +273,96 @@ pub async fn run(mut rx: aicli::LiveReceiver, opts: DisplayOptions) {
                     CostSource::Estimated | CostSource::Reported => cost_usd,
                 };
                 line.render();
-                main.set_message(summary(spent, &lines));
+                self.main.set_message(self.summary());
             }
             BatchEvent::BudgetSpent {
                 spent_usd,
                 budget_usd,
             } => {
-                let _ = mp.println(format!(
+                let _ = self.mp.println(format!(
                     "aicli: budget spent: ${spent_usd:.4} of ${budget_usd:.4}; stopping"
                 ));
             }
         }
     }
-    for (_, l) in lines {
-        l.bar.finish_and_clear();
-        mp.remove(&l.bar);
+
+    /// A task (or its next attempt) started: a line of its own.
+    fn started(&mut self, task_id: Arc<str>, provider: Arc<str>, attempt: u32) {
+        self.drop_line(&task_id);
+        let bar = self
+            .mp
+            .insert_before(&self.main, ProgressBar::new_spinner());
+        bar.set_style(self.task_style.clone());
+        bar.set_prefix(if attempt > 1 {
+            format!("{task_id} #{attempt}")
+        } else {
+            task_id.to_string()
+        });
+        bar.enable_steady_tick(Duration::from_millis(200));
+        let line = Line {
+            bar,
+            provider,
+            spend: Spend::default(),
+            last_tool: String::new(),
+        };
+        line.render();
+        self.lines.insert(task_id, line);
     }
-    main.finish_and_clear();
-    let _ = mp.clear();
-    if let Ok(mut a) = ACTIVE.lock() {
-        *a = None;
+
+    /// What a task's line shows of its CLI's events: the last tool, a question, a wait
+    /// before its session continues, the cost the CLI reported.
+    fn agent(&mut self, task_id: &str, kind: &EventKind) {
+        let Some(line) = self.lines.get_mut(task_id) else {
+            return;
+        };
+        match kind {
+            EventKind::ToolCall { name, .. } => line.last_tool = name.clone(),
+            EventKind::Final { cost_usd, .. } => {
+                if cost_usd.is_some() {
+                    line.spend.reported = *cost_usd;
+                }
+            }
+            EventKind::Question { question, .. } => {
+                line.last_tool = format!("? {question}");
+            }
+            EventKind::Status { status } => match super::countdown::parse(status) {
+                Some((secs, _)) => {
+                    line.last_tool = format!("waiting {secs:.0}s before continuing the session")
+                }
+                None => return,
+            },
+            // Tokens and cost come priced from the engine (`TaskSpend`).
+            EventKind::SessionStarted { .. }
+            | EventKind::Usage { .. }
+            | EventKind::UserMessage { .. }
+            | EventKind::AssistantText { .. }
+            | EventKind::Thinking { .. }
+            | EventKind::ToolResult { .. }
+            | EventKind::Retry { .. }
+            | EventKind::RateLimit { .. }
+            | EventKind::PermissionDenied { .. }
+            | EventKind::Error { .. }
+            | EventKind::Log { .. }
+            | EventKind::Plan { .. }
+            | EventKind::Subtask { .. }
+            | EventKind::Hook { .. }
+            | EventKind::Protocol { .. }
+            | EventKind::Unknown { .. } => return,
+        }
+        line.render();
+    }
+
+    /// Clears every bar; log lines go straight to stderr again.
+    fn close(mut self) {
+        for (_, l) in self.lines.drain() {
+            l.bar.finish_and_clear();
+            self.mp.remove(&l.bar);
+        }
+        self.main.finish_and_clear();
+        let _ = self.mp.clear();
+        if let Ok(mut a) = ACTIVE.lock() {
+            *a = None;
+        }
     }
 }
 

@@ -71,6 +71,7 @@ pub(super) async fn run(
     r: RepoArgs,
     a: RunArgs,
 ) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
     let repo = task_repo(&r, !a.no_worktree).await?;
     let base = if a.no_worktree {
         None
@@ -118,6 +119,6 @@ pub(super) async fn run(
     let Some(r) = batch.tasks.first() else {
         bail!("the run produced no result");
     };
-    printer.result(r, Some(&batch.batch_id))?;
+    printer.result(r, Some(&batch.batch_id), started.elapsed())?;
     Ok(finish(r))
 }

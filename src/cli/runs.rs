@@ -36,126 +36,132 @@ pub(super) fn runs(
         .unwrap_or_else(|| repo.join(".aicli/runs"));
     let store = RunStore::new(&root);
     match action {
-        None => {
-            let rows: Vec<_> = store
-                .list()
-                .iter()
-                .filter_map(|b| b.summary().ok())
-                .collect();
-            if json_out {
-                outln!("{}", serde_json::to_string(&rows)?);
-            } else if rows.is_empty() {
-                outln!("no runs in {}", root.display());
-            } else {
-                outln!(
-                    "{:<24} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
-                    "batch",
-                    "started",
-                    "provider",
-                    "tasks",
-                    "ok",
-                    "fail",
-                    "blkd",
-                    "cost"
-                );
-                for s in rows {
-                    outln!(
-                        "{:<24} {:<24} {:<8} {:>5} {:>4} {:>4} {:>4} {:>10}",
-                        s.batch_id,
-                        s.created_at,
-                        s.provider,
-                        s.n_tasks,
-                        s.n_succeeded,
-                        s.n_failed,
-                        s.n_blocked,
-                        format!("${:.4}", s.cost_usd)
-                    );
+        None => list(&store, &root, json_out),
+        Some(RunsAction::Show { id }) => show(&store, &id, json_out),
+    }
+}
+
+/// `aicli runs`: every batch, one line each, the columns as wide as their content.
+fn list(store: &RunStore, root: &Path, json_out: bool) -> anyhow::Result<ExitCode> {
+    let rows: Vec<_> = store
+        .list()
+        .iter()
+        .filter_map(|b| b.summary().ok())
+        .collect();
+    if json_out {
+        outln!("{}", serde_json::to_string(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if rows.is_empty() {
+        outln!("no runs in {}", root.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut table = vec![
+        [
+            "batch", "started", "provider", "tasks", "ok", "fail", "blkd", "cost",
+        ]
+        .map(str::to_owned),
+    ];
+    for s in rows {
+        table.push([
+            s.batch_id,
+            s.created_at,
+            s.provider,
+            s.n_tasks.to_string(),
+            s.n_succeeded.to_string(),
+            s.n_failed.to_string(),
+            s.n_blocked.to_string(),
+            format!("${:.4}", s.cost_usd),
+        ]);
+    }
+    // Text columns to the left, numbers to the right.
+    let right = [false, false, false, true, true, true, true, true];
+    outln!("{}", output::columns(&table, &right).trim_end());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `aicli runs show ID`: one batch, its tasks, attempts, questions and answers.
+fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    let b = store.open_batch(id).map_err(super::common::usage)?;
+    let spec = b.spec().map_err(anyhow::Error::msg)?;
+    let tasks = b.tasks().map_err(anyhow::Error::msg)?;
+    if json_out {
+        let calls: serde_json::Map<String, serde_json::Value> = tasks
+            .iter()
+            .map(|t| {
+                let c = aicli::mcp::read_calls(&b.task_dir(&t.task.id));
+                (t.task.id.clone(), json!(c))
+            })
+            .collect();
+        outln!(
+            "{}",
+            serde_json::to_string(
+                &json!({"spec": spec, "tasks": tasks, "result": b.result(), "mcp_calls": calls})
+            )?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
+        "batch {} · {} · {} · repo {}",
+        spec.batch_id,
+        spec.created_at,
+        providers_of(&tasks, &spec.provider),
+        spec.repo.display()
+    );
+    for t in tasks {
+        outln!(
+            "\n{} [{}] ({})",
+            t.task.id,
+            serde_json::to_value(t.state)?.as_str().unwrap_or_default(),
+            t.provider
+        );
+        outln!(
+            "  prompt: {}",
+            aicli::providers::shared::text::truncate_chars(&t.task.prompt, 120)
+        );
+        let calls = aicli::mcp::read_calls(&b.task_dir(&t.task.id));
+        for at in &t.attempts {
+            let r = at.result.as_ref();
+            outln!(
+                "  attempt {} ({}) {}: {}",
+                at.attempt,
+                serde_json::to_value(at.kind)?.as_str().unwrap_or_default(),
+                at.started_at,
+                match r {
+                    Some(r) => format!(
+                        "{} · {} · {}",
+                        match r.status {
+                            SessionStatus::Succeeded => "ok".to_owned(),
+                            SessionStatus::Blocked => "blocked".to_owned(),
+                            SessionStatus::Failed | SessionStatus::Interrupted => format!(
+                                "{}: {}",
+                                r.error_kind.map(|k| k.as_str()).unwrap_or("failed"),
+                                r.error.clone().unwrap_or_default()
+                            ),
+                        },
+                        output::cost(r),
+                        output::tokens(r)
+                    ),
+                    None => "did not finish".to_owned(),
                 }
+            );
+            if let Some(q) = r.and_then(|r| r.question.as_ref()) {
+                outln!("    asked: {}", q.question);
+            }
+            for c in calls.iter().filter(|c| c.attempt == at.attempt) {
+                outln!("    mcp {}", call_line(c));
             }
         }
-        Some(RunsAction::Show { id }) => {
-            let b = store.open_batch(&id).map_err(super::common::usage)?;
-            let spec = b.spec().map_err(anyhow::Error::msg)?;
-            let tasks = b.tasks().map_err(anyhow::Error::msg)?;
-            if json_out {
-                let calls: serde_json::Map<String, serde_json::Value> = tasks
-                    .iter()
-                    .map(|t| {
-                        let c = aicli::mcp::read_calls(&b.task_dir(&t.task.id));
-                        (t.task.id.clone(), json!(c))
-                    })
-                    .collect();
-                outln!(
-                    "{}",
-                    serde_json::to_string(
-                        &json!({"spec": spec, "tasks": tasks, "result": b.result(), "mcp_calls": calls})
-                    )?
-                );
-                return Ok(ExitCode::SUCCESS);
-            }
+        for ans in &t.answers {
             outln!(
-                "batch {} · {} · {} · repo {}",
-                spec.batch_id,
-                spec.created_at,
-                providers_of(&tasks, &spec.provider),
-                spec.repo.display()
+                "  answered {}: {} -> {}",
+                ans.answered_at,
+                ans.question,
+                ans.answer
             );
-            for t in tasks {
-                outln!(
-                    "\n{} [{}] ({})",
-                    t.task.id,
-                    serde_json::to_value(t.state)?.as_str().unwrap_or_default(),
-                    t.provider
-                );
-                outln!(
-                    "  prompt: {}",
-                    aicli::providers::shared::text::truncate_chars(&t.task.prompt, 120)
-                );
-                let calls = aicli::mcp::read_calls(&b.task_dir(&t.task.id));
-                for at in &t.attempts {
-                    let r = at.result.as_ref();
-                    outln!(
-                        "  attempt {} ({}) {}: {}",
-                        at.attempt,
-                        serde_json::to_value(at.kind)?.as_str().unwrap_or_default(),
-                        at.started_at,
-                        match r {
-                            Some(r) => format!(
-                                "{} · {} · {}",
-                                match r.status {
-                                    SessionStatus::Succeeded => "ok".to_owned(),
-                                    SessionStatus::Blocked => "blocked".to_owned(),
-                                    SessionStatus::Failed | SessionStatus::Interrupted => format!(
-                                        "{}: {}",
-                                        r.error_kind.map(|k| k.as_str()).unwrap_or("failed"),
-                                        r.error.clone().unwrap_or_default()
-                                    ),
-                                },
-                                output::cost(r),
-                                output::tokens(r)
-                            ),
-                            None => "did not finish".to_owned(),
-                        }
-                    );
-                    if let Some(q) = r.and_then(|r| r.question.as_ref()) {
-                        outln!("    asked: {}", q.question);
-                    }
-                    for c in calls.iter().filter(|c| c.attempt == at.attempt) {
-                        outln!("    mcp {}", call_line(c));
-                    }
-                }
-                for ans in &t.answers {
-                    outln!(
-                        "  answered {}: {} -> {}",
-                        ans.answered_at,
-                        ans.question,
-                        ans.answer
-                    );
-                }
-                if let (Some(b), Some(w)) = (&t.branch, &t.worktree) {
-                    outln!("  branch {b} at {}", w.display());
-                }
-            }
+        }
+        if let (Some(b), Some(w)) = (&t.branch, &t.worktree) {
+            outln!("  branch {b} at {}", w.display());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -307,7 +307,11 @@ impl Repo {
             .await?;
             let dirty = status.lines().filter(|l| !l.trim().is_empty()).count();
             if dirty > 0 {
-                return Ok(Some(format!("{dirty} uncommitted changes")));
+                return Ok(Some(crate::util::count(
+                    dirty as u64,
+                    "uncommitted change",
+                    "uncommitted changes",
+                )));
             }
             // Commits on the worktree's HEAD itself (a detached HEAD, or another branch
             // checked out there) that no branch, tag or remote holds.
@@ -328,7 +332,8 @@ impl Repo {
             let n: u64 = count.trim().parse().unwrap_or(0);
             if n > 0 {
                 return Ok(Some(format!(
-                    "{n} commits on the worktree's HEAD that no branch holds"
+                    "{} on the worktree's HEAD that no branch holds",
+                    crate::util::count(n, "commit", "commits")
                 )));
             }
         }

@@ -294,6 +294,40 @@ pub(crate) fn render_side(ctx: &Ctx<'_>) -> Rendered {
     )
 }
 
+/// Calls tool `tool` of MCP server `server`: under the name the client declared it, or
+/// after a `ToolSearch` that loads it (see [`Step::McpToolCall`]).
+fn mcp_tool_call(ctx: &Ctx<'_>, server: &str, tool: &str, input: &Value) -> Rendered {
+    let full = format!("mcp__{server}__{tool}");
+    // A client that declares MCP tools directly under its own name (OpenCode:
+    // `<server>_<tool>`) gets the call at once, under that name.
+    let direct = format!("{server}_{tool}");
+    if declares(ctx.body, &direct) {
+        return Rendered::done(
+            tool_call(ctx, None, &direct, input.clone()),
+            format!("tool_use {direct}"),
+        );
+    }
+    // After a search that did not load the tool, call it anyway: the CLI then
+    // reports the unknown tool instead of the fake searching forever.
+    let searched = matches!(last_tool_result(ctx.body), Some((n, _)) if n == "ToolSearch");
+    if has_loaded_tool(ctx.body, &full) || searched {
+        Rendered::done(
+            tool_call(ctx, None, &full, input.clone()),
+            format!("tool_use {full}"),
+        )
+    } else {
+        Rendered::stay(
+            tool_call(
+                ctx,
+                None,
+                "ToolSearch",
+                json!({"query": format!("select:{full}"), "max_results": 5}),
+            ),
+            format!("tool_use ToolSearch select:{full}"),
+        )
+    }
+}
+
 /// Renders `step` for this request.
 pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
     match step {
@@ -339,37 +373,7 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
             server,
             tool,
             input,
-        } => {
-            let full = format!("mcp__{server}__{tool}");
-            // A client that declares MCP tools directly under its own name (OpenCode:
-            // `<server>_<tool>`) gets the call at once, under that name.
-            let direct = format!("{server}_{tool}");
-            if declares(ctx.body, &direct) {
-                return Rendered::done(
-                    tool_call(ctx, None, &direct, input.clone()),
-                    format!("tool_use {direct}"),
-                );
-            }
-            // After a search that did not load the tool, call it anyway: the CLI then
-            // reports the unknown tool instead of the fake searching forever.
-            let searched = matches!(last_tool_result(ctx.body), Some((n, _)) if n == "ToolSearch");
-            if has_loaded_tool(ctx.body, &full) || searched {
-                Rendered::done(
-                    tool_call(ctx, None, &full, input.clone()),
-                    format!("tool_use {full}"),
-                )
-            } else {
-                Rendered::stay(
-                    tool_call(
-                        ctx,
-                        None,
-                        "ToolSearch",
-                        json!({"query": format!("select:{full}"), "max_results": 5}),
-                    ),
-                    format!("tool_use ToolSearch select:{full}"),
-                )
-            }
-        }
+        } => mcp_tool_call(ctx, server, tool, input),
         Step::Error(reply) => Rendered::done(
             error(reply),
             format!("error {}", reply.http_status(Vendor::Anthropic)),
@@ -401,6 +405,7 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
             )
         }
         Step::Hang => Rendered::done(Reply::Hang, "hang"),
+        Step::WithAnswer(_) => render(ctx, &step.answered(ctx.body)),
     }
 }
 

@@ -283,6 +283,7 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
             )
         }
         Step::Hang => Rendered::done(Reply::Hang, "hang"),
+        Step::WithAnswer(_) => render(ctx, &step.answered(ctx.body)),
     }
 }
 

@@ -145,7 +145,7 @@ pub mod wiring;
 use std::fmt;
 
 pub use error::FakeApiError;
-pub use script::{ErrorFlavor, ErrorReply, Script, Step, Usage};
+pub use script::{ANSWER_MARKER, ANSWER_PLACEHOLDER, ErrorFlavor, ErrorReply, Script, Step, Usage};
 pub use server::{FakeApi, RecordedRequest, RequestKind, serve};
 pub use wiring::{
     CliWiring, HomeFile, RunDirs, WiringOptions, cli_cache_dir, codex_acp_config, installed_binary,

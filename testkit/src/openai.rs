@@ -316,6 +316,34 @@ fn knows_namespace_tool(body: &Value, ns: &str, tool: &str) -> bool {
         || body.get("tools").is_some_and(has)
 }
 
+/// Starts a text answer, then fails it in-band with `response.failed`.
+fn stream_error(ctx: &Ctx<'_>, reply: &ErrorReply) -> Rendered {
+    let (_, code, default_message) = error_parts(ctx, reply);
+    let message = reply.message.clone().unwrap_or(default_message);
+    let mut s = Stream::new(ctx);
+    s.message(default_text(Vendor::OpenAi), true);
+    let mut failed = s.response("failed", Value::Null);
+    if let Some(obj) = failed.as_object_mut() {
+        let code = if code.is_null() {
+            json!("server_error")
+        } else {
+            code
+        };
+        obj.insert(
+            "error".to_owned(),
+            json!({"code": code, "message": message}),
+        );
+    }
+    s.event("response.failed", json!({"response": failed}));
+    Rendered::done(
+        Reply::Sse {
+            frames: s.frames,
+            end: StreamEnd::Complete,
+        },
+        "response.failed",
+    )
+}
+
 /// Renders `step` for this request.
 pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
     match step {
@@ -388,33 +416,9 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
                 "stream dropped mid-way",
             )
         }
-        Step::StreamError(reply) => {
-            let (_, code, default_message) = error_parts(ctx, reply);
-            let message = reply.message.clone().unwrap_or(default_message);
-            let mut s = Stream::new(ctx);
-            s.message(default_text(Vendor::OpenAi), true);
-            let mut failed = s.response("failed", Value::Null);
-            if let Some(obj) = failed.as_object_mut() {
-                let code = if code.is_null() {
-                    json!("server_error")
-                } else {
-                    code
-                };
-                obj.insert(
-                    "error".to_owned(),
-                    json!({"code": code, "message": message}),
-                );
-            }
-            s.event("response.failed", json!({"response": failed}));
-            Rendered::done(
-                Reply::Sse {
-                    frames: s.frames,
-                    end: StreamEnd::Complete,
-                },
-                "response.failed",
-            )
-        }
+        Step::StreamError(reply) => stream_error(ctx, reply),
         Step::Hang => Rendered::done(Reply::Hang, "hang"),
+        Step::WithAnswer(_) => render(ctx, &step.answered(ctx.body)),
     }
 }
 

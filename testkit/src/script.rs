@@ -225,6 +225,105 @@ pub enum Step {
     /// Accept the request and never answer (for timeout tests). The connection stays open
     /// until the fake is dropped.
     Hang,
+    /// This step with each [`ANSWER_PLACEHOLDER`] in its text, shell command or tool
+    /// input replaced by the user's answer the request carries: the rest of the line
+    /// after [`ANSWER_MARKER`] in the latest message that has it (aicli's prompt for an
+    /// answered question). In a shell command the answer is one single-quoted word.
+    /// Without an answer in the request, it is `(no answer in the request)`.
+    WithAnswer(Box<Step>),
+}
+
+/// Where a [`Step::WithAnswer`] puts the user's answer.
+pub const ANSWER_PLACEHOLDER: &str = "{answer}";
+
+/// What precedes the user's answer in the prompt that carries it (aicli's `answer`:
+/// "You asked the user: …\n\nThe user answered: ANSWER\n\n…").
+pub const ANSWER_MARKER: &str = "The user answered: ";
+
+/// What a [`Step::WithAnswer`] says when the request carries no answer.
+const NO_ANSWER: &str = "(no answer in the request)";
+
+impl Step {
+    /// The step a [`Step::WithAnswer`] stands for in a request whose body is `body`
+    /// (any other step as it is).
+    pub(crate) fn answered(&self, body: &Value) -> Step {
+        match self {
+            Step::WithAnswer(inner) => {
+                let answer = answer_in(body).unwrap_or_else(|| NO_ANSWER.to_owned());
+                inner.with_answer(&answer)
+            }
+            other => other.clone(),
+        }
+    }
+
+    /// This step with [`ANSWER_PLACEHOLDER`] replaced by `answer`.
+    fn with_answer(&self, answer: &str) -> Step {
+        let raw = |t: &str| t.replace(ANSWER_PLACEHOLDER, answer);
+        match self {
+            Step::Text(t) => Step::Text(raw(t)),
+            Step::Shell { command, preamble } => Step::Shell {
+                command: command.replace(ANSWER_PLACEHOLDER, &shell_word(answer)),
+                preamble: preamble.as_deref().map(raw),
+            },
+            Step::ToolCall {
+                name,
+                input,
+                preamble,
+            } => Step::ToolCall {
+                name: name.clone(),
+                input: map_strings(input, &raw),
+                preamble: preamble.as_deref().map(raw),
+            },
+            Step::McpToolCall {
+                server,
+                tool,
+                input,
+            } => Step::McpToolCall {
+                server: server.clone(),
+                tool: tool.clone(),
+                input: map_strings(input, &raw),
+            },
+            Step::WithAnswer(inner) => inner.with_answer(answer),
+            Step::DefaultText
+            | Step::QuoteToolResult
+            | Step::Error(_)
+            | Step::DropMidStream
+            | Step::StreamError(_)
+            | Step::Hang => self.clone(),
+        }
+    }
+}
+
+/// The user's answer in a request body: the rest of the line after [`ANSWER_MARKER`],
+/// in the last string of the body (in its order: the latest message) that holds it.
+fn answer_in(body: &Value) -> Option<String> {
+    match body {
+        Value::String(s) => s
+            .rsplit_once(ANSWER_MARKER)
+            .map(|(_, rest)| rest.lines().next().unwrap_or_default().trim().to_owned()),
+        Value::Array(items) => items.iter().rev().find_map(answer_in),
+        Value::Object(m) => m.values().rev().find_map(answer_in),
+        Value::Null | Value::Bool(_) | Value::Number(_) => None,
+    }
+}
+
+/// `value` with `f` applied to every string in it.
+fn map_strings(value: &Value, f: &impl Fn(&str) -> String) -> Value {
+    match value {
+        Value::String(s) => Value::String(f(s)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| map_strings(v, f)).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), map_strings(v, f)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `s` as one single-quoted POSIX shell word.
+fn shell_word(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// The answers of one fake, by request. Build it with the constructors and `then_*`:
@@ -384,6 +483,15 @@ impl Script {
         self
     }
 
+    /// Makes the last step use the user's answer (see [`Step::WithAnswer`]):
+    /// `Script::text("x").then_shell("echo {answer} >> f").with_answer()`.
+    pub fn with_answer(mut self) -> Script {
+        if let Some(last) = self.steps.pop() {
+            self.steps.push(Step::WithAnswer(Box::new(last)));
+        }
+        self
+    }
+
     /// Reports these token counts on every answer instead of [`Usage::default_for`].
     pub fn with_usage(mut self, usage: Usage) -> Script {
         self.usage = Some(usage);
@@ -463,6 +571,34 @@ mod tests {
                 preamble: Some("I will run echo.".into()),
             }
         );
+    }
+
+    #[test]
+    fn a_step_with_the_answer_takes_it_from_the_latest_message_quoted_for_the_shell() {
+        let s = Script::shell("echo greeting: {answer} >> f")
+            .with_answer()
+            .then_text("You said {answer}.")
+            .with_answer();
+        let body = json!({"messages": [
+            {"role": "user", "content": "You asked the user: Q\n\nThe user answered: old\n\nGo on."},
+            {"role": "user", "content": [{"type": "text", "text": "You asked the user: Q\n\nThe user answered: it's me\n\nContinue the task with this answer."}]}
+        ]});
+        assert_eq!(
+            s.steps()[0].answered(&body),
+            Step::Shell {
+                command: "echo greeting: 'it'\\''s me' >> f".into(),
+                preamble: None
+            }
+        );
+        assert_eq!(
+            s.steps()[1].answered(&body),
+            Step::Text("You said it's me.".into())
+        );
+        assert_eq!(
+            s.steps()[1].answered(&json!({"messages": []})),
+            Step::Text("You said (no answer in the request).".into())
+        );
+        assert_eq!(Step::Hang.answered(&body), Step::Hang);
     }
 
     #[test]

@@ -50,9 +50,9 @@ pub fn default_auth_precheck(
         return None;
     }
     let fix = if c.login_argv.is_empty() {
+        // The variables are named once, in the sentence before.
         format!(
-            "set one of {} or log in once with `{}` interactively",
-            c.auth_env_vars.join(", "),
+            "set one of them or log in once with `{}` interactively",
             c.binary_name
         )
     } else {

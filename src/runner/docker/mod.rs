@@ -115,14 +115,15 @@ impl DockerRunner {
         for r in results {
             match r {
                 Ok(h) => hosts.push(Arc::new(h)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "docker engine left out");
-                    failures.push(e.to_string());
-                }
+                Err(e) => failures.push(e.to_string()),
             }
         }
+        // With no engine at all the error names every failure: the caller says it once.
         if hosts.is_empty() {
             return Err(DockerError::NoEngine(failures.join("; ")));
+        }
+        for e in &failures {
+            tracing::warn!(error = %e, "docker engine left out");
         }
         Ok(DockerRunner {
             config: Arc::new(config.clone()),

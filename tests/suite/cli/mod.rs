@@ -1,13 +1,15 @@
 //! The `aicli` command as a user runs it: the real binary as a subprocess, against real
 //! git repositories, with `aicli-fake-cli` replaying recorded transcripts as the CLI
 //! (`frictions.rs`), or the real CLIs against the embedded fake model APIs
-//! (`newcomer.rs`: install, demo, `--fake-api`).
+//! (`newcomer.rs`: install, demo, `--fake-api`); `newuser.rs`: a new user's frictions of
+//! issue 21, some on a pseudo-terminal.
 
 mod acp;
 mod bad_input;
 mod frictions;
 mod memory;
 mod newcomer;
+mod newuser;
 mod round3;
 mod tools;
 

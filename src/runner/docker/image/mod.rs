@@ -106,12 +106,9 @@ pub struct Built {
     pub cli_version: String,
 }
 
-/// Builds the provider image of `spec` on `docker`; `progress` gets a line per step.
-pub async fn build(
-    docker: &Docker,
-    spec: &BuildSpec,
-    progress: &(dyn Fn(&str) + Send + Sync),
-) -> Result<Built, DockerError> {
+/// The version of the package in the npm cache (which must be the pinned one) and its
+/// executable's path inside the package.
+fn pinned_package(spec: &BuildSpec) -> Result<(String, String), DockerError> {
     let pkg_dir = spec.npm_dir.join("node_modules").join(&spec.package);
     let pkg = read_package(&pkg_dir)?;
     let have = pkg.get("version").and_then(Value::as_str).unwrap_or("");
@@ -119,9 +116,10 @@ pub async fn build(
         && have != want
     {
         return Err(DockerError::Work(format!(
-            "{} in {} is version '{have}', the pin is {want}: install the pinned CLI first (.ci/install-clis.sh)",
+            "{} in {} is version '{have}', the pin is {want}: install the pinned CLI first (`aicli install {}`)",
             spec.package,
-            spec.npm_dir.display()
+            spec.npm_dir.display(),
+            spec.provider
         )));
     }
     let bin_rel = bin_entry(&pkg, &spec.binary_name).ok_or_else(|| {
@@ -130,6 +128,17 @@ pub async fn build(
             spec.package, spec.binary_name
         ))
     })?;
+    Ok((have.to_owned(), bin_rel))
+}
+
+/// Builds the provider image of `spec` on `docker`; `progress` gets a line per step.
+pub async fn build(
+    docker: &Docker,
+    spec: &BuildSpec,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<Built, DockerError> {
+    let (have, bin_rel) = pinned_package(spec)?;
+    let have = have.as_str();
     let cli = format!("{}@{have}", spec.package);
     if !spec.force
         && let Ok(i) = docker.inspect_image(&spec.tag).await
@@ -159,6 +168,7 @@ pub async fn build(
     let modules = spec.npm_dir.join("node_modules");
     let binary = spec.binary_name.clone();
     let package = spec.package.clone();
+    let executable = bin_rel.clone();
     let files = move |w: &mut TarWriter| -> std::io::Result<()> {
         w.dir("opt/aicli", 0o755)?;
         w.dir("opt/aicli/node_modules", 0o755)?;
@@ -183,9 +193,7 @@ pub async fn build(
     let path = format!("{CLI_ROOT}/bin:{DEFAULT_PATH}");
     let script = format!(
         "set -e\nchmod 755 /opt/aicli/node_modules/{0}/{1}\n{2} --version\n",
-        spec.package,
-        bin_entry(&pkg, &spec.binary_name).unwrap_or_default(),
-        spec.binary_name
+        spec.package, executable, spec.binary_name
     );
     let labels = HashMap::from([
         (LABEL_PROVIDER.to_owned(), spec.provider.clone()),
@@ -389,7 +397,7 @@ fn read_package(dir: &Path) -> Result<Value, DockerError> {
     let file = dir.join("package.json");
     let text = std::fs::read_to_string(&file).map_err(|e| {
         DockerError::Work(format!(
-            "{} is not in aicli's npm cache ({e}); install the pinned CLIs first (.ci/install-clis.sh)",
+            "{} is not in aicli's npm cache ({e}); install the pinned CLIs first (`aicli install PROVIDER`)",
             file.display()
         ))
     })?;

@@ -6,6 +6,9 @@
 //! there after a provider's `binary_path` and `PATH` ([`search_path_with_cache`]).
 //! `<cache>` is `$AICLI_CACHE_DIR`, else `$XDG_CACHE_HOME/aicli`, else
 //! `~/.cache/aicli`.
+//!
+//! Before installing, [`node_on`] and [`node_needs`] say which Node.js this machine has
+//! and which the pinned CLIs' packages ask for (`node.rs`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,12 +17,16 @@ use std::process::Stdio;
 use aicli_providers::{AiCliConfig, BinaryLocation, ProviderConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+mod node;
+
+pub use node::{NodeNeed, node_needs, node_on, satisfies};
+
 /// Why an install did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
     /// npm is not on PATH.
     #[error(
-        "npm is not on PATH: `aicli install` runs npm, which comes with Node.js 20 or later \
+        "npm is not on PATH: `aicli install` runs npm, which comes with Node.js 22 or later \
          (Debian/Ubuntu: `apt-get install nodejs npm`; or https://nodejs.org)"
     )]
     NoNpm,
