@@ -64,8 +64,11 @@ pub(crate) async fn answer(
         answered_at: now_rfc3339(),
     });
     let opts = options_for(&spec, store);
-    let batch = super::execute(engine, spec, record, vec![task], opts, live, cancel).await?;
-    batch
+    let mut done = super::execute(engine, spec, record, vec![task], opts, live, cancel).await?;
+    if let Some(r) = done.kept.remove(&task_id) {
+        return Ok(r);
+    }
+    done.result
         .tasks
         .into_iter()
         .find(|t| t.task_id == task_id)

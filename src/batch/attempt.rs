@@ -33,17 +33,38 @@ impl Batch {
         n: u32,
         cancel: CancellationToken,
     ) -> (TaskRun, RunOutcome) {
-        let caught = AssertUnwindSafe(self.attempt_in(&mut task, n, cancel))
-            .catch_unwind()
-            .await;
-        let outcome = match caught {
-            Ok(o) => o,
-            Err(panic) => self.crashed(&mut task, panic).await,
-        };
-        (task, outcome)
+        let mut fell_back = false;
+        loop {
+            let caught = AssertUnwindSafe(self.attempt_in(&mut task, n, cancel.clone()))
+                .catch_unwind()
+                .await;
+            let outcome = match caught {
+                Ok(o) => o,
+                Err(panic) => self.crashed(&mut task, panic).await,
+            };
+            // A continuation whose session could not be resumed goes on as a new run, once.
+            if !fell_back
+                && n == 1
+                && outcome.result.error_kind == Some(ErrorKind::InvalidResume)
+                && let Some(next) = task
+                    .next
+                    .without_the_session(&task.rec, outcome.result.error.as_deref().unwrap_or(""))
+            {
+                tracing::warn!(task = %task.id(), error = ?outcome.result.error, "the session could not be resumed; a new run carries the task");
+                fell_back = true;
+                task.next = next;
+                continue;
+            }
+            return (task, outcome);
+        }
     }
 
-    async fn attempt_in(&self, task: &mut TaskRun, n: u32, cancel: CancellationToken) -> RunOutcome {
+    async fn attempt_in(
+        &self,
+        task: &mut TaskRun,
+        n: u32,
+        cancel: CancellationToken,
+    ) -> RunOutcome {
         let provider = match self.engine.registry.get(&task.rec.provider) {
             Ok(p) => p,
             Err(e) => {
@@ -58,6 +79,7 @@ impl Batch {
             Ok(r) => r,
             Err(refused) => return refused,
         };
+        task.reservation = reservation.clone();
         let workdir = self.place_worktree(task).await;
         if task.next.resume.is_some() {
             self.pause_before_resume(task, &provider, &cancel).await;
@@ -114,7 +136,11 @@ impl Batch {
         match pool.reserve(want, cancel).await {
             Ok(r) => Ok(Some(Arc::new(r))),
             Err(Refusal::Spent { .. }) => Err(self
-                .not_started(task, ErrorKind::Budget, BUDGET_SPENT_BEFORE_START.to_owned())
+                .not_started(
+                    task,
+                    ErrorKind::Budget,
+                    BUDGET_SPENT_BEFORE_START.to_owned(),
+                )
                 .await),
             Err(Refusal::Cancelled) => {
                 let mut o = self
@@ -162,7 +188,11 @@ impl Batch {
         let id = task.id().to_owned();
         task.rec.attempts.push(AttemptRecord {
             attempt,
-            kind: if n > 1 { AttemptKind::Retry } else { task.next.kind },
+            kind: if n > 1 {
+                AttemptKind::Retry
+            } else {
+                task.next.kind
+            },
             started_at: now_rfc3339(),
             finished_at: None,
             events_start: self.record.events_len(&id),
@@ -271,12 +301,24 @@ impl Batch {
     /// task's state until it is settled. A continuation (an answer, a recovery) that
     /// never started leaves the task as it was: blocked with its question, interrupted.
     async fn record_end(&self, task: &mut TaskRun, n: u32, mut outcome: RunOutcome) -> RunOutcome {
+        task.reservation = None;
         if n == 1 {
             outcome.result.continuation = task.next.continuation.clone();
         }
         if n == 1 && !outcome.started && task.keeps_state_when_not_started() {
             task.undo_unstarted_continuation();
             task.persist(&self.record, true).await;
+            let kept = match task.next.kind {
+                AttemptKind::Answer => {
+                    "; the answer was not delivered: the task is still blocked on its question, answer it again"
+                }
+                AttemptKind::Recover | AttemptKind::Run | AttemptKind::Retry => {
+                    "; the task is still interrupted: `aicli resume` runs it again"
+                }
+            };
+            if let Some(e) = outcome.result.error.as_mut() {
+                e.push_str(kept);
+            }
             return outcome;
         }
         let id = task.id().to_owned();
@@ -296,15 +338,18 @@ impl Batch {
             a.place = outcome.place.clone();
         }
         task.rec.state = state;
-        // Later attempts of this invocation are plain retries of the same run.
-        task.next.kind = AttemptKind::Retry;
         task.persist(&self.record, true).await;
         outcome
     }
 
     /// An attempt that never got to its run (no provider, no budget): recorded as such,
     /// with its result.
-    async fn not_started(&self, task: &mut TaskRun, kind: ErrorKind, message: String) -> RunOutcome {
+    async fn not_started(
+        &self,
+        task: &mut TaskRun,
+        kind: ErrorKind,
+        message: String,
+    ) -> RunOutcome {
         let provider_name = task.rec.provider.clone();
         let mut result = SessionResult::not_started(&provider_name, kind, message);
         result.task_id = task.id().to_owned();
@@ -356,11 +401,27 @@ impl Batch {
         result.prompt = task.rec.task.prompt.clone();
         let id = task.id().to_owned();
         let (events_end, stderr_end) = (self.record.events_len(&id), self.record.stderr_len(&id));
-        if let Some(a) = task.rec.attempts.last_mut().filter(|a| a.finished_at.is_none()) {
+        // What the run streamed is all the budget counts for it; the rest of its
+        // reservation goes back.
+        let budget = task.reservation.take().map(|r| {
+            let streamed = r.streamed_usd();
+            r.settle(streamed);
+            AttemptBudget {
+                reserved_usd: r.amount(),
+                charged_usd: Some(streamed),
+            }
+        });
+        if let Some(a) = task
+            .rec
+            .attempts
+            .last_mut()
+            .filter(|a| a.finished_at.is_none())
+        {
             a.finished_at = Some(now_rfc3339());
             a.events_end = Some(events_end);
             a.stderr_end = Some(stderr_end);
             a.result = Some(result.clone());
+            a.budget = budget.or(a.budget);
         }
         task.rec.state = TaskState::Failed;
         task.persist(&self.record, true).await;

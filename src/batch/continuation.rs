@@ -130,6 +130,45 @@ impl Next {
     }
 }
 
+impl Next {
+    /// After a continuation's run could not resume its session (the CLI said
+    /// `invalid_resume`: an unknown id, a recording that holds nothing yet): the same
+    /// continuation as a new run whose prompt carries what it would have said. `None`
+    /// for anything but a first resuming answer or recovery.
+    pub(crate) fn without_the_session(&self, rec: &TaskRecord, error: &str) -> Option<Next> {
+        self.resume.as_ref()?;
+        let question;
+        let why = match (self.kind, rec.answers.last()) {
+            (AttemptKind::Answer, Some(a)) => {
+                question = PendingQuestion {
+                    question: a.question.clone(),
+                    options: Vec::new(),
+                    asked_at: a.answered_at.clone(),
+                };
+                Why::Answer {
+                    question: &question,
+                    answer: &a.answer,
+                }
+            }
+            (AttemptKind::Recover, _) => Why::Recover,
+            _ => return None,
+        };
+        Some(Next {
+            kind: self.kind,
+            resume: None,
+            prompt: new_run_prompt(rec, why),
+            continuation: Some(Continuation {
+                mode: ContinuationMode::NewRun,
+                session_id: None,
+                reason: format!(
+                    "{}; the session could not be resumed ({error}), so a new run carries the task",
+                    reason(why)
+                ),
+            }),
+        })
+    }
+}
+
 /// The session the task's last run was in, with its totals at that run's end: `last`'s,
 /// else the latest earlier attempt's that had one (an attempt killed before it printed
 /// anything hands on the session it was resuming).
@@ -143,7 +182,11 @@ fn session_of(rec: &TaskRecord, last: Option<&SessionResult>) -> Option<Resume> 
     rec.attempts.iter().rev().find_map(|a| {
         let r = a.result.as_ref()?;
         let sid = r.session_id.clone().or_else(|| a.resumed_session.clone())?;
-        let prior = if r.session_id.is_some() { r.session_totals } else { a.prior };
+        let prior = if r.session_id.is_some() {
+            r.session_totals
+        } else {
+            a.prior
+        };
         Some(Resume {
             session_id: sid,
             prior,

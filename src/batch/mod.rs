@@ -66,6 +66,17 @@ pub(crate) struct Batch {
     pub share: f64,
     /// `BudgetSpent` was sent.
     budget_announced: AtomicBool,
+    /// The results of continuations that never started, by task: the record keeps the
+    /// task as it was, and the caller (an answer) hears why.
+    kept: std::sync::Mutex<std::collections::BTreeMap<String, aicli_providers::SessionResult>>,
+}
+
+/// What [`execute`] gives back: the batch's result from its records, and the results of
+/// continuations that never started (their tasks are unchanged in the records).
+#[derive(Debug)]
+pub(crate) struct Executed {
+    pub result: BatchResult,
+    pub kept: std::collections::BTreeMap<String, aicli_providers::SessionResult>,
 }
 
 /// Runs `tasks` (each held by this invocation) of batch `spec` to the batch result.
@@ -77,7 +88,7 @@ pub(crate) async fn execute(
     opts: BatchOptions,
     live: LiveSender,
     cancel: CancellationToken,
-) -> Result<BatchResult, EngineError> {
+) -> Result<Executed, EngineError> {
     let started = Instant::now();
     let repo = match spec.worktrees {
         true => Some(Repo::open(&spec.repo).await?),
@@ -95,9 +106,7 @@ pub(crate) async fn execute(
     );
     let batch = Arc::new(Batch {
         engine: engine.clone(),
-        budget: spec
-            .budget_usd
-            .map(|b| BudgetPool::new(b, charged_before)),
+        budget: spec.budget_usd.map(|b| BudgetPool::new(b, charged_before)),
         spec,
         record,
         repo,
@@ -105,6 +114,7 @@ pub(crate) async fn execute(
         live,
         share,
         budget_announced: AtomicBool::new(false),
+        kept: Default::default(),
     });
     let mut owner = Settler {
         batch: batch.clone(),
@@ -142,7 +152,8 @@ pub(crate) async fn execute(
         .record
         .write_result(&result)
         .map_err(record_error(batch.record.dir()))?;
-    Ok(result)
+    let kept = std::mem::take(&mut *batch.kept.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(Executed { result, kept })
 }
 
 /// The pool's owner: quick decisions in the pool loop; settling (git, records) in tasks

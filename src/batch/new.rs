@@ -59,18 +59,25 @@ pub(crate) async fn new_batch(
         .map_err(record_error(&runs_dir.join(&spec.batch_id)))?;
     let mut runs = Vec::with_capacity(tasks.len());
     for t in tasks {
-        let provider = t.provider.clone().unwrap_or_else(|| default_provider.clone());
+        let provider = t
+            .provider
+            .clone()
+            .unwrap_or_else(|| default_provider.clone());
         let rec = TaskRecord::queued(t, &provider);
         record
             .write_task(&rec, false)
             .map_err(record_error(&record.task_dir(&rec.task.id)))?;
-        let lock = record.lock_task(&rec.task.id).map_err(EngineError::Refused)?;
+        let lock = record
+            .lock_task(&rec.task.id)
+            .map_err(EngineError::Refused)?;
         let (next, origin) = Next::first(&store, &rec);
         let mut run = TaskRun::new(rec, next, lock);
         run.origin = origin;
         runs.push(run);
     }
-    super::execute(engine, spec, record, runs, opts, live, cancel).await
+    super::execute(engine, spec, record, runs, opts, live, cancel)
+        .await
+        .map(|e| e.result)
 }
 
 /// Each task checked once, before anything is written: an id (assigned when missing,

@@ -133,7 +133,11 @@ impl<T: Send + 'static> Pool<T> {
             parallelism: self.limit,
             reason: format!(
                 "{}: {}",
-                outcome.result.error_kind.map(|k| k.as_str()).unwrap_or("unknown"),
+                outcome
+                    .result
+                    .error_kind
+                    .map(|k| k.as_str())
+                    .unwrap_or("unknown"),
                 outcome.result.error.clone().unwrap_or_default()
             ),
         };

@@ -83,7 +83,9 @@ pub(crate) async fn resume(
     }
     // An empty plan still rewrites the batch result from the records.
     let opts = options_for(&spec, store);
-    super::execute(engine, spec, record, plan, opts, live, cancel).await
+    super::execute(engine, spec, record, plan, opts, live, cancel)
+        .await
+        .map(|e| e.result)
 }
 
 /// Every unfinished task held by this process: a task held by a live aicli (the batch
@@ -187,8 +189,10 @@ fn settle_unfinished(
     if attempt.result.is_some() && state == TaskState::Interrupted {
         return Found::Interrupted(attempt.result.clone());
     }
-    let stdout = read_range(&dir.join(files::EVENTS), attempt.events_start, None).unwrap_or_default();
-    let stderr = read_range(&dir.join(files::STDERR), attempt.stderr_start, None).unwrap_or_default();
+    let stdout =
+        read_range(&dir.join(files::EVENTS), attempt.events_start, None).unwrap_or_default();
+    let stderr =
+        read_range(&dir.join(files::STDERR), attempt.stderr_start, None).unwrap_or_default();
     let ctx = ParseContext {
         model: attempt.model.clone(),
         prior: attempt.prior,
@@ -207,7 +211,11 @@ fn settle_unfinished(
         |e| saw_final |= matches!(e.kind, EventKind::Final { .. }),
     )
     .unwrap_or_else(|e| {
-        SessionResult::not_started(provider.name(), aicli_providers::ErrorKind::Unknown, e.to_string())
+        SessionResult::not_started(
+            provider.name(),
+            aicli_providers::ErrorKind::Unknown,
+            e.to_string(),
+        )
     });
     result.task_id = rec.task.id.clone();
     result.prompt = rec.task.prompt.clone();
@@ -217,13 +225,17 @@ fn settle_unfinished(
     // (A final "slow down" error is not an end: the pool would have retried it.)
     let retryable = result.error_kind.is_some_and(|k| k.is_backoff());
     if saw_final && !retryable {
-        let asked = read_range(&dir.join(files::AICLI_EVENTS), attempt.aicli_events_start, None)
-            .unwrap_or_default();
+        let asked = read_range(
+            &dir.join(files::AICLI_EVENTS),
+            attempt.aicli_events_start,
+            None,
+        )
+        .unwrap_or_default();
         if let Some(q) = String::from_utf8_lossy(&asked)
             .lines()
+            .rev()
             .filter_map(|l| serde_json::from_str::<aicli_providers::AgentEvent>(l).ok())
-            .filter_map(|e| question_of(&e.kind))
-            .last()
+            .find_map(|e| question_of(&e.kind))
         {
             result.block(q);
         }

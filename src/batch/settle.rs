@@ -75,11 +75,18 @@ impl Batch {
             task.rec.state = state;
             task.persist(&self.record, true).await;
         }
+        if task.kept
+            && let Ok(mut k) = self.kept.lock()
+        {
+            k.insert(task.id().to_owned(), result.clone());
+        }
         // Settled: another process may now answer or resume it, or prune its worktree.
         task.lock = None;
         task.worktree_lock = None;
         let task_id: Arc<str> = Arc::from(result.task_id.as_str());
-        if let (false, SessionStatus::Blocked, Some(q)) = (task.kept, result.status, &result.question) {
+        if let (false, SessionStatus::Blocked, Some(q)) =
+            (task.kept, result.status, &result.question)
+        {
             self.live.send(BatchEvent::TaskBlocked {
                 task_id: task_id.clone(),
                 question: q.clone(),

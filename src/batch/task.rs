@@ -38,6 +38,9 @@ pub(crate) struct TaskRun {
     pub lock: Option<TaskLock>,
     /// This invocation's hold on the task's worktree (`aicli worktrees prune` skips it).
     pub worktree_lock: Option<WorktreeLock>,
+    /// The budget reservation of the attempt in flight: settled by its run, or, when the
+    /// run panicked, by the attempt with what the run streamed.
+    pub reservation: Option<std::sync::Arc<crate::budget::Reservation>>,
 }
 
 impl TaskRun {
@@ -52,6 +55,7 @@ impl TaskRun {
             kept: false,
             lock: Some(lock),
             worktree_lock: None,
+            reservation: None,
         }
     }
 
@@ -101,9 +105,7 @@ impl TaskRun {
                 }
                 TaskState::Blocked
             }
-            AttemptKind::Recover | AttemptKind::Run | AttemptKind::Retry => {
-                TaskState::Interrupted
-            }
+            AttemptKind::Recover | AttemptKind::Run | AttemptKind::Retry => TaskState::Interrupted,
         };
         self.kept = true;
     }

@@ -38,6 +38,8 @@ pub(super) async fn answer(
     let docker = batch_id
         .as_deref()
         .is_some_and(|b| batch_uses_docker(config_path, &repo, &r, b));
+    let fake =
+        super::common::recorded_fake(fake, config_path, &repo, &r, batch_id.as_deref(), true);
     let cancel = CancellationToken::new();
     let running = start_engine(config_path, &repo, no_mcp, &fake, docker, &cancel).await?;
     let store = running.engine.store(&repo, r.runs_dir.as_deref());

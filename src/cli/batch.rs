@@ -125,6 +125,7 @@ pub(super) async fn batch(
     opts.timeout = a.timeout.map(Duration::from_secs);
     opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
     opts.runs_dir = r.runs_dir.clone();
+    opts.fake_api = a.fake.script.clone();
     opts.base_ref = base;
     let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), false);

@@ -240,8 +240,9 @@ pub(super) async fn start_engine(
     let containers = containers || aicli::runner::docker::config_uses_docker(&config);
     let fake = match &fake.script {
         Some(spec) => {
-            let script =
-                super::fake::script(spec).map_err(|e| usage(format!("--fake-api: {e}")))?;
+            let script = super::fake::script(spec)
+                .map_err(|e| usage(format!("--fake-api: {e}")))?
+                .skipping(fake.served);
             let home = super::fake::home_of(repo);
             Some(if containers {
                 let bind = super::containers::bridge_address(&config).await?;
@@ -346,6 +347,41 @@ pub(super) fn parse_runner(s: &str) -> Result<RunnerKind, String> {
 }
 
 /// Whether a recorded batch has tasks that run in containers.
+/// The fake model APIs an answer (`answering`) or a resume of batch `batch_id` talks
+/// to: the ones asked for (`--fake-api`), else the ones the batch was recorded with
+/// (said on stderr; an answer to an `ask:` script goes on after the question), else
+/// none.
+pub(super) fn recorded_fake(
+    fake: FakeApiArgs,
+    config_path: Option<&Path>,
+    repo: &Path,
+    r: &RepoArgs,
+    batch_id: Option<&str>,
+    answering: bool,
+) -> FakeApiArgs {
+    if fake.script.is_some() {
+        return fake;
+    }
+    let recorded = batch_id.and_then(|b| {
+        let store = engine(config_path).ok()?.store(repo, r.runs_dir.as_deref());
+        store.open_batch(b).ok()?.spec().ok()?.fake_api
+    });
+    if let Some(script) = &recorded {
+        eprintln!(
+            "aicli: batch {} ran against aicli's fake model APIs (--fake-api={script}): so does this",
+            batch_id.unwrap_or_default()
+        );
+    }
+    let served = match &recorded {
+        Some(s) if answering && s.starts_with("ask:") => super::fake::ASK_STEPS_BEFORE_THE_ANSWER,
+        _ => 0,
+    };
+    FakeApiArgs {
+        script: recorded,
+        served,
+    }
+}
+
 pub(super) fn batch_uses_docker(
     config_path: Option<&Path>,
     repo: &Path,

@@ -29,7 +29,15 @@ pub struct FakeApiArgs {
         default_missing_value = "text"
     )]
     pub script: Option<String>,
+    /// Steps of the script the fakes of an earlier command already served (an answer to
+    /// a recorded `ask:` batch starts after the question): not an option.
+    #[arg(skip)]
+    pub served: usize,
 }
+
+/// The steps an `ask:` script serves before the task blocks: the question, then the
+/// model's closing words (see [`ask_script`]).
+pub const ASK_STEPS_BEFORE_THE_ANSWER: usize = 2;
 
 /// A fake model's script from its spec (see [`FakeApiArgs`]); a `;delay=MS` suffix
 /// paces the stream (MS milliseconds before each SSE event), to watch it live.

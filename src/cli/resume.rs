@@ -22,6 +22,7 @@ pub(super) async fn resume(
     let repo = repo_dir(&r)?;
     let cancel = CancellationToken::new();
     let docker = batch_uses_docker(config_path, &repo, &r, batch_id);
+    let fake = super::common::recorded_fake(fake, config_path, &repo, &r, Some(batch_id), false);
     let running = start_engine(config_path, &repo, no_mcp, &fake, docker, &cancel).await?;
     let store = running.engine.store(&repo, r.runs_dir.as_deref());
     let spec = match store.open_batch(batch_id).and_then(|b| b.spec()) {

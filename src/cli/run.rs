@@ -104,6 +104,7 @@ pub(super) async fn run(
     opts.timeout = a.timeout.map(Duration::from_secs);
     opts.idle_timeout = a.idle_timeout.map(Duration::from_secs);
     opts.runs_dir = r.runs_dir.clone();
+    opts.fake_api = a.fake.script.clone();
     opts.worktrees = !a.no_worktree;
     opts.runner = a.runner;
     if let Some(b) = base {

@@ -24,8 +24,8 @@ use aicli_providers::{
 use tokio_util::sync::CancellationToken;
 
 pub use agent::{AgentGrant, AgentServer, TaskScope};
-pub(crate) use error::record_error;
 pub use error::EngineError;
+pub(crate) use error::record_error;
 pub use options::BatchOptions;
 
 use crate::live::LiveSender;

@@ -64,7 +64,10 @@ impl BatchOptions {
         if let Some(b) = self.budget_usd {
             aicli_providers::check_budget(b).map_err(|m| invalid("budget_usd", m))?;
         }
-        for (option, limit) in [("timeout", self.timeout), ("idle_timeout", self.idle_timeout)] {
+        for (option, limit) in [
+            ("timeout", self.timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
             if limit.is_some_and(|d| d < Duration::from_secs(1)) {
                 return Err(invalid(
                     option,

@@ -112,4 +112,3 @@ pub struct BatchSummary {
     /// Known cost.
     pub cost_usd: f64,
 }
-

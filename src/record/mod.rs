@@ -22,8 +22,8 @@
 //! | `batch` | [`BatchSpec`], [`BatchResult`], [`BatchSummary`] |
 //! | `lock` | [`TaskLock`]: one aicli process runs a task at a time |
 
-pub mod files;
 mod batch;
+pub mod files;
 mod lock;
 mod task;
 
@@ -35,7 +35,9 @@ pub use batch::{BatchResult, BatchSpec, BatchSummary};
 pub use lock::TaskLock;
 pub use task::{AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, TaskRecord, TaskState};
 
-use crate::util::{ensure_private_dir, read_json, write_json, write_json_atomic, create_private_dirs};
+use crate::util::{
+    create_private_dirs, ensure_private_dir, read_json, write_json, write_json_atomic,
+};
 
 /// A run-records directory.
 #[derive(Debug, Clone)]
@@ -330,4 +332,3 @@ impl BatchRecord {
         })
     }
 }
-

@@ -231,7 +231,9 @@ pub(crate) async fn run(spec: RunSpec, io: RunIo) -> RunOutcome {
         }
     };
     verdict::cancelled_is_interrupted(&mut result);
-    let closed = guards.close(spec.limits.kill_grace, &result, &streamed).await;
+    let closed = guards
+        .close(spec.limits.kill_grace, &result, &streamed)
+        .await;
     if let Some(e) = &closed.finish_error {
         tracing::warn!(task = %spec.task.id, error = %e, "the run's work was not brought back");
         result.fail(ErrorKind::Crashed, e.clone());
@@ -306,6 +308,12 @@ async fn start_and_supervise(
     tracing::info!(task = %spec.task.id, provider = spec.provider.name(), program = %launch.cmd.program.display(), place = %describe, "starting run");
     // Names only: values can be credentials.
     tracing::info!(task = %spec.task.id, variables = %crate::env::names(&launch.cmd.env), "environment passed to the CLI");
-    guards.start(&launch.cmd, out, reach.as_ref().is_some_and(|r| r.restrict_to_peer)).await?;
+    guards
+        .start(
+            &launch.cmd,
+            out,
+            reach.as_ref().is_some_and(|r| r.restrict_to_peer),
+        )
+        .await?;
     supervise::supervise(spec, io, &launch, guards, injected).await
 }

@@ -109,8 +109,12 @@ impl<'a> Publisher<'a> {
             EventKind::Final { .. } => self.saw_final = true,
             EventKind::SessionStarted { model: Some(m), .. } => self.run_model = Some(m.clone()),
             EventKind::Usage { usage, model } => {
-                self.spend
-                    .add(self.prices, model.as_deref(), self.run_model.as_deref(), usage);
+                self.spend.add(
+                    self.prices,
+                    model.as_deref(),
+                    self.run_model.as_deref(),
+                    usage,
+                );
                 return true;
             }
             EventKind::RateLimit {

@@ -142,9 +142,13 @@ impl<'a> Watch<'a> {
         loop {
             let pipe_sleep = sleep_until(self.pipe_deadline);
             let final_sleep = sleep_until(self.final_deadline);
-            let wait_sleep = sleep_until(self.conversation.as_ref().and_then(Conversation::deadline));
-            let stop_sleep =
-                sleep_until(self.conversation.as_ref().and_then(Conversation::stop_deadline));
+            let wait_sleep =
+                sleep_until(self.conversation.as_ref().and_then(Conversation::deadline));
+            let stop_sleep = sleep_until(
+                self.conversation
+                    .as_ref()
+                    .and_then(Conversation::stop_deadline),
+            );
             let injected = recv_injected(&mut self.injected);
             let asking = self.stop_why.is_none();
             tokio::select! {
@@ -333,7 +337,7 @@ impl<'a> Watch<'a> {
         Ended {
             result,
             reset_at: self.publisher.reset_at,
-            streamed: self.publisher.spend.clone(),
+            streamed: self.publisher.spend,
         }
     }
 }

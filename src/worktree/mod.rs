@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use tokio::process::Command;
 
 use crate::util::{
-    PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, create_private_dirs, ensure_private_dir, write_private_file,
+    PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, create_private_dirs, ensure_private_dir,
+    write_private_file,
 };
 
 mod placement;
@@ -275,10 +276,12 @@ impl Repo {
             },
         )?;
         if let Some(f) = base_file(path).await {
-            write_private_file(&f, &format!("{base}\n"), PRIVATE_FILE_MODE).map_err(|e| WorktreeError::Git {
-                args: "worktree add (recording the base commit)".into(),
-                dir: f.clone(),
-                stderr: e.to_string(),
+            write_private_file(&f, &format!("{base}\n"), PRIVATE_FILE_MODE).map_err(|e| {
+                WorktreeError::Git {
+                    args: "worktree add (recording the base commit)".into(),
+                    dir: f.clone(),
+                    stderr: e.to_string(),
+                }
             })?;
         }
         Ok(Worktree {

@@ -511,6 +511,14 @@ impl Script {
         self
     }
 
+    /// The script without its first `n` steps (at least its last step stays): what is
+    /// left of it for a fake that starts where another one left off.
+    pub fn skipping(mut self, n: usize) -> Script {
+        let n = n.min(self.steps.len().saturating_sub(1));
+        self.steps.drain(..n);
+        self
+    }
+
     /// The steps, in order.
     pub fn steps(&self) -> &[Step] {
         &self.steps

@@ -193,14 +193,26 @@ async fn an_acp_agent_under_the_docker_runner_is_refused_before_anything_starts(
         ..TaskSpec::default()
     };
     let (tx, collector) = collect_events();
-    let batch = engine
+    // Checked at the engine's entry, with the task's other fields: nothing is written.
+    let err = engine
         .run_batch(vec![task], opts, tx, CancellationToken::new())
         .await
-        .expect("batch");
+        .expect_err("refused");
     let _ = collector.await;
-    let r = &batch.tasks[0];
-    assert_eq!(r.error_kind, Some(ErrorKind::BadRequest), "{r:?}");
-    let err = r.error.clone().unwrap_or_default();
-    assert!(err.contains("local runner"), "{err}");
-    assert_eq!(r.exit_code, None, "nothing started");
+    assert!(
+        matches!(&err, aicli::EngineError::InvalidTask { id, message, .. }
+            if id == "t" && message.contains("local runner")),
+        "{err:?}"
+    );
+    assert!(
+        !repo.path().join(".aicli/runs").exists(),
+        "a record was written"
+    );
+    assert!(
+        aicli::process::all_processes().keys().all(|p| {
+            !std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&marker))
+        }),
+        "an agent was started"
+    );
 }

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use aicli::engine::{AgentGrant, AgentServer, TaskScope};
 use aicli::providers::{
     AgentEvent, ContinuationMode, EventKind, Feature, McpEndpoint, SessionStatus, TaskSpec,
 };
-use aicli::engine::{AgentGrant, AgentServer, TaskScope};
 use aicli::record::{RunStore, TaskState};
 use aicli::{BatchOptions, EngineError};
 use tokio_util::sync::CancellationToken;

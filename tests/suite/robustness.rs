@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aicli::BatchOptions;
-use aicli::providers::{AgentEvent, CostSource, EventKind, McpEndpoint, SessionStatus, TaskSpec};
 use aicli::engine::{AgentGrant, AgentServer, TaskScope};
+use aicli::providers::{AgentEvent, CostSource, EventKind, McpEndpoint, SessionStatus, TaskSpec};
 use aicli::record::{RunStore, TaskState};
 use aicli::worktree::{Cleanup, Repo};
 use tokio_util::sync::CancellationToken;

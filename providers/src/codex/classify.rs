@@ -25,7 +25,7 @@ pub fn classify_message(message: &str) -> (ErrorKind, Option<u16>) {
             // Codex's text for HTTP 500 (`CodexErr::InternalServerError`); it replaces the
             // server's own message.
             (ErrorKind::ServerError, &["high demand"]),
-            (ErrorKind::InvalidResume, &["no rollout found"]),
+            (ErrorKind::InvalidResume, super::RESUME_FAILED),
             (
                 ErrorKind::RateLimit,
                 &[

@@ -112,6 +112,11 @@ pub const CODEX_HOME_ENV: &str = "CODEX_HOME";
 /// What to do when there are no credentials.
 const LOGIN_HINT: &str = "set CODEX_API_KEY or run `codex login`";
 
+/// Codex's words for a session it cannot resume: an unknown id (`no rollout found`), or
+/// a session whose recording holds nothing yet (killed right after `thread.started`:
+/// `thread/resume failed: failed to read thread: ... is empty`).
+const RESUME_FAILED: &[&str] = &["no rollout found", "thread/resume failed"];
+
 /// The Codex CLI.
 #[derive(Debug, Clone)]
 pub struct CodexProvider {

@@ -62,7 +62,10 @@ fn classify_unfinished(d: &CodexDecoder, stderr: &str, exit: ExitStatus) -> (Err
             ),
         );
     }
-    if let Some(line) = stderr.lines().find(|l| l.contains("no rollout found")) {
+    if let Some(line) = stderr
+        .lines()
+        .find(|l| super::RESUME_FAILED.iter().any(|m| l.contains(m)))
+    {
         return (ErrorKind::InvalidResume, line.trim().to_owned());
     }
     if let Some(line) = rejected_argv(stderr) {

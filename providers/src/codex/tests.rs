@@ -208,3 +208,20 @@ fn in_a_container_accept_edits_needs_no_sandbox_of_codex() {
     assert_eq!(sandbox_of(PermissionMode::Plan, true), Some("read-only"));
     assert_eq!(sandbox_of(PermissionMode::Bypass, true), None);
 }
+
+#[test]
+fn a_session_whose_recording_is_empty_cannot_be_resumed() {
+    // Seen: codex killed right after `thread.started`, then `codex exec resume <id>`.
+    let stderr = "Error: thread/resume: thread/resume failed: failed to read thread: \
+        thread-store internal error: failed to read session metadata /h/.codex/sessions/\
+        rollout-x.jsonl: rollout at /h/.codex/sessions/rollout-x.jsonl is empty (code -32603)\n";
+    let r = replay::replay(
+        &provider(),
+        b"",
+        stderr,
+        ExitStatus::Code(1),
+        &ParseContext::default(),
+    );
+    assert_eq!(r.error_kind, Some(ErrorKind::InvalidResume), "{r:?}");
+    assert!(r.error.unwrap().contains("thread/resume failed"));
+}

@@ -71,3 +71,115 @@ fn bad_budgets_and_time_limits_are_refused_before_anything_is_written() {
     let out = cli.run(&["batch", t, "--no-mcp", "--budget", "5", "--json"]);
     assert_code(&out, 0, "a batch with a budget of $5");
 }
+
+/// Friction 1: an answer run as the hint prints it (without `--fake-api`) talks to the
+/// fakes the batch ran against; an answer that cannot start (the CLI is not installed)
+/// leaves the task blocked with its question, and a later answer goes through.
+#[test]
+fn an_answer_uses_the_batch_s_fake_api_and_one_that_cannot_start_keeps_the_question() {
+    let cli = Cli::new();
+    let out = cli.run(&[
+        "run",
+        "Paint the shed",
+        "--provider",
+        "codex",
+        "--fake-api=ask:Which colour?|red|blue",
+    ]);
+    assert_code(&out, 3, "a blocked run");
+    let batch = only_batch(cli.repo.path());
+    let task_ref = stdout(&out)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("answer with: aicli answer "))
+        .and_then(|h| h.split_whitespace().next())
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no hint in {}", stdout(&out)));
+    // A config whose codex is not installed: the answer cannot start.
+    let broken = cli.file(
+        "broken.json",
+        r#"{"providers": {"codex": {"binary_path": "/nonexistent/codex", "npx_fallback": false}}}"#,
+    );
+    let out = std::process::Command::new(aicli_bin())
+        .arg("--config")
+        .arg(&broken)
+        .args(["answer", &task_ref, "red"])
+        .current_dir(cli.repo.path())
+        .output()
+        .unwrap();
+    assert!(
+        !matches!(out.status.code(), Some(0) | Some(3)),
+        "an answer that cannot start: {:?}\n{}",
+        out.status,
+        stderr(&out)
+    );
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(said.contains("still blocked"), "{said}");
+    let blocked = json_lines(&cli.run(&["blocked", "--json"]));
+    assert_eq!(
+        blocked[0][0]["question"]["question"], "Which colour?",
+        "the question is intact: {blocked:?}"
+    );
+    let show = &json_lines(&cli.run(&["runs", "show", &batch, "--json"]))[0];
+    let t = &show["tasks"][0];
+    assert_eq!(t["state"], "blocked", "{t}");
+    assert_eq!(t["answers"].as_array().map(Vec::len), Some(0), "{t}");
+    assert_eq!(t["attempts"].as_array().map(Vec::len), Some(1), "{t}");
+    // As the hint says, without --fake-api: the batch's fakes, the same session.
+    let out = cli.run(&["answer", &task_ref, "red", "--json"]);
+    assert_code(&out, 0, "the answer as printed");
+    assert!(stderr(&out).contains("fake model APIs"), "{}", stderr(&out));
+    let r = json_lines(&out).pop().unwrap();
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(r["continuation"]["mode"], "resume", "{r}");
+}
+
+/// Friction 2: `aicli resume` of a `--fake-api` batch whose aicli was killed, run as
+/// printed, runs against the same fakes and finishes the task.
+#[test]
+fn a_resume_uses_the_batch_s_fake_api() {
+    let cli = Cli::new();
+    let tasks = cli.file(
+        "t.json",
+        r#"{"provider": "codex", "tasks": [{"id": "slow", "prompt": "Say hello"}]}"#,
+    );
+    let mut child = cli
+        .command(&[
+            "batch",
+            tasks.to_str().unwrap(),
+            "--fake-api=text;delay=400",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once the CLI has printed something.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let runs = cli.repo.path().join(".aicli/runs");
+        let printed = std::fs::read_dir(&runs)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| {
+                let f = e.ok()?.path().join("tasks/slow/events.ndjson");
+                std::fs::metadata(f).ok().map(|m| m.len() > 0)
+            });
+        if printed == Some(true) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the CLI never printed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    let batch = only_batch(cli.repo.path());
+    let out = cli.run(&["resume", &batch, "--json"]);
+    assert_code(&out, 0, "the resume as printed");
+    let b = json_lines(&out).pop().unwrap();
+    assert_eq!(b["tasks"][0]["status"], "succeeded", "{b}");
+}

@@ -7,10 +7,10 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use aicli::BatchOptions;
+use aicli::engine::{AgentGrant, AgentServer, TaskScope};
 use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::TaskSpec;
 use aicli::runner::AgentReach;
-use aicli::engine::{AgentGrant, AgentServer, TaskScope};
 use tokio_util::sync::CancellationToken;
 
 use super::support::{self, docker_config, local_host};
