@@ -55,6 +55,8 @@ struct State {
 #[derive(Debug)]
 struct Run {
     reserved: f64,
+    /// The run's own limit (a task's `max_budget_usd`), over whatever the pool has free.
+    limit: Option<f64>,
     streamed: f64,
     stop: CancellationToken,
     why: Option<String>,
@@ -183,6 +185,7 @@ impl BudgetPool {
                         id,
                         Run {
                             reserved: amount,
+                            limit: None,
                             streamed: 0.0,
                             stop: stop.clone(),
                             why: None,
@@ -221,18 +224,28 @@ impl BudgetPool {
             let Some(run) = s.runs.get_mut(&id) else {
                 continue;
             };
-            if run.why.is_some() || run.streamed < allowed - EPSILON {
+            let over_limit = run.limit.filter(|l| run.streamed >= l - EPSILON);
+            if run.why.is_some() || (run.streamed < allowed - EPSILON && over_limit.is_none()) {
                 continue;
             }
-            let why = if reached {
+            let why = if let Some(limit) = over_limit {
+                format!(
+                    "this run streamed ${:.4} of spend, its limit of ${limit:.4} (max_budget_usd of the task or its provider)",
+                    run.streamed
+                )
+            } else if reached {
                 format!(
                     "the batch budget of ${:.4} was reached while this task ran (${total:.4} spent, counting what the runs in flight streamed)",
                     self.budget
                 )
             } else {
                 format!(
-                    "this run streamed ${:.4} of spend, past its reservation of ${:.4}, and the rest of the ${:.4} budget is spent or reserved by other runs",
-                    run.streamed, run.reserved, self.budget
+                    "this run streamed ${:.4} of spend, all it may spend: the ${:.4} budget less ${:.4} charged and ${:.4} held by the other runs in flight (its reservation was ${:.4})",
+                    run.streamed,
+                    self.budget,
+                    s.charged,
+                    self.budget - s.charged - allowed,
+                    run.reserved
                 )
             };
             tracing::info!(
@@ -297,6 +310,17 @@ impl Reservation {
         let mut s = self.pool.lock();
         if let Some(r) = s.runs.get_mut(&self.id) {
             r.streamed = r.streamed.max(usd);
+        }
+        self.pool.enforce(&mut s);
+    }
+
+    /// Stops the run once it streamed `limit` USD (its own limit, a task's
+    /// `max_budget_usd`), whatever else the pool has free: the limit holds even when
+    /// the CLI ignores the cap it was given.
+    pub fn limit_to(&self, limit: f64) {
+        let mut s = self.pool.lock();
+        if let Some(r) = s.runs.get_mut(&self.id) {
+            r.limit = Some(limit);
         }
         self.pool.enforce(&mut s);
     }
@@ -443,6 +467,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_run_s_own_limit_holds_over_free_room_and_without_a_batch_budget() {
+        for budget in [2.0, f64::INFINITY] {
+            let pool = BudgetPool::new(budget, 0.0);
+            let a = pool.reserve(1.0, &never()).await.unwrap();
+            a.limit_to(1.0);
+            a.streamed(0.99);
+            assert!(a.stop_reason().is_none(), "{budget}: below its limit");
+            a.streamed(1.02);
+            let why = a.stop_reason().expect("stopped at its limit");
+            assert!(
+                why.contains("streamed $1.0200 of spend, its limit of $1.0000"),
+                "{budget}: {why}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_run_stopped_below_its_reservation_says_what_it_was_allowed() {
+        // `c` is charged more than it reserved: what `a` may spend shrinks below what
+        // `a` reserved, and `a`'s stop names the figures that stopped it.
+        let pool = BudgetPool::new(1.0, 0.0);
+        let a = pool.reserve(0.4, &never()).await.unwrap();
+        let _b = pool.reserve(0.3, &never()).await.unwrap();
+        let c = pool.reserve(0.3, &never()).await.unwrap();
+        c.settle(0.5);
+        a.streamed(0.25);
+        let why = a.stop_reason().unwrap();
+        assert!(!why.contains("past its reservation"), "{why}");
+        assert!(
+            why.contains("streamed $0.2500 of spend, all it may spend: the $1.0000 budget less $0.5000 charged and $0.3000 held by the other runs in flight (its reservation was $0.4000)"),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_run_streaming_past_what_it_may_spend_is_stopped_and_others_go_on() {
         let pool = BudgetPool::new(1.0, 0.0);
         let a = pool.reserve(0.4, &never()).await.unwrap();
@@ -451,10 +510,11 @@ mod tests {
         a.streamed(0.55);
         assert!(a.stop_reason().is_none());
         a.streamed(0.6);
+        let why = a.stop_reason().unwrap();
         assert!(
-            a.stop_reason()
-                .unwrap()
-                .contains("past its reservation of $0.4000")
+            why.contains("streamed $0.6000 of spend, all it may spend: the $1.0000 budget less $0.0000 charged and $0.4000 held")
+                && why.contains("(its reservation was $0.4000)"),
+            "{why}"
         );
         tokio::time::timeout(Duration::from_secs(1), a.stopped())
             .await

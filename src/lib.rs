@@ -28,7 +28,8 @@ pub mod util;
 pub mod worktree;
 
 pub use engine::{BatchOptions, Engine, EngineError, run_batch};
-pub use live::{BatchEvent, LiveReceiver, LiveSender};
+pub use live::{BatchEvent, LiveReceiver, LiveSender, RecvError, channel as live_channel};
 pub use record::BatchResult;
+pub use tokio_util::sync::CancellationToken;
 
 pub use aicli_providers as providers;

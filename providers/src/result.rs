@@ -108,8 +108,6 @@ pub struct SessionResult {
     pub session_id: Option<String>,
     /// The model, as the CLI reported it or as requested.
     pub model: Option<String>,
-    /// The prompt (empty when parsed outside a batch).
-    pub prompt: String,
     /// How it ended.
     pub status: SessionStatus,
     /// `status == succeeded`.
@@ -163,7 +161,6 @@ impl Default for SessionResult {
             provider: String::new(),
             session_id: None,
             model: None,
-            prompt: String::new(),
             status: SessionStatus::Failed,
             success: false,
             response: String::new(),

@@ -17,7 +17,7 @@ use super::{Batch, TaskRun};
 use crate::budget::{Refusal, Reservation};
 use crate::engine::TaskScope;
 use crate::live::BatchEvent;
-use crate::record::{AttemptBudget, AttemptKind, AttemptRecord, TaskState, files};
+use crate::record::{AttemptBudget, AttemptKind, AttemptRecord, TaskState, Write, files};
 use crate::run::{RunAgent, RunIo, RunOutcome, RunPlace, RunSpec};
 use crate::util::now_rfc3339;
 
@@ -124,17 +124,25 @@ impl Batch {
         provider: &SharedProvider,
         cancel: &CancellationToken,
     ) -> Result<Option<Arc<Reservation>>, RunOutcome> {
-        let Some(pool) = &self.budget else {
-            return Ok(None);
-        };
-        let want = task
+        let limit = task
             .rec
             .task
             .max_budget_usd
-            .or(provider.config().max_budget_usd)
-            .unwrap_or(self.share);
-        match pool.reserve(want, cancel).await {
-            Ok(r) => Ok(Some(Arc::new(r))),
+            .or(provider.config().max_budget_usd);
+        // A run with a limit of its own is held to it by its stream, with or without a
+        // batch budget (a CLI may ignore the cap it is given).
+        let pool = match (&self.budget, limit) {
+            (Some(pool), _) => pool.clone(),
+            (None, Some(_)) => crate::budget::BudgetPool::new(f64::INFINITY, 0.0),
+            (None, None) => return Ok(None),
+        };
+        match pool.reserve(limit.unwrap_or(self.share), cancel).await {
+            Ok(r) => {
+                if let Some(l) = limit {
+                    r.limit_to(l);
+                }
+                Ok(Some(Arc::new(r)))
+            }
             Err(Refusal::Spent { .. }) => Err(self
                 .not_started(
                     task,
@@ -217,7 +225,7 @@ impl Batch {
         {
             task.rec.answers.push(a);
         }
-        task.persist(&self.record, false).await;
+        task.persist(&self.record, Write::Progress).await;
         self.live.send(BatchEvent::TaskStarted {
             task_id: Arc::from(id.as_str()),
             provider: Arc::from(provider.name()),
@@ -268,7 +276,6 @@ impl Batch {
                 prior,
                 answered: task.answered(),
             },
-            prompt: task.rec.task.prompt.clone(),
             runner,
             provider: provider.clone(),
             place,
@@ -307,7 +314,7 @@ impl Batch {
         }
         if n == 1 && !outcome.started && task.keeps_state_when_not_started() {
             task.undo_unstarted_continuation();
-            task.persist(&self.record, true).await;
+            task.persist(&self.record, Write::Settled).await;
             let kept = match task.next.kind {
                 AttemptKind::Answer => {
                     "; the answer was not delivered: the task is still blocked on its question, answer it again"
@@ -338,7 +345,7 @@ impl Batch {
             a.place = outcome.place.clone();
         }
         task.rec.state = state;
-        task.persist(&self.record, true).await;
+        task.persist(&self.record, Write::Progress).await;
         outcome
     }
 
@@ -353,7 +360,6 @@ impl Batch {
         let provider_name = task.rec.provider.clone();
         let mut result = SessionResult::not_started(&provider_name, kind, message);
         result.task_id = task.id().to_owned();
-        result.prompt = task.rec.task.prompt.clone();
         let now = now_rfc3339();
         let offset = self.record.events_len(task.id());
         task.rec.attempts.push(AttemptRecord {
@@ -374,7 +380,7 @@ impl Batch {
             result: Some(result.clone()),
             budget: None,
         });
-        task.persist(&self.record, true).await;
+        task.persist(&self.record, Write::Progress).await;
         RunOutcome::not_run_result(result)
     }
 
@@ -398,7 +404,6 @@ impl Batch {
             format!("aicli failed while running the task (it panicked: {why})"),
         );
         result.task_id = task.id().to_owned();
-        result.prompt = task.rec.task.prompt.clone();
         let id = task.id().to_owned();
         let (events_end, stderr_end) = (self.record.events_len(&id), self.record.stderr_len(&id));
         // What the run streamed is all the budget counts for it; the rest of its
@@ -424,7 +429,7 @@ impl Batch {
             a.budget = budget.or(a.budget);
         }
         task.rec.state = TaskState::Failed;
-        task.persist(&self.record, true).await;
+        task.persist(&self.record, Write::Progress).await;
         RunOutcome::not_run_result(result)
     }
 

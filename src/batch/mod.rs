@@ -35,7 +35,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use answer::answer;
-pub(crate) use new::new_batch;
+pub(crate) use new::{check_prompt_size, new_batch};
 pub(crate) use recover::resume;
 pub use settle::BlockedTask;
 pub(crate) use settle::blocked;

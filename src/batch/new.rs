@@ -10,7 +10,7 @@ use super::TaskRun;
 use super::continuation::Next;
 use crate::engine::{BatchOptions, Engine, EngineError, record_error};
 use crate::live::LiveSender;
-use crate::record::{BatchResult, BatchSpec, RunStore, TaskRecord};
+use crate::record::{BatchResult, BatchSpec, RunStore, TaskRecord, Write};
 use crate::util::now_rfc3339;
 use crate::worktree::Repo;
 
@@ -65,7 +65,7 @@ pub(crate) async fn new_batch(
             .unwrap_or_else(|| default_provider.clone());
         let rec = TaskRecord::queued(t, &provider);
         record
-            .write_task(&rec, false)
+            .write_task(&rec, Write::Progress)
             .map_err(record_error(&record.task_dir(&rec.task.id)))?;
         let lock = record
             .lock_task(&rec.task.id)
@@ -101,6 +101,8 @@ fn check_tasks(
             t.id = format!("task-{}", i + 1);
         }
         t.validate().map_err(|m| invalid(t, m))?;
+        check_prompt_size(engine, t.prompt.len())
+            .map_err(|m| invalid(t, format!("prompt: {m}")))?;
         if !seen.insert(t.id.clone()) {
             return Err(invalid(t, "id: another task has the same id".to_owned()));
         }
@@ -112,6 +114,18 @@ fn check_tasks(
             .registry
             .get(t.provider.as_deref().unwrap_or(default_provider))?;
         check_runner(engine, t, &provider).map_err(|m| invalid(t, m))?;
+    }
+    Ok(())
+}
+
+/// A prompt (a task's, an answer's) is at most `engine.max_prompt_bytes`: it goes to the
+/// CLI whole, and into the record once.
+pub(crate) fn check_prompt_size(engine: &Engine, len: usize) -> Result<(), String> {
+    let cap = engine.config.engine.max_prompt_bytes;
+    if len > cap {
+        return Err(format!(
+            "{len} bytes is over the limit of {cap} bytes (engine.max_prompt_bytes in the config)"
+        ));
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use super::continuation::{Next, Why};
 use crate::engine::{Engine, EngineError, record_error};
 use crate::live::LiveSender;
 use crate::record::{
-    BatchRecord, BatchResult, RunStore, TaskLock, TaskRecord, TaskState, files, read_range,
+    BatchRecord, BatchResult, RunStore, TaskLock, TaskRecord, TaskState, Write, files, read_range,
 };
 use crate::run::question_of;
 use crate::util::now_rfc3339;
@@ -64,7 +64,7 @@ pub(crate) async fn resume(
                 leftovers(engine, &record, &rec, &provider).await;
                 let found = settle_unfinished(&record, &mut rec, &provider);
                 record
-                    .write_task(&rec, true)
+                    .write_task(&rec, Write::Settled)
                     .map_err(record_error(&record.task_dir(&rec.task.id)))?;
                 let (next, recorded) = match found {
                     // The CLI had printed its last word: the run is over and was paid
@@ -218,7 +218,6 @@ fn settle_unfinished(
         )
     });
     result.task_id = rec.task.id.clone();
-    result.prompt = rec.task.prompt.clone();
     attempt.finished_at = Some(now_rfc3339());
     attempt.events_end = Some(attempt.events_start + stdout.len() as u64);
     attempt.stderr_end = Some(attempt.stderr_start + stderr.len() as u64);

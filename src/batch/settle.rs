@@ -10,7 +10,7 @@ use aicli_providers::{ErrorKind, PendingQuestion, SessionResult, SessionStatus};
 use super::attempt::BUDGET_SPENT_BEFORE_START;
 use super::{Batch, TaskRun};
 use crate::live::BatchEvent;
-use crate::record::{AttemptRecord, BatchResult, RunStore, TaskState};
+use crate::record::{AttemptRecord, BatchResult, RunStore, TaskState, Write};
 use crate::util::now_rfc3339;
 use crate::worktree::{Cleanup, Worktree};
 
@@ -73,7 +73,7 @@ impl Batch {
                 a.result = Some(result.clone());
             }
             task.rec.state = state;
-            task.persist(&self.record, true).await;
+            task.persist(&self.record, Write::Settled).await;
         }
         if task.kept
             && let Ok(mut k) = self.kept.lock()
@@ -149,7 +149,6 @@ impl Batch {
             BUDGET_SPENT_BEFORE_START,
         );
         r.task_id = task.id().to_owned();
-        r.prompt = task.rec.task.prompt.clone();
         let now = now_rfc3339();
         let offset = self.record.events_len(task.id());
         task.rec.attempts.push(AttemptRecord {
@@ -197,7 +196,6 @@ impl Batch {
                 SessionResult::not_started(&rec.provider, ErrorKind::Cancelled, "never started")
             });
             r.task_id = rec.task.id;
-            r.prompt = rec.task.prompt;
             results.push(r);
         }
         let count = |s: SessionStatus| results.iter().filter(|r| r.status == s).count();

@@ -9,7 +9,7 @@ use aicli_providers::{AnsweredQuestion, SessionResult, SessionTotals, TaskSpec};
 use super::continuation::Next;
 use crate::record::{
     AnswerRecord, AttemptKind, AttemptRecord, BatchRecord, SessionRun, TaskLock, TaskRecord,
-    TaskState,
+    TaskState, Write,
 };
 use crate::worktree::WorktreeLock;
 
@@ -134,11 +134,11 @@ impl TaskRun {
         Some((last, used))
     }
 
-    /// Writes the task's record as it is now, the file I/O off the async workers;
-    /// fsynced when `durable` (at an attempt's end). A failure is logged: the run goes
-    /// on, its stream is in the record anyway.
-    pub(crate) async fn persist(&self, record: &BatchRecord, durable: bool) {
-        if let Err(e) = record.write_task_off_thread(&self.rec, durable).await {
+    /// Writes the task's record as it is now, the file I/O off the async workers
+    /// (see [`Write`]). A failure is logged: the run goes on, its stream is in the
+    /// record anyway.
+    pub(crate) async fn persist(&self, record: &BatchRecord, how: Write) {
+        if let Err(e) = record.write_task_off_thread(&self.rec, how).await {
             tracing::warn!(task = %self.id(), error = %e, "cannot write the task record");
         }
     }

@@ -67,24 +67,25 @@ async fn timed(
     out.filter(|o| !o.timed_out)
 }
 
-/// The login state: the CLI's status command, or for a CLI without one, the engine's
-/// credentials pre-check over the environment a run would get.
+/// The login state: the CLI's status command; for an ACP agent that wraps a CLI
+/// (`acp.env_executables`, e.g. claude-agent-acp runs `claude`), that CLI's status
+/// command, run with the agent's environment (which is the one the wrapped CLI gets);
+/// else the engine's credentials pre-check over the environment a run would get.
 async fn auth_status(
     p: &SharedProvider,
     bin: &BinaryLocation,
+    wrapped: Option<&SharedProvider>,
     env: &BTreeMap<String, String>,
     slow: &mut Vec<String>,
 ) -> AuthStatus {
+    if p.auth_status_argv().is_none()
+        && let Some(w) = wrapped
+        && let Ok(wbin) = w.binary_path(Some(&search_path()))
+    {
+        return status_of(w, &wbin, env, slow).await;
+    }
     match p.auth_status_argv() {
-        Some(argv) => {
-            let what = format!("`{} {}`", p.binary_name(), argv.join(" "));
-            match timed(&what, bin, argv, env, slow).await {
-                Some(o) => p.parse_auth_status(&o.stdout, &o.stderr, o.exit_code),
-                None => AuthStatus::Unknown {
-                    detail: format!("{what} did not answer in time"),
-                },
-            }
-        }
+        Some(_) => status_of(p, bin, env, slow).await,
         None => {
             let home = PathBuf::from(env.get("HOME").cloned().unwrap_or_default());
             match p.auth_precheck(env, &home, &p.config().extra_args) {
@@ -97,9 +98,43 @@ async fn auth_status(
     }
 }
 
+/// `p`'s status command (it has one), run and understood.
+async fn status_of(
+    p: &SharedProvider,
+    bin: &BinaryLocation,
+    env: &BTreeMap<String, String>,
+    slow: &mut Vec<String>,
+) -> AuthStatus {
+    let argv = p.auth_status_argv().unwrap_or_default();
+    let what = format!("`{} {}`", p.binary_name(), argv.join(" "));
+    match timed(&what, bin, argv, env, slow).await {
+        Some(o) => p.parse_auth_status(&o.stdout, &o.stderr, o.exit_code),
+        None => AuthStatus::Unknown {
+            detail: format!("{what} did not answer in time"),
+        },
+    }
+}
+
+/// The provider among `all` whose CLI the ACP agent `p` runs (`acp.env_executables`)
+/// and that has a status command.
+fn wrapped_cli(p: &SharedProvider, all: &[SharedProvider]) -> Option<SharedProvider> {
+    let acp = p.config().acp.as_ref()?;
+    acp.env_executables.values().find_map(|binary| {
+        all.iter()
+            .find(|w| w.binary_name() == binary && w.auth_status_argv().is_some())
+            .cloned()
+    })
+}
+
 /// Probes one provider: binary, then (as asked) version and login state at once, with
 /// the environment a run of it gets (`base` is `engine.env_passthrough`).
-pub async fn probe(p: SharedProvider, base: &[String], version: bool, auth: bool) -> Probe {
+pub async fn probe(
+    p: SharedProvider,
+    wrapped: Option<SharedProvider>,
+    base: &[String],
+    version: bool,
+    auth: bool,
+) -> Probe {
     let env = aicli::env::cli_env(&aicli::env::process_env(), base, p.config(), None);
     let binary = p
         .binary_path(Some(&search_path()))
@@ -144,7 +179,7 @@ pub async fn probe(p: SharedProvider, base: &[String], version: bool, auth: bool
         if !auth {
             return None;
         }
-        Some(auth_status(&p, &bin, &env, &mut slow_a).await)
+        Some(auth_status(&p, &bin, wrapped.as_ref(), &env, &mut slow_a).await)
     };
     let (v, a) = tokio::join!(version_fut, auth_fut);
     out.version = v;
@@ -162,10 +197,11 @@ pub async fn probe_all(
     auth: bool,
 ) -> Vec<Probe> {
     let handles: Vec<_> = providers
-        .into_iter()
+        .iter()
         .map(|p| {
             let base = base.to_vec();
-            tokio::spawn(async move { probe(p, &base, version, auth).await })
+            let (p, wrapped) = (p.clone(), wrapped_cli(p, &providers));
+            tokio::spawn(async move { probe(p, wrapped, &base, version, auth).await })
         })
         .collect();
     let mut out = Vec::new();

@@ -245,6 +245,8 @@ impl Engine {
                 "the answer to {task_ref} is empty: give the text the agent should continue with"
             )));
         }
+        crate::batch::check_prompt_size(self, answer.len())
+            .map_err(|m| EngineError::Refused(format!("the answer to {task_ref}: {m}")))?;
         crate::batch::answer(self, store, task_ref, answer, live, cancel).await
     }
 

@@ -35,14 +35,49 @@ pub use batch::{BatchResult, BatchSpec, BatchSummary};
 pub use lock::TaskLock;
 pub use task::{AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, TaskRecord, TaskState};
 
-use crate::util::{
-    create_private_dirs, ensure_private_dir, read_json, write_json, write_json_atomic,
-};
+use crate::util::{create_private_dirs, ensure_private_dir, read_json, write_json_atomic};
 
 /// A run-records directory.
 #[derive(Debug, Clone)]
 pub struct RunStore {
     root: PathBuf,
+}
+
+/// How a task's record is written ([`BatchRecord::write_task_off_thread`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// While the task runs: its state and attempts.
+    Progress,
+    /// The task settled in this invocation: durably, with its result.
+    Settled,
+}
+
+/// A task's `task.json` and, when settled, its `result.json`, serialized.
+fn encode_task(rec: &TaskRecord, how: Write) -> std::io::Result<(Vec<u8>, Option<Vec<u8>>)> {
+    let task = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
+    let result = match how {
+        Write::Progress => None,
+        Write::Settled => rec
+            .latest_result()
+            .map(serde_json::to_vec_pretty)
+            .transpose()
+            .map_err(std::io::Error::other)?,
+    };
+    Ok((task, result))
+}
+
+fn store_task(
+    dir: &Path,
+    task: Vec<u8>,
+    result: Option<Vec<u8>>,
+    how: Write,
+) -> std::io::Result<()> {
+    create_private_dirs(dir)?;
+    crate::util::write_bytes(&dir.join(files::TASK), task, how == Write::Settled)?;
+    if let Some(r) = result {
+        crate::util::write_bytes(&dir.join(files::TASK_RESULT), r, false)?;
+    }
+    Ok(())
 }
 
 /// One batch's record directory.
@@ -226,48 +261,40 @@ impl BatchRecord {
         self.dir.join(files::TASKS_DIR).join(task_id)
     }
 
-    /// Reads a task's record.
+    /// Reads a task's record, its prompt taken from the batch's spec (where it is
+    /// stored, once).
     pub fn task(&self, task_id: &str) -> Result<TaskRecord, String> {
-        read_json(&self.task_dir(task_id).join(files::TASK))
+        let spec = self.spec()?;
+        self.task_of(&spec, task_id)
     }
 
-    /// Writes a task's record (and `result.json` when it has a result), atomically;
-    /// fsynced when `durable` (at the end of an attempt).
-    pub fn write_task(&self, rec: &TaskRecord, durable: bool) -> std::io::Result<()> {
-        let dir = self.task_dir(&rec.task.id);
-        create_private_dirs(&dir)?;
-        write_json(&dir.join(files::TASK), rec, durable)?;
-        if let Some(r) = rec.latest_result() {
-            write_json(&dir.join(files::TASK_RESULT), r, durable)?;
+    fn task_of(&self, spec: &BatchSpec, task_id: &str) -> Result<TaskRecord, String> {
+        let mut rec: TaskRecord = read_json(&self.task_dir(task_id).join(files::TASK))?;
+        if let Some(t) = spec.tasks.iter().find(|t| t.id == task_id) {
+            rec.task.prompt = t.prompt.clone();
         }
-        Ok(())
+        Ok(rec)
     }
 
-    /// [`BatchRecord::write_task`] with the file I/O on the blocking pool (a record is
-    /// serialized here, written and renamed there: an fsync takes milliseconds, and on
-    /// an async worker it would stall every other run's I/O).
-    pub async fn write_task_off_thread(
-        &self,
-        rec: &TaskRecord,
-        durable: bool,
-    ) -> std::io::Result<()> {
+    /// Writes a task's record ([`Write`] says how), on this thread: for the few writes
+    /// outside a running batch (a new batch's queued tasks, a recovery).
+    pub fn write_task(&self, rec: &TaskRecord, how: Write) -> std::io::Result<()> {
+        let (task, result) = encode_task(rec, how)?;
+        store_task(&self.task_dir(&rec.task.id), task, result, how)
+    }
+
+    /// Writes a task's record with the file I/O on the blocking pool (serialized here,
+    /// written and renamed there: an fsync takes milliseconds, and on an async worker it
+    /// would stall every other run's I/O). [`Write::Progress`] writes `task.json` alone,
+    /// atomically (a killed aicli leaves it valid: the page cache survives it);
+    /// [`Write::Settled`] also fsyncs it (a machine crash keeps it) and writes the
+    /// task's `result.json`, the copy of its latest result.
+    pub async fn write_task_off_thread(&self, rec: &TaskRecord, how: Write) -> std::io::Result<()> {
         let dir = self.task_dir(&rec.task.id);
-        let task = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
-        let result = rec
-            .latest_result()
-            .map(serde_json::to_vec_pretty)
-            .transpose()
-            .map_err(std::io::Error::other)?;
-        tokio::task::spawn_blocking(move || {
-            create_private_dirs(&dir)?;
-            crate::util::write_bytes(&dir.join(files::TASK), task, durable)?;
-            if let Some(r) = result {
-                crate::util::write_bytes(&dir.join(files::TASK_RESULT), r, durable)?;
-            }
-            Ok(())
-        })
-        .await
-        .map_err(std::io::Error::other)?
+        let (task, result) = encode_task(rec, how)?;
+        tokio::task::spawn_blocking(move || store_task(&dir, task, result, how))
+            .await
+            .map_err(std::io::Error::other)?
     }
 
     /// The size of a task's `events.ndjson` (where the next attempt's stdout starts).
@@ -296,7 +323,10 @@ impl BatchRecord {
     /// Every task record, in spec order.
     pub fn tasks(&self) -> Result<Vec<TaskRecord>, String> {
         let spec = self.spec()?;
-        spec.tasks.iter().map(|t| self.task(&t.id)).collect()
+        spec.tasks
+            .iter()
+            .map(|t| self.task_of(&spec, &t.id))
+            .collect()
     }
 
     /// One line for `aicli runs`.

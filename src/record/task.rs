@@ -148,7 +148,9 @@ pub struct AnswerRecord {
 /// `tasks/<task>/task.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskRecord {
-    /// The task.
+    /// The task. Its prompt is stored once, in `batch.json`: `task.json` leaves it out
+    /// and [`super::BatchRecord::task`] puts it back.
+    #[serde(serialize_with = "without_prompt")]
     pub task: TaskSpec,
     /// Its provider.
     pub provider: String,
@@ -169,6 +171,16 @@ pub struct TaskRecord {
     /// Answers given to its questions, oldest first.
     #[serde(default)]
     pub answers: Vec<AnswerRecord>,
+}
+
+/// Serializes a task spec without its prompt (a prompt can be megabytes; the record
+/// keeps one copy of it, in the batch's spec).
+fn without_prompt<S: serde::Serializer>(task: &TaskSpec, s: S) -> Result<S::Ok, S::Error> {
+    let mut v = serde_json::to_value(task).map_err(serde::ser::Error::custom)?;
+    if let Some(m) = v.as_object_mut() {
+        m.remove("prompt");
+    }
+    v.serialize(s)
 }
 
 impl TaskRecord {

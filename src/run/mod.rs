@@ -98,8 +98,6 @@ pub(crate) struct RunAgent {
 pub(crate) struct RunSpec {
     /// The task as this run runs it (an answer's prompt, the session it resumes).
     pub task: TaskSpec,
-    /// The prompt the result names: the task's own.
-    pub prompt: String,
     /// The provider.
     pub provider: SharedProvider,
     /// Where it runs.
@@ -172,7 +170,6 @@ impl RunOutcome {
     ) -> RunOutcome {
         let mut result = SessionResult::not_started(&rec.provider, kind, message);
         result.task_id = rec.task.id.clone();
-        result.prompt = rec.task.prompt.clone();
         let mut o = RunOutcome::not_run_result(result);
         o.budget = reservation.map(|r| r.settle_run(Some(0.0), 0.0));
         o
@@ -240,7 +237,6 @@ pub(crate) async fn run(spec: RunSpec, io: RunIo) -> RunOutcome {
     }
     // The outcome, built once: every field set here, where it is known.
     result.task_id = spec.task.id.clone();
-    result.prompt = spec.prompt.clone();
     result.provider = spec.provider.name().to_owned();
     if result.model.is_none() {
         result.model = spec.parse_ctx.model.clone();

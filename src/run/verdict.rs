@@ -73,7 +73,7 @@ pub(super) fn apply(result: &mut SessionResult, e: Ending<'_>) {
             result.fail(
                 ErrorKind::Budget,
                 format!(
-                    "stopped by the batch budget: {}",
+                    "stopped by the budget: {}",
                     e.budget_reason.unwrap_or("the budget was reached")
                 ),
             )

@@ -139,7 +139,7 @@ async fn parallel_runs_of_a_cli_that_ignores_its_cap_are_stopped_at_the_budget()
     for t in &r.tasks[..3] {
         assert_eq!(t.error_kind, Some(ErrorKind::Budget), "{t:?}");
         let msg = t.error.as_deref().unwrap_or_default();
-        assert!(msg.contains("stopped by the batch budget"), "{msg}");
+        assert!(msg.contains("stopped by the budget: "), "{msg}");
         // Its spend is what its stream showed, estimated: never zero.
         assert_eq!(t.cost_source, CostSource::Estimated, "{t:?}");
         let cost = t.cost_usd.unwrap();
@@ -259,6 +259,50 @@ async fn a_task_that_needs_more_than_is_free_waits_and_gets_its_cap_from_the_res
     assert!((r.total_cost_usd - 2.0 * c).abs() < 1e-9);
     // At most what was left was reserved at once.
     assert!(r.budget_reserved_usd.unwrap() <= budget + 1e-9);
+}
+
+/// Issue 21, F7: a task's own `max_budget_usd` is held by aicli when the CLI ignores
+/// the cap it is given, with no batch budget at all and under a batch budget with room
+/// to spare; a task without a limit beside it runs to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_s_own_limit_stops_a_cli_that_ignores_it_with_or_without_a_batch_budget() {
+    let repo = git_repo();
+    let tmp = tempfile::tempdir().unwrap();
+    let c = message_cost();
+    let stem = transcript(tmp.path(), "long", 30);
+    let engine = engine_with(
+        test_config(),
+        vec![shared(replay_provider("fake", "claude", Some(&stem)))],
+    );
+    for batch_budget in [None, Some(1000.0 * c)] {
+        let mut capped = task("capped", &["--line-delay-ms", "20"]);
+        capped.max_budget_usd = Some(5.0 * c);
+        let free = task("free", &[]);
+        let mut o = options(repo.path(), 2, 1.0);
+        o.budget_usd = batch_budget;
+        let (tx, _events) = collect_events();
+        let r = engine
+            .run_batch(vec![capped, free], o, tx, CancellationToken::new())
+            .await
+            .unwrap();
+        let t = &r.tasks[0];
+        assert_eq!(
+            t.error_kind,
+            Some(ErrorKind::Budget),
+            "{batch_budget:?}: {t:?}"
+        );
+        let msg = t.error.as_deref().unwrap_or_default();
+        assert!(msg.contains("its limit of $"), "{batch_budget:?}: {msg}");
+        // Stopped within one model call of its limit (the stream reports per call).
+        let cost = t.cost_usd.unwrap();
+        assert!(
+            cost >= 5.0 * c - 1e-12 && cost <= 6.0 * c + 1e-12,
+            "{cost} vs {}",
+            5.0 * c
+        );
+        assert!(r.tasks[1].success, "{:?}", r.tasks[1]);
+        assert!((r.tasks[1].cost_usd.unwrap() - 30.0 * c).abs() < 1e-9);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,7 +473,7 @@ async fn an_acp_agent_in_flight_when_the_budget_is_spent_is_asked_to_stop_and_sa
             .error
             .as_deref()
             .unwrap_or_default()
-            .contains("stopped by the batch budget"),
+            .contains("stopped by the budget: "),
         "{agent:#?}"
     );
     // It ended its turn when asked (well within the kill grace), as the record shows.

@@ -5,6 +5,7 @@ mod cli_env;
 mod docker;
 mod e2e;
 mod engine;
+mod example;
 mod guards;
 mod human;
 mod mcp;

@@ -379,8 +379,14 @@ fn kill_9_while_clis_start_then_resume(mode: CgroupMode) {
 
 #[test]
 fn kill_9_of_aicli_while_its_clis_start_then_resume_leaves_nothing() {
+    // Two rounds per cgroup mode in CI; the race campaign's 50 rounds are
+    // `AICLI_RACE_ROUNDS=25` (per mode).
+    let rounds: usize = std::env::var("AICLI_RACE_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2);
     for mode in modes() {
-        for _ in 0..2 {
+        for _ in 0..rounds {
             kill_9_while_clis_start_then_resume(mode);
         }
     }

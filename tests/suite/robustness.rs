@@ -801,3 +801,126 @@ async fn r16_cli_from_a_subdirectory_and_usage_exit_codes() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown provider 'nosuch'"));
 }
+
+/// Issue 21, F5: aicli was killed after a task's success was recorded but before its
+/// worktree was settled. `resume` settles it (a clean worktree is removed with its
+/// branch) and does not run the task again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r18_resume_settles_the_worktree_a_finished_task_left() {
+    let repo = git_repo();
+    let engine = fake_engine();
+    let (tx, _ev) = collect_events();
+    let b = engine
+        .run_batch(
+            vec![task("done", &[])],
+            opts(repo.path()),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(b.tasks[0].success, "{:?}", b.tasks[0]);
+    let store = engine.store(repo.path(), None);
+    let record = store.open_batch(&b.batch_id).unwrap();
+    let mut rec = record.task("done").unwrap();
+    assert_eq!(
+        rec.worktree, None,
+        "a clean worktree is removed as the task settles"
+    );
+    // What was left when aicli died between the task's record and its worktree's
+    // settling: the worktree, its branch, and the record naming them.
+    let path = repo
+        .path()
+        .join(".aicli/worktrees")
+        .join(&b.batch_id)
+        .join("done");
+    let branch = format!("aicli/{}/done", b.batch_id);
+    git(
+        repo.path(),
+        &[
+            "worktree",
+            "add",
+            "--quiet",
+            "-b",
+            &branch,
+            path.to_str().unwrap(),
+            rec.base_commit.as_deref().unwrap(),
+        ],
+    );
+    rec.worktree = Some(path.clone());
+    rec.branch = Some(branch.clone());
+    record
+        .write_task(&rec, aicli::record::Write::Settled)
+        .unwrap();
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .resume_batch(&store, &b.batch_id, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(r.tasks[0].success, "{:?}", r.tasks[0]);
+    assert!(
+        !path.exists(),
+        "resume left the worktree of a finished task"
+    );
+    assert_eq!(git(repo.path(), &["branch", "--list", &branch]).trim(), "");
+    let after = store_task(repo.path(), &b.batch_id, "done");
+    assert_eq!(after.attempts.len(), 1, "the finished task ran again");
+    assert_eq!(after.state, TaskState::Succeeded);
+}
+
+/// Issue 21, F6: two interruptions in a row. Attempt 1 was interrupted with its
+/// session recorded; attempt 2 (a recovery resuming that session) was killed before
+/// the CLI printed anything. Attempt 3 resumes the same session: an attempt that
+/// produced nothing hands its session on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r19_an_attempt_that_printed_nothing_hands_its_session_on() {
+    let repo = git_repo();
+    let engine = fake_engine();
+    let (tx, _ev) = collect_events();
+    let b = engine
+        .run_batch(
+            vec![task("t", &[])],
+            opts(repo.path()),
+            tx,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let sid = b.tasks[0].session_id.clone().expect("a session");
+    // The record as two kill -9s leave it.
+    let store = engine.store(repo.path(), None);
+    let record = store.open_batch(&b.batch_id).unwrap();
+    let mut rec = record.task("t").unwrap();
+    let first = rec.attempts[0].result.as_mut().unwrap();
+    first.status = SessionStatus::Interrupted;
+    first.success = false;
+    let mut second = rec.attempts[0].clone();
+    second.attempt = 2;
+    second.kind = aicli::record::AttemptKind::Recover;
+    second.resumed_session = Some(sid.clone());
+    second.events_start = record.events_len("t");
+    second.events_end = None;
+    second.finished_at = None;
+    second.result = None;
+    rec.attempts.push(second);
+    rec.state = TaskState::Running;
+    record
+        .write_task(&rec, aicli::record::Write::Settled)
+        .unwrap();
+    let (tx, _ev) = collect_events();
+    let r = engine
+        .resume_batch(&store, &b.batch_id, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(r.tasks[0].success, "{:?}", r.tasks[0]);
+    let after = record.task("t").unwrap();
+    assert_eq!(after.attempts.len(), 3, "{:#?}", after.attempts);
+    let third = &after.attempts[2];
+    assert_eq!(third.resumed_session.as_deref(), Some(sid.as_str()));
+    let i = third
+        .argv
+        .iter()
+        .position(|a| a == "--session-id")
+        .unwrap_or_else(|| panic!("attempt 3 did not resume: {:?}", third.argv));
+    assert_eq!(third.argv[i + 1], sid);
+}

@@ -21,6 +21,9 @@ pub struct EngineConfig {
     pub line_cap_bytes: usize,
     /// How much of stderr is kept (the tail), bytes.
     pub stderr_tail_bytes: usize,
+    /// Longest prompt accepted (a task's, an answer's), bytes; a longer one is refused
+    /// before anything is written or run.
+    pub max_prompt_bytes: usize,
     /// Between SIGTERM and SIGKILL of a run's process group, milliseconds.
     pub kill_grace_ms: u64,
     /// Retries of rate-limited or overloaded tasks.
@@ -127,6 +130,7 @@ impl Default for EngineConfig {
             idle_timeout_secs: 600,
             line_cap_bytes: 8 * 1024 * 1024,
             stderr_tail_bytes: 64 * 1024,
+            max_prompt_bytes: 4 * 1024 * 1024,
             kill_grace_ms: 3000,
             retry: RetryConfig::default(),
             runs_dir: None,

@@ -170,6 +170,12 @@ impl AiCliConfig {
                 "must be at least 1024".into(),
             ));
         }
+        if self.engine.max_prompt_bytes == 0 {
+            return Err(invalid(
+                "engine.max_prompt_bytes".into(),
+                "must be at least 1".into(),
+            ));
+        }
         if let Err((path, message)) = self.engine.docker.check() {
             return Err(invalid(format!("engine.docker.{path}"), message));
         }

@@ -127,6 +127,18 @@ fn providers_and_doctor_say_where_each_binary_was_found_and_the_login() {
         assert_eq!(found(cli), "cache", "{cli}: {rows:?}");
     }
     assert_eq!(found("slow"), "config");
+    // Issue 21, 2.10: an ACP agent that wraps a CLI reports that CLI's login, found by
+    // its status command (here: no keys, no logins), not "credentials seem present".
+    let auth = |name: &str| {
+        rows.iter()
+            .find(|r| r["name"] == name)
+            .map(|r| r["auth"].clone())
+            .unwrap_or_default()
+    };
+    for (acp, cli) in [("claude-acp", "claude"), ("codex-acp", "codex")] {
+        assert_eq!(auth(acp)["state"], "logged_out", "{acp}: {}", auth(acp));
+        assert_eq!(auth(acp), auth(cli), "{acp} against {cli}");
+    }
     let slow_row = rows.iter().find(|r| r["name"] == "slow").unwrap();
     assert!(
         slow_row["slow"]

@@ -75,7 +75,7 @@ async fn parallel_runs_in_containers_are_stopped_at_the_budget() {
             t.error
                 .as_deref()
                 .unwrap_or_default()
-                .contains("stopped by the batch budget"),
+                .contains("stopped by the budget: "),
             "{t:#?}"
         );
         assert_eq!(t.cost_source, CostSource::Estimated, "{t:#?}");
