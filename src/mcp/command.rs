@@ -110,28 +110,58 @@ pub(crate) async fn call(
     env: &ToolEnv,
     cancel: &CancellationToken,
 ) -> Result<Ran, ErrorData> {
+    let args = check_args(tool, args, ctx)?;
+    let mut p = match spawn(tool, ctx, env) {
+        Ok(p) => p,
+        Err(m) => return Ok(failed(format!("cannot start tool {}: {m}", tool.name))),
+    };
+    let input = serde_json::to_vec(&args).unwrap_or_default();
+    let (ended, output) = supervise(&mut p, input, &tool.config, env, cancel).await;
+    let stdout = output.text(&tool.name, tool.config.max_output_bytes);
+    let result = result_for(tool, &ended, stdout, &p.stderr.text(), ctx);
+    let exit_code = match ended {
+        End::Exited(c) => c,
+        End::TimedOut | End::Cancelled => None,
+    };
+    Ok(Ran { result, exit_code })
+}
+
+/// The call's arguments as one JSON object, if they fit the tool's `input_schema`; an
+/// `invalid params` error naming each mismatch otherwise.
+fn check_args(
+    tool: &CommandTool,
+    args: Option<JsonObject>,
+    ctx: &TaskContext,
+) -> Result<Value, ErrorData> {
     let args = Value::Object(args.unwrap_or_default());
-    if let Err(errors) = tool.schema.check(&args) {
-        let summary: Vec<String> = errors
-            .iter()
-            .map(|e| {
-                if e.path.is_empty() {
-                    e.message.clone()
-                } else {
-                    format!("{}: {}", e.path, e.message)
-                }
-            })
-            .collect();
-        tracing::info!(task_id = %ctx.task_id, tool = %tool.name, "refused a tool call: its arguments do not match the input schema");
-        return Err(ErrorData::invalid_params(
-            format!(
-                "invalid arguments for tool {}: {} (see the tool's inputSchema)",
-                tool.name,
-                summary.join("; ")
-            ),
-            Some(json!({"tool": tool.name, "errors": errors})),
-        ));
-    }
+    let Err(errors) = tool.schema.check(&args) else {
+        return Ok(args);
+    };
+    let summary: Vec<String> = errors
+        .iter()
+        .map(|e| {
+            if e.path.is_empty() {
+                e.message.clone()
+            } else {
+                format!("{}: {}", e.path, e.message)
+            }
+        })
+        .collect();
+    tracing::info!(task_id = %ctx.task_id, tool = %tool.name, "refused a tool call: its arguments do not match the input schema");
+    Err(ErrorData::invalid_params(
+        format!(
+            "invalid arguments for tool {}: {} (see the tool's inputSchema)",
+            tool.name,
+            summary.join("; ")
+        ),
+        Some(json!({"tool": tool.name, "errors": errors})),
+    ))
+}
+
+/// Starts the tool's process for the task of `ctx`: in the worktree (or its configured
+/// directory), with its environment and the task's `AICLI_*` variables; `Err` says why
+/// it cannot start.
+fn spawn(tool: &CommandTool, ctx: &TaskContext, env: &ToolEnv) -> Result<LocalProcess, String> {
     let c = &tool.config;
     let cwd = if c.cwd == aicli_providers::mcp_tools::CWD_WORKSPACE {
         ctx.workspace.clone()
@@ -147,10 +177,7 @@ pub(crate) async fn call(
         ),
     ]);
     let vars = env.for_process(&c.env_passthrough, &c.env, &extra);
-    let cmd = match process_spec(&c.command, vars, cwd.clone()) {
-        Ok(cmd) => cmd,
-        Err(m) => return Ok(failed(format!("cannot start tool {}: {m}", tool.name))),
-    };
+    let cmd = process_spec(&c.command, vars, cwd)?;
     let out = OutputOptions {
         stderr_tail: TOOL_STDERR_TAIL,
         raw_pipes: true,
@@ -164,12 +191,19 @@ pub(crate) async fn call(
         }),
         ..OutputOptions::default()
     };
-    let mut p = match LocalProcess::spawn_in(&cmd, out, env.cgroups) {
-        Ok(p) => p,
-        Err(e) => return Ok(failed(format!("cannot start tool {}: {e}", tool.name))),
-    };
+    LocalProcess::spawn_in(&cmd, out, env.cgroups).map_err(|e| e.to_string())
+}
+
+/// Feeds `input` to `p`'s stdin and reads its stdout (capped) until it exits, its
+/// timeout, or `cancel`; then its whole tree goes, whatever it left running.
+async fn supervise(
+    p: &mut LocalProcess,
+    input: Vec<u8>,
+    c: &McpToolConfig,
+    env: &ToolEnv,
+    cancel: &CancellationToken,
+) -> (End, Output) {
     let stdin = p.take_stdin();
-    let input = serde_json::to_vec(&args).unwrap_or_default();
     let writer = tokio::spawn(async move {
         if let Some(mut w) = stdin {
             // A tool that exits without reading its arguments is not an error here.
@@ -178,7 +212,7 @@ pub(crate) async fn call(
         }
     });
     let cap = c.max_output_bytes;
-    let reader = p.take_stdout().map(|r| tokio::spawn(read_capped(r, cap)));
+    let mut reader = p.take_stdout().map(|r| tokio::spawn(read_capped(r, cap)));
     let timeout = Duration::from_secs(c.timeout_secs);
     let ended = tokio::select! {
         code = p.wait() => End::Exited(code),
@@ -186,8 +220,7 @@ pub(crate) async fn call(
         () = cancel.cancelled() => End::Cancelled,
     };
     // Output written just before the exit is still in the pipe: read it (briefly),
-    // then the whole tree goes, whatever it left running.
-    let mut reader = reader;
+    // then the whole tree goes.
     let mut output = None;
     if matches!(ended, End::Exited(_))
         && let Some(r) = reader.as_mut()
@@ -196,16 +229,26 @@ pub(crate) async fn call(
         output = Some(o);
         reader = None;
     }
-    let code = p.shutdown(env.kill_grace).await;
+    p.shutdown(env.kill_grace).await;
     if let Some(r) = reader {
         output = r.await.ok();
     }
     writer.abort();
     p.drain().await;
-    let output = output.unwrap_or_default();
-    let stdout = output.text(&tool.name, cap);
-    let stderr = p.stderr.text();
-    let result = match ended {
+    (ended, output.unwrap_or_default())
+}
+
+/// What the agent gets for a call that ended as `ended`, having printed `stdout` (cut)
+/// and `stderr` (its tail).
+fn result_for(
+    tool: &CommandTool,
+    ended: &End,
+    stdout: String,
+    stderr: &str,
+    ctx: &TaskContext,
+) -> CallToolResult {
+    let c = &tool.config;
+    match ended {
         End::Exited(Some(0)) => CallToolResult::success(vec![ContentBlock::text(stdout)]),
         End::Exited(code) => {
             let status = match code {
@@ -232,12 +275,7 @@ pub(crate) async fn call(
             "tool {} was stopped: the call was cancelled or the task ended",
             tool.name
         ))]),
-    };
-    let exit_code = match ended {
-        End::Exited(c) => c,
-        End::TimedOut | End::Cancelled => code.filter(|_| false),
-    };
-    Ok(Ran { result, exit_code })
+    }
 }
 
 /// How a call's process ended.
@@ -257,8 +295,6 @@ fn failed(message: String) -> Ran {
     }
 }
 
-/// A program name as the process will be started: a bare name looked up on the tool's
-/// own `PATH`, a relative path against its working directory.
 /// The process of a command-backed tool or a stdio upstream: `argv[0]` resolved on
 /// `env`'s PATH (a relative path from `cwd`), run in `cwd` with `env` only.
 pub(super) fn process_spec(
@@ -282,6 +318,8 @@ pub(super) fn process_spec(
     })
 }
 
+/// A program name as the process will be started: a bare name looked up on the tool's
+/// own `PATH`, a relative path against its working directory.
 fn resolve_program(program: &str, cwd: &Path, path: Option<&str>) -> Result<PathBuf, String> {
     let p = Path::new(program);
     if p.is_absolute() {

@@ -5,22 +5,26 @@
 //! caller's [`TaskContext`](super::TaskContext) in the request head rmcp passes along
 //! (`Extension<http::request::Parts>`), put there by the auth middleware.
 //!
-//! Parameter structs have no `Option` fields (their schemas stay portable); optional
-//! arguments are plain fields with serde defaults, which the schemas advertise.
+//! | module | owns |
+//! |---|---|
+//! | this one | [`AgentTools`], the tool router, the workspace, skill and credential tools |
+//! | `events` | `broadcastLog` and `askUser`: the tools that write into the task's stream |
+//! | `args` | the tools' parameter structs |
+
+mod args;
 
 use std::sync::Arc;
 
-use aicli_providers::{AgentEvent, EventKind, LogLevel};
 use axum::http::request::Parts;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::{ErrorData, tool, tool_router};
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+
+use args::{AskArgs, CredentialArgs, LogArgs, SkillArgs, WorkspaceFilesArgs};
 
 use super::auth::Caller;
 use super::server::Shared;
@@ -45,78 +49,12 @@ pub const MAX_LOG_CHARS: usize = 5_000;
 #[derive(Clone)]
 pub(crate) struct AgentTools {
     /// State shared by every session.
-    pub(super) shared: Arc<Shared>,
+    pub(in crate::mcp) shared: Arc<Shared>,
     /// The router, built once at server start.
-    pub(super) router: Arc<ToolRouter<AgentTools>>,
+    pub(in crate::mcp) router: Arc<ToolRouter<AgentTools>>,
 }
 
-fn dot() -> String {
-    ".".into()
-}
-fn star() -> String {
-    "*".into()
-}
-fn default_max_bytes() -> u64 {
-    1_000_000
-}
-fn info() -> String {
-    "info".into()
-}
-
-/// Arguments of `getWorkspaceFiles`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub(crate) struct WorkspaceFilesArgs {
-    /// Directory (or a single file) relative to the workspace root. No absolute paths, no '..'.
-    #[serde(default = "dot")]
-    pub path: String,
-    /// Glob over paths relative to `path` ('*' = direct entries, '**/*.rs' = all Rust files below).
-    #[serde(default = "star")]
-    pub pattern: String,
-    /// Return file contents too (UTF-8 text files up to max_bytes).
-    #[serde(default)]
-    pub read: bool,
-    /// Largest file whose contents are returned; bigger files are listed with their size only.
-    #[serde(default = "default_max_bytes")]
-    pub max_bytes: u64,
-}
-
-/// Arguments of `getSkill`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub(crate) struct SkillArgs {
-    /// The skill's name, as listSkills shows it.
-    pub name: String,
-}
-
-/// Arguments of `getCredential`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub(crate) struct CredentialArgs {
-    /// The credential's name (for example an environment variable name).
-    pub name: String,
-}
-
-/// Arguments of `broadcastLog`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub(crate) struct LogArgs {
-    /// The message (long messages are cut; the answer says so).
-    pub message: String,
-    /// One of: debug, info, warning, error.
-    #[serde(default = "info")]
-    pub level: String,
-    /// Who is logging (free text, e.g. a step name).
-    #[serde(default)]
-    pub source: String,
-}
-
-/// Arguments of `askUser`.
-#[derive(Debug, Deserialize, JsonSchema)]
-pub(crate) struct AskArgs {
-    /// The question for the human, self-contained.
-    pub question: String,
-    /// Suggested answers, if any.
-    #[serde(default)]
-    pub options: Vec<String>,
-}
-
+/// A tool result with `isError: true` and `message` for the model.
 fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
@@ -150,10 +88,6 @@ macro_rules! check {
     };
 }
 
-fn stream_closed() -> CallToolResult {
-    tool_error("this task's event stream is closed: the task has ended")
-}
-
 fn caller(parts: &Parts) -> Result<Caller, ErrorData> {
     parts
         .extensions
@@ -180,6 +114,8 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+mod events;
+
 impl AgentTools {
     /// A handler for one session.
     pub(crate) fn new(shared: Arc<Shared>, router: Arc<ToolRouter<AgentTools>>) -> AgentTools {
@@ -189,11 +125,6 @@ impl AgentTools {
     /// The router (built once by the server).
     pub(crate) fn build_router() -> ToolRouter<AgentTools> {
         Self::tool_router()
-    }
-
-    /// Sends an event into the caller's task stream; `false` when the stream is closed.
-    fn publish(&self, caller: &Caller, kind: EventKind) -> bool {
-        caller.ctx.events.send(AgentEvent::synthetic(kind)).is_ok()
     }
 }
 
@@ -349,50 +280,7 @@ impl AgentTools {
         Parameters(args): Parameters<LogArgs>,
         Extension(parts): Extension<Parts>,
     ) -> Result<CallToolResult, ErrorData> {
-        let caller = caller(&parts)?;
-        let l = &self.shared.limits;
-        let level = match args.level.as_str() {
-            "debug" => LogLevel::Debug,
-            "info" => LogLevel::Info,
-            "warning" => LogLevel::Warning,
-            "error" => LogLevel::Error,
-            other => {
-                return Ok(tool_error(format!(
-                    "invalid level {:?}: use one of debug, info, warning, error",
-                    excerpt(other)
-                )));
-            }
-        };
-        check!(cap(
-            "source",
-            &args.source,
-            l.log_source_chars,
-            "log_source_chars"
-        ));
-        let max = l.log_message_chars;
-        let mut message = args.message;
-        let cut = match message.char_indices().nth(max) {
-            Some((i, _)) => {
-                message.truncate(i);
-                true
-            }
-            None => false,
-        };
-        if !self.publish(
-            &caller,
-            EventKind::Log {
-                level,
-                message,
-                source: args.source,
-            },
-        ) {
-            return Ok(stream_closed());
-        }
-        Ok(CallToolResult::success(vec![ContentBlock::text(if cut {
-            format!("logged (message cut to {max} characters: mcp.limits.log_message_chars)")
-        } else {
-            "logged".to_owned()
-        })]))
+        self.log(args, &parts)
     }
 
     // Two names for one tool. `ask_user` is the documented name; Gemini CLI (0.61) never
@@ -424,84 +312,5 @@ impl AgentTools {
     }
 }
 
-impl AgentTools {
-    /// `ask_user` / `askUser`: publish the question, tell the agent to end its turn.
-    fn ask(&self, args: AskArgs, parts: &Parts) -> Result<CallToolResult, ErrorData> {
-        let caller = caller(parts)?;
-        let l = &self.shared.limits;
-        check!(cap(
-            "question",
-            &args.question,
-            l.question_chars,
-            "question_chars"
-        ));
-        if args.options.len() > l.max_options {
-            return Ok(tool_error(format!(
-                "`options` has {} entries; at most {} are accepted (mcp.limits.max_options)",
-                args.options.len(),
-                l.max_options
-            )));
-        }
-        for (i, o) in args.options.iter().enumerate() {
-            check!(cap(
-                &format!("options[{i}]"),
-                o,
-                l.option_chars,
-                "option_chars"
-            ));
-        }
-        let question = args.question.trim().to_owned();
-        if question.is_empty() {
-            return Ok(tool_error("the question is empty"));
-        }
-        if !self.publish(
-            &caller,
-            EventKind::Question {
-                question,
-                options: args.options,
-            },
-        ) {
-            return Ok(stream_closed());
-        }
-        tracing::info!(task_id = %caller.ctx.task_id, "askUser: question delivered; the task will block");
-        Ok(CallToolResult::success(vec![ContentBlock::text(
-            ASK_USER_REPLY,
-        )]))
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tool_names_match_the_router() {
-        let router = AgentTools::build_router();
-        let mut names: Vec<String> = router
-            .list_all()
-            .into_iter()
-            .map(|t| t.name.to_string())
-            .collect();
-        names.sort();
-        assert_eq!(names, TOOL_NAMES);
-    }
-
-    #[test]
-    fn schemas_have_no_nullable_types_and_advertise_defaults() {
-        let router = AgentTools::build_router();
-        for t in router.list_all() {
-            let schema = serde_json::Value::Object((*t.input_schema).clone());
-            let text = schema.to_string();
-            assert!(!text.contains("\"null\""), "{}: {text}", t.name);
-            if t.name == "getWorkspaceFiles" {
-                assert_eq!(schema["properties"]["path"]["default"], ".");
-                assert_eq!(schema["properties"]["pattern"]["default"], "*");
-                assert_eq!(schema["properties"]["max_bytes"]["default"], 1_000_000);
-                assert!(schema.get("required").is_none_or(|r| r == &json!([])));
-            }
-            if t.name == "broadcastLog" {
-                assert_eq!(schema["required"], json!(["message"]));
-            }
-        }
-    }
-}
+mod tests;
