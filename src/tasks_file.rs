@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use aicli_providers::{AiCliConfig, TaskSpec};
+use aicli_providers::TaskSpec;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -59,17 +59,6 @@ impl TasksFile {
         }
         Ok(file)
     }
-
-    /// Checks that every task's `mcp_tools` names a tool or upstream of `config`; the
-    /// error names the file (`origin`) and the JSON path.
-    pub fn check_grants(&self, config: &AiCliConfig, origin: &str) -> Result<(), String> {
-        for (i, t) in self.tasks.iter().enumerate() {
-            if let Some((j, m)) = config.unknown_mcp_grant(&t.mcp_tools) {
-                return Err(format!("{origin}: at tasks[{i}].mcp_tools[{j}]: {m}"));
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -93,26 +82,5 @@ mod tests {
         assert_eq!(e, "t.json: at tasks: the batch has no tasks");
         let f = TasksFile::parse(r#"[{"prompt": "a"}]"#, "t.json").unwrap();
         assert_eq!(f.tasks[0].prompt, "a");
-    }
-
-    #[test]
-    fn an_unknown_mcp_tool_grant_names_the_file_and_the_json_path() {
-        let config = AiCliConfig::from_user_json(
-            r#"{"mcp_tools": {"run_tests": {"command": ["/bin/sh", "-c", "true"]}}}"#,
-            "c.json",
-        )
-        .unwrap();
-        let f = TasksFile::parse(
-            r#"[{"prompt": "a", "mcp_tools": ["run_tests"]}, {"prompt": "b", "mcp_tools": ["run_tests", "deploy"]}]"#,
-            "t.json",
-        )
-        .unwrap();
-        assert_eq!(
-            f.check_grants(&config, "t.json").unwrap_err(),
-            "t.json: at tasks[1].mcp_tools[1]: unknown MCP tool \"deploy\": not in mcp_tools or mcp_upstreams (run_tests)"
-        );
-        let ok =
-            TasksFile::parse(r#"[{"prompt": "a", "mcp_tools": ["run_tests"]}]"#, "t.json").unwrap();
-        assert_eq!(ok.check_grants(&config, "t.json"), Ok(()));
     }
 }

@@ -110,9 +110,13 @@ fn check_tasks(
         if let Some((j, message)) = engine.config.unknown_mcp_grant(&t.mcp_tools) {
             return Err(invalid(t, format!("mcp_tools[{j}]: {message}")));
         }
-        let provider = engine
-            .registry
-            .get(t.provider.as_deref().unwrap_or(default_provider))?;
+        let provider = match &t.provider {
+            Some(p) => engine
+                .registry
+                .get(p)
+                .map_err(|e| invalid(t, e.to_string()))?,
+            None => engine.registry.get(default_provider)?,
+        };
         check_runner(engine, t, &provider).map_err(|m| invalid(t, m))?;
     }
     Ok(())

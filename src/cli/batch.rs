@@ -94,29 +94,13 @@ pub(super) async fn batch(
             .iter()
             .any(|t| t.runner == Some(RunnerKind::Docker));
     let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
-    // Checked before anything runs, naming the file: an unknown provider.
+    // Every task is checked by the engine, once, before anything runs; its errors are
+    // given with the file's name (below).
     let default = a
         .provider
         .clone()
         .or(file.provider.clone())
         .unwrap_or_else(|| running.engine.config().default_provider.clone());
-    for (i, t) in file.tasks.iter().enumerate() {
-        let p = t.provider.as_deref().unwrap_or(&default);
-        if let Err(e) = running.engine.registry().get(p) {
-            running.stop();
-            return Err(usage(format!(
-                "{}: task {} ({}): {e}",
-                tasks_path.display(),
-                i + 1,
-                if t.id.is_empty() { "no id" } else { &t.id }
-            )));
-        }
-    }
-    // ... and an MCP tool the config does not define.
-    if let Err(m) = file.check_grants(running.engine.config(), &tasks_path.display().to_string()) {
-        running.stop();
-        return Err(usage(m));
-    }
     let mut opts = BatchOptions::new(repo);
     opts.runner = runner;
     opts.provider = a.provider.clone().or(file.provider.clone());

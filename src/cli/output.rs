@@ -37,6 +37,27 @@ pub fn event_line(ev: &AgentEvent) -> Option<String> {
             ..
         } => format!("✗ tool failed: {}", first_line(output, 200)),
         EventKind::ToolResult { .. } => return None,
+        EventKind::Retry { .. }
+        | EventKind::RateLimit { .. }
+        | EventKind::PermissionDenied { .. }
+        | EventKind::Error { .. }
+        | EventKind::Protocol { .. }
+        | EventKind::Log { .. } => notice_line(&ev.kind)?,
+        EventKind::Question { .. } | EventKind::Plan { .. } | EventKind::Subtask { .. } => {
+            progress_line(&ev.kind)?
+        }
+        EventKind::UserMessage { .. }
+        | EventKind::Usage { .. }
+        | EventKind::Status { .. }
+        | EventKind::Hook { .. }
+        | EventKind::Final { .. }
+        | EventKind::Unknown { .. } => return None,
+    })
+}
+
+/// A retry, a rate limit, a refusal, an error, a protocol problem or a log line.
+fn notice_line(kind: &EventKind) -> Option<String> {
+    Some(match kind {
         EventKind::Retry {
             attempt,
             max_retries,
@@ -92,6 +113,14 @@ pub fn event_line(ev: &AgentEvent) -> Option<String> {
             },
             message
         ),
+        EventKind::Protocol { message, .. } => format!("! protocol: {message}"),
+        _ => return None,
+    })
+}
+
+/// A question, a plan, a subtask.
+fn progress_line(kind: &EventKind) -> Option<String> {
+    Some(match kind {
         EventKind::Question { question, options } => format!(
             "? {question}{}",
             if options.is_empty() {
@@ -100,7 +129,6 @@ pub fn event_line(ev: &AgentEvent) -> Option<String> {
                 format!(" [{}]", options.join(" / "))
             }
         ),
-        EventKind::Protocol { message, .. } => format!("! protocol: {message}"),
         EventKind::Plan { items } => format!(
             "plan: {}",
             items
@@ -121,12 +149,7 @@ pub fn event_line(ev: &AgentEvent) -> Option<String> {
                 .map(|d| format!(" ({})", first_line(d, 120)))
                 .unwrap_or_default()
         ),
-        EventKind::UserMessage { .. }
-        | EventKind::Usage { .. }
-        | EventKind::Status { .. }
-        | EventKind::Hook { .. }
-        | EventKind::Final { .. }
-        | EventKind::Unknown { .. } => return None,
+        _ => return None,
     })
 }
 

@@ -61,83 +61,18 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
     } else {
         None
     };
-    let mut verdict: Option<SessionResult> = None;
-    let (provider_name, stdout, stderr, exit_code, ctx) = if let Some(dir) = task_dir {
-        let rec: aicli::record::TaskRecord =
-            aicli::util::read_json(&dir.join("task.json")).map_err(anyhow::Error::msg)?;
-        let attempt = match a.attempt {
-            Some(n) => rec
-                .attempts
-                .iter()
-                .find(|x| x.attempt == n)
-                .ok_or_else(|| {
-                    usage(format!(
-                        "--attempt {n}: {} has no attempt {n} (it has {})",
-                        dir.display(),
-                        rec.attempts.len()
-                    ))
-                })?,
-            None => rec
-                .attempts
-                .last()
-                .with_context(|| format!("{} has no attempts", dir.display()))?,
-        };
-        let stdout = (
-            dir.join("events.ndjson"),
-            attempt.events_start,
-            attempt.events_end,
-        );
-        let stderr = read_range(
-            &dir.join("stderr.log"),
-            attempt.stderr_start,
-            attempt.stderr_end,
-        )
-        .unwrap_or_default();
-        // A finished attempt's result says how the CLI ended (no code: a signal).
-        let exit = match (a.exit_code, &attempt.result) {
-            (Some(c), _) => ExitStatus::Code(c),
-            (None, Some(r)) => ExitStatus::of_wait(r.exit_code),
-            (None, None) => ExitStatus::Unknown,
-        };
-        let ctx = ParseContext {
-            model: a.model.clone().or(attempt.model.clone()),
-            prior: attempt.prior,
-            answered: None,
-        };
-        verdict = attempt.result.clone();
-        (
-            a.provider.clone().unwrap_or(rec.provider.clone()),
-            stdout,
-            String::from_utf8_lossy(&stderr).into_owned(),
-            exit,
-            ctx,
-        )
-    } else {
-        let Some(p) = a.provider.clone() else {
-            return Err(usage(format!(
-                "--provider is required to parse {} (known: {}); a run record's task directory needs none",
-                a.file.display(),
-                reg.names().join(", ")
-            )));
-        };
-        let stdout = (a.file.clone(), 0, None);
-        let stderr = match &a.stderr {
-            Some(f) => std::fs::read_to_string(f).map_err(|e| cannot_read(f, &e))?,
-            None => String::new(),
-        };
-        (
-            p,
-            stdout,
-            stderr,
-            // Without --exit-code nothing is known about how the CLI ended.
-            a.exit_code.map_or(ExitStatus::Unknown, ExitStatus::Code),
-            ParseContext {
-                model: a.model.clone(),
-                prior: None,
-                answered: None,
-            },
-        )
+    let input = match task_dir {
+        Some(dir) => Input::of_record(&dir, &a)?,
+        None => Input::of_file(&a, &reg.names())?,
     };
+    let Input {
+        provider: provider_name,
+        stdout,
+        stderr,
+        exit_code,
+        ctx,
+        verdict,
+    } = input;
     let provider = reg.get(&provider_name)?;
     let ctx = ParseContext {
         model: ctx
@@ -176,6 +111,98 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What is parsed: the stream (a file, or a byte range of a record's events), how the CLI
+/// ended, and, for a record's attempt, the engine's verdict on it.
+struct Input {
+    provider: String,
+    stdout: (PathBuf, u64, Option<u64>),
+    stderr: String,
+    exit_code: ExitStatus,
+    ctx: ParseContext,
+    verdict: Option<SessionResult>,
+}
+
+impl Input {
+    /// An attempt of a run record's task (`--attempt`, else the last one).
+    fn of_record(dir: &Path, a: &ParseArgs) -> anyhow::Result<Input> {
+        let rec: aicli::record::TaskRecord =
+            aicli::util::read_json(&dir.join("task.json")).map_err(anyhow::Error::msg)?;
+        let attempt = match a.attempt {
+            Some(n) => rec
+                .attempts
+                .iter()
+                .find(|x| x.attempt == n)
+                .ok_or_else(|| {
+                    usage(format!(
+                        "--attempt {n}: {} has no attempt {n} (it has {})",
+                        dir.display(),
+                        rec.attempts.len()
+                    ))
+                })?,
+            None => rec
+                .attempts
+                .last()
+                .with_context(|| format!("{} has no attempts", dir.display()))?,
+        };
+        let stderr = read_range(
+            &dir.join("stderr.log"),
+            attempt.stderr_start,
+            attempt.stderr_end,
+        )
+        .unwrap_or_default();
+        // A finished attempt's result says how the CLI ended (no code: a signal).
+        let exit_code = match (a.exit_code, &attempt.result) {
+            (Some(c), _) => ExitStatus::Code(c),
+            (None, Some(r)) => ExitStatus::of_wait(r.exit_code),
+            (None, None) => ExitStatus::Unknown,
+        };
+        Ok(Input {
+            provider: a.provider.clone().unwrap_or(rec.provider.clone()),
+            stdout: (
+                dir.join("events.ndjson"),
+                attempt.events_start,
+                attempt.events_end,
+            ),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            exit_code,
+            ctx: ParseContext {
+                model: a.model.clone().or(attempt.model.clone()),
+                prior: attempt.prior,
+                answered: None,
+            },
+            verdict: attempt.result.clone(),
+        })
+    }
+
+    /// A transcript file, with `--provider` (required), `--stderr`, `--exit-code`.
+    fn of_file(a: &ParseArgs, known: &[String]) -> anyhow::Result<Input> {
+        let Some(p) = a.provider.clone() else {
+            return Err(usage(format!(
+                "--provider is required to parse {} (known: {}); a run record's task directory needs none",
+                a.file.display(),
+                known.join(", ")
+            )));
+        };
+        let stderr = match &a.stderr {
+            Some(f) => std::fs::read_to_string(f).map_err(|e| cannot_read(f, &e))?,
+            None => String::new(),
+        };
+        Ok(Input {
+            provider: p,
+            stdout: (a.file.clone(), 0, None),
+            stderr,
+            // Without --exit-code nothing is known about how the CLI ended.
+            exit_code: a.exit_code.map_or(ExitStatus::Unknown, ExitStatus::Code),
+            ctx: ParseContext {
+                model: a.model.clone(),
+                prior: None,
+                answered: None,
+            },
+            verdict: None,
+        })
+    }
 }
 
 /// A file the command line names cannot be opened: bad input (exit 2). A failure while
