@@ -37,7 +37,7 @@ use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use tokio_util::sync::CancellationToken;
 
 use super::command::ToolEnv;
-use crate::process::{LocalProcess, OutputOptions};
+use crate::proc::spawn::{LocalProcess, OutputOptions};
 
 /// Bytes of a stdio upstream's stderr kept (quoted when it fails).
 const UPSTREAM_STDERR_TAIL: usize = 16 * 1024;

@@ -16,7 +16,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::process::{LINE_QUEUE_BYTES, LineReceiver, OutputOptions, StderrTail, line_channel};
+use crate::proc::lines::{LINE_QUEUE_BYTES, LineReceiver, StderrTail, line_channel};
+use crate::proc::spawn::OutputOptions;
 use crate::runner::RunHandle;
 
 /// A container aicli created.
@@ -155,14 +156,14 @@ impl ContainerHandle {
             }
         }));
         let (tx, lines) = line_channel(LINE_QUEUE_BYTES);
-        readers.push(tokio::spawn(crate::process::read_lines(
+        readers.push(tokio::spawn(crate::proc::lines::read_lines(
             reader(out_rx),
             out.line_cap,
             out.stdout_tee,
             tx,
         )));
         let stderr = StderrTail::new(out.stderr_tail);
-        readers.push(tokio::spawn(crate::process::drain_stderr(
+        readers.push(tokio::spawn(crate::proc::lines::drain_stderr(
             reader(err_rx),
             stderr.clone(),
             out.stderr_tee,
