@@ -8,20 +8,17 @@
 
 pub mod batch;
 pub mod budget;
-pub mod cgroup;
 pub mod engine;
 pub mod env;
 pub mod fake_api;
 pub mod install;
 pub mod live;
 pub mod mcp;
-pub mod process;
-pub mod proctree;
+pub mod proc;
 pub mod record;
 pub mod run;
 pub mod runner;
 pub mod schema;
-pub mod stdin;
 pub mod tasks_file;
 pub mod testing;
 pub mod util;

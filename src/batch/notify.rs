@@ -38,7 +38,7 @@ pub(super) async fn blocked(
     );
     cmd.args(args.iter().cloned());
     cmd.stdin = Some(payload.to_string());
-    match crate::process::run_capture(&cmd, Duration::from_secs(30)).await {
+    match crate::proc::capture::run_capture(&cmd, Duration::from_secs(30)).await {
         Ok(c) if c.exit_code == Some(0) => {}
         Ok(c) => tracing::warn!(
             hook = %program,

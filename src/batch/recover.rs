@@ -32,7 +32,7 @@ pub(crate) async fn resume(
     let mut locks = hold_unfinished(&record, &recs)?;
     // The batch's MCP upstreams the dead aicli had started.
     for f in pid_files(record.dir(), files::PID_UPSTREAM_PREFIX) {
-        let killed = crate::proctree::kill_leftovers(&f).await;
+        let killed = crate::proc::leftovers::kill_leftovers(&f).await;
         if !killed.is_empty() {
             tracing::warn!(pids = ?killed, "killed an MCP upstream left by an interrupted batch");
         }
@@ -128,9 +128,9 @@ async fn leftovers(
     provider: &SharedProvider,
 ) {
     let dir = record.task_dir(&rec.task.id);
-    let mut killed = crate::proctree::kill_leftovers(&dir.join(files::PID)).await;
+    let mut killed = crate::proc::leftovers::kill_leftovers(&dir.join(files::PID)).await;
     for f in pid_files(&dir, files::PID_TOOL_PREFIX) {
-        killed.extend(crate::proctree::kill_leftovers(&f).await);
+        killed.extend(crate::proc::leftovers::kill_leftovers(&f).await);
     }
     if !killed.is_empty() {
         tracing::warn!(task = %rec.task.id, pids = ?killed, "killed processes left by an interrupted run");

@@ -335,7 +335,7 @@ pub(super) async fn installed_version(p: &aicli::providers::SharedProvider) -> O
     let bin = p.binary_path(Some(&super::probe::search_path())).ok()?;
     let mut c = CommandSpec::new(&bin, &std::env::temp_dir());
     c.args(p.config().version_argv.iter().cloned());
-    let out = aicli::process::run_capture(&c, Duration::from_secs(30))
+    let out = aicli::proc::capture::run_capture(&c, Duration::from_secs(30))
         .await
         .ok()?;
     p.parse_version(&out.stdout)

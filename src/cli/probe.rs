@@ -46,13 +46,15 @@ async fn timed(
     argv: Vec<String>,
     env: &BTreeMap<String, String>,
     slow: &mut Vec<String>,
-) -> Option<aicli::process::Captured> {
+) -> Option<aicli::proc::capture::Captured> {
     let mut c = CommandSpec::new(bin, &std::env::temp_dir());
     c.args(argv);
     c.env = env.clone();
     c.env_clear = true;
     let started = Instant::now();
-    let out = aicli::process::run_capture(&c, PROBE_TIMEOUT).await.ok();
+    let out = aicli::proc::capture::run_capture(&c, PROBE_TIMEOUT)
+        .await
+        .ok();
     let took = started.elapsed();
     match &out {
         Some(o) if o.timed_out => slow.push(format!(

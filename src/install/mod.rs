@@ -290,7 +290,7 @@ pub fn installed_version(prefix: &Path, package: &str) -> Option<String> {
 /// Whether `pin` is installed in the cache `cache` at its version, with its executable.
 pub fn is_installed(cache: &Path, pin: &Pin) -> bool {
     installed_version(&pin.prefix(cache), &pin.package).as_deref() == Some(pin.version.as_str())
-        && crate::process::is_executable(&pin.binary(cache))
+        && crate::proc::spawn::is_executable(&pin.binary(cache))
 }
 
 /// npm on `path` (a `PATH` value), or [`InstallError::NoNpm`].

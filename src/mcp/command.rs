@@ -24,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::TaskContext;
-use crate::process::{LocalProcess, OutputOptions};
+use crate::proc::spawn::{LocalProcess, OutputOptions};
 
 /// Bytes of a failed tool's stderr kept for its result (the tail).
 pub const TOOL_STDERR_TAIL: usize = 8 * 1024;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use aicli_providers::{AgentEvent, Decoder};
 use tokio::time::Instant;
 
-use crate::process::StdinWriter;
+use crate::proc::stdin::StdinWriter;
 
 /// A two-way run's stdin and timers.
 #[derive(Debug)]

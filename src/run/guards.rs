@@ -25,7 +25,7 @@ use super::NotStarted;
 use super::scaffold::Scaffold;
 use crate::budget::Reservation;
 use crate::engine::{AgentGrant, AgentServer};
-use crate::process::OutputOptions;
+use crate::proc::spawn::OutputOptions;
 use crate::record::AttemptBudget;
 use crate::runner::{Placement, RunHandle, RunnerError};
 

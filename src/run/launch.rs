@@ -10,7 +10,7 @@ use aicli_providers::{BinaryLocation, CommandSpec, ErrorKind, LaunchContext, Mcp
 
 use super::guards::RunGuards;
 use super::{NotStarted, RunSpec};
-use crate::process::OutputOptions;
+use crate::proc::spawn::OutputOptions;
 use crate::record::files;
 
 /// A run's command and what it was built from (the decoder of a two-way run is

@@ -146,7 +146,7 @@ impl<'a> Publisher<'a> {
 
     /// Flushes aicli's event log to disk (off the async workers).
     pub(super) async fn sync_log(&mut self) {
-        crate::process::sync_off_thread(self.log.file.take()).await;
+        crate::proc::lines::sync_off_thread(self.log.file.take()).await;
     }
 
     /// A run cut off before its last line (cancelled, timed out, stopped by the budget,

@@ -19,7 +19,7 @@ use super::publish::Publisher;
 use super::verdict::{self, EndReason, Ending};
 use super::{Ended, NotStarted, RunIo, RunLimits, RunSpec};
 use crate::budget::Reservation;
-use crate::process::{LineReceiver, StdoutLine};
+use crate::proc::lines::{LineReceiver, StdoutLine};
 use crate::runner::RunHandle;
 
 /// How long the last lines may take after the CLI exited while its stdout stays open.

@@ -1,5 +1,5 @@
 //! Runs CLIs as local processes, each in its own process group and, where one can be
-//! made, its own cgroup (see [`crate::proctree`]).
+//! made, its own cgroup (see [`crate::proc::tree`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,9 +9,10 @@ use aicli_providers::{BinaryLocation, CommandSpec};
 use async_trait::async_trait;
 
 use super::{AgentReach, PlaceRequest, Placement, RunHandle, Runner, RunnerError};
-use crate::process::{
-    CgroupMode, LineReceiver, LocalProcess, OutputOptions, StderrTail, StdinWriter,
-};
+use crate::proc::cgroup::CgroupMode;
+use crate::proc::lines::{LineReceiver, StderrTail};
+use crate::proc::spawn::{LocalProcess, OutputOptions};
+use crate::proc::stdin::StdinWriter;
 
 /// Runs CLIs as child processes of aicli.
 #[derive(Debug, Clone, Default)]

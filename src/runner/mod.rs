@@ -23,7 +23,9 @@ use std::time::Duration;
 use aicli_providers::{BinaryLocation, CommandSpec, SharedProvider};
 use async_trait::async_trait;
 
-use crate::process::{LineReceiver, OutputOptions, SpawnError, StderrTail, StdinWriter};
+use crate::proc::lines::{LineReceiver, StderrTail};
+use crate::proc::spawn::{OutputOptions, SpawnError};
+use crate::proc::stdin::StdinWriter;
 
 pub mod docker;
 pub mod local;
@@ -169,7 +171,7 @@ pub trait Placement: Send + Sync + std::fmt::Debug {
 /// A started run.
 #[async_trait]
 pub trait RunHandle: Send + std::fmt::Debug {
-    /// Stdout lines as they arrive (bounded in bytes: [`crate::process::line_channel`]);
+    /// Stdout lines as they arrive (bounded in bytes: [`crate::proc::lines::line_channel`]);
     /// closed at EOF. Taken once (later calls get a closed channel), so a session can
     /// wait for lines and for the exit at the same time.
     fn take_lines(&mut self) -> LineReceiver;

@@ -209,7 +209,7 @@ async fn an_acp_agent_under_the_docker_runner_is_refused_before_anything_starts(
         "a record was written"
     );
     assert!(
-        aicli::process::all_processes().keys().all(|p| {
+        aicli::proc::procfs::all_processes().keys().all(|p| {
             !std::fs::read(format!("/proc/{p}/cmdline"))
                 .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&marker))
         }),

@@ -481,7 +481,7 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
             "{id}"
         );
     }
-    let leftovers: Vec<u32> = aicli::process::all_processes()
+    let leftovers: Vec<u32> = aicli::proc::procfs::all_processes()
         .into_iter()
         .filter(|(pid, _)| {
             // Processes of this test only: the fake CLI, running in this repo's worktrees.

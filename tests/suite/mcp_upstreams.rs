@@ -85,7 +85,7 @@ async fn http_upstream() -> HttpUpstream {
 
 /// Every live process on the machine whose environment holds `needle`.
 pub(super) fn processes_with_env(needle: &str) -> Vec<u32> {
-    aicli::process::all_processes()
+    aicli::proc::procfs::all_processes()
         .into_keys()
         .filter(|p| {
             std::fs::read(format!("/proc/{p}/environ"))

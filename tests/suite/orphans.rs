@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use aicli::BatchOptions;
-use aicli::cgroup::{CgroupMode, available};
+use aicli::proc::cgroup::{CgroupMode, available};
 use aicli::providers::TaskSpec;
 use tokio_util::sync::CancellationToken;
 
@@ -39,13 +39,13 @@ fn pids_in(file: &Path) -> Vec<u32> {
 
 /// Whether `pid` still exists at all (alive, or a zombie nobody reaped).
 fn exists(pid: u32) -> bool {
-    aicli::process::proc_stat(pid).is_some()
+    aicli::proc::procfs::proc_stat(pid).is_some()
 }
 
 /// Each pid with what `/proc` says of it (state, parent, group), for a failure message.
 fn described(pids: &[u32]) -> Vec<String> {
     pids.iter()
-        .map(|p| match aicli::process::proc_stat(*p) {
+        .map(|p| match aicli::proc::procfs::proc_stat(*p) {
             Some(s) => format!("{p} (state {}, ppid {}, pgrp {})", s.state, s.ppid, s.pgrp),
             None => format!("{p} (gone)"),
         })
@@ -243,7 +243,7 @@ fn kill_9_then_resume(mode: CgroupMode) {
         );
     }
     // Nothing else of this test's runs: no fake CLI running in this repository.
-    let stray: Vec<u32> = aicli::process::all_processes()
+    let stray: Vec<u32> = aicli::proc::procfs::all_processes()
         .into_keys()
         .filter(|pid| {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == fake_cli());
@@ -361,7 +361,7 @@ fn kill_9_while_clis_start_then_resume(mode: CgroupMode) {
     };
     let deadline = Instant::now() + Duration::from_secs(2);
     let stray = loop {
-        let stray: Vec<u32> = aicli::process::all_processes()
+        let stray: Vec<u32> = aicli::proc::procfs::all_processes()
             .into_keys()
             .filter(mine)
             .collect();

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use aicli::process::{LocalProcess, OutputOptions, StdoutLine};
+use aicli::proc::lines::StdoutLine;
+use aicli::proc::spawn::{LocalProcess, OutputOptions};
 use aicli::providers::{BinaryLocation, CommandSpec};
 
 use super::support::{alive, assert_all_gone, fake_cli};
@@ -50,7 +51,7 @@ async fn shutdown_kills_grandchildren_that_ignore_sigterm_or_leave_the_session()
     assert_eq!(pids.len(), 4);
     assert!(pids.iter().all(|p| alive(*p)), "all started");
     // The first grandchild left the session: it is not in the child's group.
-    let gc = aicli::process::proc_stat(pids[1]).unwrap();
+    let gc = aicli::proc::procfs::proc_stat(pids[1]).unwrap();
     assert_ne!(
         gc.session,
         p.pid(),

@@ -122,7 +122,7 @@ pub fn collect_events() -> (aicli::LiveSender, tokio::task::JoinHandle<Vec<Batch
 
 /// Whether a process is alive (not a zombie).
 pub fn alive(pid: u32) -> bool {
-    aicli::process::proc_stat(pid).is_some_and(|s| s.state != 'Z' && s.state != 'X')
+    aicli::proc::procfs::proc_stat(pid).is_some_and(|s| s.state != 'Z' && s.state != 'X')
 }
 
 /// Reads a pid file the fake CLI wrote and asserts that none of the pids is alive

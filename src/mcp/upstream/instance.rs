@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::OnChange;
 use crate::mcp::command::ToolEnv;
-use crate::process::LocalProcess;
+use crate::proc::spawn::LocalProcess;
 
 /// One upstream serving one batch.
 pub(crate) struct Instance {

@@ -11,7 +11,7 @@ use rmcp::{RoleClient, ServiceExt};
 
 use super::instance::{Client, Instance};
 use crate::mcp::command::process_spec;
-use crate::process::{LocalProcess, OutputOptions};
+use crate::proc::spawn::{LocalProcess, OutputOptions};
 
 /// Bytes of a stdio upstream's stderr kept (quoted when it fails).
 const UPSTREAM_STDERR_TAIL: usize = 16 * 1024;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::Docker;
-use bollard::container::LogOutput;
+use bollard::container::{AttachContainerResults, LogOutput};
 use bollard::query_parameters::{KillContainerOptions, WaitContainerOptions};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -16,7 +16,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::process::{LINE_QUEUE_BYTES, LineReceiver, OutputOptions, StderrTail, line_channel};
+use crate::proc::lines::{
+    LINE_QUEUE_BYTES, LineReceiver, StderrTail, drain_stderr, line_channel, read_lines,
+};
+use crate::proc::spawn::OutputOptions;
 use crate::runner::RunHandle;
 
 /// A container aicli created.
@@ -45,8 +48,16 @@ pub struct ContainerHandle {
     peer: Option<IpAddr>,
 }
 
+/// The attach's output: stdout and stderr frames, multiplexed.
+type AttachOutput = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
+>;
+
+/// One stream of the attach's output, demultiplexed ([`demux`]).
+type ByteStream = mpsc::Receiver<std::io::Result<Bytes>>;
+
 /// One stream of the attach, as an `AsyncRead` for the line reader.
-fn reader(rx: mpsc::Receiver<std::io::Result<Bytes>>) -> impl tokio::io::AsyncRead + Unpin {
+fn reader(rx: ByteStream) -> impl tokio::io::AsyncRead + Unpin {
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     });
@@ -64,20 +75,7 @@ impl ContainerHandle {
     ) -> Result<ContainerHandle, String> {
         let docker = &container.docker;
         let id = container.id.clone();
-        let attach = docker
-            .attach_container(
-                &id,
-                Some(bollard::query_parameters::AttachContainerOptions {
-                    stream: true,
-                    stdin: stdin.is_some(),
-                    stdout: true,
-                    stderr: true,
-                    logs: false,
-                    detach_keys: None,
-                }),
-            )
-            .await
-            .map_err(|e| format!("cannot attach to container {id}: {e}"))?;
+        let attach = attach(docker, &id, stdin.is_some()).await?;
         docker
             .start_container(
                 &id,
@@ -85,44 +83,9 @@ impl ContainerHandle {
             )
             .await
             .map_err(|e| format!("cannot start container {id}: {e}"))?;
-        // The exit code, from one wait request (a `wait` per call would cost a request
-        // each time the session's select loop polls it). Asked after the start, so
-        // "not running" can only mean "exited".
-        let (exit_tx, exit_rx) = watch::channel(None);
-        let wait_docker = docker.clone();
-        let wait_id = id.clone();
-        let waiter = tokio::spawn(async move {
-            let mut s = wait_docker.wait_container(
-                &wait_id,
-                Some(WaitContainerOptions {
-                    condition: "not-running".to_owned(),
-                }),
-            );
-            let code = match s.next().await {
-                Some(Ok(r)) => r.status_code,
-                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
-                Some(Err(e)) => {
-                    tracing::warn!(container = %wait_id, error = %e, "waiting for the container failed");
-                    -1
-                }
-                None => -1,
-            };
-            let _ = exit_tx.send(Some(code));
-        });
-        let peer = docker
-            .inspect_container(
-                &id,
-                None::<bollard::query_parameters::InspectContainerOptions>,
-            )
-            .await
-            .ok()
-            .and_then(|i| i.network_settings)
-            .and_then(|n| n.networks)
-            .and_then(|nets| {
-                nets.values()
-                    .filter_map(|e| e.ip_address.as_deref())
-                    .find_map(|ip| ip.parse::<IpAddr>().ok())
-            });
+        // Asked after the start, so "not running" can only mean "exited".
+        let (waiter, exit_rx) = wait_for_exit(docker, &id);
+        let peer = peer_address(docker, &id).await;
         let mut readers = vec![waiter];
         if let Some(text) = stdin {
             let mut input = attach.input;
@@ -132,37 +95,17 @@ impl ContainerHandle {
                 let _ = input.shutdown().await;
             }));
         }
-        let (out_tx, out_rx) = mpsc::channel::<std::io::Result<Bytes>>(64);
-        let (err_tx, err_rx) = mpsc::channel::<std::io::Result<Bytes>>(64);
-        let mut output = attach.output;
-        readers.push(tokio::spawn(async move {
-            while let Some(item) = output.next().await {
-                match item {
-                    Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                        if out_tx.send(Ok(message)).await.is_err() {
-                            break;
-                        }
-                    }
-                    Ok(LogOutput::StdErr { message }) => {
-                        let _ = err_tx.send(Ok(message)).await;
-                    }
-                    Ok(LogOutput::StdIn { .. }) => {}
-                    Err(e) => {
-                        tracing::debug!(error = %e, "container output stream ended");
-                        break;
-                    }
-                }
-            }
-        }));
+        let (demuxer, out_rx, err_rx) = demux(attach.output);
+        readers.push(demuxer);
         let (tx, lines) = line_channel(LINE_QUEUE_BYTES);
-        readers.push(tokio::spawn(crate::process::read_lines(
+        readers.push(tokio::spawn(read_lines(
             reader(out_rx),
             out.line_cap,
             out.stdout_tee,
             tx,
         )));
         let stderr = StderrTail::new(out.stderr_tail);
-        readers.push(tokio::spawn(crate::process::drain_stderr(
+        readers.push(tokio::spawn(drain_stderr(
             reader(err_rx),
             stderr.clone(),
             out.stderr_tee,
@@ -217,6 +160,97 @@ impl ContainerHandle {
             tracing::debug!(container = %self.container.id, signal, error = %e, "signalling the container");
         }
     }
+}
+
+/// Attaches to container `id`'s stdout and stderr (and its stdin, with `stdin`), before
+/// it starts: nothing it prints is missed.
+async fn attach(docker: &Docker, id: &str, stdin: bool) -> Result<AttachContainerResults, String> {
+    docker
+        .attach_container(
+            id,
+            Some(bollard::query_parameters::AttachContainerOptions {
+                stream: true,
+                stdin,
+                stdout: true,
+                stderr: true,
+                logs: false,
+                detach_keys: None,
+            }),
+        )
+        .await
+        .map_err(|e| format!("cannot attach to container {id}: {e}"))
+}
+
+/// The exit code, from one wait request (a `wait` per call would cost a request each
+/// time the session's select loop polls it): the task, and where the code appears.
+fn wait_for_exit(docker: &Docker, id: &str) -> (JoinHandle<()>, watch::Receiver<Option<i64>>) {
+    let (exit_tx, exit_rx) = watch::channel(None);
+    let wait_docker = docker.clone();
+    let wait_id = id.to_owned();
+    let waiter = tokio::spawn(async move {
+        let mut s = wait_docker.wait_container(
+            &wait_id,
+            Some(WaitContainerOptions {
+                condition: "not-running".to_owned(),
+            }),
+        );
+        let code = match s.next().await {
+            Some(Ok(r)) => r.status_code,
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+            Some(Err(e)) => {
+                tracing::warn!(container = %wait_id, error = %e, "waiting for the container failed");
+                -1
+            }
+            None => -1,
+        };
+        let _ = exit_tx.send(Some(code));
+    });
+    (waiter, exit_rx)
+}
+
+/// The container's first IP address on its networks, if the engine says one.
+async fn peer_address(docker: &Docker, id: &str) -> Option<IpAddr> {
+    docker
+        .inspect_container(
+            id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .ok()
+        .and_then(|i| i.network_settings)
+        .and_then(|n| n.networks)
+        .and_then(|nets| {
+            nets.values()
+                .filter_map(|e| e.ip_address.as_deref())
+                .find_map(|ip| ip.parse::<IpAddr>().ok())
+        })
+}
+
+/// The attach's multiplexed output, split into stdout and stderr byte streams (the
+/// task, then the two streams).
+fn demux(mut output: AttachOutput) -> (JoinHandle<()>, ByteStream, ByteStream) {
+    let (out_tx, out_rx) = mpsc::channel::<std::io::Result<Bytes>>(64);
+    let (err_tx, err_rx) = mpsc::channel::<std::io::Result<Bytes>>(64);
+    let task = tokio::spawn(async move {
+        while let Some(item) = output.next().await {
+            match item {
+                Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                    if out_tx.send(Ok(message)).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(LogOutput::StdErr { message }) => {
+                    let _ = err_tx.send(Ok(message)).await;
+                }
+                Ok(LogOutput::StdIn { .. }) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "container output stream ended");
+                    break;
+                }
+            }
+        }
+    });
+    (task, out_rx, err_rx)
 }
 
 #[async_trait]

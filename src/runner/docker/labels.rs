@@ -35,7 +35,7 @@ pub const BASE: &str = "dev.aicli.base";
 /// This aicli process as an owner label: `host:pid:start_time`.
 pub fn this_owner() -> String {
     let pid = std::process::id();
-    let start = crate::proctree::proc_stat(pid)
+    let start = crate::proc::procfs::proc_stat(pid)
         .map(|s| s.start_time)
         .unwrap_or(0);
     format!("{}:{pid}:{start}", hostname())
@@ -64,7 +64,7 @@ pub fn owner_alive(owner: &str) -> bool {
     let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
         return false;
     };
-    crate::proctree::proc_stat(pid)
+    crate::proc::procfs::proc_stat(pid)
         .is_some_and(|s| s.state != 'Z' && s.state != 'X' && s.start_time == start)
 }
 

@@ -31,7 +31,7 @@ use super::hosts::{HOST_ALIAS, Host};
 use super::labels::Labelled;
 use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE};
 use super::{DockerError, remote};
-use crate::process::OutputOptions;
+use crate::proc::spawn::OutputOptions;
 use crate::runner::{AgentReach, Placement, RunHandle, RunnerError};
 
 /// Variables of a local run's environment that name this machine (its paths, its user)

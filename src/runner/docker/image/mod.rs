@@ -17,20 +17,23 @@
 //! No credentials go into an image: a run gets a private copy of the CLI's login files
 //! in the task's home, at run time.
 
-use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::PathBuf;
 
 use bollard::Docker;
-use serde_json::Value;
 
 use super::DockerError;
 use super::tarball::TarWriter;
 
 mod host;
 mod layer;
+mod npm;
+mod runtime;
 
 pub use layer::probe;
-use layer::{Layer, ensure_base, layer};
+use layer::{Layer, layer};
+use npm::{closure, pinned_package};
+pub use runtime::{RuntimeSpec, runtime_image};
 
 /// The uid (and gid) of the user `aicli` in aicli's images.
 pub const USER_ID: u32 = 1000;
@@ -72,17 +75,6 @@ pub struct BuildSpec {
     pub force: bool,
 }
 
-/// The shared runtime layer's inputs.
-#[derive(Debug, Clone)]
-pub struct RuntimeSpec {
-    /// The image to start from.
-    pub base: String,
-    /// This machine's `PATH` (to find `node` and `apt-get`).
-    pub search_path: String,
-    /// Where downloaded Debian packages are kept.
-    pub deb_cache: PathBuf,
-}
-
 impl BuildSpec {
     fn runtime(&self) -> RuntimeSpec {
         RuntimeSpec {
@@ -104,31 +96,6 @@ pub struct Built {
     pub runtime: String,
     /// `--version` inside.
     pub cli_version: String,
-}
-
-/// The version of the package in the npm cache (which must be the pinned one) and its
-/// executable's path inside the package.
-fn pinned_package(spec: &BuildSpec) -> Result<(String, String), DockerError> {
-    let pkg_dir = spec.npm_dir.join("node_modules").join(&spec.package);
-    let pkg = read_package(&pkg_dir)?;
-    let have = pkg.get("version").and_then(Value::as_str).unwrap_or("");
-    if let Some(want) = &spec.version
-        && have != want
-    {
-        return Err(DockerError::Work(format!(
-            "{} in {} is version '{have}', the pin is {want}: install the pinned CLI first (`aicli install {}`)",
-            spec.package,
-            spec.npm_dir.display(),
-            spec.provider
-        )));
-    }
-    let bin_rel = bin_entry(&pkg, &spec.binary_name).ok_or_else(|| {
-        DockerError::Work(format!(
-            "{} has no executable '{}' in its package.json",
-            spec.package, spec.binary_name
-        ))
-    })?;
-    Ok((have.to_owned(), bin_rel))
 }
 
 /// Builds the provider image of `spec` on `docker`; `progress` gets a line per step.
@@ -222,127 +189,6 @@ pub async fn build(
     })
 }
 
-/// The runtime layer on `spec.base` (pulled when absent and a registry answers): node,
-/// git and the user `aicli`; reused when already built. Returns its tag.
-pub async fn runtime_image(
-    docker: &Docker,
-    spec: &RuntimeSpec,
-    progress: &(dyn Fn(&str) + Send + Sync),
-) -> Result<String, DockerError> {
-    ensure_base(docker, &spec.base, progress).await?;
-    let base_id = docker
-        .inspect_image(&spec.base)
-        .await
-        .ok()
-        .and_then(|i| i.id)
-        .unwrap_or_default();
-    let probe = probe(
-        docker,
-        &spec.base,
-        "command -v node >/dev/null 2>&1 && echo node=$(node --version); command -v git >/dev/null 2>&1 && echo git=yes; test -f /var/lib/dpkg/status && echo dpkg=yes; true",
-    )
-    .await?;
-    let base_node = probe
-        .lines()
-        .find_map(|l| l.strip_prefix("node="))
-        .map(str::to_owned);
-    let need_node = base_node
-        .as_deref()
-        .is_none_or(|v| host::node_major(v) < MIN_NODE_MAJOR);
-    let need_git = !probe.lines().any(|l| l == "git=yes");
-    let host_node = if need_node {
-        Some(host::find_node(&spec.search_path).await?)
-    } else {
-        None
-    };
-    let node_version = match &host_node {
-        Some((_, v)) => v.clone(),
-        None => base_node.unwrap_or_default(),
-    };
-    let tag = format!(
-        "aicli/runtime:{}-node{}",
-        short(&base_id),
-        node_version.trim_start_matches('v')
-    );
-    if docker.inspect_image(&tag).await.is_ok() {
-        progress(&format!("runtime layer {tag} is there"));
-        return Ok(tag);
-    }
-    let debs = if need_git {
-        if !probe.lines().any(|l| l == "dpkg=yes") {
-            return Err(DockerError::Work(format!(
-                "base image {} has no git and no dpkg to install Debian's git into; use a base with git",
-                spec.base
-            )));
-        }
-        progress("downloading Debian's git for the base (apt-get --download-only)");
-        host::download_debs(docker, spec, &base_id, &["git"]).await?
-    } else {
-        Vec::new()
-    };
-    progress(&format!(
-        "building {tag} from {} ({}{})",
-        spec.base,
-        if host_node.is_some() {
-            format!("node {node_version} from this machine")
-        } else {
-            format!("its node {node_version}")
-        },
-        if need_git {
-            format!(", git from {} Debian packages", debs.len())
-        } else {
-            ", its git".to_owned()
-        }
-    ));
-    let node_path = host_node.map(|(p, _)| p);
-    let debs2 = debs.clone();
-    let files = move |w: &mut TarWriter| -> std::io::Result<()> {
-        if let Some(node) = &node_path {
-            w.dir("usr/local/bin", 0o755)?;
-            w.copy_file(node, "usr/local/bin/node", 0o755)?;
-        }
-        w.dir("tmp/aicli-debs", 0o755)?;
-        for d in &debs2 {
-            let name = d
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            w.copy_file(d, &format!("tmp/aicli-debs/{name}"), 0o644)?;
-        }
-        Ok(())
-    };
-    let script = format!(
-        r#"set -e
-if ls /tmp/aicli-debs/*.deb >/dev/null 2>&1; then dpkg -i /tmp/aicli-debs/*.deb >/dev/null; fi
-rm -rf /tmp/aicli-debs /var/cache/apt/archives/*.deb
-if ! grep -q '^[^:]*:[^:]*:{id}:' /etc/passwd; then
-  if command -v useradd >/dev/null 2>&1; then useradd -u {id} -U -d /home/aicli -s /bin/sh aicli
-  else echo 'aicli:x:{id}:{id}::/home/aicli:/bin/sh' >>/etc/passwd; echo 'aicli:x:{id}:' >>/etc/group; fi
-fi
-mkdir -p /home/aicli /workspace /aicli
-chown {id}:{id} /home/aicli /workspace /aicli
-node --version
-git --version
-"#,
-        id = USER_ID
-    );
-    let labels = HashMap::from([(LABEL_BASE.to_owned(), spec.base.clone())]);
-    let path = DEFAULT_PATH.to_owned();
-    layer(
-        docker,
-        &Layer {
-            from: spec.base.clone(),
-            tag: tag.clone(),
-            path,
-            script,
-            labels,
-        },
-        files,
-    )
-    .await?;
-    Ok(tag)
-}
-
 /// The PATH an image's config sets, else [`DEFAULT_PATH`].
 pub fn path_in(image: &bollard::models::ImageInspect) -> String {
     image
@@ -391,57 +237,6 @@ pub async fn files_image(
     )
     .await?;
     Ok(id)
-}
-
-fn read_package(dir: &Path) -> Result<Value, DockerError> {
-    let file = dir.join("package.json");
-    let text = std::fs::read_to_string(&file).map_err(|e| {
-        DockerError::Work(format!(
-            "{} is not in aicli's npm cache ({e}); install the pinned CLIs first (`aicli install PROVIDER`)",
-            file.display()
-        ))
-    })?;
-    serde_json::from_str(&text)
-        .map_err(|e| DockerError::Work(format!("{} is not valid JSON: {e}", file.display())))
-}
-
-/// The package's executable `name` (its `bin` entry), relative to the package.
-fn bin_entry(pkg: &Value, name: &str) -> Option<String> {
-    match pkg.get("bin")? {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(m) => m.get(name).and_then(Value::as_str).map(str::to_owned),
-        _ => None,
-    }
-    .map(|s| s.trim_start_matches("./").to_owned())
-}
-
-/// `package` and every package it needs that is installed in `modules` (dependencies
-/// and the optional ones present: a CLI's native binary for this platform).
-fn closure(modules: &Path, package: &str) -> Result<Vec<String>, DockerError> {
-    let mut out = BTreeSet::new();
-    let mut todo = vec![package.to_owned()];
-    while let Some(p) = todo.pop() {
-        if !out.insert(p.clone()) {
-            continue;
-        }
-        let pkg = read_package(&modules.join(&p))?;
-        for key in ["dependencies", "optionalDependencies"] {
-            if let Some(Value::Object(deps)) = pkg.get(key) {
-                for name in deps.keys() {
-                    let present = modules.join(name).join("package.json").is_file();
-                    if present && !out.contains(name) {
-                        todo.push(name.clone());
-                    } else if !present && key == "dependencies" {
-                        return Err(DockerError::Work(format!(
-                            "{p} needs {name}, which is not in {}",
-                            modules.display()
-                        )));
-                    }
-                }
-            }
-        }
-    }
-    Ok(out.into_iter().collect())
 }
 
 pub(super) fn short(id: &str) -> String {
@@ -510,51 +305,4 @@ fn version_line(out: &str) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_version_line_is_found_among_warnings() {
-        let out = "codex-cli 0.171.0\nWARNING: failed to clean up stale arg0 temp dirs: Cross-device link (os error 18)\n";
-        assert_eq!(version_line(out), "codex-cli 0.171.0");
-        assert_eq!(
-            version_line("2.1.332 (Claude Code)\n"),
-            "2.1.332 (Claude Code)"
-        );
-        assert_eq!(version_line("no version here\n"), "no version here");
-        assert_eq!(version_line(""), "");
-    }
-
-    #[test]
-    fn the_closure_takes_dependencies_and_present_optional_ones() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = dir.path();
-        let pkg = |name: &str, json: &str| {
-            std::fs::create_dir_all(m.join(name)).unwrap();
-            std::fs::write(m.join(name).join("package.json"), json).unwrap();
-        };
-        pkg(
-            "@acme/cli",
-            r#"{"version":"1.0.0","bin":{"acme":"bin/acme.js"},"dependencies":{"dep":"1"},"optionalDependencies":{"@acme/cli-linux-x64":"1","@acme/cli-darwin-arm64":"1"}}"#,
-        );
-        pkg("dep", r#"{"dependencies":{"leaf":"1"}}"#);
-        pkg("leaf", "{}");
-        pkg("@acme/cli-linux-x64", "{}");
-        assert_eq!(
-            closure(m, "@acme/cli").unwrap(),
-            ["@acme/cli", "@acme/cli-linux-x64", "dep", "leaf"]
-        );
-        let p = read_package(&m.join("@acme/cli")).unwrap();
-        assert_eq!(bin_entry(&p, "acme").as_deref(), Some("bin/acme.js"));
-        assert_eq!(bin_entry(&p, "other"), None);
-        pkg("broken", r#"{"dependencies":{"missing":"1"}}"#);
-        assert!(
-            closure(m, "broken")
-                .unwrap_err()
-                .to_string()
-                .contains("broken needs missing")
-        );
-        assert_eq!(host::node_major("v20.20.2"), 20);
-        assert_eq!(host::node_major("garbage"), 0);
-    }
-}
+mod tests;

@@ -1,0 +1,345 @@
+//! Spawning a CLI ([`LocalProcess`]): its own process group, a cgroup of its own where
+//! one can be made, a parent-death signal ([`super::trampoline`]), its pid file written
+//! before it exists, its pipes read ([`super::lines`]); and the explicit shutdown of its
+//! whole tree ([`super::tree::RunTree`]) — SIGTERM, a grace period, SIGKILL — with
+//! `Drop` as the safety net.
+
+use std::fs::File;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use aicli_providers::CommandSpec;
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+
+use super::cgroup::CgroupMode;
+use super::leftovers::write_pid_file;
+use super::lines::{
+    LINE_QUEUE_BYTES, LineReceiver, StderrTail, drain_stderr, line_channel, read_lines,
+};
+use super::reaper::spawn_leader;
+use super::stdin::{StdinWriter, StdoutRecord};
+use super::trampoline;
+use super::tree::{RUN_MARKER_VAR, RunTree, new_marker, run_cgroup};
+
+/// Options for reading a child's output.
+#[derive(Debug)]
+pub struct OutputOptions {
+    /// Longest stdout line accepted, bytes.
+    pub line_cap: usize,
+    /// Bytes of stderr kept in memory (the tail).
+    pub stderr_tail: usize,
+    /// Every stdout byte, as read, goes here too (the run record's `events.ndjson`).
+    pub stdout_tee: Option<File>,
+    /// Every stderr byte goes here too, up to `stderr_file_cap` (the run record's
+    /// `stderr.log`).
+    pub stderr_tee: Option<File>,
+    /// Most stderr bytes written to `stderr_tee`.
+    pub stderr_file_cap: u64,
+    /// Where the run's leader, marker and cgroup are written while it lives (the run
+    /// record's `pid`), so that `aicli resume` can kill what is left if aicli itself dies.
+    pub pid_file: Option<std::path::PathBuf>,
+    /// Hand stdin and stdout to the caller ([`LocalProcess::take_stdin`],
+    /// [`LocalProcess::take_stdout`]) instead of writing the command's stdin text and
+    /// reading stdout as lines: for a child that speaks a protocol on its pipes (an MCP
+    /// server on stdio) or whose output is read as bytes (a command-backed tool). stderr
+    /// is drained into the tail as always.
+    pub raw_pipes: bool,
+}
+
+impl Default for OutputOptions {
+    fn default() -> OutputOptions {
+        OutputOptions {
+            line_cap: aicli_providers::replay::DEFAULT_LINE_CAP,
+            stderr_tail: 64 * 1024,
+            stdout_tee: None,
+            stderr_tee: None,
+            stderr_file_cap: 16 * 1024 * 1024,
+            pid_file: None,
+            raw_pipes: false,
+        }
+    }
+}
+
+/// Errors starting a process.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The executable could not be started.
+    #[error("cannot start {program}: {source}")]
+    Start {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The working directory does not exist.
+    #[error("working directory {0} does not exist")]
+    NoCwd(String),
+}
+
+/// A running child process in its own session, with its output being read.
+#[derive(Debug)]
+pub struct LocalProcess {
+    child: Child,
+    pid: u32,
+    /// A two-way run's stdin ([`CommandSpec::stdin_open`]), until taken.
+    pub stdin_writer: Option<StdinWriter>,
+    /// Closed when stdout reaches EOF (at once with [`OutputOptions::raw_pipes`]).
+    pub lines: LineReceiver,
+    /// The pipes handed to the caller with [`OutputOptions::raw_pipes`].
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: Option<tokio::process::ChildStdout>,
+    /// The stderr tail.
+    pub stderr: StderrTail,
+    readers: Vec<JoinHandle<()>>,
+    exit: Option<Option<i32>>,
+    /// Every process of the run: group, cgroup, adopted orphans.
+    tree: RunTree,
+    /// `shutdown` ran to its end: nothing of the tree is left, `Drop` has nothing to do.
+    shut_down: bool,
+}
+
+impl LocalProcess {
+    /// Spawns `cmd` with its environment on top of the inherited one (or alone, with
+    /// [`CommandSpec::env_clear`]), in a new process group whose id is the child's pid,
+    /// in a cgroup of its own where one can be made, stdin null unless the command has
+    /// stdin text.
+    pub fn spawn(cmd: &CommandSpec, out: OutputOptions) -> Result<LocalProcess, SpawnError> {
+        LocalProcess::spawn_in(cmd, out, CgroupMode::Auto)
+    }
+
+    /// [`LocalProcess::spawn`], with a cgroup only as `cgroups` allows.
+    pub fn spawn_in(
+        cmd: &CommandSpec,
+        out: OutputOptions,
+        cgroups: CgroupMode,
+    ) -> Result<LocalProcess, SpawnError> {
+        if !cmd.cwd.is_dir() {
+            return Err(SpawnError::NoCwd(cmd.cwd.display().to_string()));
+        }
+        // If aicli itself dies (even by SIGKILL), the kernel kills the child: no CLI keeps
+        // running unsupervised (its own descendants are found and killed on the next
+        // `aicli resume`, through the pid file written before the spawn). See
+        // [`super::trampoline`] for how. (A missing program is left to spawn itself, so
+        // its error says "not found".)
+        let missing = cmd.program.components().count() > 1 && !cmd.program.exists();
+        let setpriv = trampoline::setpriv().filter(|_| !missing);
+        // The run's cgroup, joined before the CLI starts so that every descendant is born
+        // in it.
+        let cgroup = if missing { None } else { run_cgroup(cgroups) };
+        let parent = std::process::id();
+        let (mut c, hooked) = trampoline::command(&cmd.program, setpriv, cgroup.as_ref(), parent);
+        configure(&mut c, cmd, &out);
+        // The run's marker: every descendant inherits it, so an orphan aicli adopts (or
+        // finds after a restart) can be told apart from other runs' without a cgroup.
+        let marker = new_marker();
+        c.env(RUN_MARKER_VAR, &marker);
+        // What `aicli resume` needs to find the run's processes goes into its record
+        // before any of them exists: a kill -9 of aicli between the spawn and the
+        // leader's line leaves the marker and the cgroup to look in.
+        if let Some(f) = &out.pid_file {
+            write_pid_file(f, None, &marker, cgroup.as_ref());
+        }
+        // Own process group (pgid = the child's pid): the whole group can be signalled,
+        // and a Ctrl-C on aicli's terminal does not reach it (aicli shuts it down itself).
+        c.process_group(0);
+        if hooked {
+            trampoline::hook(&mut c, parent, cgroup.as_ref());
+        }
+        let mut child =
+            spawn_leader(|| c.spawn(), Child::id).map_err(|source| SpawnError::Start {
+                program: cmd.program.display().to_string(),
+                source,
+            })?;
+        let pid = child.id().unwrap_or(0);
+        let tree = RunTree::started(pid, marker, cgroup, out.pid_file.clone());
+        let io = Io::attach(&mut child, cmd, out);
+        tracing::debug!(pid, program = %cmd.program.display(), cgroup = ?tree.cgroup().map(|c| c.path().display().to_string()), "spawned");
+        Ok(LocalProcess {
+            child,
+            pid,
+            stdin_writer: io.stdin_writer,
+            lines: io.lines,
+            stdin: io.stdin,
+            stdout: io.stdout,
+            stderr: io.stderr,
+            readers: io.readers,
+            exit: None,
+            tree,
+            shut_down: false,
+        })
+    }
+
+    /// The child's pid (also its process-group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The child's stdin, once ([`OutputOptions::raw_pipes`] only).
+    pub fn take_stdin(&mut self) -> Option<tokio::process::ChildStdin> {
+        self.stdin.take()
+    }
+
+    /// The child's stdout, once ([`OutputOptions::raw_pipes`] only).
+    pub fn take_stdout(&mut self) -> Option<tokio::process::ChildStdout> {
+        self.stdout.take()
+    }
+
+    /// Waits for the child to exit; `Some(code)`, or `None` when a signal ended it.
+    pub async fn wait(&mut self) -> Option<i32> {
+        if let Some(code) = self.exit {
+            return code;
+        }
+        let code = match self.child.wait().await {
+            Ok(status) => status.code(),
+            Err(_) => None,
+        };
+        self.exit = Some(code);
+        self.tree.leader_reaped();
+        code
+    }
+
+    /// Waits until stdout and stderr are fully read (after the child and everything
+    /// holding its pipes exited, or were killed).
+    pub async fn drain(&mut self) {
+        for h in self.readers.drain(..) {
+            let _ = h.await;
+        }
+    }
+
+    /// Shuts the whole tree down: SIGTERM to the run's group, cgroup and adopted
+    /// orphans, up to `grace` for them to go, then SIGKILL to whatever is left. Returns
+    /// the child's exit code (as [`LocalProcess::wait`]).
+    pub async fn shutdown(&mut self, grace: Duration) -> Option<i32> {
+        let (child, exit) = (&mut self.child, &mut self.exit);
+        let done = || {
+            if exit.is_some() {
+                return true;
+            }
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    *exit = Some(status.code());
+                    true
+                }
+                Ok(None) => false,
+                Err(_) => {
+                    *exit = Some(None);
+                    true
+                }
+            }
+        };
+        self.tree.shutdown(grace, done).await;
+        let code = self.wait().await;
+        self.tree.finish();
+        self.shut_down = true;
+        code
+    }
+}
+
+impl Drop for LocalProcess {
+    fn drop(&mut self) {
+        // Safety net: an explicit shutdown() is the normal path. Whatever of the tree is
+        // still there is killed now, without grace; tokio reaps the child.
+        if self.shut_down {
+            return;
+        }
+        self.tree.kill_now();
+        self.tree.leader_reaped();
+        self.tree.finish_soon();
+    }
+}
+
+/// Whether `path` is an executable file.
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The command's arguments, directory, pipes and environment, on top of the launcher
+/// [`trampoline::command`] made: stdin null unless the command writes to it (or the
+/// caller takes the pipes), stdout and stderr piped, the child killed with its handle.
+fn configure(c: &mut Command, cmd: &CommandSpec, out: &OutputOptions) {
+    c.args(&cmd.args)
+        .current_dir(&cmd.cwd)
+        .stdin(if cmd.stdin.is_some() || cmd.stdin_open || out.raw_pipes {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if cmd.env_clear {
+        c.env_clear();
+    }
+    c.envs(&cmd.env);
+    for k in &cmd.env_remove {
+        c.env_remove(k);
+    }
+}
+
+/// A just-spawned child's pipes, as [`LocalProcess`] keeps them: stdin written (its
+/// text, or a two-way run's [`StdinWriter`]) or handed over raw, stdout read into
+/// lines, stderr drained into its tail.
+struct Io {
+    stdin_writer: Option<StdinWriter>,
+    lines: LineReceiver,
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: Option<tokio::process::ChildStdout>,
+    stderr: StderrTail,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Io {
+    /// Takes `child`'s pipes and starts the tasks that write and read them.
+    fn attach(child: &mut Child, cmd: &CommandSpec, out: OutputOptions) -> Io {
+        let mut readers = Vec::new();
+        let (mut raw_stdin, mut raw_stdout) = (None, None);
+        if out.raw_pipes {
+            raw_stdin = child.stdin.take();
+            raw_stdout = child.stdout.take();
+        }
+        let record = StdoutRecord::from(out.stdout_tee);
+        let mut stdin_writer = None;
+        match (cmd.stdin_open, child.stdin.take()) {
+            (true, Some(stdin)) => {
+                stdin_writer = Some(StdinWriter::spawn(stdin, record.clone(), cmd.stdin.clone()));
+            }
+            (false, Some(mut stdin)) => {
+                if let Some(text) = cmd.stdin.clone() {
+                    readers.push(tokio::spawn(async move {
+                        // A child that exits without reading its stdin is not an error here.
+                        let _ = stdin.write_all(text.as_bytes()).await;
+                        let _ = stdin.shutdown().await;
+                    }));
+                }
+            }
+            (_, None) => {}
+        }
+        let (tx, rx) = line_channel(LINE_QUEUE_BYTES);
+        if let Some(stdout) = child.stdout.take() {
+            let cap = out.line_cap;
+            readers.push(tokio::spawn(read_lines(stdout, cap, record, tx)));
+        }
+        let stderr = StderrTail::new(out.stderr_tail);
+        if let Some(err) = child.stderr.take() {
+            let tail = stderr.clone();
+            let tee = out.stderr_tee;
+            let cap = out.stderr_file_cap;
+            readers.push(tokio::spawn(drain_stderr(err, tail, tee, cap)));
+        }
+        Io {
+            stdin_writer,
+            lines: rx,
+            stdin: raw_stdin,
+            stdout: raw_stdout,
+            stderr,
+            readers,
+        }
+    }
+}
