@@ -39,7 +39,8 @@ impl AgentServer for Noting {
         self.granted
             .lock()
             .unwrap()
-            .insert(task, (g.endpoint.token.clone(), g.endpoint.url.clone()));
+            // The server's own address: a container's URL names a host only it knows.
+            .insert(task, (g.endpoint.token.clone(), self.server.url()));
         Ok(g)
     }
     fn revoke(&self, token: &str) {
@@ -279,4 +280,128 @@ async fn a_run_that_times_out_leaves_nothing_and_the_batch_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_the_budget_stops_leaves_nothing() {
     a_run_that_ends_by(Ending::Budget).await;
+}
+
+/// The same four ends under `--runner docker` (the fake CLI in its container on the
+/// local engine): the victim's token is refused, its container is removed, the
+/// reservation is back (the batch's remaining budget is the budget less what was
+/// charged), its lock is free, its record says how it ended, and the other task
+/// finishes normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_container_every_end_of_a_run_leaves_nothing() {
+    use super::docker::support;
+    let Some(docker) = support::local_engine("guards_in_a_container").await else {
+        return;
+    };
+    let image = support::fake_cli_image(&docker).await;
+    for ending in [
+        Ending::Panic,
+        Ending::Cancel,
+        Ending::Timeout,
+        Ending::Budget,
+    ] {
+        let what = format!("docker {ending:?}");
+        let repo = git_repo();
+        let config = support::docker_config(vec![support::local_host()], &image);
+        let mut opts = McpServerOptions::from_config(&config, repo.path());
+        opts.allowed_hosts
+            .extend(aicli::runner::docker::container_hosts(
+                &config.engine.docker,
+            ));
+        let cancel = CancellationToken::new();
+        let server = Arc::new(McpServer::start(opts, cancel.child_token()).await.unwrap());
+        let noting = Arc::new(Noting {
+            server: server.clone(),
+            granted: Mutex::default(),
+        });
+        let mut engine = support::engine(config, support::fake_provider("claude", "text"))
+            .with_agent_server(noting.clone());
+        if ending == Ending::Panic {
+            engine = engine.with_fault(Fault::PanicAfterLines {
+                task_id: "victim".into(),
+                lines: 1,
+            });
+        }
+        let mut victim = TaskSpec::new("the victim");
+        victim.id = "victim".into();
+        victim.extra_args = match ending {
+            // Slow enough for a budget stop to find it running.
+            Ending::Budget => vec!["--line-delay-ms".into(), "5000".into()],
+            Ending::Panic | Ending::Cancel | Ending::Timeout => {
+                vec!["--hang-after".into(), "1".into()]
+            }
+        };
+        if ending == Ending::Timeout {
+            victim.timeout_secs = Some(2);
+        }
+        let mut other = TaskSpec::new("the other one");
+        other.id = "other".into();
+        let mut o = BatchOptions::new(repo.path());
+        o.provider = Some("fake".into());
+        o.max_parallel = Some(2);
+        // The other task's cost (the fixture's) spends a tiny budget while the victim
+        // runs; a big one stops nothing.
+        o.budget_usd = Some(if ending == Ending::Budget {
+            0.0001
+        } else {
+            100.0
+        });
+        let run_cancel = CancellationToken::new();
+        if ending == Ending::Cancel {
+            let c = run_cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                c.cancel();
+            });
+        }
+        let (tx, events) = collect_events();
+        let b = tokio::time::timeout(
+            Duration::from_secs(120),
+            engine.run_batch(vec![victim, other], o, tx, run_cancel),
+        )
+        .await
+        .expect("the batch ends")
+        .unwrap();
+        let _ = events.await;
+        assert_released(&what, &noting, &[], None).await;
+        if ending == Ending::Panic {
+            // A run that panicked has no graceful close: its container goes in the
+            // placement's `Drop`, on a task of its own, just after the batch returns.
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while !support::containers_of(&docker, &b.batch_id).await.is_empty()
+                && Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        support::assert_no_container(&docker, &b.batch_id).await;
+        let record = RunStore::new(repo.path().join(".aicli/runs"))
+            .open_batch(&b.batch_id)
+            .unwrap();
+        record
+            .lock_task("victim")
+            .unwrap_or_else(|e| panic!("{what}: the victim's lock is held: {e}"));
+        let rec = record.task("victim").unwrap();
+        let last = rec.attempts.last().unwrap();
+        let r = last.result.as_ref().unwrap();
+        let (state, kind) = match ending {
+            Ending::Panic => (TaskState::Failed, ErrorKind::Crashed),
+            Ending::Cancel => (TaskState::Interrupted, ErrorKind::Cancelled),
+            Ending::Timeout => (TaskState::Failed, ErrorKind::Timeout),
+            Ending::Budget => (TaskState::Failed, ErrorKind::Budget),
+        };
+        assert_eq!(rec.state, state, "{what}: {rec:?}");
+        assert_eq!(r.error_kind, Some(kind), "{what}: {r:?}");
+        let remaining = b.budget_remaining_usd.unwrap();
+        assert!(
+            (remaining - (b.budget_usd.unwrap() - b.budget_charged_usd.unwrap()).max(0.0)).abs()
+                < 1e-9,
+            "{what}: {b:?}"
+        );
+        if matches!(ending, Ending::Panic | Ending::Timeout) {
+            let other = b.tasks.iter().find(|t| t.task_id == "other").unwrap();
+            assert_eq!(other.status, SessionStatus::Succeeded, "{what}: {other:?}");
+        }
+        cancel.cancel();
+    }
 }
