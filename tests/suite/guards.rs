@@ -368,7 +368,9 @@ async fn in_a_container_every_end_of_a_run_leaves_nothing() {
             // A run that panicked has no graceful close: its container goes in the
             // placement's `Drop`, on a task of its own, just after the batch returns.
             let deadline = Instant::now() + Duration::from_secs(15);
-            while !support::containers_of(&docker, &b.batch_id).await.is_empty()
+            while !support::containers_of(&docker, &b.batch_id)
+                .await
+                .is_empty()
                 && Instant::now() < deadline
             {
                 tokio::time::sleep(Duration::from_millis(100)).await;
