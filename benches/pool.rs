@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aicli::cgroup::CgroupMode;
+use aicli::proc::cgroup::CgroupMode;
 use aicli::providers::{AiCliConfig, ProviderRegistry, TaskSpec};
 use aicli::testing::ReplayProvider;
 use aicli::{BatchEvent, BatchOptions, Engine};
@@ -304,7 +304,7 @@ fn main() {
         println!("fake CLI alone, spawn-to-first-line: p50 {alone_p50:.1} ms (50 runs, one at a time)");
         println!(
             "cgroups: auto gives each run a cgroup {}\n",
-            match aicli::cgroup::available(CgroupMode::Auto) {
+            match aicli::proc::cgroup::available(CgroupMode::Auto) {
                 Some(v) => format!("({v:?})"),
                 None => "(none available here: both aicli columns run without)".into(),
             }
