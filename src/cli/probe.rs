@@ -80,23 +80,20 @@ async fn auth_status(
     env: &BTreeMap<String, String>,
     slow: &mut Vec<String>,
 ) -> AuthStatus {
-    if p.auth_status_argv().is_none()
-        && let Some(w) = wrapped
+    if p.auth_status_argv().is_some() {
+        return status_of(p, bin, env, slow).await;
+    }
+    if let Some(w) = wrapped
         && let Ok(wbin) = w.binary_path(Some(&search_path()))
     {
         return status_of(w, &wbin, env, slow).await;
     }
-    match p.auth_status_argv() {
-        Some(_) => status_of(p, bin, env, slow).await,
-        None => {
-            let home = PathBuf::from(env.get("HOME").cloned().unwrap_or_default());
-            match p.auth_precheck(env, &home, &p.config().extra_args) {
-                Some(msg) => AuthStatus::LoggedOut { hint: msg },
-                None => AuthStatus::Unknown {
-                    detail: "the CLI has no status command; credentials seem present".into(),
-                },
-            }
-        }
+    let home = PathBuf::from(env.get("HOME").cloned().unwrap_or_default());
+    match p.auth_precheck(env, &home, &p.config().extra_args) {
+        Some(msg) => AuthStatus::LoggedOut { hint: msg },
+        None => AuthStatus::Unknown {
+            detail: "the CLI has no status command; credentials seem present".into(),
+        },
     }
 }
 

@@ -265,15 +265,16 @@ impl BatchRecord {
     /// stored, once).
     pub fn task(&self, task_id: &str) -> Result<TaskRecord, String> {
         let spec = self.spec()?;
-        self.task_of(&spec, task_id)
-    }
-
-    fn task_of(&self, spec: &BatchSpec, task_id: &str) -> Result<TaskRecord, String> {
-        let mut rec: TaskRecord = read_json(&self.task_dir(task_id).join(files::TASK))?;
-        if let Some(t) = spec.tasks.iter().find(|t| t.id == task_id) {
-            rec.task.prompt = t.prompt.clone();
+        let mut rec = self.task_without_prompt(task_id)?;
+        if let Some(t) = spec.tasks.into_iter().find(|t| t.id == task_id) {
+            rec.task.prompt = t.prompt;
         }
         Ok(rec)
+    }
+
+    /// `task.json` as written: the prompt left out.
+    fn task_without_prompt(&self, task_id: &str) -> Result<TaskRecord, String> {
+        read_json(&self.task_dir(task_id).join(files::TASK))
     }
 
     /// Writes a task's record ([`Write`] says how), on this thread: for the few writes
@@ -323,9 +324,14 @@ impl BatchRecord {
     /// Every task record, in spec order.
     pub fn tasks(&self) -> Result<Vec<TaskRecord>, String> {
         let spec = self.spec()?;
+        // In spec order, each prompt moved from the spec into its record.
         spec.tasks
-            .iter()
-            .map(|t| self.task_of(&spec, &t.id))
+            .into_iter()
+            .map(|t| {
+                let mut rec = self.task_without_prompt(&t.id)?;
+                rec.task.prompt = t.prompt;
+                Ok(rec)
+            })
             .collect()
     }
 

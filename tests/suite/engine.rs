@@ -958,7 +958,7 @@ async fn a_prompt_is_stored_once_and_one_over_the_limit_is_refused() {
     assert!(r.tasks[0].success, "{:?}", r.tasks[0]);
     let runs = repo.path().join(".aicli/runs");
     let mut copies = Vec::new();
-    for entry in walk(&runs) {
+    for entry in files_under(&runs) {
         let mut text = String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned();
         if entry.ends_with("task.json") {
             // The test provider puts the prompt into its argv (a real provider writes
@@ -1003,18 +1003,4 @@ async fn a_prompt_is_stored_once_and_one_over_the_limit_is_refused() {
     );
     assert!(err.is_usage(), "{err:?}");
     assert_eq!(std::fs::read_dir(&runs).unwrap().count(), before);
-}
-
-/// Every file under `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }

@@ -188,13 +188,35 @@ async fn a_run_that_ends_by(ending: Ending) {
     let _ = events.await;
     let what = format!("{ending:?}");
     assert_released(&what, &noting, &tree, cgroup.as_deref()).await;
-    let store = RunStore::new(repo.path().join(".aicli/runs"));
-    let record = store.open_batch(&b.batch_id).unwrap();
+    let last = assert_recorded(&what, repo.path(), &b, ending);
+    // Charged what it streamed (at least one model call), never its whole reservation.
+    let budget = last.budget.unwrap();
+    let charged = budget.charged_usd.unwrap();
+    assert!(charged >= c - 1e-12, "{what}: charged {charged}");
+    if ending != Ending::Budget {
+        assert!(charged < budget.reserved_usd, "{what}: {budget:?}");
+    }
+    cancel.cancel();
+}
+
+/// The victim's record says how its run ended, its lock is free, the batch's remaining
+/// budget is the budget less what was charged (the reservation is back), and the other
+/// task finished normally when nothing stopped the batch. Returns the victim's last
+/// attempt.
+fn assert_recorded(
+    what: &str,
+    repo: &Path,
+    b: &BatchResult,
+    ending: Ending,
+) -> aicli::record::AttemptRecord {
+    let record = RunStore::new(repo.join(".aicli/runs"))
+        .open_batch(&b.batch_id)
+        .unwrap();
     record
         .lock_task("victim")
         .unwrap_or_else(|e| panic!("{what}: the victim's lock is held: {e}"));
     let rec = record.task("victim").unwrap();
-    let last = rec.attempts.last().unwrap();
+    let last = rec.attempts.last().unwrap().clone();
     let r = last.result.as_ref().unwrap();
     let (state, kind) = match ending {
         Ending::Panic => (TaskState::Failed, ErrorKind::Crashed),
@@ -208,13 +230,6 @@ async fn a_run_that_ends_by(ending: Ending) {
         last.finished_at.is_some() && last.events_end.is_some(),
         "{what}: {last:?}"
     );
-    // Charged what it streamed (at least one model call), never its whole reservation.
-    let budget = last.budget.unwrap();
-    let charged = budget.charged_usd.unwrap();
-    assert!(charged >= c - 1e-12, "{what}: charged {charged}");
-    if ending != Ending::Budget {
-        assert!(charged < budget.reserved_usd, "{what}: {budget:?}");
-    }
     let remaining = b.budget_remaining_usd.unwrap();
     assert!(
         (remaining - (b.budget_usd.unwrap() - b.budget_charged_usd.unwrap()).max(0.0)).abs() < 1e-9,
@@ -224,7 +239,7 @@ async fn a_run_that_ends_by(ending: Ending) {
         let other = b.tasks.iter().find(|t| t.task_id == "other").unwrap();
         assert_eq!(other.status, SessionStatus::Succeeded, "{what}: {other:?}");
     }
-    cancel.cancel();
+    last
 }
 
 /// The victim's token is refused, its processes are gone, its cgroup removed.
@@ -377,33 +392,7 @@ async fn in_a_container_every_end_of_a_run_leaves_nothing() {
             }
         }
         support::assert_no_container(&docker, &b.batch_id).await;
-        let record = RunStore::new(repo.path().join(".aicli/runs"))
-            .open_batch(&b.batch_id)
-            .unwrap();
-        record
-            .lock_task("victim")
-            .unwrap_or_else(|e| panic!("{what}: the victim's lock is held: {e}"));
-        let rec = record.task("victim").unwrap();
-        let last = rec.attempts.last().unwrap();
-        let r = last.result.as_ref().unwrap();
-        let (state, kind) = match ending {
-            Ending::Panic => (TaskState::Failed, ErrorKind::Crashed),
-            Ending::Cancel => (TaskState::Interrupted, ErrorKind::Cancelled),
-            Ending::Timeout => (TaskState::Failed, ErrorKind::Timeout),
-            Ending::Budget => (TaskState::Failed, ErrorKind::Budget),
-        };
-        assert_eq!(rec.state, state, "{what}: {rec:?}");
-        assert_eq!(r.error_kind, Some(kind), "{what}: {r:?}");
-        let remaining = b.budget_remaining_usd.unwrap();
-        assert!(
-            (remaining - (b.budget_usd.unwrap() - b.budget_charged_usd.unwrap()).max(0.0)).abs()
-                < 1e-9,
-            "{what}: {b:?}"
-        );
-        if matches!(ending, Ending::Panic | Ending::Timeout) {
-            let other = b.tasks.iter().find(|t| t.task_id == "other").unwrap();
-            assert_eq!(other.status, SessionStatus::Succeeded, "{what}: {other:?}");
-        }
+        assert_recorded(&what, repo.path(), &b, ending);
         cancel.cancel();
     }
 }

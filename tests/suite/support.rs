@@ -198,3 +198,20 @@ pub fn fake_cli_config_with(dir: &Path, extra_args: &[&str], engine: serde_json:
     .expect("write the config");
     cfg
 }
+
+/// Every file under `dir` (not the directories), in no particular order.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

@@ -92,7 +92,7 @@ fn a_long_stream_read_by_a_slow_display_keeps_memory_flat() {
     assert_eq!(status.code(), Some(0), "{err}");
     // Every byte is in the record; the display lost events and said so.
     let runs = cli.repo.path().join(".aicli/runs");
-    let events = walk(&runs)
+    let events = super::super::support::files_under(&runs)
         .into_iter()
         .find(|p| p.ends_with("events.ndjson"))
         .expect("a recorded stream");
@@ -106,20 +106,4 @@ fn a_long_stream_read_by_a_slow_display_keeps_memory_flat() {
     // all but the last 10 ms. A run that ended before the first reading measured nothing.
     assert!(peak > 0, "aicli exited before its memory could be read");
     assert!(peak < 64 << 10, "peak RSS {} MiB", peak >> 10);
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
 }
