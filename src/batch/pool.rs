@@ -269,7 +269,6 @@ mod tests {
             result: r,
             reset_at: None,
             argv: Vec::new(),
-            streamed: aicli_providers::LiveSpend::default(),
             place: None,
             started: true,
             budget: None,

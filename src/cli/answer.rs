@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use aicli::record::{RunStore, TaskState};
+use crate::record::{RunStore, TaskState};
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
@@ -43,7 +43,7 @@ pub(super) async fn answer(
     let cancel = CancellationToken::new();
     let running = start_engine(config_path, &repo, no_mcp, &fake, docker, &cancel).await?;
     let store = running.engine.store(&repo, r.runs_dir.as_deref());
-    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
+    let (tx, rx) = crate::live::channel(crate::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), true);
     let printer = super::printer::spawn(rx, json_out, cancel.clone());
     let result = running

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use aicli::BatchOptions;
-use aicli::providers::RunnerKind;
-use aicli::tasks_file::TasksFile;
+use crate::BatchOptions;
+use crate::cli::tasks_file::TasksFile;
+use crate::providers::RunnerKind;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
@@ -111,7 +111,7 @@ pub(super) async fn batch(
     opts.runs_dir = r.runs_dir.clone();
     opts.fake_api = a.fake.script.clone();
     opts.base_ref = base;
-    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
+    let (tx, rx) = crate::live::channel(crate::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), false);
     let providers: Vec<String> = file
         .tasks
@@ -131,7 +131,7 @@ pub(super) async fn batch(
     ];
     let result = result.map_err(|e| match e {
         // A batch option names its flag when the flag gave it, else the tasks file's key.
-        aicli::EngineError::InvalidOption { option, message } => {
+        crate::EngineError::InvalidOption { option, message } => {
             match from_flags
                 .iter()
                 .find(|(o, given, _)| *o == option && *given)
@@ -140,7 +140,7 @@ pub(super) async fn batch(
                 None => usage(format!("{}: {option}: {message}", tasks_path.display())),
             }
         }
-        aicli::EngineError::InvalidTask { .. } | aicli::EngineError::NoTasks => {
+        crate::EngineError::InvalidTask { .. } | crate::EngineError::NoTasks => {
             usage(format!("{}: {e}", tasks_path.display()))
         }
         other => other.into(),

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aicli::Engine;
-use aicli::mcp::{McpServer, McpServerOptions};
-use aicli::providers::{CommandSpec, RunnerKind, SessionResult, SessionStatus};
+use crate::Engine;
+use crate::mcp::{McpServer, McpServerOptions};
+use crate::providers::{CommandSpec, RunnerKind, SessionResult, SessionStatus};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
@@ -121,7 +121,7 @@ pub(super) async fn worktree_base(
         eprintln!(
             "aicli: warning: {} has uncommitted changes ({}); the tasks start from HEAD ({head}) and will not see them. Commit them, or pass --include-uncommitted to carry them into each task's worktree.",
             repo.display(),
-            aicli::util::count(changed as u64, "file", "files")
+            crate::util::count(changed as u64, "file", "files")
         );
         return Ok("HEAD".to_owned());
     }
@@ -160,7 +160,7 @@ pub(super) async fn worktree_base(
         .with_context(|| step("git update-ref"))?;
     eprintln!(
         "aicli: the tasks start from the working tree as it is ({}, commit {} on top of HEAD)",
-        aicli::util::count(changed as u64, "changed file", "changed files"),
+        crate::util::count(changed as u64, "changed file", "changed files"),
         &commit[..commit.len().min(10)]
     );
     Ok(commit)
@@ -237,7 +237,7 @@ pub(super) async fn start_engine(
     cancel: &CancellationToken,
 ) -> anyhow::Result<Running> {
     let mut config = load_config(config_path)?;
-    let containers = containers || aicli::runner::docker::config_uses_docker(&config);
+    let containers = containers || crate::runner::docker::config_uses_docker(&config);
     let fake = match &fake.script {
         Some(spec) => {
             let script = super::fake::script(spec)
@@ -269,7 +269,7 @@ pub(super) async fn start_engine(
     if containers {
         // Containers name aicli's machine host.docker.internal (or a configured address).
         opts.allowed_hosts
-            .extend(aicli::runner::docker::container_hosts(
+            .extend(crate::runner::docker::container_hosts(
                 &engine.config().engine.docker,
             ));
     }
@@ -303,7 +303,7 @@ pub(super) fn finish(result: &SessionResult) -> ExitCode {
 
 /// Prints a batch's result (the table, or its JSON on one line) and returns its exit
 /// code (see [`batch_code`]).
-pub(super) fn print_batch(b: &aicli::BatchResult, json_out: bool) -> anyhow::Result<ExitCode> {
+pub(super) fn print_batch(b: &crate::BatchResult, json_out: bool) -> anyhow::Result<ExitCode> {
     if json_out {
         outln!("{}", serde_json::to_string(b)?);
     } else {
@@ -314,7 +314,7 @@ pub(super) fn print_batch(b: &aicli::BatchResult, json_out: bool) -> anyhow::Res
 
 /// A batch's exit code: 5 when tasks were interrupted (Ctrl-C), else 4 when some
 /// failed, else 3 when some are blocked, else 0.
-pub(super) fn batch_code(b: &aicli::BatchResult) -> u8 {
+pub(super) fn batch_code(b: &crate::BatchResult) -> u8 {
     let interrupted = b
         .tasks
         .iter()
@@ -331,11 +331,11 @@ pub(super) fn batch_code(b: &aicli::BatchResult) -> u8 {
 }
 
 /// The installed version of a provider's CLI (`None` when not installed or unreadable).
-pub(super) async fn installed_version(p: &aicli::providers::SharedProvider) -> Option<String> {
+pub(super) async fn installed_version(p: &crate::providers::SharedProvider) -> Option<String> {
     let bin = p.binary_path(Some(&super::probe::search_path())).ok()?;
     let mut c = CommandSpec::new(&bin, &std::env::temp_dir());
     c.args(p.config().version_argv.iter().cloned());
-    let out = aicli::proc::capture::run_capture(&c, Duration::from_secs(30))
+    let out = crate::proc::capture::run_capture(&c, Duration::from_secs(30))
         .await
         .ok()?;
     p.parse_version(&out.stdout)

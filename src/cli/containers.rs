@@ -3,9 +3,9 @@
 
 use std::process::ExitCode;
 
-use aicli::providers::AiCliConfig;
-use aicli::runner::DockerRunner;
-use aicli::runner::docker::leftovers;
+use crate::providers::AiCliConfig;
+use crate::runner::DockerRunner;
+use crate::runner::docker::leftovers;
 use anyhow::Context;
 use clap::Subcommand;
 

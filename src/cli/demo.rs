@@ -13,11 +13,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aicli::fake_api::FakeApis;
-use aicli::mcp::{McpServer, McpServerOptions};
-use aicli::providers::{AiCliConfig, PermissionMode, SessionStatus, TaskSpec};
-use aicli::record::RunStore;
-use aicli::{BatchOptions, BatchResult, Engine};
+use crate::cli::fake_api::FakeApis;
+use crate::mcp::{McpServer, McpServerOptions};
+use crate::providers::{AiCliConfig, PermissionMode, SessionStatus, TaskSpec};
+use crate::record::RunStore;
+use crate::{BatchOptions, BatchResult, Engine};
 use aicli_testkit::{ANSWER_PLACEHOLDER, FakeApi, Script, Vendor};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -177,7 +177,7 @@ fn scratch_repo(dir: &Path) -> anyhow::Result<()> {
 
 /// The answer to `question`: typed by the user (an option's number or any text; Enter
 /// takes the first option), or the first option when not asking.
-async fn answer_of(task: &str, question: &aicli::providers::PendingQuestion, ask: bool) -> String {
+async fn answer_of(task: &str, question: &crate::providers::PendingQuestion, ask: bool) -> String {
     let default = question
         .options
         .first()
@@ -239,7 +239,7 @@ fn chosen(line: &str, options: &[String], default: &str) -> String {
 
 /// One provider per installed CLI: the entry named after it; the missing ones are said.
 fn installed_clis(config: &AiCliConfig) -> anyhow::Result<Vec<(String, Vendor)>> {
-    let path = aicli::install::search_path_with_cache(&std::env::var("PATH").unwrap_or_default());
+    let path = crate::cache::search_path_with_cache(&std::env::var("PATH").unwrap_or_default());
     let reg = registry(config)?;
     let mut chosen: Vec<(String, Vendor)> = Vec::new();
     for vendor in Vendor::ALL {
@@ -311,7 +311,7 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
     let dir = a
         .dir
         .clone()
-        .unwrap_or_else(|| aicli::install::cache_dir().join("demo"));
+        .unwrap_or_else(|| crate::cache::cache_dir().join("demo"));
     let chosen = installed_clis(&config)?;
     scratch_repo(&dir)?;
     let dir = dir.canonicalize().unwrap_or(dir);
@@ -341,7 +341,7 @@ pub(super) async fn demo(config_path: Option<&Path>, a: DemoArgs) -> anyhow::Res
         answer_questions(engine, &store, &first, ask, &cancel).await;
     }
     // 3. The batch as its records now say (every answer settled), for the whole demo.
-    let tx = aicli::LiveSender::new(aicli::live::DEFAULT_QUEUE_BYTES);
+    let tx = crate::LiveSender::new(crate::live::DEFAULT_QUEUE_BYTES);
     let mut result: BatchResult = engine
         .resume_batch(&store, &batch_id, tx, cancel.clone())
         .await?;
@@ -377,7 +377,7 @@ async fn first_batch(
     opts.timeout = Some(Duration::from_secs(180));
     opts.idle_timeout = Some(Duration::from_secs(90));
     let providers: Vec<String> = chosen.iter().map(|(n, _)| n.clone()).collect();
-    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
+    let (tx, rx) = crate::live::channel(crate::live::DEFAULT_QUEUE_BYTES);
     let shown = tokio::spawn(display(rx, DisplayOptions::new(&providers, cancel.clone())));
     let first = engine.run_batch(tasks, opts, tx, cancel.clone()).await;
     let _ = shown.await;
@@ -407,7 +407,7 @@ async fn answer_questions(
         answers.push((t.task_id.clone(), answer_of(&t.task_id, q, ask).await));
     }
     let answering: Vec<String> = blocked.iter().map(|(t, _)| t.provider.clone()).collect();
-    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
+    let (tx, rx) = crate::live::channel(crate::live::DEFAULT_QUEUE_BYTES);
     let shown = tokio::spawn(display(rx, DisplayOptions::new(&answering, cancel.clone())));
     let mut runs = tokio::task::JoinSet::new();
     for (task_id, text) in answers {

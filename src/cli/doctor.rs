@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use aicli::runner::docker::image::ImageReport;
+use crate::runner::docker::image::ImageReport;
 use serde_json::{Value, json};
 
 use super::probe::{Probe, auth_words, probe_all};
@@ -18,7 +18,7 @@ pub(super) fn fixture_versions(dir: &Path, provider: &str) -> std::collections::
     for e in entries.flatten() {
         let p = e.path();
         if p.to_string_lossy().ends_with(".meta.json")
-            && let Ok(v) = aicli::util::read_json::<serde_json::Value>(&p)
+            && let Ok(v) = crate::util::read_json::<serde_json::Value>(&p)
             && let Some(ver) = v["cli_version"].as_str()
         {
             out.insert(ver.to_owned());
@@ -98,7 +98,7 @@ pub(super) async fn doctor(
     // The images of the Docker runner, on every engine that answers; missing or stale
     // ones are problems only when the config runs tasks in containers.
     let (images, docker_note) = super::image::doctor_reports(&config, &reg).await;
-    let uses_docker = aicli::runner::docker::config_uses_docker(&config);
+    let uses_docker = crate::runner::docker::config_uses_docker(&config);
     let mut problems = Vec::new();
     let rows: Vec<Value> = probes
         .iter()

@@ -14,7 +14,7 @@
 
 use std::process::ExitCode;
 
-use aicli::providers::ErrorKind;
+use crate::providers::ErrorKind;
 
 /// A run that ended badly, to report and exit with.
 #[derive(Debug)]

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use aicli::fake_api::{FakeApis, FakeWiring};
-use aicli::providers::AiCliConfig;
+use crate::cli::fake_api::{FakeApis, FakeWiring};
+use crate::providers::AiCliConfig;
 use aicli_testkit::{FakeApi, Script};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -145,7 +145,7 @@ impl FakeSetup {
         let vendors: Vec<_> = config
             .providers
             .iter()
-            .filter_map(|(n, p)| aicli::fake_api::vendor_of(n, p))
+            .filter_map(|(n, p)| crate::cli::fake_api::vendor_of(n, p))
             .collect();
         let apis = FakeApis::start(bind, &vendors, |_| script.clone()).await?;
         let wiring = apis.wire(config, |api| {

@@ -3,10 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use aicli::install::{self, Pin};
-use aicli::providers::{AiCliConfig, ProviderRegistry};
-use aicli::runner::DockerRunner;
-use aicli::runner::docker::image::{self, BuildSpec, ImageReport};
+use crate::cli::npm::{self, Pin};
+use crate::providers::{AiCliConfig, ProviderRegistry};
+use crate::runner::DockerRunner;
+use crate::runner::docker::image::{self, BuildSpec, ImageReport};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 
@@ -64,13 +64,16 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
         reg.get(name)?;
     }
     // The caches `aicli install` uses: $AICLI_CLI_CACHE, else $AICLI_CACHE_DIR/npm, …
-    let npm_dir = a.npm_cache.clone().unwrap_or_else(install::cli_cache_dir);
+    let npm_dir = a
+        .npm_cache
+        .clone()
+        .unwrap_or_else(crate::cache::cli_cache_dir);
     let deb_cache = config
         .engine
         .docker
         .deb_cache
         .clone()
-        .unwrap_or_else(|| install::cache_dir().join("debs"));
+        .unwrap_or_else(|| crate::cache::cache_dir().join("debs"));
     eprintln!(
         "aicli image build: the pinned CLIs from {}, Debian packages cached in {}",
         npm_dir.display(),
@@ -144,15 +147,15 @@ async fn install_pins(
 ) -> anyhow::Result<()> {
     let mut missing: Vec<Pin> = Vec::new();
     for name in names {
-        let pins = match install::pins(config, std::slice::from_ref(name)) {
+        let pins = match npm::pins(config, std::slice::from_ref(name)) {
             Ok(p) => p,
-            Err(install::InstallError::NoVersion { .. }) => continue,
+            Err(npm::InstallError::NoVersion { .. }) => continue,
             Err(e) => return Err(e.into()),
         };
         // The image takes the provider's own package (not an ACP wrapper's CLI).
         missing.extend(
             pins.into_iter()
-                .filter(|p| p.provider == *name && !install::is_installed(npm_dir, p)),
+                .filter(|p| p.provider == *name && !npm::is_installed(npm_dir, p)),
         );
     }
     if missing.is_empty() {

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use aicli::install::{self, Pin};
+use crate::cli::npm::{self, Pin};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -29,15 +29,15 @@ pub(super) async fn install(
     a: InstallArgs,
 ) -> anyhow::Result<ExitCode> {
     let config = load_config(config_path)?;
-    let pins = install::pins(&config, &a.providers)?;
-    let prefix = install::cli_cache_dir();
+    let pins = npm::pins(&config, &a.providers)?;
+    let prefix = crate::cache::cli_cache_dir();
     let missing: Vec<Pin> = pins
         .iter()
-        .filter(|p| !install::is_installed(&prefix, p))
+        .filter(|p| !npm::is_installed(&prefix, p))
         .cloned()
         .collect();
     for p in &pins {
-        let state = match install::installed_version(&p.prefix(&prefix), &p.package) {
+        let state = match npm::installed_version(&p.prefix(&prefix), &p.package) {
             Some(v) if v == p.version && !missing.contains(p) => "already installed".to_owned(),
             Some(v) => format!("{v} installed, replacing it"),
             None => "not installed".to_owned(),
@@ -83,7 +83,7 @@ pub(super) async fn install(
 /// warnings whole after it.
 pub(super) async fn install_missing(missing: &[Pin], prefix: &Path) -> anyhow::Result<()> {
     let path = std::env::var("PATH").unwrap_or_default();
-    let npm = install::find_npm(&path)?;
+    let npm = npm::find_npm(&path)?;
     let specs: Vec<String> = missing.iter().map(Pin::spec).collect();
     for omit in [false, true] {
         let group: Vec<String> = missing
@@ -95,7 +95,7 @@ pub(super) async fn install_missing(missing: &[Pin], prefix: &Path) -> anyhow::R
             continue;
         }
         let p = if omit {
-            install::slim_prefix(prefix)
+            crate::cache::slim_prefix(prefix)
         } else {
             prefix.to_path_buf()
         };
@@ -124,7 +124,7 @@ pub(super) async fn install_missing(missing: &[Pin], prefix: &Path) -> anyhow::R
     // Under the spinner npm's lines go by one at a time, cut to the terminal's width:
     // its warnings (EBADENGINE, skipped install scripts) are kept and printed whole.
     let mut warnings: Vec<String> = Vec::new();
-    let result = install::npm_install(&npm, prefix, missing, &env, |line| match &bar {
+    let result = npm::npm_install(&npm, prefix, missing, &env, |line| match &bar {
         Some(b) => {
             if is_warning(line) {
                 warnings.push(line.to_owned());
@@ -167,8 +167,8 @@ async fn check_node(
     env: &std::collections::BTreeMap<String, String>,
     path: &str,
 ) {
-    let needs = install::node_needs(npm, missing, env).await;
-    let Some((node, version)) = install::node_on(path, env).await else {
+    let needs = npm::node_needs(npm, missing, env).await;
+    let Some((node, version)) = npm::node_on(path, env).await else {
         eprintln!(
             "aicli install: warning: no node on PATH: the pinned CLIs run on Node.js (npm came without it?)"
         );
@@ -189,7 +189,7 @@ async fn check_node(
     );
     for n in &needs {
         match &n.range {
-            Ok(Some(r)) if install::satisfies(&version, r) == Some(false) => eprintln!(
+            Ok(Some(r)) if npm::satisfies(&version, r) == Some(false) => eprintln!(
                 "aicli install: warning: {} {} ({}) needs Node.js {r}, and this machine's is {version}: npm warns EBADENGINE and installs it anyway, but it may not run. Install a Node.js that fits (https://nodejs.org) and run `aicli install` again",
                 n.pin.provider, n.pin.version, n.pin.package
             ),

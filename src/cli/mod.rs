@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use aicli::providers::{AiCliConfig, ProviderRegistry};
+use crate::providers::{AiCliConfig, ProviderRegistry};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
@@ -29,9 +29,11 @@ mod demo;
 mod doctor;
 mod exit;
 mod fake;
+mod fake_api;
 mod image;
 mod install;
 mod login;
+mod npm;
 mod out;
 mod output;
 mod parse;
@@ -45,6 +47,7 @@ mod run;
 mod runs;
 mod schema;
 mod serve;
+mod tasks_file;
 mod worktrees;
 
 pub use exit::Failure;
@@ -232,7 +235,7 @@ fn init_tracing(verbose: u8) {
     let rmcp_cap = if verbose == 0 {
         "rmcp=error"
     } else {
-        aicli::mcp::LOG_FILTER_DIRECTIVES
+        crate::mcp::LOG_FILTER_DIRECTIVES
     };
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("AICLI_LOG")
@@ -252,7 +255,7 @@ fn init_tracing(verbose: u8) {
         .try_init();
 }
 
-/// The log format, except for lines known to be benign ([`aicli::mcp::benign_log`]):
+/// The log format, except for lines known to be benign ([`crate::mcp::benign_log`]):
 /// those are a note saying why, never a warning.
 struct BenignAsNote<F>(F);
 
@@ -270,7 +273,7 @@ where
     ) -> std::fmt::Result {
         let mut message = Message(String::new());
         event.record(&mut message);
-        match aicli::mcp::benign_log(event.metadata().target(), &message.0) {
+        match crate::mcp::benign_log(event.metadata().target(), &message.0) {
             Some(why) => writeln!(writer, "aicli: note (benign): {} — {why}", message.0),
             None => self.0.format_event(ctx, writer, event),
         }
@@ -297,10 +300,10 @@ impl tracing::field::Visit for Message {
 /// 2 for what the user can fix in the command or its inputs (config, tasks file,
 /// unknown provider, task or batch, a refused answer), 1 for aicli's own failures.
 fn usage_or_failure(e: &anyhow::Error) -> u8 {
-    use aicli::EngineError;
-    use aicli::install::InstallError;
-    use aicli::worktree::WorktreeError;
-    if e.downcast_ref::<aicli::providers::ConfigError>().is_some() {
+    use crate::EngineError;
+    use crate::cli::npm::InstallError;
+    use crate::worktree::WorktreeError;
+    if e.downcast_ref::<crate::providers::ConfigError>().is_some() {
         return 2;
     }
     match e.downcast_ref::<WorktreeError>() {

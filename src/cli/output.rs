@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use aicli::providers::{AgentEvent, CostSource, EventKind, SessionResult, SessionStatus};
-use aicli::record::BatchResult;
+use crate::providers::{AgentEvent, CostSource, EventKind, SessionResult, SessionStatus};
+use crate::record::BatchResult;
 
 /// One line (or more) for an event in `aicli run`'s progress, or `None` to skip it.
 pub fn event_line(ev: &AgentEvent) -> Option<String> {
@@ -155,7 +155,7 @@ fn progress_line(kind: &EventKind) -> Option<String> {
 
 fn first_line(s: &str, max: usize) -> String {
     let line = s.lines().next().unwrap_or_default();
-    aicli::providers::shared::text::truncate_chars(line, max)
+    crate::providers::shared::text::truncate_chars(line, max)
 }
 
 /// `$0.0004`, `~$0.0004` (estimated), `unknown`.
@@ -189,7 +189,7 @@ pub fn tokens(r: &SessionResult) -> String {
 }
 
 /// The same convention, short, for the live display: `in 12 · out 7 · cache 90`.
-pub fn usage_short(u: &aicli::providers::CanonicalUsage) -> String {
+pub fn usage_short(u: &crate::providers::CanonicalUsage) -> String {
     format!(
         "in {} · out {} · cache {}",
         u.input_tokens,

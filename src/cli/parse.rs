@@ -4,9 +4,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use aicli::providers::replay;
-use aicli::providers::{ExitStatus, ParseContext, SessionResult};
-use aicli::record::read_range;
+use crate::providers::replay;
+use crate::providers::{ExitStatus, ParseContext, SessionResult};
+use crate::record::read_range;
 use anyhow::Context;
 use clap::Args;
 
@@ -127,8 +127,8 @@ struct Input {
 impl Input {
     /// An attempt of a run record's task (`--attempt`, else the last one).
     fn of_record(dir: &Path, a: &ParseArgs) -> anyhow::Result<Input> {
-        let rec: aicli::record::TaskRecord =
-            aicli::util::read_json(&dir.join("task.json")).map_err(anyhow::Error::msg)?;
+        let rec: crate::record::TaskRecord =
+            crate::util::read_json(&dir.join("task.json")).map_err(anyhow::Error::msg)?;
         let attempt = match a.attempt {
             Some(n) => rec
                 .attempts

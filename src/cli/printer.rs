@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use aicli::BatchEvent;
-use aicli::providers::{AgentEvent, EventKind, SessionResult};
+use crate::BatchEvent;
+use crate::providers::{AgentEvent, EventKind, SessionResult};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -124,7 +124,7 @@ impl EventPrinter {
 /// never the runtime that reads the CLIs' streams. Events it could not keep up with are
 /// dropped by the live channel; how many is said once, at the end.
 pub fn spawn(
-    mut rx: aicli::LiveReceiver,
+    mut rx: crate::LiveReceiver,
     json: bool,
     cancel: CancellationToken,
 ) -> JoinHandle<EventPrinter> {
@@ -149,11 +149,11 @@ pub fn spawn(
             let ev = match next {
                 None => continue,
                 Some(Ok(e)) => e,
-                Some(Err(aicli::live::RecvError::Lagged(n))) => {
+                Some(Err(crate::live::RecvError::Lagged(n))) => {
                     dropped += n;
                     continue;
                 }
-                Some(Err(aicli::live::RecvError::Closed)) => break,
+                Some(Err(crate::live::RecvError::Closed)) => break,
             };
             let BatchEvent::Agent { event, .. } = ev else {
                 continue;
@@ -195,7 +195,7 @@ mod tests {
         };
         let fatal = |m: &str| {
             AgentEvent::synthetic(EventKind::Error {
-                error_kind: aicli::providers::ErrorKind::Auth,
+                error_kind: crate::providers::ErrorKind::Auth,
                 message: m.into(),
                 fatal: true,
                 http_status: None,

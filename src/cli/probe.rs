@@ -1,15 +1,16 @@
 //! What `aicli providers`, `status` and `doctor` find out about each CLI: where its
 //! binary is (config, PATH or aicli's cache), its version, its login state. Every
 //! provider is probed at once, each probe with a short timeout, and a slow one is named.
-//! A probe runs with the environment a run of its provider gets ([`aicli::env::cli_env`]:
+//! A probe runs with the environment a run of its provider gets ([`crate::env::cli_env`]:
 //! the base set, the provider's variables, its `env`), so what it says holds for runs.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use aicli::install::{BinarySource, search_path_with_cache};
-use aicli::providers::{AuthStatus, BinaryLocation, CommandSpec, SharedProvider};
+use crate::cache::search_path_with_cache;
+use crate::cli::npm::BinarySource;
+use crate::providers::{AuthStatus, BinaryLocation, CommandSpec, SharedProvider};
 
 /// How long one probe (`--version`, `auth status`) may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(8);
@@ -46,13 +47,13 @@ async fn timed(
     argv: Vec<String>,
     env: &BTreeMap<String, String>,
     slow: &mut Vec<String>,
-) -> Option<aicli::proc::capture::Captured> {
+) -> Option<crate::proc::capture::Captured> {
     let mut c = CommandSpec::new(bin, &std::env::temp_dir());
     c.args(argv);
     c.env = env.clone();
     c.env_clear = true;
     let started = Instant::now();
-    let out = aicli::proc::capture::run_capture(&c, PROBE_TIMEOUT)
+    let out = crate::proc::capture::run_capture(&c, PROBE_TIMEOUT)
         .await
         .ok();
     let took = started.elapsed();
@@ -134,7 +135,7 @@ pub async fn probe(
     version: bool,
     auth: bool,
 ) -> Probe {
-    let env = aicli::env::cli_env(&aicli::env::process_env(), base, p.config(), None);
+    let env = crate::env::cli_env(&crate::env::process_env(), base, p.config(), None);
     let binary = p
         .binary_path(Some(&search_path()))
         .map_err(|e| e.to_string());

@@ -9,8 +9,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aicli::BatchEvent;
-use aicli::providers::{CanonicalUsage, CostSource, EventKind};
+use crate::BatchEvent;
+use crate::providers::{CanonicalUsage, CostSource, EventKind};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 
@@ -142,7 +142,7 @@ impl Drop for NoControlEcho {
 }
 
 /// Draws the display until the channel closes.
-pub async fn run(mut rx: aicli::LiveReceiver, opts: DisplayOptions) {
+pub async fn run(mut rx: crate::LiveReceiver, opts: DisplayOptions) {
     let _echo = NoControlEcho::new();
     let mut display = Display::new(&opts);
     let mut said_interrupted = false;
@@ -157,8 +157,8 @@ pub async fn run(mut rx: aicli::LiveReceiver, opts: DisplayOptions) {
         };
         match ev {
             Ok(e) => display.event(e),
-            Err(aicli::live::RecvError::Lagged(_)) => continue,
-            Err(aicli::live::RecvError::Closed) => break,
+            Err(crate::live::RecvError::Lagged(_)) => continue,
+            Err(crate::live::RecvError::Closed) => break,
         }
     }
     display.close();

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use aicli::providers::Feature;
+use crate::providers::Feature;
 use serde_json::json;
 
 use super::probe::{auth_words, probe_all};

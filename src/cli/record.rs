@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use aicli::mcp::{McpServer, McpServerOptions};
-use aicli::providers::replay;
-use aicli::providers::{ParseContext, TaskSpec};
-use aicli::record::{RunStore, read_range};
-use aicli::{BatchOptions, Engine};
+use crate::mcp::{McpServer, McpServerOptions};
+use crate::providers::replay;
+use crate::providers::{ParseContext, TaskSpec};
+use crate::record::{RunStore, read_range};
+use crate::{BatchOptions, Engine};
 use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::json;
@@ -102,7 +102,7 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
     opts.provider = Some(provider.name().to_owned());
     opts.worktrees = false;
     opts.runs_dir = Some(scratch.path().join("runs"));
-    let tx = aicli::LiveSender::new(aicli::live::DEFAULT_QUEUE_BYTES);
+    let tx = crate::LiveSender::new(crate::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), true);
     let batch = engine.run_batch(vec![task], opts, tx, cancel).await?;
     drop(fake);
@@ -111,7 +111,7 @@ pub(super) async fn record(config_path: Option<&Path>, a: RecordArgs) -> anyhow:
         provider.as_ref(),
         &run.stdout,
         &String::from_utf8_lossy(&run.stderr),
-        aicli::providers::ExitStatus::of_wait(run.exit),
+        crate::providers::ExitStatus::of_wait(run.exit),
         &run.ctx,
     );
     server.cancellation_token().cancel();
@@ -172,13 +172,13 @@ struct Fake {
 /// Starts the fake API `spec` scripts for `provider` and wires `task` to it (its
 /// arguments, its variables, its model), with a HOME of its own under `scratch`.
 async fn wire_fake(
-    provider: &aicli::providers::SharedProvider,
+    provider: &crate::providers::SharedProvider,
     spec: &str,
     a: &RecordArgs,
     task: &mut TaskSpec,
     scratch: &Path,
 ) -> anyhow::Result<Fake> {
-    let vendor = aicli::fake_api::vendor_of(provider.name(), provider.config()).with_context(|| {
+    let vendor = crate::cli::fake_api::vendor_of(provider.name(), provider.config()).with_context(|| {
         format!(
             "no fake API for provider {} (an ACP entry names the API its agent calls in acp.model_api)",
             provider.name()
@@ -197,7 +197,7 @@ async fn wire_fake(
                 .config()
                 .default_model
                 .clone()
-                .or(aicli::fake_api::default_model(vendor).map(str::to_owned));
+                .or(crate::cli::fake_api::default_model(vendor).map(str::to_owned));
         }
         aicli_testkit::CliWiring::for_acp_fake(vendor, &api.base_url(), &options)
     } else {
@@ -228,7 +228,7 @@ struct Recorded {
     exit: Option<i32>,
     argv: Vec<String>,
     ctx: ParseContext,
-    verdict: Option<aicli::providers::SessionResult>,
+    verdict: Option<crate::providers::SessionResult>,
 }
 
 impl Recorded {
@@ -279,7 +279,7 @@ fn write_fixture(
     scenario: &str,
     run: &Recorded,
     meta: &serde_json::Value,
-    result: &aicli::providers::SessionResult,
+    result: &crate::providers::SessionResult,
 ) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let path = |ext: &str| dir.join(format!("{scenario}.{ext}"));
@@ -306,15 +306,15 @@ fn write_fixture(
 /// The summary's headline, unless a tool call failed: that is said, not hidden behind
 /// the run's success.
 fn headline(
-    events: &[aicli::providers::AgentEvent],
-    result: &aicli::providers::SessionResult,
+    events: &[crate::providers::AgentEvent],
+    result: &crate::providers::SessionResult,
 ) -> String {
     let mut calls = std::collections::HashMap::new();
     let mut failed_tools: Vec<String> = Vec::new();
     for e in events {
-        if let aicli::providers::EventKind::ToolCall { id, name, .. } = &e.kind {
+        if let crate::providers::EventKind::ToolCall { id, name, .. } = &e.kind {
             calls.insert(id.clone(), name.clone());
-        } else if let aicli::providers::EventKind::ToolResult {
+        } else if let crate::providers::EventKind::ToolResult {
             is_error: true,
             id,
             name,

@@ -32,7 +32,7 @@ pub(super) async fn resume(
             return Err(usage(m));
         }
     };
-    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
+    let (tx, rx) = crate::live::channel(crate::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), false);
     let providers: Vec<String> = spec
         .tasks

@@ -4,8 +4,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use aicli::BatchOptions;
-use aicli::providers::{RunnerKind, TaskSpec};
+use crate::BatchOptions;
+use crate::providers::{RunnerKind, TaskSpec};
 use anyhow::bail;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
@@ -87,7 +87,7 @@ pub(super) async fn run(
     }
     // Each run is a batch of its own; its task gets an id of its own too, so answers and
     // hints can name it alone.
-    let batch_id = aicli::util::new_batch_id();
+    let batch_id = crate::util::new_batch_id();
     let task = TaskSpec {
         id: format!("run-{}", batch_id.rsplit('-').next().unwrap_or("0")),
         prompt: a.prompt.clone(),
@@ -110,7 +110,7 @@ pub(super) async fn run(
     if let Some(b) = base {
         opts.base_ref = b;
     }
-    let (tx, rx) = aicli::live::channel(aicli::live::DEFAULT_QUEUE_BYTES);
+    let (tx, rx) = crate::live::channel(crate::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), true);
     let printer = super::printer::spawn(rx, a.json, cancel.clone());
     let result = running.engine.run_batch(vec![task], opts, tx, cancel).await;

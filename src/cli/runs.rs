@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use aicli::providers::SessionStatus;
-use aicli::record::RunStore;
+use crate::providers::SessionStatus;
+use crate::record::RunStore;
 use clap::Subcommand;
 use serde_json::json;
 
@@ -89,7 +89,7 @@ fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> 
         let calls: serde_json::Map<String, serde_json::Value> = tasks
             .iter()
             .map(|t| {
-                let c = aicli::mcp::read_calls(&b.task_dir(&t.task.id));
+                let c = crate::mcp::read_calls(&b.task_dir(&t.task.id));
                 (t.task.id.clone(), json!(c))
             })
             .collect();
@@ -117,9 +117,9 @@ fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> 
         );
         outln!(
             "  prompt: {}",
-            aicli::providers::shared::text::truncate_chars(&t.task.prompt, 120)
+            crate::providers::shared::text::truncate_chars(&t.task.prompt, 120)
         );
-        let calls = aicli::mcp::read_calls(&b.task_dir(&t.task.id));
+        let calls = crate::mcp::read_calls(&b.task_dir(&t.task.id));
         for at in &t.attempts {
             let r = at.result.as_ref();
             outln!(
@@ -168,13 +168,13 @@ fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> 
 }
 
 /// One recorded MCP tool call: `run_tests 1.20 s exit 0 ok: <the start of its result>`.
-fn call_line(c: &aicli::mcp::McpCallRecord) -> String {
+fn call_line(c: &crate::mcp::McpCallRecord) -> String {
     let exit = c
         .exit_code
         .map(|e| format!(" exit {e}"))
         .unwrap_or_default();
     let result: String = c.result.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut shown = aicli::providers::shared::text::truncate_chars(&result, 100);
+    let mut shown = crate::providers::shared::text::truncate_chars(&result, 100);
     if c.truncated && !shown.ends_with('…') {
         shown.push('…');
     }
@@ -187,7 +187,7 @@ fn call_line(c: &aicli::mcp::McpCallRecord) -> String {
 }
 
 /// `provider claude`, or `providers claude, codex` for a mixed batch: who ran its tasks.
-fn providers_of(tasks: &[aicli::record::TaskRecord], default: &str) -> String {
+fn providers_of(tasks: &[crate::record::TaskRecord], default: &str) -> String {
     let mut names: Vec<&str> = Vec::new();
     for t in tasks {
         if !names.contains(&t.provider.as_str()) {

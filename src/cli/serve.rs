@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use aicli::mcp::{McpServer, McpServerOptions};
+use crate::mcp::{McpServer, McpServerOptions};
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
@@ -50,7 +50,7 @@ pub(super) async fn serve(
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut skills = config.engine.skills.clone();
     skills.extend(a.skills.iter().cloned());
-    let token = server.mint(aicli::mcp::TaskContext {
+    let token = server.mint(crate::mcp::TaskContext {
         batch_id: "serve".into(),
         task_id: "serve".into(),
         workspace: a.workspace.clone().unwrap_or(repo),

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use aicli::record::TaskState;
-use aicli::worktree::{Cleanup, Repo};
+use crate::record::TaskState;
+use crate::worktree::{Cleanup, Repo};
 use clap::Subcommand;
 use serde_json::json;
 

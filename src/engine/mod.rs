@@ -56,6 +56,7 @@ pub struct Engine {
     pub(crate) auth_precheck: bool,
     /// A fault to inject, for the guard tests (`test-helpers` only).
     #[cfg(feature = "test-helpers")]
+    #[cfg(feature = "test-helpers")]
     pub(crate) fault: Option<crate::testing::Fault>,
 }
 
@@ -75,6 +76,7 @@ impl Engine {
             search_path: None,
             source_env: crate::env::process_env(),
             auth_precheck,
+            #[cfg(feature = "test-helpers")]
             #[cfg(feature = "test-helpers")]
             fault: None,
         }
@@ -105,7 +107,7 @@ impl Engine {
 
     /// The environment the CLIs' variables come from (the process's by default). A CLI
     /// never inherits it whole: it gets the base set (`engine.env_passthrough`), its
-    /// provider's own variables and the configured `env` ([`crate::env::cli_env`]).
+    /// provider's own variables and the configured `env` (`env::cli_env`).
     /// Tests pass their own instead of changing the process environment.
     pub fn with_env(mut self, env: BTreeMap<String, String>) -> Engine {
         self.source_env = env;
@@ -119,6 +121,7 @@ impl Engine {
     }
 
     /// Injects `fault` into runs (the guard tests).
+    #[cfg(feature = "test-helpers")]
     #[cfg(feature = "test-helpers")]
     pub fn with_fault(mut self, fault: crate::testing::Fault) -> Engine {
         self.fault = Some(fault);

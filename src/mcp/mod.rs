@@ -96,14 +96,14 @@ use std::path::PathBuf;
 use aicli_providers::AgentEvent;
 
 pub use benign::benign_log;
-pub use calls::{CALL_LOG_CAPACITY, CallRecord};
-pub use command::TOOL_STDERR_TAIL;
 pub use credentials::{CredentialError, CredentialSource, EnvLookup};
 pub use error::McpError;
-pub use record::{MCP_CALLS_FILE, McpCallRecord, RECORDED_RESULT_CHARS, read_calls};
+pub use record::{McpCallRecord, read_calls};
 pub use server::{McpServer, McpServerOptions};
-pub use tools::{ASK_USER_REPLY, MAX_LOG_CHARS, TOOL_NAMES};
-pub use workspace::{MAX_ENTRIES, READ_BUDGET};
+#[cfg(feature = "test-helpers")]
+pub use tools::{ASK_USER_REPLY, TOOL_NAMES};
+#[cfg(feature = "test-helpers")]
+pub use workspace::MAX_ENTRIES;
 
 /// `tracing_subscriber::EnvFilter` directives a subscriber should add: rmcp logs whole
 /// JSON-RPC responses (a served credential included) at `debug`.
@@ -129,7 +129,7 @@ pub struct TaskContext {
     /// that does not exist.
     pub tools: Vec<String>,
     /// The task's record directory: each tool call is logged there
-    /// ([`MCP_CALLS_FILE`]), and a command tool's running processes are named there for
+    /// (`mcp-calls.ndjson`), and a command tool's running processes are named there for
     /// `aicli resume`.
     pub record_dir: Option<PathBuf>,
     /// The attempt of the task this token serves (1-based), for the call log.

@@ -8,8 +8,7 @@ use std::path::Path;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The file in a task's record directory.
-pub const MCP_CALLS_FILE: &str = "mcp-calls.ndjson";
+use crate::record::files::MCP_CALLS as MCP_CALLS_FILE;
 
 /// Characters of a call's result kept in the record.
 pub const RECORDED_RESULT_CHARS: usize = 500;

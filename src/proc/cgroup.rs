@@ -205,6 +205,7 @@ fn root_for(mode: CgroupMode) -> Option<&'static Root> {
 }
 
 /// Which cgroup version runs get under `mode` on this machine (`None`: no cgroups).
+#[cfg(feature = "test-helpers")]
 pub fn available(mode: CgroupMode) -> Option<Version> {
     root_for(mode).map(|r| r.version)
 }
@@ -306,11 +307,6 @@ impl RunCgroup {
         &self.path
     }
 
-    /// Its version.
-    pub fn version(&self) -> Version {
-        self.version
-    }
-
     /// The file a process writes `0` to in order to join it.
     pub fn procs_file(&self) -> PathBuf {
         self.path.join("cgroup.procs")
@@ -321,11 +317,6 @@ impl RunCgroup {
         let mut out = Vec::new();
         collect_pids(&self.path, &mut out);
         out
-    }
-
-    /// Whether no process is left in it.
-    pub fn is_empty(&self) -> bool {
-        self.pids().is_empty()
     }
 
     /// Sends `sig` to every process in it; returns them.

@@ -28,5 +28,3 @@ pub const PID_UPSTREAM_PREFIX: &str = "pid.upstream-";
 pub const LOCK: &str = "lock";
 /// The batch's private directory (per-run files, task homes): `<batch>/private/`.
 pub const PRIVATE_DIR: &str = "private";
-/// A control entry another aicli writes to cancel the batch's runs: `<batch>/control.ndjson`.
-pub const CONTROL: &str = "control.ndjson";

@@ -121,7 +121,7 @@ pub struct AttemptRecord {
     pub budget: Option<AttemptBudget>,
 }
 
-/// An attempt's share of the batch budget (see [`crate::budget`]).
+/// An attempt's share of the batch budget (see `budget`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AttemptBudget {
     /// USD reserved for it before it started (a CLI with a per-run cap got this as

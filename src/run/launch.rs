@@ -64,7 +64,7 @@ pub(super) async fn build(spec: &RunSpec, guards: &mut RunGuards) -> Result<Laun
         None => {
             let path = match &spec.search_path {
                 Some(p) => p.clone(),
-                None => crate::install::search_path_with_cache(
+                None => crate::cache::search_path_with_cache(
                     &env.get("PATH")
                         .cloned()
                         .or_else(|| std::env::var("PATH").ok())

@@ -148,9 +148,6 @@ pub struct RunOutcome {
     /// The command that ran (program and arguments; secrets live in files and env,
     /// never here), empty when nothing was started.
     pub argv: Vec<String>,
-    /// What the run's stream said it spent (its usage increments at the config's
-    /// prices).
-    pub streamed: LiveSpend,
     /// Where it ran (the placement's description), when it was placed.
     pub place: Option<String>,
     /// Whether the CLI was started at all.
@@ -181,7 +178,6 @@ impl RunOutcome {
             result,
             reset_at: None,
             argv: Vec::new(),
-            streamed: LiveSpend::default(),
             place: None,
             started: false,
             budget: None,
@@ -246,7 +242,6 @@ pub(crate) async fn run(spec: RunSpec, io: RunIo) -> RunOutcome {
         result,
         reset_at,
         argv: closed.argv,
-        streamed,
         place: closed.place,
         started: closed.started,
         budget: closed.budget,

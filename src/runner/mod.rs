@@ -171,7 +171,7 @@ pub trait Placement: Send + Sync + std::fmt::Debug {
 /// A started run.
 #[async_trait]
 pub trait RunHandle: Send + std::fmt::Debug {
-    /// Stdout lines as they arrive (bounded in bytes: [`crate::proc::lines::line_channel`]);
+    /// Stdout lines as they arrive (bounded in bytes: `proc::lines::line_channel`);
     /// closed at EOF. Taken once (later calls get a closed channel), so a session can
     /// wait for lines and for the exit at the same time.
     fn take_lines(&mut self) -> LineReceiver;

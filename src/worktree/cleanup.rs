@@ -144,6 +144,7 @@ impl Repo {
     }
 
     /// Removes every aicli worktree that holds no work; returns what it did with each.
+    #[cfg(feature = "test-helpers")]
     pub async fn prune(&self) -> Result<Vec<(WorktreeInfo, Cleanup)>, WorktreeError> {
         self.prune_keeping(&std::collections::BTreeMap::new()).await
     }

@@ -20,7 +20,7 @@ mod add;
 mod cleanup;
 mod placement;
 
-pub use placement::{place_task, task_worktree_path};
+pub use placement::place_task;
 
 /// The branch prefix of every branch aicli makes.
 pub const BRANCH_PREFIX: &str = "aicli/";

@@ -345,7 +345,7 @@ impl RunDirs {
 
 /// Where `aicli install` (and so `.ci/install-clis.sh`) installs the CLIs:
 /// `$AICLI_CLI_CACHE`, else `$AICLI_CACHE_DIR/npm`, else `$XDG_CACHE_HOME/aicli/npm`, else
-/// `$HOME/.cache/aicli/npm` (the rule of `aicli::install::cli_cache_dir`, which this
+/// `$HOME/.cache/aicli/npm` (the rule of the engine's `cache::cli_cache_dir`, which this
 /// crate cannot call).
 pub fn cli_cache_dir() -> PathBuf {
     let set = |k: &str| {

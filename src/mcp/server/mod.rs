@@ -33,7 +33,7 @@ use super::tools::TOOL_NAMES;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// The agent MCP server: streamable HTTP at `/mcp`, `GET /healthz`, bearer tokens per
-/// task. See the [module docs](super) for the whole picture.
+/// task. The `mcp` module's docs give the whole picture.
 pub struct McpServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
@@ -164,7 +164,7 @@ impl McpServer {
     }
 
     /// The call log, oldest first (bounded to the last
-    /// [`CALL_LOG_CAPACITY`](super::CALL_LOG_CAPACITY) calls).
+    /// `CALL_LOG_CAPACITY` calls).
     pub fn calls(&self) -> Vec<CallRecord> {
         self.shared.calls.snapshot()
     }

@@ -41,9 +41,6 @@ pub const ASK_USER_REPLY: &str = "Your question has been delivered to the user. 
 do not call any more tools and do not continue working on the task. The user's answer will \
 arrive as your next message when the task resumes.";
 
-/// The default longest `broadcastLog` message, in characters (`mcp.limits.
-/// log_message_chars`); longer ones are cut.
-pub const MAX_LOG_CHARS: usize = 5_000;
 
 /// The per-session handler.
 #[derive(Clone)]

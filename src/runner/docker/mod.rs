@@ -33,7 +33,6 @@ pub mod remote;
 pub mod tarball;
 
 pub use hosts::Host;
-pub use leftovers::ContainerInfo;
 
 /// The runner's name.
 const NAME: &str = "docker";
@@ -316,7 +315,7 @@ impl Runner for DockerRunner {
         Ok(Box::new(placement::DockerPlacement::new(
             placement::PlacementSpec {
                 host,
-                permit,
+                _permit: permit,
                 image,
                 image_path,
                 binary_name: req.provider.binary_name().to_owned(),

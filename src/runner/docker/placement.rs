@@ -59,8 +59,8 @@ const PACK_ALLOWANCE: Duration = Duration::from_secs(30);
 pub struct PlacementSpec {
     /// The engine.
     pub host: Arc<Host>,
-    /// The place held on it.
-    pub permit: OwnedSemaphorePermit,
+    /// The place held on it (released when the placement is dropped).
+    pub _permit: OwnedSemaphorePermit,
     /// The image.
     pub image: String,
     /// `PATH` in the image.

@@ -201,6 +201,7 @@ pub fn path_in(image: &bollard::models::ImageInspect) -> String {
 
 /// An image `tag` made of `from` plus files of this machine (`(source, path in the
 /// image)`), checked by running `check` (a shell line) in it as root.
+#[cfg(feature = "test-helpers")]
 pub async fn files_image(
     docker: &Docker,
     from: &str,

@@ -1,11 +1,5 @@
-//! aicli's own cache of the pinned CLIs: where it is, what is in it, and installing the
-//! versions `ai_cli_providers.json` pins into it with npm (`aicli install`).
-//!
-//! The cache is an npm prefix, `<cache>/npm` (`$AICLI_CLI_CACHE` names it directly), so
-//! the binaries are `<cache>/npm/node_modules/.bin/<binary_name>`. Binary discovery looks
-//! there after a provider's `binary_path` and `PATH` ([`search_path_with_cache`]).
-//! `<cache>` is `$AICLI_CACHE_DIR`, else `$XDG_CACHE_HOME/aicli`, else
-//! `~/.cache/aicli`.
+//! What is in aicli's cache of pinned CLIs (`crate::cache` says where it is), and
+//! installing the versions `ai_cli_providers.json` pins into it with npm (`aicli install`).
 //!
 //! Before installing, [`node_on`] and [`node_needs`] say which Node.js this machine has
 //! and which the pinned CLIs' packages ask for (`node.rs`).
@@ -17,9 +11,11 @@ use std::process::Stdio;
 use aicli_providers::{AiCliConfig, BinaryLocation, ProviderConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::cache::{cli_bin_dirs, slim_prefix};
+
 mod node;
 
-pub use node::{NodeNeed, node_needs, node_on, satisfies};
+pub use node::{node_needs, node_on, satisfies};
 
 /// Why an install did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -77,63 +73,6 @@ pub enum InstallError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// aicli's cache directory: `$AICLI_CACHE_DIR`, else `$XDG_CACHE_HOME/aicli`, else
-/// `$HOME/.cache/aicli`.
-pub fn cache_dir() -> PathBuf {
-    cache_dir_from(|k| std::env::var_os(k))
-}
-
-fn cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
-    let set = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    set("AICLI_CACHE_DIR")
-        .or_else(|| set("XDG_CACHE_HOME").map(|d| d.join("aicli")))
-        .unwrap_or_else(|| set("HOME").unwrap_or_default().join(".cache/aicli"))
-}
-
-/// The npm prefix the CLIs are installed into: `$AICLI_CLI_CACHE`, else
-/// `<cache_dir>/npm`.
-pub fn cli_cache_dir() -> PathBuf {
-    match std::env::var_os("AICLI_CLI_CACHE") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => cache_dir().join("npm"),
-    }
-}
-
-/// Where the installed CLIs' executables are: `<cli_cache_dir>/node_modules/.bin`.
-pub fn cli_bin_dir() -> PathBuf {
-    cli_cache_dir().join("node_modules/.bin")
-}
-
-/// The npm prefix, inside `cache` (a [`cli_cache_dir`]), of the packages installed with
-/// `--omit=optional` ([`aicli_providers::ProviderConfig::npm_omit_optional`]): their own,
-/// so that installing them never removes the other CLIs' optional native packages.
-pub fn slim_prefix(cache: &Path) -> PathBuf {
-    cache.join("slim")
-}
-
-/// Both executable directories of the cache: the CLIs', then the slim prefix's.
-pub fn cli_bin_dirs() -> [PathBuf; 2] {
-    let cache = cli_cache_dir();
-    [
-        cache.join("node_modules/.bin"),
-        slim_prefix(&cache).join("node_modules/.bin"),
-    ]
-}
-
-/// `path` with aicli's cache of CLIs appended: the search path of binary discovery
-/// (after a provider's `binary_path`, before its npx fallback).
-pub fn search_path_with_cache(path: &str) -> String {
-    let bins: Vec<String> = cli_bin_dirs()
-        .iter()
-        .map(|b| b.display().to_string())
-        .collect();
-    if path.is_empty() {
-        bins.join(":")
-    } else {
-        format!("{path}:{}", bins.join(":"))
-    }
 }
 
 /// Where a provider's binary was found, for `aicli providers` and `aicli doctor`.
@@ -195,7 +134,7 @@ impl Pin {
         format!("{}@{}", self.package, self.version)
     }
 
-    /// The npm prefix of this pin in the cache `cache` (a [`cli_cache_dir`]).
+    /// The npm prefix of this pin in the cache `cache` (a [`crate::cache::cli_cache_dir`]).
     pub fn prefix(&self, cache: &Path) -> PathBuf {
         if self.omit_optional {
             slim_prefix(cache)
@@ -422,31 +361,6 @@ async fn npm_install_into(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsString;
-
-    #[test]
-    fn the_cache_dir_follows_aicli_then_xdg_then_home() {
-        let vars = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| OsString::from(v))
-            }
-        };
-        assert_eq!(
-            cache_dir_from(vars(&[("AICLI_CACHE_DIR", "/a"), ("HOME", "/h")])),
-            PathBuf::from("/a")
-        );
-        assert_eq!(
-            cache_dir_from(vars(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")])),
-            PathBuf::from("/x/aicli")
-        );
-        assert_eq!(
-            cache_dir_from(vars(&[("AICLI_CACHE_DIR", ""), ("HOME", "/h")])),
-            PathBuf::from("/h/.cache/aicli")
-        );
-    }
 
     #[test]
     fn pins_come_from_the_config_once_per_package() {

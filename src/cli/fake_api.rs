@@ -100,11 +100,6 @@ impl FakeApis {
         self.apis.iter().find(|a| a.vendor() == vendor)
     }
 
-    /// Every fake.
-    pub fn iter(&self) -> impl Iterator<Item = &FakeApi> {
-        self.apis.iter()
-    }
-
     /// Points every provider of `config` that has a fake at it, reached at
     /// `base_url(fake)` (its own [`FakeApi::base_url`] on this host; a container gets
     /// the address it can reach): the wiring's arguments go into the provider's
@@ -165,7 +160,7 @@ impl FakeApis {
             }
             p.npx_fallback = false;
             // The provider's own `env`: a CLI gets nothing of the environment it is given
-            // but its base set and what its provider names (see `aicli::env`).
+            // but its base set and what its provider names (see `crate::env`).
             p.env.extend(wiring.env.clone());
             out.env.extend(
                 wiring
