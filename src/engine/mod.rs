@@ -221,7 +221,18 @@ impl Engine {
         cancel: CancellationToken,
     ) -> Result<BatchResult, EngineError> {
         opts.validate()?;
-        crate::batch::new_batch(self, tasks, opts, live, cancel).await
+        let out = crate::batch::new_batch(self, tasks, opts, live, cancel).await;
+        self.settle_runners().await;
+        out
+    }
+
+    /// Waits for the runners' clean-ups of dropped placements (see [`Runner::settle`]),
+    /// so that nothing of a batch outlives the call that ran it.
+    async fn settle_runners(&self) {
+        self.runners.local.settle().await;
+        if let Some(Ok(docker)) = self.runners.docker.get() {
+            docker.settle().await;
+        }
     }
 
     /// Every blocked task in `store`, oldest question first.
@@ -250,7 +261,9 @@ impl Engine {
         }
         crate::batch::check_prompt_size(self, answer.len())
             .map_err(|m| EngineError::Refused(format!("the answer to {task_ref}: {m}")))?;
-        crate::batch::answer(self, store, task_ref, answer, live, cancel).await
+        let out = crate::batch::answer(self, store, task_ref, answer, live, cancel).await;
+        self.settle_runners().await;
+        out
     }
 
     /// Finishes a batch whose aicli process died (or was cancelled): tasks with a final
@@ -265,7 +278,9 @@ impl Engine {
         live: LiveSender,
         cancel: CancellationToken,
     ) -> Result<BatchResult, EngineError> {
-        crate::batch::resume(self, store, batch_id, live, cancel).await
+        let out = crate::batch::resume(self, store, batch_id, live, cancel).await;
+        self.settle_runners().await;
+        out
     }
 }
 

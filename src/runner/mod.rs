@@ -131,6 +131,11 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
         let _ = (batch_id, task_id);
         Vec::new()
     }
+
+    /// Waits until what dropped placements left to undo (the container of a run that
+    /// panicked) is undone. The engine calls it before a batch, an answer or a resume
+    /// returns.
+    async fn settle(&self) {}
 }
 
 /// One run's place: made by [`Runner::place`], used for one start, then finished.

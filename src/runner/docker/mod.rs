@@ -96,6 +96,8 @@ pub struct DockerRunner {
     hosts: Vec<Arc<Host>>,
     /// `PATH` of each (host, image) seen to exist.
     images: Mutex<HashMap<(usize, String), String>>,
+    /// Removals of the containers of dropped placements, still going.
+    cleanups: tokio_util::task::TaskTracker,
 }
 
 impl DockerRunner {
@@ -128,6 +130,7 @@ impl DockerRunner {
             config: Arc::new(config.clone()),
             hosts,
             images: Mutex::new(HashMap::new()),
+            cleanups: closed_tracker(),
         })
     }
 
@@ -260,10 +263,22 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         .create(dir)
 }
 
+/// A tracker that is closed from the start: tasks can still be spawned on it, and its
+/// `wait` ends whenever none is left (it is never reopened).
+fn closed_tracker() -> tokio_util::task::TaskTracker {
+    let t = tokio_util::task::TaskTracker::new();
+    t.close();
+    t
+}
+
 #[async_trait]
 impl Runner for DockerRunner {
     fn name(&self) -> &str {
         NAME
+    }
+
+    async fn settle(&self) {
+        self.cleanups.wait().await;
     }
 
     async fn place(&self, req: &PlaceRequest<'_>) -> Result<Box<dyn Placement>, RunnerError> {
@@ -326,6 +341,7 @@ impl Runner for DockerRunner {
                 task_home: req.task_home.to_path_buf(),
                 labels,
                 scratch,
+                cleanups: self.cleanups.clone(),
             },
         )))
     }

@@ -81,6 +81,9 @@ pub struct PlacementSpec {
     pub labels: Labelled,
     /// Where downloads wait before they are applied (on this machine).
     pub scratch: PathBuf,
+    /// The runner's clean-ups: a dropped placement removes its container on it, and
+    /// [`crate::runner::Runner::settle`] waits for them.
+    pub cleanups: tokio_util::task::TaskTracker,
 }
 
 /// A run in a container (see the module docs).
@@ -396,11 +399,11 @@ impl Drop for DockerPlacement {
         if let Some(c) = self.container.take()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
-            rt.spawn(async move {
+            self.spec.cleanups.spawn_on(async move {
                 if let Err(e) = remove_container(&c).await {
                     tracing::warn!(error = %e, "removing a container left by a dropped run");
                 }
-            });
+            }, &rt);
         }
     }
 }
