@@ -124,6 +124,25 @@ pub fn write_bytes(path: &Path, mut bytes: Vec<u8>, durable: bool) -> std::io::R
     Ok(())
 }
 
+/// The length of `value` as compact JSON, counted without building the text.
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    // Writing to a counter cannot fail; a value that cannot be serialized counts what
+    // was written before it failed.
+    let _ = serde_json::to_writer(&mut n, value);
+    n.0
+}
+
 /// Reads a JSON file into `T`, with the path in the error.
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;

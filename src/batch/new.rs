@@ -114,7 +114,7 @@ fn check_tasks(
             Some(p) => engine
                 .registry
                 .get(p)
-                .map_err(|e| invalid(t, e.to_string()))?,
+                .map_err(|e| invalid(t, format!("provider: {e}")))?,
             None => engine.registry.get(default_provider)?,
         };
         check_runner(engine, t, &provider).map_err(|m| invalid(t, m))?;
@@ -144,7 +144,7 @@ pub(super) fn check_runner(
     let kind = engine.runner_kind(task, provider);
     if provider.two_way() && kind != RunnerKind::Local {
         return Err(format!(
-            "provider {} speaks to its agent on stdin (ACP), which the {kind} runner cannot keep open: run it with the local runner (`--runner local`, or the provider's `runner`)",
+            "runner: provider {} speaks to its agent on stdin (ACP), which the {kind} runner cannot keep open: run it with the local runner (`--runner local`, or the provider's `runner`)",
             provider.name()
         ));
     }

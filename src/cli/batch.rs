@@ -140,9 +140,13 @@ pub(super) async fn batch(
                 None => usage(format!("{}: {option}: {message}", tasks_path.display())),
             }
         }
-        crate::EngineError::InvalidTask { .. } | crate::EngineError::NoTasks => {
-            usage(format!("{}: {e}", tasks_path.display()))
-        }
+        // A task's error names its JSON path in the file (the engine's says `task N (id)`).
+        crate::EngineError::InvalidTask { index, message, .. } => usage(format!(
+            "{}: at tasks[{}].{message}",
+            tasks_path.display(),
+            index - 1
+        )),
+        crate::EngineError::NoTasks => usage(format!("{}: {e}", tasks_path.display())),
         other => other.into(),
     })?;
     print_batch(&result, a.json)

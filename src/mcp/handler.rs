@@ -54,7 +54,7 @@ impl AgentTools {
         // A granted tool's arguments have a size too: too many bytes and nothing runs
         // (a command never starts, an upstream is never asked).
         let limit = self.shared.limits.tool_argument_bytes;
-        let size = request.arguments.as_ref().map_or(0, json_size);
+        let size = request.arguments.as_ref().map_or(0, crate::util::json_len);
         if size > limit {
             tracing::info!(task_id = %c.ctx.task_id, tool = %request.name, size, limit, "refused a tool call: its arguments are too large");
             return Outcome {
@@ -116,23 +116,6 @@ fn caller_of(extensions: &rmcp::model::Extensions) -> Option<&Caller> {
         .and_then(|p| p.extensions.get::<Caller>())
 }
 
-/// The length of `args` as compact JSON, counted without building the text.
-fn json_size(args: &rmcp::model::JsonObject) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut n = Count(0);
-    // Writing a JSON value to a counter cannot fail.
-    let _ = serde_json::to_writer(&mut n, args);
-    n.0
-}
 
 /// A response as text for the record (never a credential's value).
 fn result_text(tool: &str, res: &Result<CallToolResponse, ErrorData>) -> String {

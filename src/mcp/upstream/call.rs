@@ -83,22 +83,11 @@ fn failed(message: impl Into<String>) -> CallToolResponse {
 
 /// The bytes of a call's response as JSON.
 fn response_size(r: &CallToolResponse) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0 += b.len();
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+    use crate::util::json_len;
+    match r {
+        CallToolResponse::Complete(r) => json_len(r),
+        CallToolResponse::InputRequired(r) => json_len(r),
+        CallToolResponse::Task(r) => json_len(r),
+        _ => 0,
     }
-    let mut n = Count(0);
-    let _ = match r {
-        CallToolResponse::Complete(r) => serde_json::to_writer(&mut n, r),
-        CallToolResponse::InputRequired(r) => serde_json::to_writer(&mut n, r),
-        CallToolResponse::Task(r) => serde_json::to_writer(&mut n, r),
-        _ => Ok(()),
-    };
-    n.0
 }

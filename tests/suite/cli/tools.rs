@@ -128,7 +128,7 @@ fn wrong_grants_and_tool_configs_are_usage_errors_naming_where() {
     let out = cli.run(&["batch", tasks.to_str().unwrap()]);
     assert_code(&out, 2, "a tasks file granting an unknown tool");
     let want = format!(
-        "{}: task 2 (task-2): mcp_tools[1]: unknown MCP tool \"deploy\"",
+        "{}: at tasks[1].mcp_tools[1]: unknown MCP tool \"deploy\"",
         tasks.display()
     );
     assert!(stderr(&out).contains(&want), "{}", stderr(&out));
