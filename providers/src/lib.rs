@@ -103,7 +103,10 @@ pub mod task;
 pub mod usage;
 pub mod wire;
 
-pub use config::{AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, ProviderConfig};
+pub use config::{
+    AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, NotifyConfig, NotifyEvent,
+    ProviderConfig,
+};
 pub use decode::{Decoder, ExitStatus, Line, STDIN_RECORD_KEY, StdinMessage, Tally};
 pub use docker_config::{DockerConfig, DockerHostConfig, DockerTls, RunnerKind};
 pub use error::{ConfigError, ErrorKind, ProviderError};

@@ -152,6 +152,7 @@ pub(crate) async fn execute(
         .record
         .write_result(&result)
         .map_err(record_error(batch.record.dir()))?;
+    notify::batch_ended(engine, &batch.spec, &result).await;
     let kept = std::mem::take(&mut *batch.kept.lock().unwrap_or_else(|e| e.into_inner()));
     Ok(Executed { result, kept })
 }

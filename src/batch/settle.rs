@@ -91,7 +91,9 @@ impl Batch {
                 task_id: task_id.clone(),
                 question: q.clone(),
             });
-            super::notify::blocked(&self.engine, &self.spec, &result, q).await;
+        }
+        if !task.kept {
+            super::notify::task_settled(&self.engine, &self.spec, &result).await;
         }
         self.live.send(BatchEvent::TaskFinished {
             task_id,

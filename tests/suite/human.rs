@@ -297,6 +297,185 @@ async fn a_blocked_task_runs_the_notify_hook_with_the_question_as_json() {
     assert_eq!(v["session_id"], SID);
 }
 
+/// What a webhook was sent: the `Authorization` header and the body of each request.
+type Received = Arc<Mutex<Vec<(Option<String>, serde_json::Value)>>>;
+
+/// A webhook on loopback that answers 503 to its first request, then 200, and keeps
+/// what it was sent (the `Authorization` header and the body).
+async fn flaky_webhook() -> (String, Received) {
+    use axum::http::{HeaderMap, StatusCode};
+    let got: Received = Arc::default();
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (g, n) = (got.clone(), seen.clone());
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |h: HeaderMap, body: String| {
+            let (g, n) = (g.clone(), n.clone());
+            async move {
+                if n.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    return StatusCode::SERVICE_UNAVAILABLE;
+                }
+                let auth = h
+                    .get("authorization")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                g.lock()
+                    .unwrap()
+                    .push((auth, serde_json::from_str(&body).unwrap()));
+                StatusCode::OK
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await });
+    (url, got)
+}
+
+/// `engine.notify`: a task that blocks, one that succeeds and one that fails, then the
+/// batch's end, each reach the webhook (retried past a 503, with the bearer token from
+/// the named variable) and the command, with a link to the page; a webhook that is
+/// down never fails a task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_reach_a_webhook_and_a_command_for_every_end() {
+    let repo = git_repo();
+    let out = repo.path().join("notified.ndjson");
+    let (url, got) = flaky_webhook().await;
+    let mut config = test_config();
+    config.engine.auth_precheck = false;
+    config.engine.notify.webhook = Some(url);
+    config.engine.notify.webhook_token_env = Some("HOOK_TOKEN".into());
+    config.engine.notify.page_url = Some("http://127.0.0.1:9999/".into());
+    config.engine.notify.command = vec![
+        "sh".into(),
+        "-c".into(),
+        format!("cat >> '{}'; echo >> '{}'", out.display(), out.display()),
+    ];
+    let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    env.insert("HOOK_TOKEN".into(), "s3cret".into());
+    let engine = engine_with(
+        config.clone(),
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    )
+    .with_env(env)
+    .with_agent_server(Asker::new(&[Some("Deploy now?"), None, None]));
+    let failing = fixture("claude", "err401_retries1");
+    let with_ext = |e: &str| failing.with_extension(e).display().to_string();
+    let tasks = vec![
+        TaskSpec {
+            id: "asks".into(),
+            ..TaskSpec::new("deploy")
+        },
+        TaskSpec {
+            id: "works".into(),
+            ..TaskSpec::new("work")
+        },
+        TaskSpec {
+            id: "fails".into(),
+            extra_args: vec![
+                "--replay".into(),
+                with_ext("ndjson"),
+                "--stderr-file".into(),
+                with_ext("stderr"),
+                "--exit-file".into(),
+                with_ext("exit"),
+            ],
+            ..TaskSpec::new("fail")
+        },
+    ];
+    let mut o = BatchOptions::new(repo.path());
+    o.provider = Some("fake".into());
+    o.max_parallel = Some(1);
+    let (tx, _ev) = collect_events();
+    let b = engine
+        .run_batch(tasks, o, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!((b.n_blocked, b.n_succeeded, b.n_failed), (1, 1, 1));
+
+    let by_event = |list: &[serde_json::Value], event: &str, task: Option<&str>| {
+        list.iter()
+            .find(|v| v["event"] == event && task.is_none_or(|t| v["task_id"] == t))
+            .unwrap_or_else(|| panic!("no {event} {task:?} in {list:#?}"))
+            .clone()
+    };
+    let hooked = got.lock().unwrap().clone();
+    assert_eq!(
+        hooked.len(),
+        4,
+        "each notification once, the 503 retried: {hooked:#?}"
+    );
+    assert!(
+        hooked
+            .iter()
+            .all(|(a, _)| a.as_deref() == Some("Bearer s3cret"))
+    );
+    let bodies: Vec<serde_json::Value> = hooked.into_iter().map(|(_, v)| v).collect();
+    let commanded: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for list in [&bodies, &commanded] {
+        let asked = by_event(list, "blocked", Some("asks"));
+        assert_eq!(asked["question"], "Deploy now?");
+        assert_eq!(asked["options"], serde_json::json!(["yes", "no"]));
+        assert_eq!(
+            asked["link"],
+            format!("http://127.0.0.1:9999/batches/{}/tasks/asks", b.batch_id)
+        );
+        assert_eq!(
+            by_event(list, "finished", Some("works"))["status"],
+            "succeeded"
+        );
+        let failed = by_event(list, "failed", Some("fails"));
+        assert_eq!(failed["error_kind"], "auth");
+        let end = by_event(list, "batch_finished", None);
+        assert_eq!(end["batch_id"], b.batch_id.as_str());
+        assert_eq!(
+            (
+                end["n_succeeded"].as_u64(),
+                end["n_failed"].as_u64(),
+                end["n_blocked"].as_u64()
+            ),
+            (Some(1), Some(1), Some(1))
+        );
+        // The batch's end comes after every task's.
+        assert_eq!(list.last().unwrap()["event"], "batch_finished");
+    }
+
+    // A webhook nobody listens on: logged, tried `attempts` times, and the task is fine.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}/hook", closed.local_addr().unwrap());
+    drop(closed);
+    config.engine.notify = aicli::providers::NotifyConfig {
+        webhook: Some(dead),
+        attempts: 2,
+        timeout_secs: 1,
+        ..Default::default()
+    };
+    let engine = engine_with(
+        config,
+        vec![shared(replay_provider(
+            "fake",
+            "claude",
+            Some(&fixture("claude", "text")),
+        ))],
+    );
+    let mut o = BatchOptions::new(repo.path());
+    o.provider = Some("fake".into());
+    let (tx, _ev) = collect_events();
+    let b = engine
+        .run_batch(vec![TaskSpec::new("work")], o, tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(b.n_succeeded, 1, "{:?}", b.tasks[0].error);
+}
+
 /// `aicli batch` killed with SIGKILL mid-run, then `aicli resume`: every task ends with
 /// exactly one final result, finished tasks are not run again, interrupted ones resume
 /// their session, the records stay valid and the cost adds up.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::notify::NotifyConfig;
 use crate::docker_config::{DockerConfig, RunnerKind};
 
 /// Engine settings. Every field has a default.
@@ -48,7 +49,12 @@ pub struct EngineConfig {
     pub credentials_file: Option<PathBuf>,
     /// The agent MCP server.
     pub mcp: McpServerConfig,
-    /// A command (argv) run with a blocked task's question as JSON on stdin.
+    /// Notifications when a task blocks, finishes or fails, and when a batch ends: a
+    /// webhook and/or a command.
+    pub notify: NotifyConfig,
+    /// Deprecated (`engine.notify.command` replaces it): a command (argv) run with a
+    /// blocked task's question as JSON on stdin. It still runs, on `blocked` only, and
+    /// each batch that uses it logs a warning saying where to move it.
     pub notify_hook: Vec<String>,
     /// Look for credentials before starting a CLI (env vars and login files the provider
     /// config names), and fail the run as `auth` at once when there are none. Turn off
@@ -140,6 +146,7 @@ impl Default for EngineConfig {
             mcp_tools: Vec::new(),
             credentials_file: None,
             mcp: McpServerConfig::default(),
+            notify: NotifyConfig::default(),
             notify_hook: Vec::new(),
             auth_precheck: true,
             runner: RunnerKind::Local,

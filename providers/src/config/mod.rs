@@ -17,6 +17,7 @@
 //! module holds the whole file's type and its loading, merging and validation.
 
 mod engine;
+mod notify;
 mod provider;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ use serde_json::Value;
 pub use engine::{
     CgroupMode, EngineConfig, McpLimits, McpServerConfig, RetryConfig, default_env_passthrough,
 };
+pub use notify::{NotifyConfig, NotifyEvent};
 pub use provider::ProviderConfig;
 
 use crate::error::ConfigError;
@@ -174,6 +176,15 @@ impl AiCliConfig {
             return Err(invalid(
                 "engine.max_prompt_bytes".into(),
                 "must be at least 1".into(),
+            ));
+        }
+        if let Err((path, message)) = self.engine.notify.check() {
+            return Err(invalid(format!("engine.notify.{path}"), message));
+        }
+        if !self.engine.notify_hook.is_empty() && !self.engine.notify.command.is_empty() {
+            return Err(invalid(
+                "engine.notify_hook".into(),
+                "is deprecated and engine.notify.command is set too: keep engine.notify.command (engine.notify.on chooses the events)".into(),
             ));
         }
         if let Err((path, message)) = self.engine.docker.check() {

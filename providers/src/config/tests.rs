@@ -63,6 +63,31 @@ fn shape_errors_name_the_file_and_json_path() {
         "{err}"
     );
 
+    let err = AiCliConfig::from_user_json(
+        r#"{"engine": {"notify": {"webhook": "127.0.0.1:9/hook"}}}"#,
+        "u.json",
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(
+        err.contains(
+            "at engine.notify.webhook: '127.0.0.1:9/hook' is not an http:// or https:// URL"
+        ),
+        "{err}"
+    );
+    let err = AiCliConfig::from_user_json(
+        r#"{"engine": {"notify_hook": ["a"], "notify": {"command": ["b"]}}}"#,
+        "u.json",
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(
+        err.contains("at engine.notify_hook: is deprecated and engine.notify.command is set too"),
+        "{err}"
+    );
+
     let err = AiCliConfig::from_user_json(r#"{"default_provider": "claud"}"#, "u.json")
         .err()
         .map(|e| e.to_string())
