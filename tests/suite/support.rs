@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,66 +10,10 @@ use aicli::providers::{AiCliConfig, ProviderRegistry, SharedProvider};
 use aicli::testing::ReplayProvider;
 use aicli::{BatchEvent, Engine};
 
-/// The fake CLI binary built with this crate.
-pub fn fake_cli() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_aicli-fake-cli"))
-}
+use crate::support::fake::replay_args;
 
-/// The repository's `fixtures/` directory.
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-/// `fixtures/<provider>/<scenario>` (without extension).
-pub fn fixture(provider: &str, scenario: &str) -> PathBuf {
-    fixtures().join(provider).join(scenario)
-}
-
-/// Runs git in `dir`, panicking with its stderr on failure.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// A new git repository with one commit.
-pub fn git_repo() -> tempfile::TempDir {
-    init_repo(tempfile::tempdir().expect("tempdir"))
-}
-
-/// [`git_repo`] under `base` (created when missing).
-pub fn git_repo_in(base: &std::path::Path) -> tempfile::TempDir {
-    std::fs::create_dir_all(base).expect("base dir");
-    init_repo(
-        tempfile::Builder::new()
-            .prefix("repo")
-            .tempdir_in(base)
-            .expect("tempdir"),
-    )
-}
-
-fn init_repo(dir: tempfile::TempDir) -> tempfile::TempDir {
-    git(dir.path(), &["init", "-q", "-b", "main"]);
-    git(
-        dir.path(),
-        &["config", "user.email", "test@example.invalid"],
-    );
-    git(dir.path(), &["config", "user.name", "aicli test"]);
-    git(dir.path(), &["config", "commit.gpgsign", "false"]);
-    std::fs::write(dir.path().join("README.md"), "# test repo\n").expect("write");
-    git(dir.path(), &["add", "README.md"]);
-    git(dir.path(), &["commit", "-q", "-m", "initial"]);
-    dir
-}
+pub use crate::support::fake::{fake_cli, fixture};
+pub use crate::support::git::{git, git_repo, git_repo_in};
 
 /// The built-in config with engine knobs turned for quick tests.
 pub fn test_config() -> AiCliConfig {
@@ -171,16 +114,8 @@ pub fn fake_cli_config(dir: &Path, extra_args: &[&str]) -> PathBuf {
 
 /// [`fake_cli_config`] with `engine` as the config's engine settings.
 pub fn fake_cli_config_with(dir: &Path, extra_args: &[&str], engine: serde_json::Value) -> PathBuf {
-    let fx = fixture("claude", "text");
-    let mut args: Vec<serde_json::Value> = vec![
-        "--replay".into(),
-        fx.with_extension("ndjson").display().to_string().into(),
-        "--stderr-file".into(),
-        fx.with_extension("stderr").display().to_string().into(),
-        "--exit-file".into(),
-        fx.with_extension("exit").display().to_string().into(),
-    ];
-    args.extend(extra_args.iter().map(|a| serde_json::Value::from(*a)));
+    let mut args = replay_args(&fixture("claude", "text"));
+    args.extend(extra_args.iter().map(|a| (*a).to_owned()));
     let cfg = dir.join("aicli.json");
     std::fs::write(
         &cfg,
