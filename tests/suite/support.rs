@@ -150,3 +150,78 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// Sends SIGKILL to `child` and reaps it.
+pub fn kill_9(child: &mut std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9");
+    child.wait().expect("wait");
+}
+
+/// The first batch directory under `runs` once `ready` holds for it, looked at every
+/// `every`; fails saying `what` did not happen after `within`.
+pub fn wait_for_batch(
+    runs: &Path,
+    within: Duration,
+    every: Duration,
+    what: &str,
+    ready: impl Fn(&Path) -> bool,
+) -> PathBuf {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(every);
+        let Some(b) = std::fs::read_dir(runs)
+            .ok()
+            .and_then(|d| d.flatten().next())
+        else {
+            continue;
+        };
+        if ready(&b.path()) {
+            return b.path();
+        }
+    }
+}
+
+/// The recorded state of task `id` of the batch in directory `batch`, once written.
+pub fn task_state(batch: &Path, id: &str) -> Option<String> {
+    let path = batch.join("tasks").join(id).join("task.json");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    v["state"].as_str().map(str::to_owned)
+}
+
+/// Whether the CLI of task `id` of the batch in directory `batch` has printed.
+pub fn task_printed(batch: &Path, id: &str) -> bool {
+    std::fs::metadata(batch.join("tasks").join(id).join("events.ndjson")).is_ok_and(|m| m.len() > 0)
+}
+
+/// The id of the batch in directory `batch`.
+pub fn batch_id(batch: &Path) -> String {
+    batch
+        .file_name()
+        .expect("a batch directory")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `aicli --config <cfg> ARGS`, to be run.
+pub fn aicli_with(cfg: &Path, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_aicli"));
+    c.arg("--config").arg(cfg).args(args);
+    c
+}
+
+/// Runs `cmd` to its end: its output, which must be a success (else its stderr is the
+/// failure).
+pub fn succeeds(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd.output().expect("the command runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

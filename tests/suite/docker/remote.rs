@@ -2,6 +2,7 @@
 //! comes back as a git bundle; tasks spread over both engines by free capacity.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use aicli::BatchOptions;
 use aicli::providers::TaskSpec;
@@ -10,7 +11,10 @@ use tokio_util::sync::CancellationToken;
 use super::remote_engine::RemoteEngine;
 use super::support::{self, DockerSetup, assert_no_container, docker_config, local_host};
 use crate::suite::e2e::{Cli, Setup, builtin_tool_with, question_then_answer_with};
-use crate::suite::support::{collect_events, git, git_repo};
+use crate::suite::support::{
+    aicli_with, batch_id, collect_events, git, git_repo, kill_9, succeeds, task_printed,
+    wait_for_batch,
+};
 
 async fn engines(test: &str) -> Option<(bollard::Docker, RemoteEngine)> {
     let local = support::local_engine(test).await?;
@@ -128,33 +132,14 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
     remote.load_from(&local, &image).await;
     let repo = git_repo();
     let dir = tempfile::tempdir().unwrap();
-    let fx = format!("{}/claude/text", support::FIXTURES_IN_IMAGE);
-    let config = serde_json::json!({
-        "default_provider": "fake",
-        "providers": {"fake": {
-            "adapter": "claude",
-            "binary_name": "aicli-fake-cli",
-            "extra_args": ["--replay", format!("{fx}.ndjson"), "--exit-file", format!("{fx}.exit")]
-        }},
-        "engine": {"kill_grace_ms": 300, "docker": {
-            "hosts": [remote.host("remote")],
-            "images": {"fake": image}
-        }}
-    });
-    let cfg = dir.path().join("aicli.json");
-    std::fs::write(&cfg, config.to_string()).unwrap();
+    let cfg = support::image_fake_config(dir.path(), &image, &[remote.host("remote")]);
     // The runner comes from the tasks file.
     let tasks = serde_json::json!({"runner": "docker", "tasks": [
         {"id": "slow", "prompt": "s", "extra_args": ["--touch", "slow.txt", "--line-delay-ms", "5000"]}
     ]});
     let tasks_file = dir.path().join("tasks.json");
     std::fs::write(&tasks_file, tasks.to_string()).unwrap();
-    let aicli = env!("CARGO_BIN_EXE_aicli");
-    let cmd = |args: &[&str]| {
-        let mut c = std::process::Command::new(aicli);
-        c.args(["--config", cfg.to_str().unwrap()]).args(args);
-        c
-    };
+    let cmd = |args: &[&str]| aicli_with(&cfg, args);
     let mut child = cmd(&[
         "batch",
         tasks_file.to_str().unwrap(),
@@ -166,34 +151,15 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
     .spawn()
     .unwrap();
     let runs = repo.path().join(".aicli/runs");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let batch_dir = loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the run never printed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let Some(b) = std::fs::read_dir(&runs)
-            .ok()
-            .and_then(|d| d.flatten().next())
-        else {
-            continue;
-        };
-        if std::fs::metadata(b.path().join("tasks/slow/events.ndjson")).is_ok_and(|m| m.len() > 0) {
-            break b.path();
-        }
-    };
-    let batch_id = batch_dir
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    child.wait().unwrap();
+    let batch_dir = wait_for_batch(
+        &runs,
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        "the run never printed",
+        |b| task_printed(b, "slow"),
+    );
+    let batch_id = batch_id(&batch_dir);
+    kill_9(&mut child);
     // The run goes on remotely; its container has no mount of this machine's files.
     let left = remote
         .docker
@@ -238,20 +204,13 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
     assert_eq!(git(&wt, &["status", "--porcelain"]), "?? slow.txt");
     assert_no_container(&remote.docker, &batch_id).await;
 
-    let out = cmd(&[
+    let out = succeeds(&mut cmd(&[
         "resume",
         &batch_id,
         "--json",
         "--repo",
         repo.path().to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ]));
     let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result.n_succeeded, 1, "{result:#?}");
     assert!(wt.join("slow.txt").is_file());

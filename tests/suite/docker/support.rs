@@ -3,7 +3,7 @@
 //! left. The images and the local host entry are `crate::support::docker`'s (the Docker
 //! bench builds the same).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use aicli::Engine;
@@ -12,6 +12,7 @@ use aicli::runner::docker::labels;
 use bollard::Docker;
 
 use crate::suite::support::{engine_with, replay_provider, test_config};
+use crate::support::fake::replay_args;
 
 pub use crate::support::docker::{
     FIXTURES_IN_IMAGE, adapter_fake, bridge_gateway, fake_cli_image, local_host, provider_image,
@@ -62,6 +63,28 @@ pub fn docker_config(hosts: Vec<DockerHostConfig>, image: &str) -> AiCliConfig {
 pub fn fake_provider(adapter: &str, scenario: &str) -> SharedProvider {
     let fixture = Path::new(FIXTURES_IN_IMAGE).join(adapter).join(scenario);
     Arc::new(replay_provider("fake", adapter, Some(&fixture)))
+}
+
+/// Writes a config file in `dir` whose default provider `fake` runs the fake CLI of
+/// `image` through the Claude adapter, replaying Claude's `text` transcript, in
+/// containers on `hosts`. Returns its path, for `aicli --config`.
+pub fn image_fake_config(dir: &Path, image: &str, hosts: &[DockerHostConfig]) -> PathBuf {
+    let fixture = Path::new(FIXTURES_IN_IMAGE).join("claude/text");
+    let config = serde_json::json!({
+        "default_provider": "fake",
+        "providers": {"fake": {
+            "adapter": "claude",
+            "binary_name": "aicli-fake-cli",
+            "extra_args": replay_args(&fixture),
+        }},
+        "engine": {"kill_grace_ms": 300, "docker": {
+            "hosts": hosts,
+            "images": {"fake": image}
+        }}
+    });
+    let cfg = dir.join("aicli.json");
+    std::fs::write(&cfg, config.to_string()).expect("write the config");
+    cfg
 }
 
 /// An engine over `config` and its providers only.
