@@ -304,21 +304,7 @@ async fn a_blocked_task_runs_the_notify_hook_with_the_question_as_json() {
 async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
     let repo = git_repo();
     let dir = tempfile::tempdir().unwrap();
-    let fx = fixture("claude", "text");
-    let config = serde_json::json!({
-        "default_provider": "fake",
-        "providers": {"fake": {
-            "adapter": "claude",
-            "binary_path": fake_cli(),
-            "extra_args": [
-                "--replay", fx.with_extension("ndjson"),
-                "--stderr-file", fx.with_extension("stderr"),
-                "--exit-file", fx.with_extension("exit")
-            ]
-        }}
-    });
-    let cfg = dir.path().join("aicli.json");
-    std::fs::write(&cfg, config.to_string()).unwrap();
+    let cfg = fake_cli_config(dir.path(), &[]);
     // Two at a time: "quick" and "slow1" start; "slow2" takes quick's slot; "late" is
     // still queued when aicli is killed.
     let tasks = serde_json::json!({"max_parallel": 2, "tasks": [
@@ -327,17 +313,8 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
         {"id": "slow2", "prompt": "s2", "extra_args": ["--line-delay-ms", "3000", "--spawn-grandchildren", "1"]},
         {"id": "late", "prompt": "l"}
     ]});
-    let tasks_file = dir.path().join("tasks.json");
-    std::fs::write(&tasks_file, tasks.to_string()).unwrap();
-    let mut child = aicli_with(
-        &cfg,
-        &["batch", tasks_file.to_str().unwrap(), "--no-mcp", "--repo"],
-    )
-    .arg(repo.path())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
+    let repo_arg = repo.path().to_str().unwrap();
+    let mut child = spawn_batch(&cfg, &tasks, &["--no-mcp", "--repo", repo_arg]);
     let runs = repo.path().join(".aicli/runs");
     // Wait until "quick" is done and the slow ones have printed their first line.
     let batch_dir = wait_for_batch(

@@ -10,7 +10,7 @@ use aicli::providers::SessionStatus;
 use aicli::record::{RunStore, TaskState};
 use serde_json::json;
 
-use super::support::{aicli_with, alive, fake_cli_config, git, git_repo, kill_9, wait_for_batch};
+use super::support::{alive, fake_cli_config, git, git_repo, kill_9, spawn_batch, wait_for_batch};
 
 /// Starts `aicli batch` on `tasks` (one task), waits until `ready` holds for the task's
 /// record directory, and kills aicli with SIGKILL. Returns the batch directory.
@@ -20,15 +20,7 @@ fn batch_killed_when(
     tasks: serde_json::Value,
     ready: impl Fn(&Path) -> bool,
 ) -> PathBuf {
-    let dir = cfg.parent().unwrap();
-    let tasks_file = dir.join("tasks.json");
-    std::fs::write(&tasks_file, tasks.to_string()).unwrap();
-    let mut child = aicli_with(cfg, &["batch", tasks_file.to_str().unwrap(), "--repo"])
-        .arg(repo)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_batch(cfg, &tasks, &["--repo", repo.to_str().unwrap()]);
     let batch = wait_for_batch(
         &repo.join(".aicli/runs"),
         Duration::from_secs(30),

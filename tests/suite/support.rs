@@ -214,6 +214,22 @@ pub fn aicli_with(cfg: &Path, args: &[&str]) -> std::process::Command {
     c
 }
 
+/// Writes `tasks` to `tasks.json` beside `cfg` and starts `aicli --config <cfg> batch
+/// tasks.json ARGS`, its output dropped.
+pub fn spawn_batch(cfg: &Path, tasks: &serde_json::Value, args: &[&str]) -> std::process::Child {
+    let tasks_file = cfg
+        .parent()
+        .expect("the config's directory")
+        .join("tasks.json");
+    std::fs::write(&tasks_file, tasks.to_string()).expect("write the tasks");
+    aicli_with(cfg, &["batch", tasks_file.to_str().expect("a UTF-8 path")])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("aicli batch starts")
+}
+
 /// Runs `cmd` to its end: its output, which must be a success (else its stderr is the
 /// failure).
 pub fn succeeds(cmd: &mut std::process::Command) -> std::process::Output {

@@ -8,8 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::support::{self, assert_no_container, docker_config, fake_provider, local_host};
 use crate::suite::support::{
-    aicli_with, batch_id, collect_events, git, git_repo, kill_9, succeeds, task_printed,
-    task_state, wait_for_batch,
+    aicli_with, batch_id, collect_events, git, git_repo, kill_9, spawn_batch, succeeds,
+    task_printed, task_state, wait_for_batch,
 };
 
 fn task(id: &str, args: &[&str]) -> TaskSpec {
@@ -83,16 +83,7 @@ async fn run(
     let mut opts = BatchOptions::new(repo);
     opts.provider = Some("fake".into());
     f(&mut opts);
-    let (tx, events) = collect_events();
-    let b = tokio::time::timeout(
-        std::time::Duration::from_secs(120),
-        engine.run_batch(tasks, opts, tx, cancel),
-    )
-    .await
-    .expect("the batch ends")
-    .expect("batch");
-    let _ = events.await;
-    b
+    support::run_batch_within(engine, tasks, opts, Duration::from_secs(120), cancel).await
 }
 
 /// Failure, cancel, timeout and a budget stop: each run ends as it should and its
@@ -211,22 +202,10 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
         {"id": "quick", "prompt": "q", "extra_args": ["--touch", "quick.txt"]},
         {"id": "slow", "prompt": "s", "extra_args": ["--touch", "slow.txt", "--line-delay-ms", "4000"]}
     ]});
-    let tasks_file = dir.path().join("tasks.json");
-    std::fs::write(&tasks_file, tasks.to_string()).unwrap();
     let cmd = |args: &[&str]| aicli_with(&cfg, args);
     // The runner comes from the command line only: the resume finds it in the records.
-    let mut child = cmd(&[
-        "batch",
-        tasks_file.to_str().unwrap(),
-        "--runner",
-        "docker",
-        "--repo",
-        repo.path().to_str().unwrap(),
-    ])
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
+    let repo_arg = repo.path().to_str().unwrap();
+    let mut child = spawn_batch(&cfg, &tasks, &["--runner", "docker", "--repo", repo_arg]);
     let runs = repo.path().join(".aicli/runs");
     let batch_dir = wait_for_batch(
         &runs,

@@ -12,7 +12,7 @@ use super::remote_engine::RemoteEngine;
 use super::support::{self, DockerSetup, assert_no_container, docker_config, local_host};
 use crate::suite::e2e::{Cli, Setup, builtin_tool_with, question_then_answer_with};
 use crate::suite::support::{
-    aicli_with, batch_id, collect_events, git, git_repo, kill_9, succeeds, task_printed,
+    aicli_with, batch_id, git, git_repo, kill_9, spawn_batch, succeeds, task_printed,
     wait_for_batch,
 };
 
@@ -66,15 +66,14 @@ async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
     let mut opts = BatchOptions::new(repo.path());
     opts.provider = Some("fake".into());
     opts.max_parallel = Some(10);
-    let (tx, events) = collect_events();
-    let batch = tokio::time::timeout(
-        std::time::Duration::from_secs(180),
-        engine.run_batch(tasks, opts, tx, CancellationToken::new()),
+    let batch = support::run_batch_within(
+        &engine,
+        tasks,
+        opts,
+        Duration::from_secs(180),
+        CancellationToken::new(),
     )
-    .await
-    .expect("the batch ends")
-    .expect("batch");
-    let _ = events.await;
+    .await;
     assert_eq!(batch.n_succeeded, 10, "{:#?}", batch.tasks);
     let store = engine.store(repo.path(), None);
     let rec = store.open_batch(&batch.batch_id).unwrap();
@@ -137,19 +136,8 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
     let tasks = serde_json::json!({"runner": "docker", "tasks": [
         {"id": "slow", "prompt": "s", "extra_args": ["--touch", "slow.txt", "--line-delay-ms", "5000"]}
     ]});
-    let tasks_file = dir.path().join("tasks.json");
-    std::fs::write(&tasks_file, tasks.to_string()).unwrap();
     let cmd = |args: &[&str]| aicli_with(&cfg, args);
-    let mut child = cmd(&[
-        "batch",
-        tasks_file.to_str().unwrap(),
-        "--repo",
-        repo.path().to_str().unwrap(),
-    ])
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = spawn_batch(&cfg, &tasks, &["--repo", repo.path().to_str().unwrap()]);
     let runs = repo.path().join(".aicli/runs");
     let batch_dir = wait_for_batch(
         &runs,
@@ -161,18 +149,7 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
     let batch_id = batch_id(&batch_dir);
     kill_9(&mut child);
     // The run goes on remotely; its container has no mount of this machine's files.
-    let left = remote
-        .docker
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: Some(std::collections::HashMap::from([(
-                "label".to_owned(),
-                vec![format!("dev.aicli.batch={batch_id}")],
-            )])),
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
+    let left = support::labelled(&remote.docker, &format!("dev.aicli.batch={batch_id}")).await;
     assert_eq!(left.len(), 1);
     assert!(
         left[0].mounts.as_ref().is_none_or(|m| m.is_empty()),

@@ -6,12 +6,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use aicli::Engine;
-use aicli::providers::{AiCliConfig, DockerHostConfig, RunnerKind, SharedProvider};
-use aicli::runner::docker::labels;
-use bollard::Docker;
+use std::time::Duration;
 
-use crate::suite::support::{engine_with, replay_provider, test_config};
+use aicli::providers::{AiCliConfig, DockerHostConfig, RunnerKind, SharedProvider, TaskSpec};
+use aicli::runner::docker::labels;
+use aicli::{BatchOptions, BatchResult, Engine};
+use bollard::Docker;
+use tokio_util::sync::CancellationToken;
+
+use crate::suite::support::{collect_events, engine_with, replay_provider, test_config};
 use crate::support::fake::replay_args;
 
 pub use crate::support::docker::{
@@ -87,6 +90,24 @@ pub fn image_fake_config(dir: &Path, image: &str, hosts: &[DockerHostConfig]) ->
     cfg
 }
 
+/// Runs `tasks` as one batch on `engine`, its live events collected and dropped; fails
+/// when it takes longer than `within`.
+pub async fn run_batch_within(
+    engine: &Engine,
+    tasks: Vec<TaskSpec>,
+    opts: BatchOptions,
+    within: Duration,
+    cancel: CancellationToken,
+) -> BatchResult {
+    let (tx, events) = collect_events();
+    let b = tokio::time::timeout(within, engine.run_batch(tasks, opts, tx, cancel))
+        .await
+        .expect("the batch ends")
+        .expect("batch");
+    let _ = events.await;
+    b
+}
+
 /// An engine over `config` and its providers only.
 pub fn config_engine(config: AiCliConfig) -> Engine {
     engine_with(config, Vec::new())
@@ -97,12 +118,9 @@ pub fn engine(config: AiCliConfig, fake: SharedProvider) -> Engine {
     engine_with(config, vec![fake])
 }
 
-/// aicli's containers of `batch` on `docker` (any state).
-pub async fn containers_of(docker: &Docker, batch: &str) -> Vec<String> {
-    let filters = std::collections::HashMap::from([(
-        "label".to_owned(),
-        vec![format!("{}={batch}", labels::BATCH)],
-    )]);
+/// The containers on `docker` (any state) labelled `label` (`key` or `key=value`).
+pub async fn labelled(docker: &Docker, label: &str) -> Vec<bollard::models::ContainerSummary> {
+    let filters = std::collections::HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
     docker
         .list_containers(Some(bollard::query_parameters::ListContainersOptions {
             all: true,
@@ -111,6 +129,12 @@ pub async fn containers_of(docker: &Docker, batch: &str) -> Vec<String> {
         }))
         .await
         .expect("list containers")
+}
+
+/// aicli's containers of `batch` on `docker` (any state).
+pub async fn containers_of(docker: &Docker, batch: &str) -> Vec<String> {
+    labelled(docker, &format!("{}={batch}", labels::BATCH))
+        .await
         .into_iter()
         .map(|c| {
             format!(
@@ -133,16 +157,8 @@ pub async fn assert_no_container(docker: &Docker, batch: &str) {
 
 /// Fails when a container of a task of `repo` is left (any batch).
 pub async fn assert_no_container_for_repo(docker: &Docker, repo: &Path) {
-    let filters =
-        std::collections::HashMap::from([("label".to_owned(), vec![labels::MANAGED.to_owned()])]);
-    let left: Vec<String> = docker
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        }))
+    let left: Vec<String> = labelled(docker, labels::MANAGED)
         .await
-        .expect("list containers")
         .into_iter()
         .filter(|c| {
             c.labels
