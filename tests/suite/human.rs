@@ -353,10 +353,7 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
         serde_json::from_slice(&std::fs::read(batch_dir.join("tasks/quick/task.json")).unwrap())
             .unwrap();
 
-    let out = succeeds(
-        aicli_with(&cfg, &["resume", &batch_id, "--no-mcp", "--json", "--repo"]).arg(repo.path()),
-    );
-    let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
+    let result = resume_json(&cfg, &batch_id, &["--no-mcp", "--repo", repo_arg]);
     assert_eq!((result.n_tasks, result.n_succeeded), (4, 4), "{result:#?}");
 
     let store = RunStore::new(&runs);

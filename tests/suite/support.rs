@@ -230,6 +230,13 @@ pub fn spawn_batch(cfg: &Path, tasks: &serde_json::Value, args: &[&str]) -> std:
         .expect("aicli batch starts")
 }
 
+/// `aicli --config <cfg> resume <batch_id> --json ARGS`, which must succeed: the
+/// batch's result.
+pub fn resume_json(cfg: &Path, batch_id: &str, args: &[&str]) -> aicli::BatchResult {
+    let out = succeeds(aicli_with(cfg, &["resume", batch_id, "--json"]).args(args));
+    serde_json::from_slice(&out.stdout).expect("the batch result")
+}
+
 /// Runs `cmd` to its end: its output, which must be a success (else its stderr is the
 /// failure).
 pub fn succeeds(cmd: &mut std::process::Command) -> std::process::Output {

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::support::{self, assert_no_container, docker_config, fake_provider, local_host};
 use crate::suite::support::{
-    aicli_with, batch_id, collect_events, git, git_repo, kill_9, spawn_batch, succeeds,
+    aicli_with, batch_id, collect_events, git, git_repo, kill_9, resume_json, spawn_batch,
     task_printed, task_state, wait_for_batch,
 };
 
@@ -231,14 +231,7 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
     assert_eq!(mine[0]["labels"]["task_id"], "slow");
     assert_eq!(mine[0]["owner_alive"], false);
 
-    let out = succeeds(&mut cmd(&[
-        "resume",
-        &batch_id,
-        "--json",
-        "--repo",
-        repo.path().to_str().unwrap(),
-    ]));
-    let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
+    let result = resume_json(&cfg, &batch_id, &["--repo", repo.path().to_str().unwrap()]);
     assert_eq!((result.n_tasks, result.n_succeeded), (2, 2), "{result:#?}");
     assert_no_container(&docker, &batch_id).await;
     // Nothing lost: both tasks' work is in their worktrees.

@@ -12,7 +12,7 @@ use super::remote_engine::RemoteEngine;
 use super::support::{self, DockerSetup, assert_no_container, docker_config, local_host};
 use crate::suite::e2e::{Cli, Setup, builtin_tool_with, question_then_answer_with};
 use crate::suite::support::{
-    aicli_with, batch_id, git, git_repo, kill_9, spawn_batch, succeeds, task_printed,
+    aicli_with, batch_id, git, git_repo, kill_9, resume_json, spawn_batch, task_printed,
     wait_for_batch,
 };
 
@@ -181,14 +181,7 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
     assert_eq!(git(&wt, &["status", "--porcelain"]), "?? slow.txt");
     assert_no_container(&remote.docker, &batch_id).await;
 
-    let out = succeeds(&mut cmd(&[
-        "resume",
-        &batch_id,
-        "--json",
-        "--repo",
-        repo.path().to_str().unwrap(),
-    ]));
-    let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
+    let result = resume_json(&cfg, &batch_id, &["--repo", repo.path().to_str().unwrap()]);
     assert_eq!(result.n_succeeded, 1, "{result:#?}");
     assert!(wt.join("slow.txt").is_file());
     assert_no_container(&remote.docker, &batch_id).await;
