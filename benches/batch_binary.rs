@@ -31,13 +31,10 @@ fn aicli_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_aicli"))
 }
 
-fn fake_cli() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_aicli-fake-cli"))
-}
-
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/claude/text")
-}
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::fake::{fake_cli, fixture, replay_args};
+use support::git::init_repo;
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -48,42 +45,15 @@ fn env_num(name: &str, default: u64) -> u64 {
 
 /// The config entry's `extra_args`: read the prompt from stdin, replay the transcript.
 fn fake_args(line_delay_ms: u64) -> Vec<String> {
-    let fx = fixture().display().to_string();
-    vec![
-        "--record-stdin".into(),
-        "/dev/null".into(),
-        "--replay".into(),
-        format!("{fx}.ndjson"),
-        "--stderr-file".into(),
-        format!("{fx}.stderr"),
-        "--exit-file".into(),
-        format!("{fx}.exit"),
-        "--line-delay-ms".into(),
-        line_delay_ms.to_string(),
-    ]
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut args = vec!["--record-stdin".into(), "/dev/null".into()];
+    args.extend(replay_args(&fixture("claude", "text")));
+    args.extend(["--line-delay-ms".into(), line_delay_ms.to_string()]);
+    args
 }
 
 /// The template repository: one commit of a few small files.
 fn template_repo(dir: &Path) {
     std::fs::create_dir_all(dir.join("src")).unwrap();
-    git(dir, &["init", "-q", "-b", "main"]);
-    git(dir, &["config", "user.email", "bench@example.invalid"]);
-    git(dir, &["config", "user.name", "aicli bench"]);
-    git(dir, &["config", "commit.gpgsign", "false"]);
-    std::fs::write(dir.join("README.md"), "# bench repo\n").unwrap();
     for i in 0..20 {
         std::fs::write(
             dir.join(format!("src/m{i}.rs")),
@@ -91,8 +61,7 @@ fn template_repo(dir: &Path) {
         )
         .unwrap();
     }
-    git(dir, &["add", "."]);
-    git(dir, &["commit", "-q", "-m", "initial"]);
+    init_repo(dir);
 }
 
 /// What one orchestrator process cost.
@@ -350,15 +319,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(120);
-    let mut parallels: Vec<usize> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
-    if parallels.is_empty() {
-        parallels = vec![20, 50];
-    }
+    let (n, parallels) = support::bench::tasks_and_parallels(120, &[20, 50]);
     let rounds = env_num("ROUNDS", 3).max(1) as usize;
     let line_delay_ms = env_num("LINE_DELAY_MS", 0);
     let tmp = tempfile::tempdir().unwrap();

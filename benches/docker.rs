@@ -24,61 +24,25 @@ use std::time::{Duration, Instant};
 
 use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::{AiCliConfig, DockerHostConfig, ProviderRegistry, RunnerKind, TaskSpec};
-use aicli::runner::DockerRunner;
-use aicli::runner::docker::image;
 use aicli::{BatchEvent, BatchOptions, Engine};
 use aicli_testkit::{CliWiring, FakeApi, RunDirs, Script, Vendor, WiringOptions};
 use tokio_util::sync::CancellationToken;
 
-const LINE_DELAY_MS: u64 = 20;
-const FIXTURES_IN_IMAGE: &str = "/opt/aicli-bench/fixtures";
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::docker::{FIXTURES_IN_IMAGE, bridge_gateway, fake_cli_image, provider_image};
+use support::fake::{fake_cli, fake_provider_config, fake_tasks, fixture};
+use support::git::git_repo;
+use support::wiring::{fake_model, wiring_extra_args};
 
+const LINE_DELAY_MS: u64 = 20;
+
+/// The local engine, up to 16 containers at once.
 fn local_host() -> DockerHostConfig {
     DockerHostConfig {
-        name: "local".into(),
-        url: "unix:///var/run/docker.sock".into(),
-        tls: None,
-        remote: None,
         max_containers: Some(16),
-        mcp_address: None,
-        mcp_bind: None,
+        ..support::docker::local_host()
     }
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap()
-        .status
-        .success();
-    assert!(ok, "git {args:?}");
-}
-
-fn repo() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    git(d.path(), &["init", "-q", "-b", "main"]);
-    std::fs::write(d.path().join("README.md"), "# bench\n").unwrap();
-    git(d.path(), &["add", "."]);
-    git(
-        d.path(),
-        &[
-            "-c",
-            "user.name=b",
-            "-c",
-            "user.email=b@example.invalid",
-            "commit",
-            "-qm",
-            "init",
-        ],
-    );
-    d
-}
-
-fn deb_cache() -> PathBuf {
-    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/aicli/debs")
 }
 
 /// (TaskStarted -> first CLI event, TaskStarted -> TaskFinished) per task, in ms.
@@ -139,11 +103,7 @@ async fn first_event(
     let fake = FakeApi::start_at(vendor, Script::text("Timed."), SocketAddr::new(gateway, 0))
         .await
         .unwrap();
-    let model = match vendor {
-        Vendor::OpenAi => Some("gpt-5.5"),
-        Vendor::Gemini => Some("gemini-2.5-flash"),
-        Vendor::Anthropic => None,
-    };
+    let model = fake_model(vendor);
     let mut options = WiringOptions::default().with_max_retries(0);
     if let Some(m) = model {
         options = options.with_model(m);
@@ -168,24 +128,13 @@ async fn first_event(
             let p = config.providers.get_mut(provider).unwrap();
             p.binary_path = Some(aicli_testkit::installed_cli(vendor).unwrap());
             p.default_model = model.map(str::to_owned);
-            let mut args = wiring.args.clone().into_iter();
-            let mut extra = Vec::new();
-            while let Some(a) = args.next() {
-                match a.as_str() {
-                    "-m" | "--model" => {
-                        args.next();
-                    }
-                    "--skip-trust" => {}
-                    _ => extra.push(a),
-                }
-            }
-            p.extra_args = extra;
+            p.extra_args = wiring_extra_args(&wiring);
             p.env.extend(wiring.env.clone());
         }
         if runner == RunnerKind::Docker {
-            ensure_image(docker, &config, provider).await;
+            provider_image(docker, &config, provider).await;
         }
-        let repo = repo();
+        let repo = git_repo();
         let cancel = CancellationToken::new();
         let _stop = cancel.clone().drop_guard();
         let mut mo = McpServerOptions::from_config(&config, repo.path());
@@ -234,89 +183,9 @@ async fn first_event(
     rows
 }
 
-async fn ensure_image(docker: &bollard::Docker, config: &AiCliConfig, provider: &str) {
-    let p = &config.providers[provider];
-    let tag =
-        aicli::runner::docker::image_name(&config.engine.docker, provider, p.version.as_deref());
-    if docker.inspect_image(&tag).await.is_ok() {
-        return;
-    }
-    let spec = image::BuildSpec {
-        provider: provider.into(),
-        package: p.package.clone(),
-        version: p.version.clone(),
-        binary_name: p.binary_name.clone(),
-        base: config.engine.docker.base_image.clone(),
-        tag,
-        npm_dir: aicli_testkit::cli_cache_dir(),
-        search_path: std::env::var("PATH").unwrap_or_default(),
-        deb_cache: deb_cache(),
-        force: false,
-    };
-    image::build(docker, &spec, &|l| eprintln!("[image] {l}"))
-        .await
-        .unwrap();
-}
-
-/// The fake CLI image (on the runtime layer).
-async fn fake_image(docker: &bollard::Docker) -> String {
-    let runtime = image::runtime_image(
-        docker,
-        &image::RuntimeSpec {
-            base: "local/base".into(),
-            search_path: std::env::var("PATH").unwrap_or_default(),
-            deb_cache: deb_cache(),
-        },
-        &|l| eprintln!("[image] {l}"),
-    )
-    .await
-    .unwrap();
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_aicli-fake-cli"));
-    let len = std::fs::metadata(&bin).unwrap().len();
-    let tag = format!("aicli-bench/fake-cli:{len}");
-    if docker.inspect_image(&tag).await.is_err() {
-        // Images of earlier builds of the fake CLI go.
-        let old = docker
-            .list_images(Some(bollard::query_parameters::ListImagesOptions {
-                filters: Some(HashMap::from([(
-                    "reference".to_owned(),
-                    vec!["aicli-bench/fake-cli".to_owned()],
-                )])),
-                ..Default::default()
-            }))
-            .await
-            .unwrap_or_default();
-        for t in old.into_iter().flat_map(|i| i.repo_tags) {
-            let _ = docker
-                .remove_image(
-                    &t,
-                    None::<bollard::query_parameters::RemoveImageOptions>,
-                    None,
-                )
-                .await;
-        }
-        image::files_image(
-            docker,
-            &runtime,
-            &tag,
-            vec![
-                (bin, "/usr/local/bin/aicli-fake-cli".into()),
-                (
-                    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/claude"),
-                    format!("{FIXTURES_IN_IMAGE}/claude"),
-                ),
-            ],
-            "aicli-fake-cli --version >/dev/null 2>&1 || true",
-        )
-        .await
-        .unwrap();
-    }
-    tag
-}
-
 /// Part 2: `n` fake-CLI tasks at `parallel`, local and in containers; tasks/s each.
 async fn throughput(n: usize, parallel: usize, docker: &bollard::Docker) -> Vec<String> {
-    let image = fake_image(docker).await;
+    let image = fake_cli_image(docker).await;
     let mut rows = Vec::new();
     let mut rates = Vec::new();
     for runner in [RunnerKind::Local, RunnerKind::Docker] {
@@ -331,26 +200,11 @@ async fn throughput(n: usize, parallel: usize, docker: &bollard::Docker) -> Vec<
             .insert("fake".into(), image.clone());
         // The Claude adapter's command (the prompt on the CLI's stdin, as for the real
         // CLIs) running the fake CLI: on this machine, or the one in the image.
-        let (binary, fixtures) = match runner {
-            RunnerKind::Local => (
-                Some(PathBuf::from(env!("CARGO_BIN_EXE_aicli-fake-cli"))),
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/claude/text"),
-            ),
+        let (binary, fixture) = match runner {
+            RunnerKind::Local => (Some(fake_cli()), fixture("claude", "text")),
             RunnerKind::Docker => (None, Path::new(FIXTURES_IN_IMAGE).join("claude/text")),
         };
-        let fx = fixtures.display();
-        let mut fake: aicli::providers::ProviderConfig =
-            serde_json::from_value(serde_json::json!({
-                "adapter": "claude",
-                "package": "aicli-fake-cli",
-                "binary_name": "aicli-fake-cli",
-                "extra_args": [
-                    "--replay", format!("{fx}.ndjson"),
-                    "--stderr-file", format!("{fx}.stderr"),
-                    "--exit-file", format!("{fx}.exit"),
-                ],
-            }))
-            .unwrap();
+        let mut fake = fake_provider_config("claude", &fixture, &[]);
         fake.binary_path = binary;
         config.providers.insert("fake".into(), fake);
         let reg = ProviderRegistry::from_config(&config).unwrap();
@@ -359,14 +213,7 @@ async fn throughput(n: usize, parallel: usize, docker: &bollard::Docker) -> Vec<
             std::env::var("PATH").unwrap_or_default(),
         )]));
         let dir = tempfile::tempdir().unwrap();
-        let tasks: Vec<TaskSpec> = (0..n)
-            .map(|i| TaskSpec {
-                id: format!("t{i}"),
-                prompt: "bench".into(),
-                extra_args: vec!["--line-delay-ms".into(), LINE_DELAY_MS.to_string()],
-                ..TaskSpec::default()
-            })
-            .collect();
+        let tasks = fake_tasks(n, "bench", LINE_DELAY_MS);
         let mut opts = BatchOptions::new(dir.path());
         opts.provider = Some("fake".into());
         opts.worktrees = false;
@@ -404,16 +251,7 @@ fn main() {
             .negotiate_version()
             .await
             .expect("a Docker engine (../shared/tools/setup-docker-engine.sh)");
-        let cfg = aicli::providers::DockerConfig {
-            hosts: vec![local_host()],
-            ..Default::default()
-        };
-        let gateway = DockerRunner::connect(&cfg, &BTreeMap::new())
-            .await
-            .unwrap()
-            .hosts()[0]
-            .reach
-            .bind;
+        let gateway = bridge_gateway().await;
         println!("\nStart to first event, plain answer, mean of {runs} (after one warm-up), ms:\n");
         println!("| CLI | runner | start → first event | start → finished |");
         println!("|---|---|---|---|");

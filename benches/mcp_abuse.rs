@@ -11,12 +11,16 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use aicli::mcp::{McpServer, McpServerOptions, TaskContext};
+use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::McpLimits;
 use anyhow::{Context, Result, bail};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::mcp::detached_context;
 
 fn session_idle() -> u64 {
     std::env::var("MCP_ABUSE_SESSION_IDLE")
@@ -51,19 +55,7 @@ async fn serve() -> Result<()> {
         CancellationToken::new(),
     )
     .await?;
-    let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    let token = server.mint(TaskContext {
-        batch_id: "abuse".into(),
-        task_id: "abuse".into(),
-        workspace: dir.path().to_path_buf(),
-        skills: Vec::new(),
-        credentials: Vec::new(),
-        tools: Vec::new(),
-        record_dir: None,
-        attempt: 1,
-        events,
-    });
+    let token = server.mint(detached_context("abuse", dir.path(), &[]));
     println!("ADDR {}", server.local_addr());
     println!("TOKEN {token}");
     // Answers "sessions" on stdin with the live session count; EOF stops.

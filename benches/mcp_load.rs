@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aicli::mcp::{McpServer, McpServerOptions, TaskContext};
+use aicli::mcp::{McpServer, McpServerOptions};
 use anyhow::{Context, Result, anyhow, bail};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
@@ -28,9 +28,10 @@ const WARMUP: Duration = Duration::from_millis(500);
 const SETUP_SESSIONS: usize = 100;
 const SERVER_CPU: &str = "0";
 
-#[path = "support/mcp_client.rs"]
-mod mcp_client;
-use mcp_client::Client;
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::mcp::{detached_context, mcp_python};
+use support::mcp_client::{Client, measure};
 
 fn main() -> Result<()> {
     if std::env::args().any(|a| a == "--serve-rust") {
@@ -70,20 +71,7 @@ fn serve_rust() -> Result<()> {
             cancel.clone(),
         )
         .await?;
-        let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        // The engine would record and broadcast these; the bench drops them.
-        tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        let token = server.mint(TaskContext {
-            batch_id: "bench".into(),
-            task_id: "bench".into(),
-            workspace: dir.path().to_path_buf(),
-            skills: Vec::new(),
-            credentials: Vec::new(),
-            tools: Vec::new(),
-            record_dir: None,
-            attempt: 1,
-            events,
-        });
+        let token = server.mint(detached_context("bench", dir.path(), &[]));
         println!("URL {}", server.url());
         println!("TOKEN {token}");
         // Serve until the parent closes our stdin.
@@ -191,13 +179,6 @@ async fn spawn_server(
     })
 }
 
-fn cache_dir() -> PathBuf {
-    match std::env::var_os("AICLI_CACHE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/aicli"),
-    }
-}
-
 async fn start_rust() -> Result<ServerProc> {
     let exe = std::env::current_exe()?;
     let mut cmd = pinned(&exe);
@@ -206,7 +187,7 @@ async fn start_rust() -> Result<ServerProc> {
 }
 
 async fn start_python() -> Result<ServerProc> {
-    let python = cache_dir().join("mcp-venv/bin/python");
+    let python = mcp_python();
     if !python.exists() {
         bail!(
             "the Python mcp package is not installed at {}: run `bash .ci/install-mcp-clients.sh`",
@@ -238,76 +219,33 @@ struct Row {
     rss_mib: f64,
 }
 
-async fn load(client: Arc<Client>, concurrency: usize, measure: Duration) -> Result<Row> {
+async fn load(client: Arc<Client>, concurrency: usize, secs: Duration) -> Result<Row> {
     let mut sessions = Vec::new();
     for _ in 0..concurrency {
         sessions.push(client.initialize().await?);
     }
-    let start = Instant::now();
-    let warm_until = start + WARMUP;
-    let until = warm_until + measure;
-    let mut workers = Vec::new();
-    for (w, sid) in sessions.iter().cloned().enumerate() {
-        let client = client.clone();
-        workers.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut errors = 0usize;
-            let mut id = (w as u64) << 32;
-            loop {
-                let t0 = Instant::now();
-                if t0 >= until {
-                    break;
-                }
-                id += 1;
-                let ok = client
-                    .call(
-                        &sid,
-                        id,
-                        "broadcastLog",
-                        &format!(
-                            r#"{{"message":"bench line {id}","level":"info","source":"mcp_load"}}"#
-                        ),
-                    )
-                    .await
-                    .is_ok();
-                let t1 = Instant::now();
-                if t0 >= warm_until {
-                    if ok {
-                        lat.push(t1 - t0);
-                    } else {
-                        errors += 1;
-                    }
-                }
-            }
-            (lat, errors)
-        }));
-    }
-    let mut lat = Vec::new();
-    let mut errors = 0;
-    for w in workers {
-        let (l, e) = w.await?;
-        lat.extend(l);
-        errors += e;
-    }
-    for sid in &sessions {
+    let sessions = Arc::new(sessions);
+    let (cl, ss) = (client.clone(), sessions.clone());
+    let m = measure(concurrency, WARMUP, secs, move |w, id| {
+        let (cl, ss) = (cl.clone(), ss.clone());
+        async move {
+            let args =
+                format!(r#"{{"message":"bench line {id}","level":"info","source":"mcp_load"}}"#);
+            cl.call(&ss[w], id, "broadcastLog", &args).await.map(|_| ())
+        }
+    })
+    .await;
+    for sid in sessions.iter() {
         client.delete(sid).await;
     }
-    lat.sort();
-    let pct = |p: f64| -> f64 {
-        if lat.is_empty() {
-            return 0.0;
-        }
-        let i = ((lat.len() as f64 - 1.0) * p).round() as usize;
-        lat[i.min(lat.len() - 1)].as_secs_f64() * 1e3
-    };
     Ok(Row {
         server: "",
         concurrency,
-        calls: lat.len(),
-        errors,
-        per_sec: lat.len() as f64 / measure.as_secs_f64(),
-        p50_ms: pct(0.50),
-        p99_ms: pct(0.99),
+        calls: m.calls,
+        errors: m.errors,
+        per_sec: m.per_sec,
+        p50_ms: m.p50_ms,
+        p99_ms: m.p99_ms,
         rss_mib: 0.0,
     })
 }

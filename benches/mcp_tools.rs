@@ -3,7 +3,7 @@
 //! `cargo bench --bench mcp_tools` (needs `bash .ci/install-mcp-clients.sh`: the Python
 //! `mcp` package for the HTTP upstream). aicli's MCP server runs in this process with
 //! one token granted a command-backed tool and an HTTP upstream; the same raw
-//! streamable-HTTP client (`support/mcp_client.rs`) drives it, at concurrency 1 and 8:
+//! streamable-HTTP client (`tests/support/mcp_client.rs`) drives it, at concurrency 1 and 8:
 //!
 //! - `broadcastLog` through aicli: the built-in baseline (no process, no forward);
 //! - a command-backed tool (`/bin/cat`: its stdin, the arguments, is its result) through
@@ -20,21 +20,21 @@
 //! (seconds per level, default 3).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use aicli::mcp::{McpServer, McpServerOptions, TaskContext};
+use aicli::mcp::{McpServer, McpServerOptions};
 use aicli::providers::{CgroupMode, McpToolConfig, McpUpstreamConfig};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-#[path = "support/mcp_client.rs"]
-mod mcp_client;
-use mcp_client::Client;
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::mcp::{detached_context, mcp_python, start_http_upstream};
+use support::mcp_client::{Client, Load as Row, measure};
 
 const LEVELS: [usize; 2] = [1, 8];
 const WARMUP: Duration = Duration::from_millis(500);
@@ -49,113 +49,16 @@ fn main() -> Result<()> {
     rt.block_on(run())
 }
 
-fn cache_dir() -> PathBuf {
-    match std::env::var_os("AICLI_CACHE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/aicli"),
-    }
-}
-
 /// The FastMCP upstream; its child process (killed on drop) and URL.
 async fn start_upstream() -> Result<(tokio::process::Child, String)> {
-    let python = cache_dir().join("mcp-venv/bin/python");
+    let python = mcp_python();
     if !python.exists() {
         bail!(
             "the Python mcp package is not installed at {}: run `bash .ci/install-mcp-clients.sh`",
             python.display()
         );
     }
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_servers/http_upstream.py");
-    let mut child = tokio::process::Command::new(python)
-        .arg(script)
-        .env("EXPECTED_TOKEN", UPSTREAM_TOKEN)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
-    let line = tokio::time::timeout(
-        Duration::from_secs(60),
-        BufReader::new(stdout).lines().next_line(),
-    )
-    .await
-    .context("the upstream did not start in 60 s")??
-    .unwrap_or_default();
-    let port = line
-        .strip_prefix("PORT ")
-        .ok_or_else(|| anyhow!("upstream said {line:?}"))?;
-    Ok((child, format!("http://127.0.0.1:{}/mcp", port.trim())))
-}
-
-/// One row's figures.
-struct Row {
-    calls: usize,
-    errors: usize,
-    per_sec: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-}
-
-/// Runs `op` from `concurrency` workers for `measure` (after a warm-up).
-async fn measure<F, Fut>(concurrency: usize, measure: Duration, op: F) -> Row
-where
-    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send,
-{
-    let op = Arc::new(op);
-    let warm_until = Instant::now() + WARMUP;
-    let until = warm_until + measure;
-    let mut workers = Vec::new();
-    for w in 0..concurrency {
-        let op = op.clone();
-        workers.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut errors = 0usize;
-            let mut id = (w as u64) << 32;
-            loop {
-                let t0 = Instant::now();
-                if t0 >= until {
-                    break;
-                }
-                id += 1;
-                let ok = op(w, id).await.is_ok();
-                if t0 >= warm_until {
-                    if ok {
-                        lat.push(t0.elapsed());
-                    } else {
-                        errors += 1;
-                    }
-                }
-            }
-            (lat, errors)
-        }));
-    }
-    let mut lat = Vec::new();
-    let mut errors = 0;
-    for w in workers {
-        if let Ok((l, e)) = w.await {
-            lat.extend(l);
-            errors += e;
-        }
-    }
-    lat.sort();
-    let pct = |p: f64| -> f64 {
-        if lat.is_empty() {
-            return 0.0;
-        }
-        let i = ((lat.len() as f64 - 1.0) * p).round() as usize;
-        lat[i.min(lat.len() - 1)].as_secs_f64() * 1e3
-    };
-    Row {
-        calls: lat.len(),
-        errors,
-        per_sec: lat.len() as f64 / measure.as_secs_f64(),
-        p50_ms: pct(0.50),
-        p99_ms: pct(0.99),
-    }
+    start_http_upstream(&python, UPSTREAM_TOKEN).await
 }
 
 /// Rows of calls of `tool` with `args` through `client`, one session per worker (or one
@@ -181,7 +84,7 @@ async fn mcp_rows(
         let sessions = Arc::new(sessions);
         let cl = client.clone();
         let ss = sessions.clone();
-        let row = measure(c, secs, move |w, id| {
+        let row = measure(c, WARMUP, secs, move |w, id| {
             let cl = cl.clone();
             let ss = ss.clone();
             async move { cl.call(&ss[w], id, tool, args).await.map(|_| ()) }
@@ -250,19 +153,7 @@ async fn start_aicli(
     }))?;
     opts.upstreams = BTreeMap::from([("tracker".to_owned(), tracker)]);
     let server = McpServer::start(opts, cancel.child_token()).await?;
-    let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    let token = server.mint(TaskContext {
-        batch_id: "bench".into(),
-        task_id: "bench".into(),
-        workspace: dir.to_path_buf(),
-        skills: Vec::new(),
-        credentials: Vec::new(),
-        tools: vec!["cat".into(), "tracker".into()],
-        record_dir: None,
-        attempt: 1,
-        events,
-    });
+    let token = server.mint(detached_context("bench", dir, &["cat", "tracker"]));
     if let Some(m) = server.start_upstreams(&token).await.into_iter().next() {
         bail!("{m}");
     }
@@ -309,7 +200,7 @@ async fn run() -> Result<()> {
     ));
     let mut bare = Vec::new();
     for c in LEVELS {
-        bare.push(measure(c, secs, |_, _| bare_cat(CAT)).await);
+        bare.push(measure(c, WARMUP, secs, |_, _| bare_cat(CAT)).await);
     }
     table.push(("/bin/cat bare (tokio)", bare));
     table.push((

@@ -23,6 +23,12 @@ use std::time::{Duration, Instant};
 
 use aicli::providers::{AiCliConfig, EventKind, Line, ParseContext, ProviderRegistry};
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::fake::{fixture, fixture_json_lines};
+use support::git::init_repo;
+use support::rss::peak_rss_kib;
+
 const MIB: u64 = 1 << 20;
 
 /// Every fixture line of `vendor` that is valid JSON and not a final event, then one
@@ -30,41 +36,23 @@ const MIB: u64 = 1 << 20;
 fn corpus(vendor: &str, dir: &Path) -> PathBuf {
     let registry = ProviderRegistry::from_config(&AiCliConfig::builtin().unwrap()).unwrap();
     let provider = registry.get(vendor).unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(vendor);
-    let mut files = Vec::new();
-    for d in [root.clone(), root.join("hand")] {
-        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
-            if e.path().extension().is_some_and(|x| x == "ndjson") {
-                files.push(e.path());
-            }
-        }
-    }
-    files.sort();
     let mut body = String::new();
     let mut kinds = std::collections::BTreeSet::new();
-    for f in files {
-        let text = String::from_utf8_lossy(&std::fs::read(&f).unwrap()).into_owned();
-        for l in text.lines() {
-            if serde_json::from_str::<serde::de::IgnoredAny>(l).is_err() {
-                continue;
-            }
-            let mut d = provider.decoder(&ParseContext::default());
-            let events = d.line(Line::Bytes(l.as_bytes()));
-            if d.finished()
-                || events
-                    .iter()
-                    .any(|e| matches!(e.kind, EventKind::Final { .. }))
-            {
-                continue;
-            }
-            kinds.extend(events.iter().map(|e| e.type_name()));
-            body.push_str(l);
-            body.push('\n');
+    for l in fixture_json_lines(vendor) {
+        let mut d = provider.decoder(&ParseContext::default());
+        let events = d.line(Line::Bytes(l.as_bytes()));
+        if d.finished()
+            || events
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::Final { .. }))
+        {
+            continue;
         }
+        kinds.extend(events.iter().map(|e| e.type_name()));
+        body.push_str(&l);
+        body.push('\n');
     }
-    let text = std::fs::read_to_string(root.join("text.ndjson")).unwrap();
+    let text = std::fs::read_to_string(fixture(vendor, "text").with_extension("ndjson")).unwrap();
     let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
     body.push_str(last);
     body.push('\n');
@@ -82,37 +70,13 @@ fn corpus(vendor: &str, dir: &Path) -> PathBuf {
 /// CLI through the real `vendor` adapter, printing `bytes` of the corpus.
 fn setup(dir: &Path, vendor: &str, corpus: &Path, bytes: u64) -> (PathBuf, PathBuf) {
     let repo = dir.join(format!("repo-{vendor}-{bytes}"));
-    std::fs::create_dir_all(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let ok = Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(args)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    };
-    git(&["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README.md"), "# bench\n").unwrap();
-    git(&["add", "README.md"]);
-    git(&[
-        "-c",
-        "user.email=bench@example.invalid",
-        "-c",
-        "user.name=bench",
-        "commit",
-        "-q",
-        "-m",
-        "initial",
-    ]);
+    init_repo(&repo);
     let cfg = dir.join(format!("aicli-{vendor}-{bytes}.json"));
     let json = serde_json::json!({
         "default_provider": "fake",
         "providers": {"fake": {
             "adapter": vendor,
-            "binary_path": env!("CARGO_BIN_EXE_aicli-fake-cli"),
+            "binary_path": support::fake::fake_cli(),
             "extra_args": ["--replay", corpus, "--repeat-to", bytes.to_string()],
             // So that the adapters' quick credentials check passes (the fake CLI needs none).
             "env": {"ANTHROPIC_API_KEY": "bench", "CODEX_API_KEY": "bench", "GEMINI_API_KEY": "bench"},
@@ -159,22 +123,7 @@ fn measured_with(args: &[&str], slow_reader: bool) -> (f64, f64) {
             }
         })
     });
-    let status_file = format!("/proc/{}/status", child.id());
-    let mut hwm_kib = 0u64;
-    let status = loop {
-        if let Ok(text) = std::fs::read_to_string(&status_file)
-            && let Some(kib) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        {
-            hwm_kib = hwm_kib.max(kib);
-        }
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (hwm_kib, status) = peak_rss_kib(&mut child, Duration::from_millis(20));
     let secs = start.elapsed().as_secs_f64();
     if let Some(r) = reader {
         r.join().unwrap();

@@ -31,30 +31,9 @@ use std::time::Instant;
 
 use aicli::providers::{AiCliConfig, ExitStatus, Line, ParseContext, ProviderRegistry};
 
-fn fixture_lines(vendor: &str) -> Vec<String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(vendor);
-    let mut files = Vec::new();
-    for dir in [root.clone(), root.join("hand")] {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            if e.path().extension().is_some_and(|x| x == "ndjson") {
-                files.push(e.path());
-            }
-        }
-    }
-    files.sort();
-    let mut lines = Vec::new();
-    for f in files {
-        let text = String::from_utf8_lossy(&std::fs::read(&f).unwrap()).into_owned();
-        for l in text.lines() {
-            if serde_json::from_str::<serde::de::IgnoredAny>(l).is_ok() {
-                lines.push(l.to_owned());
-            }
-        }
-    }
-    lines
-}
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::fake::fixture_json_lines as fixture_lines;
 
 /// The corpus: the fixture lines in order, repeated to `mb` MB, written to a file (the
 /// bench holds no copy while it runs `aicli parse`: a child started with `vfork` counts

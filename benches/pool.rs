@@ -26,36 +26,28 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aicli::proc::cgroup::CgroupMode;
-use aicli::providers::{AiCliConfig, ProviderRegistry, TaskSpec};
+use aicli::providers::{AiCliConfig, ProviderRegistry};
 use aicli::testing::ReplayProvider;
 use aicli::{BatchEvent, BatchOptions, Engine};
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::fake::{fake_cli, fake_tasks, replay_args};
+
 const LINE_DELAY_MS: u64 = 20;
 
-fn fake_cli() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_aicli-fake-cli"))
-}
-
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/claude/text")
+    support::fake::fixture("claude", "text")
 }
 
 /// The fake CLI's argv as the engine's replay provider builds it (the bare processes
 /// and the Python peer run exactly this).
 fn fake_argv() -> Vec<String> {
-    let fx = fixture().display().to_string();
-    vec![
-        "--replay".into(),
-        format!("{fx}.ndjson"),
-        "--stderr-file".into(),
-        format!("{fx}.stderr"),
-        "--exit-file".into(),
-        format!("{fx}.exit"),
-        "--line-delay-ms".into(),
-        LINE_DELAY_MS.to_string(),
-    ]
+    let mut argv = replay_args(&fixture());
+    argv.extend(["--line-delay-ms".into(), LINE_DELAY_MS.to_string()]);
+    argv
 }
 
 fn cpu_time() -> Duration {
@@ -219,14 +211,7 @@ async fn run(n: usize, parallel: usize, cgroups: CgroupMode, dir: &Path) -> Run 
         Some(&fixture()),
     )));
     let engine = Engine::new(config, reg);
-    let tasks: Vec<TaskSpec> = (0..n)
-        .map(|i| TaskSpec {
-            id: format!("t{i}"),
-            prompt: "bench".into(),
-            extra_args: vec!["--line-delay-ms".into(), LINE_DELAY_MS.to_string()],
-            ..TaskSpec::default()
-        })
-        .collect();
+    let tasks = fake_tasks(n, "bench", LINE_DELAY_MS);
     let mut opts = BatchOptions::new(dir);
     opts.provider = Some("fake".into());
     opts.worktrees = false;
@@ -276,15 +261,7 @@ fn per_task_ms(d: Duration, n: usize) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1000);
-    let mut parallels: Vec<usize> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
-    if parallels.is_empty() {
-        parallels = vec![50, 200];
-    }
+    let (n, parallels) = support::bench::tasks_and_parallels(1000, &[50, 200]);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -8,15 +8,11 @@ Every request without `Authorization: Bearer $EXPECTED_TOKEN` gets 401, so a too
 answering at all proves the header reached it. Tools: `whoami`, `add(a, b)` and `repeat(s, n)`.
 """
 
-import hmac
-import json
 import os
-import socket
-import sys
-import threading
 
-import uvicorn
 from mcp.server.fastmcp import FastMCP
+
+from bearer_http import Bearer, serve
 
 TOKEN = os.environ["EXPECTED_TOKEN"].encode()
 
@@ -41,38 +37,8 @@ def repeat(s: str, n: int) -> str:
     return s * n
 
 
-class Bearer:
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            auth = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(auth, b"Bearer " + TOKEN):
-                body = json.dumps({"error": "invalid_token"}).encode()
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
-
-
-def exit_when_stdin_closes():
-    sys.stdin.read()
-    os._exit(0)
-
-
 def main():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    print(f"PORT {sock.getsockname()[1]}", flush=True)
-    threading.Thread(target=exit_when_stdin_closes, daemon=True).start()
-    config = uvicorn.Config(Bearer(mcp.streamable_http_app()), log_level="warning", lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    serve(Bearer(mcp.streamable_http_app(), TOKEN), backlog=64)
 
 
 if __name__ == "__main__":

@@ -483,21 +483,7 @@ async fn notifications_reach_a_webhook_and_a_command_for_every_end() {
 async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
     let repo = git_repo();
     let dir = tempfile::tempdir().unwrap();
-    let fx = fixture("claude", "text");
-    let config = serde_json::json!({
-        "default_provider": "fake",
-        "providers": {"fake": {
-            "adapter": "claude",
-            "binary_path": fake_cli(),
-            "extra_args": [
-                "--replay", fx.with_extension("ndjson"),
-                "--stderr-file", fx.with_extension("stderr"),
-                "--exit-file", fx.with_extension("exit")
-            ]
-        }}
-    });
-    let cfg = dir.path().join("aicli.json");
-    std::fs::write(&cfg, config.to_string()).unwrap();
+    let cfg = fake_cli_config(dir.path(), &[]);
     // Two at a time: "quick" and "slow1" start; "slow2" takes quick's slot; "late" is
     // still queued when aicli is killed.
     let tasks = serde_json::json!({"max_parallel": 2, "tasks": [
@@ -506,66 +492,32 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
         {"id": "slow2", "prompt": "s2", "extra_args": ["--line-delay-ms", "3000", "--spawn-grandchildren", "1"]},
         {"id": "late", "prompt": "l"}
     ]});
-    let tasks_file = dir.path().join("tasks.json");
-    std::fs::write(&tasks_file, tasks.to_string()).unwrap();
-    let aicli = env!("CARGO_BIN_EXE_aicli");
-    let mut child = std::process::Command::new(aicli)
-        .args([
-            "--config",
-            cfg.to_str().unwrap(),
-            "batch",
-            tasks_file.to_str().unwrap(),
-            "--no-mcp",
-            "--repo",
-        ])
-        .arg(repo.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let repo_arg = repo.path().to_str().unwrap();
+    let mut child = spawn_batch(&cfg, &tasks, &["--no-mcp", "--repo", repo_arg]);
     let runs = repo.path().join(".aicli/runs");
     // Wait until "quick" is done and the slow ones have printed their first line.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let batch_dir = loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the batch never got going"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-        let Some(b) = std::fs::read_dir(&runs)
-            .ok()
-            .and_then(|d| d.flatten().next())
-        else {
-            continue;
-        };
-        let t = b.path().join("tasks");
-        let state = |id: &str| -> Option<String> {
-            let v: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(t.join(id).join("task.json")).ok()?).ok()?;
-            v["state"].as_str().map(str::to_owned)
-        };
-        let printed = |id: &str| {
-            std::fs::metadata(t.join(id).join("events.ndjson"))
-                .map(|m| m.len() > 0)
-                .unwrap_or(false)
-        };
-        if state("quick").as_deref() == Some("succeeded") && printed("slow1") && printed("slow2") {
-            assert_eq!(state("late").as_deref(), Some("queued"));
-            break b.path();
-        }
-    };
+    let batch_dir = wait_for_batch(
+        &runs,
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        "the batch never got going",
+        |b| {
+            let going = task_state(b, "quick").as_deref() == Some("succeeded")
+                && task_printed(b, "slow1")
+                && task_printed(b, "slow2");
+            if going {
+                assert_eq!(task_state(b, "late").as_deref(), Some("queued"));
+            }
+            going
+        },
+    );
     let slow_pids: Vec<u32> = ["slow1", "slow2"]
         .iter()
         .filter_map(|id| std::fs::read_to_string(batch_dir.join("tasks").join(id).join("pid")).ok())
         .filter_map(|t| t.split_whitespace().next().and_then(|p| p.parse().ok()))
         .collect();
     assert_eq!(slow_pids.len(), 2);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    child.wait().unwrap();
+    kill_9(&mut child);
     // The CLIs die with aicli (parent-death signal).
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
     while slow_pids.iter().any(|p| alive(*p)) {
@@ -575,34 +527,12 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let batch_id = batch_dir
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let batch_id = batch_id(&batch_dir);
     let before: serde_json::Value =
         serde_json::from_slice(&std::fs::read(batch_dir.join("tasks/quick/task.json")).unwrap())
             .unwrap();
 
-    let out = std::process::Command::new(aicli)
-        .args([
-            "--config",
-            cfg.to_str().unwrap(),
-            "resume",
-            &batch_id,
-            "--no-mcp",
-            "--json",
-            "--repo",
-        ])
-        .arg(repo.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
+    let result = resume_json(&cfg, &batch_id, &["--no-mcp", "--repo", repo_arg]);
     assert_eq!((result.n_tasks, result.n_succeeded), (4, 4), "{result:#?}");
 
     let store = RunStore::new(&runs);

@@ -40,12 +40,7 @@ const OUTSIDE_SECRET: &str = "TOP-SECRET-OUTSIDE-THE-WORKSPACE";
 // ---------------------------------------------------------------------------------------
 // Where the installed clients are.
 
-pub(super) fn cache_dir() -> PathBuf {
-    match std::env::var_os("AICLI_CACHE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/aicli"),
-    }
-}
+pub(super) use crate::support::mcp::cache_dir;
 
 pub(super) fn need(path: PathBuf, what: &str) -> PathBuf {
     assert!(
@@ -57,10 +52,7 @@ pub(super) fn need(path: PathBuf, what: &str) -> PathBuf {
 }
 
 pub(super) fn python() -> PathBuf {
-    need(
-        cache_dir().join("mcp-venv/bin/python"),
-        "the Python mcp client",
-    )
+    need(crate::support::mcp::mcp_python(), "the Python mcp client")
 }
 
 pub(super) fn node22() -> PathBuf {

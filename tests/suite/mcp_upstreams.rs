@@ -12,17 +12,17 @@
 //! `notifications/tools/list_changed` reaches only the sessions granted it.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use aicli::mcp::{McpServer, McpServerOptions, TaskContext};
 use aicli::providers::{EventKind, SessionStatus};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
+
 use tokio_util::sync::CancellationToken;
 
 use super::mcp::{PyClient, cache_dir, need, python};
 use super::mcp_tools::{Harness, allowed_tools, call, task, text};
+use crate::support::mcp::{mcp_server_script as script, start_http_upstream};
 
 /// The stdio upstream's secret (in its `env` only).
 const STDIO_SECRET: &str = "stdio-upstream-secret-6a1e0b";
@@ -39,12 +39,6 @@ pub(super) fn everything_js() -> PathBuf {
     )
 }
 
-fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/mcp_servers")
-        .join(name)
-}
-
 fn node() -> PathBuf {
     which::which("node").expect("node on PATH (the CLIs need it too)")
 }
@@ -56,31 +50,10 @@ struct HttpUpstream {
 }
 
 async fn http_upstream() -> HttpUpstream {
-    let mut child = tokio::process::Command::new(python())
-        .arg(script("http_upstream.py"))
-        .env("EXPECTED_TOKEN", HTTP_SECRET)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+    let (child, url) = start_http_upstream(&python(), HTTP_SECRET)
         .await
-        .expect("the HTTP upstream prints its port")
-        .unwrap()
-        .unwrap_or_default();
-    let port = line
-        .strip_prefix("PORT ")
-        .expect("PORT <n>")
-        .trim()
-        .to_owned();
-    HttpUpstream {
-        _child: child,
-        url: format!("http://127.0.0.1:{port}/mcp"),
-    }
+        .unwrap_or_else(|e| panic!("the HTTP upstream does not start: {e:#}"));
+    HttpUpstream { _child: child, url }
 }
 
 /// Every live process on the machine whose environment holds `needle`.

@@ -195,12 +195,7 @@ fn kill_9_then_resume(mode: CgroupMode) {
         mode != CgroupMode::Off,
         "{mode:?}: {recorded}"
     );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    child.wait().unwrap();
+    kill_9(&mut child);
     // The CLI dies with aicli (parent-death signal); the daemon, out of its group and
     // session, outlives both. (Both were aicli's; this test process is a subreaper too
     // — other tests run engines here —, so their zombies may come here: only the
@@ -321,12 +316,7 @@ fn kill_9_while_clis_start_then_resume(mode: CgroupMode) {
         assert!(Instant::now() < deadline, "{mode:?}: no CLI ever started");
         std::thread::sleep(Duration::from_millis(1));
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    child.wait().unwrap();
+    kill_9(&mut child);
     // Long enough for a CLI that outlived aicli to start its grandchildren.
     std::thread::sleep(Duration::from_millis(500));
     let batch = std::fs::read_dir(repo.path().join(".aicli/runs"))

@@ -4,13 +4,13 @@
 //! CLI run — and finishes its record (`result.json`) and worktree as a normal end does.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aicli::providers::SessionStatus;
 use aicli::record::{RunStore, TaskState};
 use serde_json::json;
 
-use super::support::{alive, fake_cli_config, git, git_repo};
+use super::support::{alive, fake_cli_config, git, git_repo, kill_9, spawn_batch, wait_for_batch};
 
 /// Starts `aicli batch` on `tasks` (one task), waits until `ready` holds for the task's
 /// record directory, and kills aicli with SIGKILL. Returns the batch directory.
@@ -20,39 +20,15 @@ fn batch_killed_when(
     tasks: serde_json::Value,
     ready: impl Fn(&Path) -> bool,
 ) -> PathBuf {
-    let dir = cfg.parent().unwrap();
-    let tasks_file = dir.join("tasks.json");
-    std::fs::write(&tasks_file, tasks.to_string()).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aicli"))
-        .arg("--config")
-        .arg(cfg)
-        .args(["batch", tasks_file.to_str().unwrap(), "--repo"])
-        .arg(repo)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let runs = repo.join(".aicli/runs");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let batch = loop {
-        assert!(Instant::now() < deadline, "the run never got to its end");
-        std::thread::sleep(Duration::from_millis(5));
-        let Some(b) = std::fs::read_dir(&runs)
-            .ok()
-            .and_then(|d| d.flatten().next())
-        else {
-            continue;
-        };
-        if ready(&b.path().join("tasks/t")) {
-            break b.path();
-        }
-    };
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    child.wait().unwrap();
+    let mut child = spawn_batch(cfg, &tasks, &["--repo", repo.to_str().unwrap()]);
+    let batch = wait_for_batch(
+        &repo.join(".aicli/runs"),
+        Duration::from_secs(30),
+        Duration::from_millis(5),
+        "the run never got to its end",
+        |b| ready(&b.join("tasks/t")),
+    );
+    kill_9(&mut child);
     batch
 }
 

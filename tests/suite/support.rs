@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,66 +10,10 @@ use aicli::providers::{AiCliConfig, ProviderRegistry, SharedProvider};
 use aicli::testing::ReplayProvider;
 use aicli::{BatchEvent, Engine};
 
-/// The fake CLI binary built with this crate.
-pub fn fake_cli() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_aicli-fake-cli"))
-}
+use crate::support::fake::replay_args;
 
-/// The repository's `fixtures/` directory.
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-/// `fixtures/<provider>/<scenario>` (without extension).
-pub fn fixture(provider: &str, scenario: &str) -> PathBuf {
-    fixtures().join(provider).join(scenario)
-}
-
-/// Runs git in `dir`, panicking with its stderr on failure.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// A new git repository with one commit.
-pub fn git_repo() -> tempfile::TempDir {
-    init_repo(tempfile::tempdir().expect("tempdir"))
-}
-
-/// [`git_repo`] under `base` (created when missing).
-pub fn git_repo_in(base: &std::path::Path) -> tempfile::TempDir {
-    std::fs::create_dir_all(base).expect("base dir");
-    init_repo(
-        tempfile::Builder::new()
-            .prefix("repo")
-            .tempdir_in(base)
-            .expect("tempdir"),
-    )
-}
-
-fn init_repo(dir: tempfile::TempDir) -> tempfile::TempDir {
-    git(dir.path(), &["init", "-q", "-b", "main"]);
-    git(
-        dir.path(),
-        &["config", "user.email", "test@example.invalid"],
-    );
-    git(dir.path(), &["config", "user.name", "aicli test"]);
-    git(dir.path(), &["config", "commit.gpgsign", "false"]);
-    std::fs::write(dir.path().join("README.md"), "# test repo\n").expect("write");
-    git(dir.path(), &["add", "README.md"]);
-    git(dir.path(), &["commit", "-q", "-m", "initial"]);
-    dir
-}
+pub use crate::support::fake::{fake_cli, fixture};
+pub use crate::support::git::{git, git_repo, git_repo_in};
 
 /// The built-in config with engine knobs turned for quick tests.
 pub fn test_config() -> AiCliConfig {
@@ -171,16 +114,8 @@ pub fn fake_cli_config(dir: &Path, extra_args: &[&str]) -> PathBuf {
 
 /// [`fake_cli_config`] with `engine` as the config's engine settings.
 pub fn fake_cli_config_with(dir: &Path, extra_args: &[&str], engine: serde_json::Value) -> PathBuf {
-    let fx = fixture("claude", "text");
-    let mut args: Vec<serde_json::Value> = vec![
-        "--replay".into(),
-        fx.with_extension("ndjson").display().to_string().into(),
-        "--stderr-file".into(),
-        fx.with_extension("stderr").display().to_string().into(),
-        "--exit-file".into(),
-        fx.with_extension("exit").display().to_string().into(),
-    ];
-    args.extend(extra_args.iter().map(|a| serde_json::Value::from(*a)));
+    let mut args = replay_args(&fixture("claude", "text"));
+    args.extend(extra_args.iter().map(|a| (*a).to_owned()));
     let cfg = dir.join("aicli.json");
     std::fs::write(
         &cfg,
@@ -213,5 +148,103 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
             }
         }
     }
+    out
+}
+
+/// Sends SIGKILL to `child` and reaps it.
+pub fn kill_9(child: &mut std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9");
+    child.wait().expect("wait");
+}
+
+/// The first batch directory under `runs` once `ready` holds for it, looked at every
+/// `every`; fails saying `what` did not happen after `within`.
+pub fn wait_for_batch(
+    runs: &Path,
+    within: Duration,
+    every: Duration,
+    what: &str,
+    ready: impl Fn(&Path) -> bool,
+) -> PathBuf {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(every);
+        let Some(b) = std::fs::read_dir(runs)
+            .ok()
+            .and_then(|d| d.flatten().next())
+        else {
+            continue;
+        };
+        if ready(&b.path()) {
+            return b.path();
+        }
+    }
+}
+
+/// The recorded state of task `id` of the batch in directory `batch`, once written.
+pub fn task_state(batch: &Path, id: &str) -> Option<String> {
+    let path = batch.join("tasks").join(id).join("task.json");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    v["state"].as_str().map(str::to_owned)
+}
+
+/// Whether the CLI of task `id` of the batch in directory `batch` has printed.
+pub fn task_printed(batch: &Path, id: &str) -> bool {
+    std::fs::metadata(batch.join("tasks").join(id).join("events.ndjson")).is_ok_and(|m| m.len() > 0)
+}
+
+/// The id of the batch in directory `batch`.
+pub fn batch_id(batch: &Path) -> String {
+    batch
+        .file_name()
+        .expect("a batch directory")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `aicli --config <cfg> ARGS`, to be run.
+pub fn aicli_with(cfg: &Path, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_aicli"));
+    c.arg("--config").arg(cfg).args(args);
+    c
+}
+
+/// Writes `tasks` to `tasks.json` beside `cfg` and starts `aicli --config <cfg> batch
+/// tasks.json ARGS`, its output dropped.
+pub fn spawn_batch(cfg: &Path, tasks: &serde_json::Value, args: &[&str]) -> std::process::Child {
+    let tasks_file = cfg
+        .parent()
+        .expect("the config's directory")
+        .join("tasks.json");
+    std::fs::write(&tasks_file, tasks.to_string()).expect("write the tasks");
+    aicli_with(cfg, &["batch", tasks_file.to_str().expect("a UTF-8 path")])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("aicli batch starts")
+}
+
+/// `aicli --config <cfg> resume <batch_id> --json ARGS`, which must succeed: the
+/// batch's result.
+pub fn resume_json(cfg: &Path, batch_id: &str, args: &[&str]) -> aicli::BatchResult {
+    let out = succeeds(aicli_with(cfg, &["resume", batch_id, "--json"]).args(args));
+    serde_json::from_slice(&out.stdout).expect("the batch result")
+}
+
+/// Runs `cmd` to its end: its output, which must be a success (else its stderr is the
+/// failure).
+pub fn succeeds(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd.output().expect("the command runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }

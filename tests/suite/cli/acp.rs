@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{Cli, assert_code, json_lines, stderr, stdout};
+use super::{Cli, assert_code, json_lines, kill_9, stderr, stdout};
 
 /// The config-only OpenCode entry (`tests/data/opencode.json`).
 fn opencode_entry() -> Value {
@@ -158,12 +158,7 @@ fn run_batch_answer_resume(provider: &str) {
             break (b, sid);
         }
     };
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill -9");
-    child.wait().expect("wait");
+    kill_9(&mut child);
     let out = cli.run(&["resume", &slow_batch, "--fake-api=text:Done.", "--json"]);
     assert_code(&out, 0, "aicli resume");
     let b = result_of(&out);

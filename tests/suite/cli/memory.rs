@@ -13,22 +13,7 @@ use super::*;
 /// The peak RSS (`VmHWM`, KiB) of a running process, polled until it exits, and how it
 /// exited.
 fn peak_rss_kib(child: &mut std::process::Child) -> (u64, std::process::ExitStatus) {
-    let status_file = format!("/proc/{}/status", child.id());
-    let mut peak = 0u64;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&status_file)
-            && let Some(kib) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        {
-            peak = peak.max(kib);
-        }
-        if let Some(s) = child.try_wait().expect("wait") {
-            return (peak, s);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    crate::support::rss::peak_rss_kib(child, Duration::from_millis(10))
 }
 
 #[test]

@@ -16,7 +16,7 @@ mod tools;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use super::support::{fake_cli, fixture, git, git_repo};
+use super::support::{fake_cli, fixture, git, git_repo, kill_9};
 
 /// The `aicli` binary built with this crate.
 pub fn aicli_bin() -> PathBuf {

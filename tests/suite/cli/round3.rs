@@ -171,12 +171,7 @@ fn a_resume_uses_the_batch_s_fake_api() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    child.wait().unwrap();
+    kill_9(&mut child);
     let batch = only_batch(cli.repo.path());
     let out = cli.run(&["resume", &batch, "--json"]);
     assert_code(&out, 0, "the resume as printed");

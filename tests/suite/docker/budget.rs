@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::support::{self, assert_no_container, docker_config, local_host};
 use crate::suite::budget::{message_cost, per_message, transcript};
-use crate::suite::support::{collect_events, git, git_repo, replay_provider};
+use crate::suite::support::{git, git_repo, replay_provider};
 
 /// Three containers of a CLI that never stops at its cap (the fake CLI, 40 model calls
 /// each) against a budget of 10 calls: stopped by aicli at the budget, within the bound
@@ -53,15 +53,14 @@ async fn parallel_runs_in_containers_are_stopped_at_the_budget() {
     opts.provider = Some("fake".into());
     opts.max_parallel = Some(parallel);
     opts.budget_usd = Some(budget);
-    let (tx, events) = collect_events();
-    let r = tokio::time::timeout(
+    let r = support::run_batch_within(
+        &engine,
+        tasks,
+        opts,
         std::time::Duration::from_secs(180),
-        engine.run_batch(tasks, opts, tx, CancellationToken::new()),
+        CancellationToken::new(),
     )
-    .await
-    .expect("the batch ends")
-    .expect("batch");
-    let _ = events.await;
+    .await;
     let bound = budget + parallel as f64 * c;
     assert!(
         r.total_cost_usd <= bound + 1e-9 && r.total_cost_usd >= budget - 1e-9,

@@ -1,11 +1,16 @@
 //! The fake CLI in containers on the local engine.
 
+use std::time::Duration;
+
 use aicli::BatchOptions;
 use aicli::providers::{SessionStatus, TaskSpec};
 use tokio_util::sync::CancellationToken;
 
 use super::support::{self, assert_no_container, docker_config, fake_provider, local_host};
-use crate::suite::support::{collect_events, git, git_repo};
+use crate::suite::support::{
+    aicli_with, batch_id, collect_events, git, git_repo, kill_9, resume_json, spawn_batch,
+    task_printed, task_state, wait_for_batch,
+};
 
 fn task(id: &str, args: &[&str]) -> TaskSpec {
     TaskSpec {
@@ -78,16 +83,7 @@ async fn run(
     let mut opts = BatchOptions::new(repo);
     opts.provider = Some("fake".into());
     f(&mut opts);
-    let (tx, events) = collect_events();
-    let b = tokio::time::timeout(
-        std::time::Duration::from_secs(120),
-        engine.run_batch(tasks, opts, tx, cancel),
-    )
-    .await
-    .expect("the batch ends")
-    .expect("batch");
-    let _ = events.await;
-    b
+    support::run_batch_within(engine, tasks, opts, Duration::from_secs(120), cancel).await
 }
 
 /// Failure, cancel, timeout and a budget stop: each run ends as it should and its
@@ -201,86 +197,25 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
     let image = support::fake_cli_image(&docker).await;
     let repo = git_repo();
     let dir = tempfile::tempdir().unwrap();
-    let fx = format!("{}/claude/text", support::FIXTURES_IN_IMAGE);
-    let config = serde_json::json!({
-        "default_provider": "fake",
-        "providers": {"fake": {
-            "adapter": "claude",
-            "binary_name": "aicli-fake-cli",
-            "extra_args": [
-                "--replay", format!("{fx}.ndjson"),
-                "--stderr-file", format!("{fx}.stderr"),
-                "--exit-file", format!("{fx}.exit")
-            ]
-        }},
-        "engine": {"kill_grace_ms": 300, "docker": {
-            "hosts": [{"name": "local", "url": "unix:///var/run/docker.sock"}],
-            "images": {"fake": image}
-        }}
-    });
-    let cfg = dir.path().join("aicli.json");
-    std::fs::write(&cfg, config.to_string()).unwrap();
+    let cfg = support::image_fake_config(dir.path(), &image, &[local_host()]);
     let tasks = serde_json::json!({"max_parallel": 2, "tasks": [
         {"id": "quick", "prompt": "q", "extra_args": ["--touch", "quick.txt"]},
         {"id": "slow", "prompt": "s", "extra_args": ["--touch", "slow.txt", "--line-delay-ms", "4000"]}
     ]});
-    let tasks_file = dir.path().join("tasks.json");
-    std::fs::write(&tasks_file, tasks.to_string()).unwrap();
-    let aicli = env!("CARGO_BIN_EXE_aicli");
-    let cmd = |args: &[&str]| {
-        let mut c = std::process::Command::new(aicli);
-        c.args(["--config", cfg.to_str().unwrap()]).args(args);
-        c
-    };
+    let cmd = |args: &[&str]| aicli_with(&cfg, args);
     // The runner comes from the command line only: the resume finds it in the records.
-    let mut child = cmd(&[
-        "batch",
-        tasks_file.to_str().unwrap(),
-        "--runner",
-        "docker",
-        "--repo",
-        repo.path().to_str().unwrap(),
-    ])
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
+    let repo_arg = repo.path().to_str().unwrap();
+    let mut child = spawn_batch(&cfg, &tasks, &["--runner", "docker", "--repo", repo_arg]);
     let runs = repo.path().join(".aicli/runs");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let batch_dir = loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the batch never got going"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let Some(b) = std::fs::read_dir(&runs)
-            .ok()
-            .and_then(|d| d.flatten().next())
-        else {
-            continue;
-        };
-        let t = b.path().join("tasks");
-        let state = |id: &str| -> Option<String> {
-            let v: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(t.join(id).join("task.json")).ok()?).ok()?;
-            v["state"].as_str().map(str::to_owned)
-        };
-        let printed = std::fs::metadata(t.join("slow/events.ndjson")).is_ok_and(|m| m.len() > 0);
-        if state("quick").as_deref() == Some("succeeded") && printed {
-            break b.path();
-        }
-    };
-    let batch_id = batch_dir
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    child.wait().unwrap();
+    let batch_dir = wait_for_batch(
+        &runs,
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        "the batch never got going",
+        |b| task_state(b, "quick").as_deref() == Some("succeeded") && task_printed(b, "slow"),
+    );
+    let batch_id = batch_id(&batch_dir);
+    kill_9(&mut child);
     // The slow task's container outlives aicli, labelled, its owner gone.
     let left = support::containers_of(&docker, &batch_id).await;
     assert_eq!(left.len(), 1, "{left:?}");
@@ -296,21 +231,7 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
     assert_eq!(mine[0]["labels"]["task_id"], "slow");
     assert_eq!(mine[0]["owner_alive"], false);
 
-    let out = cmd(&[
-        "resume",
-        &batch_id,
-        "--json",
-        "--repo",
-        repo.path().to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
+    let result = resume_json(&cfg, &batch_id, &["--repo", repo.path().to_str().unwrap()]);
     assert_eq!((result.n_tasks, result.n_succeeded), (2, 2), "{result:#?}");
     assert_no_container(&docker, &batch_id).await;
     // Nothing lost: both tasks' work is in their worktrees.

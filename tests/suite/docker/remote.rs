@@ -2,6 +2,7 @@
 //! comes back as a git bundle; tasks spread over both engines by free capacity.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use aicli::BatchOptions;
 use aicli::providers::TaskSpec;
@@ -10,7 +11,10 @@ use tokio_util::sync::CancellationToken;
 use super::remote_engine::RemoteEngine;
 use super::support::{self, DockerSetup, assert_no_container, docker_config, local_host};
 use crate::suite::e2e::{Cli, Setup, builtin_tool_with, question_then_answer_with};
-use crate::suite::support::{collect_events, git, git_repo};
+use crate::suite::support::{
+    aicli_with, batch_id, git, git_repo, kill_9, resume_json, spawn_batch, task_printed,
+    wait_for_batch,
+};
 
 async fn engines(test: &str) -> Option<(bollard::Docker, RemoteEngine)> {
     let local = support::local_engine(test).await?;
@@ -62,15 +66,14 @@ async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
     let mut opts = BatchOptions::new(repo.path());
     opts.provider = Some("fake".into());
     opts.max_parallel = Some(10);
-    let (tx, events) = collect_events();
-    let batch = tokio::time::timeout(
-        std::time::Duration::from_secs(180),
-        engine.run_batch(tasks, opts, tx, CancellationToken::new()),
+    let batch = support::run_batch_within(
+        &engine,
+        tasks,
+        opts,
+        Duration::from_secs(180),
+        CancellationToken::new(),
     )
-    .await
-    .expect("the batch ends")
-    .expect("batch");
-    let _ = events.await;
+    .await;
     assert_eq!(batch.n_succeeded, 10, "{:#?}", batch.tasks);
     let store = engine.store(repo.path(), None);
     let rec = store.open_batch(&batch.batch_id).unwrap();
@@ -128,85 +131,25 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
     remote.load_from(&local, &image).await;
     let repo = git_repo();
     let dir = tempfile::tempdir().unwrap();
-    let fx = format!("{}/claude/text", support::FIXTURES_IN_IMAGE);
-    let config = serde_json::json!({
-        "default_provider": "fake",
-        "providers": {"fake": {
-            "adapter": "claude",
-            "binary_name": "aicli-fake-cli",
-            "extra_args": ["--replay", format!("{fx}.ndjson"), "--exit-file", format!("{fx}.exit")]
-        }},
-        "engine": {"kill_grace_ms": 300, "docker": {
-            "hosts": [remote.host("remote")],
-            "images": {"fake": image}
-        }}
-    });
-    let cfg = dir.path().join("aicli.json");
-    std::fs::write(&cfg, config.to_string()).unwrap();
+    let cfg = support::image_fake_config(dir.path(), &image, &[remote.host("remote")]);
     // The runner comes from the tasks file.
     let tasks = serde_json::json!({"runner": "docker", "tasks": [
         {"id": "slow", "prompt": "s", "extra_args": ["--touch", "slow.txt", "--line-delay-ms", "5000"]}
     ]});
-    let tasks_file = dir.path().join("tasks.json");
-    std::fs::write(&tasks_file, tasks.to_string()).unwrap();
-    let aicli = env!("CARGO_BIN_EXE_aicli");
-    let cmd = |args: &[&str]| {
-        let mut c = std::process::Command::new(aicli);
-        c.args(["--config", cfg.to_str().unwrap()]).args(args);
-        c
-    };
-    let mut child = cmd(&[
-        "batch",
-        tasks_file.to_str().unwrap(),
-        "--repo",
-        repo.path().to_str().unwrap(),
-    ])
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
+    let cmd = |args: &[&str]| aicli_with(&cfg, args);
+    let mut child = spawn_batch(&cfg, &tasks, &["--repo", repo.path().to_str().unwrap()]);
     let runs = repo.path().join(".aicli/runs");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let batch_dir = loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the run never printed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let Some(b) = std::fs::read_dir(&runs)
-            .ok()
-            .and_then(|d| d.flatten().next())
-        else {
-            continue;
-        };
-        if std::fs::metadata(b.path().join("tasks/slow/events.ndjson")).is_ok_and(|m| m.len() > 0) {
-            break b.path();
-        }
-    };
-    let batch_id = batch_dir
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    child.wait().unwrap();
+    let batch_dir = wait_for_batch(
+        &runs,
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        "the run never printed",
+        |b| task_printed(b, "slow"),
+    );
+    let batch_id = batch_id(&batch_dir);
+    kill_9(&mut child);
     // The run goes on remotely; its container has no mount of this machine's files.
-    let left = remote
-        .docker
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: Some(std::collections::HashMap::from([(
-                "label".to_owned(),
-                vec![format!("dev.aicli.batch={batch_id}")],
-            )])),
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
+    let left = support::labelled(&remote.docker, &format!("dev.aicli.batch={batch_id}")).await;
     assert_eq!(left.len(), 1);
     assert!(
         left[0].mounts.as_ref().is_none_or(|m| m.is_empty()),
@@ -238,21 +181,7 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
     assert_eq!(git(&wt, &["status", "--porcelain"]), "?? slow.txt");
     assert_no_container(&remote.docker, &batch_id).await;
 
-    let out = cmd(&[
-        "resume",
-        &batch_id,
-        "--json",
-        "--repo",
-        repo.path().to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let result: aicli::BatchResult = serde_json::from_slice(&out.stdout).unwrap();
+    let result = resume_json(&cfg, &batch_id, &["--repo", repo.path().to_str().unwrap()]);
     assert_eq!(result.n_succeeded, 1, "{result:#?}");
     assert!(wt.join("slow.txt").is_file());
     assert_no_container(&remote.docker, &batch_id).await;

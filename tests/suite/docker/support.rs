@@ -1,27 +1,29 @@
-//! The Docker tests' harness: is an engine there (else the tests say why and skip), the
-//! images they run (built once per test process, reused across runs by tag), configs
-//! and engines over the real engine, and checks that no container of a test is left.
+//! The Docker tests' harness: is an engine there (else the tests say why and skip),
+//! configs and engines over the real engine, and checks that no container of a test is
+//! left. The images and the local host entry are `crate::support::docker`'s (the Docker
+//! bench builds the same).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use aicli::Engine;
-use aicli::providers::{
-    AiCliConfig, DockerHostConfig, ProviderRegistry, RunnerKind, SharedProvider,
-};
-use aicli::runner::docker::image::{self, RuntimeSpec};
-use aicli::runner::docker::labels;
-use bollard::Docker;
-use tokio::sync::OnceCell;
+use std::time::Duration;
 
-use crate::suite::support::{fake_cli, fixtures, replay_provider, test_config};
+use aicli::providers::{AiCliConfig, DockerHostConfig, RunnerKind, SharedProvider, TaskSpec};
+use aicli::runner::docker::labels;
+use aicli::{BatchOptions, BatchResult, Engine};
+use bollard::Docker;
+use tokio_util::sync::CancellationToken;
+
+use crate::suite::support::{collect_events, engine_with, replay_provider, test_config};
+use crate::support::fake::replay_args;
+
+pub use crate::support::docker::{
+    FIXTURES_IN_IMAGE, adapter_fake, bridge_gateway, fake_cli_image, local_host, provider_image,
+    runtime_image,
+};
 
 /// Set (to anything) where Docker must be there: the tests fail instead of skipping.
 pub const REQUIRE_ENV: &str = "AICLI_REQUIRE_DOCKER";
-
-/// Where the fixtures are inside the fake CLI's image.
-pub const FIXTURES_IN_IMAGE: &str = "/opt/aicli-test/fixtures";
 
 /// The local engine, or `None` after printing why the calling test is skipped.
 pub async fn local_engine(test: &str) -> Option<Docker> {
@@ -48,101 +50,6 @@ pub async fn local_engine(test: &str) -> Option<Docker> {
     None
 }
 
-/// The local engine as a host entry.
-pub fn local_host() -> DockerHostConfig {
-    DockerHostConfig {
-        name: "local".into(),
-        url: "unix:///var/run/docker.sock".into(),
-        tls: None,
-        remote: None,
-        max_containers: None,
-        mcp_address: None,
-        mcp_bind: None,
-    }
-}
-
-fn deb_cache() -> PathBuf {
-    let home = std::env::var_os("HOME").unwrap_or_default();
-    PathBuf::from(home).join(".cache/aicli/debs")
-}
-
-/// The runtime layer (node, git, user aicli) on local/base: built once.
-pub async fn runtime_image(docker: &Docker) -> String {
-    static RUNTIME: OnceCell<String> = OnceCell::const_new();
-    RUNTIME
-        .get_or_init(|| async {
-            let spec = RuntimeSpec {
-                base: "local/base".into(),
-                search_path: std::env::var("PATH").unwrap_or_default(),
-                deb_cache: deb_cache(),
-            };
-            image::runtime_image(docker, &spec, &|l| eprintln!("[image] {l}"))
-                .await
-                .unwrap_or_else(|e| panic!("the runtime image does not build: {e}"))
-        })
-        .await
-        .clone()
-}
-
-/// An image with `aicli-fake-cli` on PATH and the fixtures at [`FIXTURES_IN_IMAGE`],
-/// on the runtime layer (git for remote runs). Its tag follows the binary, so a rebuilt
-/// fake CLI makes a new image.
-pub async fn fake_cli_image(docker: &Docker) -> String {
-    static FAKE: OnceCell<String> = OnceCell::const_new();
-    FAKE.get_or_init(|| async {
-        let runtime = runtime_image(docker).await;
-        let bin = fake_cli();
-        let meta = std::fs::metadata(&bin).expect("fake cli");
-        let stamp = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let tag = format!("aicli-test/fake-cli:{stamp}-{}", meta.len());
-        if docker.inspect_image(&tag).await.is_ok() {
-            return tag;
-        }
-        // Images of earlier builds of the fake CLI go.
-        let old = docker
-            .list_images(Some(bollard::query_parameters::ListImagesOptions {
-                filters: Some(std::collections::HashMap::from([(
-                    "reference".to_owned(),
-                    vec!["aicli-test/fake-cli".to_owned()],
-                )])),
-                ..Default::default()
-            }))
-            .await
-            .unwrap_or_default();
-        for i in old {
-            for t in i.repo_tags {
-                let _ = docker
-                    .remove_image(
-                        &t,
-                        None::<bollard::query_parameters::RemoveImageOptions>,
-                        None,
-                    )
-                    .await;
-            }
-        }
-        image::files_image(
-            docker,
-            &runtime,
-            &tag,
-            vec![
-                (bin, "/usr/local/bin/aicli-fake-cli".into()),
-                (fixtures(), FIXTURES_IN_IMAGE.into()),
-            ],
-            "aicli-fake-cli --replay /opt/aicli-test/fixtures/claude/text.ndjson >/dev/null",
-        )
-        .await
-        .unwrap_or_else(|e| panic!("the fake CLI image does not build: {e}"));
-        tag
-    })
-    .await
-    .clone()
-}
-
 /// A config whose tasks run in containers on `hosts`, the provider `fake` in `image`.
 pub fn docker_config(hosts: Vec<DockerHostConfig>, image: &str) -> AiCliConfig {
     let mut c = test_config();
@@ -161,57 +68,59 @@ pub fn fake_provider(adapter: &str, scenario: &str) -> SharedProvider {
     Arc::new(replay_provider("fake", adapter, Some(&fixture)))
 }
 
-/// A config provider `fake` run by the built-in `adapter` (its argv, the prompt on the
-/// CLI's stdin) with the fake CLI of the fake image replaying fixture `scenario`, and
-/// `args` after.
-pub fn adapter_fake(
-    config: &mut AiCliConfig,
-    adapter: &str,
-    scenario: &str,
-    args: &[&str],
-) -> aicli::providers::ProviderConfig {
-    let fx = format!("{FIXTURES_IN_IMAGE}/{adapter}/{scenario}");
-    let mut extra: Vec<String> = vec![
-        "--replay".into(),
-        format!("{fx}.ndjson"),
-        "--stderr-file".into(),
-        format!("{fx}.stderr"),
-        "--exit-file".into(),
-        format!("{fx}.exit"),
-    ];
-    extra.extend(args.iter().map(|a| (*a).to_owned()));
-    let p: aicli::providers::ProviderConfig = serde_json::from_value(serde_json::json!({
-        "adapter": adapter,
-        "package": "aicli-fake-cli",
-        "binary_name": "aicli-fake-cli",
-        "extra_args": extra,
-    }))
-    .expect("provider config");
-    config.providers.insert("fake".into(), p.clone());
-    p
+/// Writes a config file in `dir` whose default provider `fake` runs the fake CLI of
+/// `image` through the Claude adapter, replaying Claude's `text` transcript, in
+/// containers on `hosts`. Returns its path, for `aicli --config`.
+pub fn image_fake_config(dir: &Path, image: &str, hosts: &[DockerHostConfig]) -> PathBuf {
+    let fixture = Path::new(FIXTURES_IN_IMAGE).join("claude/text");
+    let config = serde_json::json!({
+        "default_provider": "fake",
+        "providers": {"fake": {
+            "adapter": "claude",
+            "binary_name": "aicli-fake-cli",
+            "extra_args": replay_args(&fixture),
+        }},
+        "engine": {"kill_grace_ms": 300, "docker": {
+            "hosts": hosts,
+            "images": {"fake": image}
+        }}
+    });
+    let cfg = dir.join("aicli.json");
+    std::fs::write(&cfg, config.to_string()).expect("write the config");
+    cfg
+}
+
+/// Runs `tasks` as one batch on `engine`, its live events collected and dropped; fails
+/// when it takes longer than `within`.
+pub async fn run_batch_within(
+    engine: &Engine,
+    tasks: Vec<TaskSpec>,
+    opts: BatchOptions,
+    within: Duration,
+    cancel: CancellationToken,
+) -> BatchResult {
+    let (tx, events) = collect_events();
+    let b = tokio::time::timeout(within, engine.run_batch(tasks, opts, tx, cancel))
+        .await
+        .expect("the batch ends")
+        .expect("batch");
+    let _ = events.await;
+    b
 }
 
 /// An engine over `config` and its providers only.
 pub fn config_engine(config: AiCliConfig) -> Engine {
-    let reg = ProviderRegistry::from_config(&config).expect("registry");
-    let env: BTreeMap<String, String> = std::env::vars().collect();
-    Engine::new(config, reg).with_env(env)
+    engine_with(config, Vec::new())
 }
 
 /// An engine over `config` with the `fake` provider.
 pub fn engine(config: AiCliConfig, fake: SharedProvider) -> Engine {
-    let mut reg = ProviderRegistry::from_config(&config).expect("registry");
-    reg.register(fake);
-    let env: BTreeMap<String, String> = std::env::vars().collect();
-    Engine::new(config, reg).with_env(env)
+    engine_with(config, vec![fake])
 }
 
-/// aicli's containers of `batch` on `docker` (any state).
-pub async fn containers_of(docker: &Docker, batch: &str) -> Vec<String> {
-    let filters = std::collections::HashMap::from([(
-        "label".to_owned(),
-        vec![format!("{}={batch}", labels::BATCH)],
-    )]);
+/// The containers on `docker` (any state) labelled `label` (`key` or `key=value`).
+pub async fn labelled(docker: &Docker, label: &str) -> Vec<bollard::models::ContainerSummary> {
+    let filters = std::collections::HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
     docker
         .list_containers(Some(bollard::query_parameters::ListContainersOptions {
             all: true,
@@ -220,6 +129,12 @@ pub async fn containers_of(docker: &Docker, batch: &str) -> Vec<String> {
         }))
         .await
         .expect("list containers")
+}
+
+/// aicli's containers of `batch` on `docker` (any state).
+pub async fn containers_of(docker: &Docker, batch: &str) -> Vec<String> {
+    labelled(docker, &format!("{}={batch}", labels::BATCH))
+        .await
         .into_iter()
         .map(|c| {
             format!(
@@ -240,65 +155,10 @@ pub async fn assert_no_container(docker: &Docker, batch: &str) {
     );
 }
 
-/// The local engine's bridge gateway (172.17.0.1 on a stock engine): where servers the
-/// containers reach as `host.docker.internal` listen.
-pub async fn bridge_gateway() -> std::net::IpAddr {
-    let cfg = aicli::providers::DockerConfig {
-        hosts: vec![local_host()],
-        ..Default::default()
-    };
-    let runner = aicli::runner::DockerRunner::connect(&cfg, &BTreeMap::new())
-        .await
-        .expect("the local engine");
-    runner.hosts()[0].reach.bind
-}
-
-/// The image `provider` runs in under `config`, built from aicli's npm cache when the
-/// engine lacks it (once per test process and image).
-pub async fn provider_image(docker: &Docker, config: &AiCliConfig, provider: &str) -> String {
-    static BUILT: OnceCell<tokio::sync::Mutex<BTreeMap<String, String>>> = OnceCell::const_new();
-    let built = BUILT
-        .get_or_init(|| async { tokio::sync::Mutex::new(BTreeMap::new()) })
-        .await;
-    let mut built = built.lock().await;
-    let p = &config.providers[provider];
-    let tag =
-        aicli::runner::docker::image_name(&config.engine.docker, provider, p.version.as_deref());
-    if built.contains_key(&tag) || docker.inspect_image(&tag).await.is_ok() {
-        built.insert(tag.clone(), tag.clone());
-        return tag;
-    }
-    let spec = image::BuildSpec {
-        provider: provider.to_owned(),
-        package: p.package.clone(),
-        version: p.version.clone(),
-        binary_name: p.binary_name.clone(),
-        base: "local/base".into(),
-        tag: tag.clone(),
-        npm_dir: aicli_testkit::cli_cache_dir(),
-        search_path: std::env::var("PATH").unwrap_or_default(),
-        deb_cache: deb_cache(),
-        force: false,
-    };
-    image::build(docker, &spec, &|l| eprintln!("[image] {l}"))
-        .await
-        .unwrap_or_else(|e| panic!("the {provider} image does not build: {e}"));
-    built.insert(tag.clone(), tag.clone());
-    tag
-}
-
 /// Fails when a container of a task of `repo` is left (any batch).
 pub async fn assert_no_container_for_repo(docker: &Docker, repo: &Path) {
-    let filters =
-        std::collections::HashMap::from([("label".to_owned(), vec![labels::MANAGED.to_owned()])]);
-    let left: Vec<String> = docker
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        }))
+    let left: Vec<String> = labelled(docker, labels::MANAGED)
         .await
-        .expect("list containers")
         .into_iter()
         .filter(|c| {
             c.labels

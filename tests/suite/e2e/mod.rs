@@ -111,11 +111,7 @@ impl Cli {
     /// call, so every model request is one the script answers), Claude its own default
     /// (`claude-opus-5-5`).
     pub fn model(self) -> Option<&'static str> {
-        match self {
-            Cli::Claude => None,
-            Cli::Codex => Some("gpt-5.5"),
-            Cli::Gemini => Some("gemini-2.5-flash"),
-        }
+        crate::support::wiring::fake_model(self.vendor())
     }
 
     /// The model the CLI reports (or, for Codex, which names none, the one asked for).
@@ -229,19 +225,20 @@ impl Cli {
     /// list price and `ai_cli_providers.json`: a test comparing the reported cost with it
     /// fails when either changes.
     pub fn expected_cost(self, usage: &CanonicalUsage) -> f64 {
-        let config = AiCliConfig::builtin().expect("built-in config");
-        let price = config.providers[self.provider()]
-            .prices
-            .get(self.reported_model())
-            .unwrap_or_else(|| {
-                panic!(
-                    "ai_cli_providers.json has no price for {} (provider {})",
-                    self.reported_model(),
-                    self.provider()
-                )
-            });
-        price.cost(usage)
+        builtin_cost(self.provider(), self.reported_model(), usage)
     }
+}
+
+/// The cost of `usage` on `model` by the price table of the built-in entry `provider`.
+pub fn builtin_cost(provider: &str, model: &str, usage: &CanonicalUsage) -> f64 {
+    let config = AiCliConfig::builtin().expect("built-in config");
+    config.providers[provider]
+        .prices
+        .get(model)
+        .unwrap_or_else(|| {
+            panic!("ai_cli_providers.json has no price for {model} (provider {provider})")
+        })
+        .cost(usage)
 }
 
 /// How a test sets up its engine, on top of the defaults.
@@ -466,19 +463,8 @@ impl E2e {
             p.default_model = cli.model().map(str::to_owned);
             // The wiring's arguments, minus what the adapter already passes itself (the
             // model flag, Gemini's --skip-trust). An ACP agent's wiring has none.
-            let mut args = wiring.args.clone().into_iter();
-            let mut extra = Vec::new();
-            while let Some(a) = args.next() {
-                match a.as_str() {
-                    "-m" | "--model" => {
-                        args.next();
-                    }
-                    "--skip-trust" => {}
-                    _ => extra.push(a),
-                }
-            }
             if agent.is_none() {
-                p.extra_args = extra;
+                p.extra_args = crate::support::wiring::wiring_extra_args(&wiring);
             }
             p.env.extend(provider_env);
         }
@@ -689,6 +675,33 @@ impl E2e {
             &ctx,
         );
         (a, result)
+    }
+
+    /// Attempt 0 of a task, re-parsed from its run record ([`E2e::replay`]), gives the
+    /// figures of its live result.
+    pub fn assert_replays(&self, live: &SessionResult, batch_id: &str, task_id: &str) {
+        let (_, replayed) = self.replay(batch_id, task_id, 0);
+        assert_same_parse(live, &replayed);
+    }
+
+    /// The task ended succeeded after `answers` answers, in `attempts` runs.
+    pub fn assert_answered(&self, batch_id: &str, task_id: &str, attempts: usize, answers: usize) {
+        let rec = self.record(batch_id, task_id);
+        assert_eq!(rec.state, aicli::record::TaskState::Succeeded);
+        assert_eq!(rec.attempts.len(), attempts);
+        assert_eq!(rec.answers.len(), answers);
+    }
+
+    /// The run failed, as `kind` (else the fake's log says what it saw).
+    pub fn assert_failed_as(&self, r: &SessionResult, kind: ErrorKind) {
+        assert_eq!(r.status, SessionStatus::Failed, "{}", describe(r));
+        assert_eq!(
+            r.error_kind,
+            Some(kind),
+            "{}\nfake: {}",
+            describe(r),
+            self.log()
+        );
     }
 
     /// Every request the fake saw, one line each.
@@ -955,6 +968,13 @@ pub fn declares_mcp_tool(cli: Cli, q: &RecordedRequest, tool: &str) -> bool {
     }
 }
 
+/// The worktree of a run that made a file in it: kept.
+pub fn kept_worktree(r: &SessionResult) -> PathBuf {
+    r.worktree
+        .clone()
+        .unwrap_or_else(|| panic!("the worktree holds work and must be kept: {}", describe(r)))
+}
+
 /// A result's headline, for assertion messages.
 pub fn describe(r: &SessionResult) -> String {
     format!(
@@ -1029,10 +1049,7 @@ pub async fn builtin_tool_with(cli: Cli, setup: Setup) {
     let ran = t.run_one(t.shell_task("tool", "Create the file")).await;
     let r = ran.only();
     assert_eq!(r.status, SessionStatus::Succeeded, "{}", describe(r));
-    let wt = r
-        .worktree
-        .clone()
-        .unwrap_or_else(|| panic!("the worktree holds work and must be kept: {}", describe(r)));
+    let wt = kept_worktree(r);
     assert!(wt.join(FILE).is_file(), "{FILE} is not in {}", wt.display());
     assert!(
         wt.starts_with(t.repo.path().join(".aicli/worktrees")),
@@ -1054,8 +1071,7 @@ pub async fn builtin_tool_with(cli: Cli, setup: Setup) {
         "tool run",
     );
     t.assert_only_model_traffic();
-    let (_, replayed) = t.replay(&ran.batch.batch_id, "tool", 0);
-    assert_same_parse(r, &replayed);
+    t.assert_replays(r, &ran.batch.batch_id, "tool");
     t.finish().await;
 }
 
@@ -1363,10 +1379,7 @@ pub async fn question_then_answer_with(cli: Cli, setup: Setup) {
         cli.expected_usage(1),
         "per-run usage of the answer run"
     );
-    let rec = t.record(&batch_id, "ask");
-    assert_eq!(rec.state, aicli::record::TaskState::Succeeded);
-    assert_eq!(rec.attempts.len(), 2);
-    assert_eq!(rec.answers.len(), 1);
+    t.assert_answered(&batch_id, "ask", 2, 1);
     t.assert_only_model_traffic();
     t.finish().await;
 }
@@ -1381,14 +1394,7 @@ pub async fn http_error(cli: Cli, status: u16, kind: ErrorKind) -> (E2e, Ran) {
     let ran = t.run_one(t.task("err", "Say hello")).await;
     let elapsed = started.elapsed();
     let r = ran.only().clone();
-    assert_eq!(r.status, SessionStatus::Failed, "{}", describe(&r));
-    assert_eq!(
-        r.error_kind,
-        Some(kind),
-        "{}\nfake: {}",
-        describe(&r),
-        t.log()
-    );
+    t.assert_failed_as(&r, kind);
     assert_eq!(
         r.exit_code,
         Some(cli.api_error_exit(status)),
@@ -1492,8 +1498,7 @@ pub async fn resume(cli: Cli) {
         a.prior, r1.session_totals,
         "prior totals of the resumed session"
     );
-    let (_, replayed) = t.replay(&second.batch.batch_id, "second", 0);
-    assert_same_parse(r2, &replayed);
+    t.assert_replays(r2, &second.batch.batch_id, "second");
     t.assert_only_model_traffic();
     t.finish().await;
 }

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     BATCH_LIMIT, Cli, E2e, MCP_SERVER, Ran, Setup, assert_cost, assert_same_parse, body_mentions,
-    describe, timed_events,
+    builtin_cost, describe, kept_worktree, timed_events,
 };
 
 /// One of the three ACP entries of the built-in config.
@@ -110,21 +110,13 @@ impl Agent {
     /// Where the cost comes from: claude-agent-acp reports it (`usage_update.cost`), the
     /// others are estimated from the entry's prices.
     pub fn cost_source(self) -> CostSource {
-        match self {
-            Agent::Claude => CostSource::Reported,
-            Agent::Gemini | Agent::Codex => CostSource::Estimated,
-        }
+        // The same split as the CLIs': only Claude's side reports a cost.
+        self.cli().cost_source()
     }
 
     /// The cost of `usage` on the model the agent reports, by the entry's price table.
     pub fn expected_cost(self, usage: &CanonicalUsage) -> f64 {
-        let config = AiCliConfig::builtin().expect("built-in config");
-        let model = self.cli().reported_model();
-        config.providers[self.provider()]
-            .prices
-            .get(model)
-            .unwrap_or_else(|| panic!("{} has no price for {model}", self.provider()))
-            .cost(usage)
+        builtin_cost(self.provider(), self.cli().reported_model(), usage)
     }
 
     /// The session mode the entry sets for `mode`.
@@ -291,8 +283,7 @@ pub async fn plain_answer(agent: Agent) {
             .any(|v| v.pointer("/result/stopReason") == Some(&json!("end_turn"))),
         "no end_turn from the agent"
     );
-    let (_, replayed) = t.replay(&ran.batch.batch_id, "plain", 0);
-    assert_same_parse(r, &replayed);
+    t.assert_replays(r, &ran.batch.batch_id, "plain");
     t.assert_only_model_traffic();
     t.finish().await;
 }
@@ -311,10 +302,7 @@ pub async fn tool_in_worktree(agent: Agent) {
         .await;
     let r = ran.only();
     assert_eq!(r.status, SessionStatus::Succeeded, "{}", describe(r));
-    let wt = r
-        .worktree
-        .clone()
-        .unwrap_or_else(|| panic!("the worktree holds work: {}", describe(r)));
+    let wt = kept_worktree(r);
     assert!(wt.join(FILE).is_file(), "{FILE} is not in {}", wt.display());
     assert!(
         !t.repo.path().join(FILE).exists(),
@@ -344,8 +332,7 @@ pub async fn tool_in_worktree(agent: Agent) {
     let requests = t.model_requests(2).await;
     assert_eq!(requests.len(), 2, "{}", t.log());
     assert_eq!(r.canonical_usage, agent.expected_usage(2));
-    let (_, replayed) = t.replay(&ran.batch.batch_id, "tool", 0);
-    assert_same_parse(r, &replayed);
+    t.assert_replays(r, &ran.batch.batch_id, "tool");
     t.assert_only_model_traffic();
     t.finish().await;
 }
@@ -396,8 +383,7 @@ pub async fn mcp_call(agent: Agent) {
         );
     }
     assert!(r.question.is_none());
-    let (_, replayed) = t.replay(&ran.batch.batch_id, "mcp", 0);
-    assert_same_parse(r, &replayed);
+    t.assert_replays(r, &ran.batch.batch_id, "mcp");
     t.assert_only_model_traffic();
     t.finish().await;
 }
@@ -515,10 +501,7 @@ pub async fn question_then_answer(agent: Agent) {
             "per-run usage of answer run {attempt}"
         );
     }
-    let rec = t.record(&batch_id, "ask");
-    assert_eq!(rec.state, aicli::record::TaskState::Succeeded);
-    assert_eq!(rec.attempts.len(), 3);
-    assert_eq!(rec.answers.len(), 2);
+    t.assert_answered(&batch_id, "ask", 3, 2);
     t.assert_only_model_traffic();
     t.finish().await;
 }
@@ -529,14 +512,7 @@ pub async fn api_error(agent: Agent, status: u16, kind: ErrorKind) {
     let t = start(agent, Script::error(status)).await;
     let ran = t.run_one(t.task("err", "Say hi")).await;
     let r = ran.only().clone();
-    assert_eq!(r.status, SessionStatus::Failed, "{}", describe(&r));
-    assert_eq!(
-        r.error_kind,
-        Some(kind),
-        "{}\nfake: {}",
-        describe(&r),
-        t.log()
-    );
+    t.assert_failed_as(&r, kind);
     assert!(r.error.as_deref().is_some_and(|e| !e.is_empty()));
     let rec = t.record(&ran.batch.batch_id, "err");
     let attempts = if kind.is_backoff() { 2 } else { 1 };
@@ -641,8 +617,7 @@ pub async fn resume(agent: Agent) {
         agent.expected_cost(&agent.expected_usage(1)),
         "resumed run",
     );
-    let (_, replayed) = t.replay(&second.batch.batch_id, "second", 0);
-    assert_same_parse(r2, &replayed);
+    t.assert_replays(r2, &second.batch.batch_id, "second");
     assert_eq!(requests_of(&t, RequestKind::Side), 0, "{}", t.log());
     t.assert_only_model_traffic();
     t.finish().await;

@@ -1,8 +1,9 @@
 //! A raw streamable HTTP MCP client for the benches: initialize -> `Mcp-Session-Id` ->
 //! `tools/call` POSTs answered as JSON or SSE, DELETE. The same client drives every
-//! server a bench compares.
+//! server a bench compares, through the same load loop ([`measure`]).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
 use serde_json::Value;
@@ -136,4 +137,78 @@ async fn read_message(mut resp: reqwest::Response, id: u64) -> Result<Value> {
         }
     }
     bail!("no message {id} in the SSE response: {text}")
+}
+
+/// What one load level measured: the calls after the warm-up.
+pub struct Load {
+    /// Calls that succeeded.
+    pub calls: usize,
+    /// Calls that failed.
+    pub errors: usize,
+    /// Successful calls per second.
+    pub per_sec: f64,
+    /// Median latency, ms.
+    pub p50_ms: f64,
+    /// 99th percentile latency, ms.
+    pub p99_ms: f64,
+}
+
+/// Runs `op(worker, call id)` in a loop from `concurrency` workers for `warmup`, then
+/// for `measure`, timing the calls of the measured part (ids start at `worker << 32`).
+pub async fn measure<F, Fut>(concurrency: usize, warmup: Duration, measure: Duration, op: F) -> Load
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send,
+{
+    let op = Arc::new(op);
+    let warm_until = Instant::now() + warmup;
+    let until = warm_until + measure;
+    let mut workers = Vec::new();
+    for w in 0..concurrency {
+        let op = op.clone();
+        workers.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0usize;
+            let mut id = (w as u64) << 32;
+            loop {
+                let t0 = Instant::now();
+                if t0 >= until {
+                    break;
+                }
+                id += 1;
+                let ok = op(w, id).await.is_ok();
+                if t0 >= warm_until {
+                    if ok {
+                        lat.push(t0.elapsed());
+                    } else {
+                        errors += 1;
+                    }
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let mut lat = Vec::new();
+    let mut errors = 0;
+    for w in workers {
+        if let Ok((l, e)) = w.await {
+            lat.extend(l);
+            errors += e;
+        }
+    }
+    lat.sort();
+    let pct = |p: f64| -> f64 {
+        if lat.is_empty() {
+            return 0.0;
+        }
+        let i = ((lat.len() as f64 - 1.0) * p).round() as usize;
+        lat[i.min(lat.len() - 1)].as_secs_f64() * 1e3
+    };
+    Load {
+        calls: lat.len(),
+        errors,
+        per_sec: lat.len() as f64 / measure.as_secs_f64(),
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+    }
 }
