@@ -68,7 +68,7 @@ pub mod testing;
 
 mod cli;
 
-pub use batch::BlockedTask;
+pub use batch::{BlockedTask, CancelTarget};
 pub use engine::{
     AgentGrant, AgentServer, BatchOptions, Engine, EngineError, TaskScope, run_batch,
 };

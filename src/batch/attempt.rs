@@ -38,10 +38,11 @@ impl Batch {
             let caught = AssertUnwindSafe(self.attempt_in(&mut task, n, cancel.clone()))
                 .catch_unwind()
                 .await;
-            let outcome = match caught {
+            let mut outcome = match caught {
                 Ok(o) => o,
                 Err(panic) => self.crashed(&mut task, panic).await,
             };
+            self.task_cancels.final_if_cancelled(task.id(), &mut outcome.result);
             // A continuation whose session could not be resumed goes on as a new run, once.
             if !fell_back
                 && n == 1
@@ -65,6 +66,15 @@ impl Batch {
         n: u32,
         cancel: CancellationToken,
     ) -> RunOutcome {
+        if !self.task_cancels.starting(task.id(), &cancel) {
+            return self
+                .not_started(
+                    task,
+                    ErrorKind::Cancelled,
+                    "cancelled by a request (aicli cancel) before it started".to_owned(),
+                )
+                .await;
+        }
         let provider = match self.engine.registry.get(&task.rec.provider) {
             Ok(p) => p,
             Err(e) => {

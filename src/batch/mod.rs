@@ -21,6 +21,7 @@
 mod answer;
 mod attempt;
 mod continuation;
+mod control;
 mod new;
 mod notify;
 pub mod pool;
@@ -37,6 +38,8 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use answer::answer;
 pub(crate) use new::{check_prompt_size, new_batch};
 pub(crate) use recover::resume;
+pub use control::CancelTarget;
+pub(crate) use control::{held_elsewhere, request_cancel};
 pub use settle::BlockedTask;
 pub(crate) use settle::blocked;
 pub(crate) use task::TaskRun;
@@ -69,6 +72,8 @@ pub(crate) struct Batch {
     /// The results of continuations that never started, by task: the record keeps the
     /// task as it was, and the caller (an answer) hears why.
     kept: std::sync::Mutex<std::collections::BTreeMap<String, aicli_providers::SessionResult>>,
+    /// Tasks cancelled by a request in the control file, and each task's running attempt.
+    task_cancels: control::TaskCancels,
 }
 
 /// What [`execute`] gives back: the batch's result from its records, and the results of
@@ -115,7 +120,14 @@ pub(crate) async fn execute(
         share,
         budget_announced: AtomicBool::new(false),
         kept: Default::default(),
+        task_cancels: Default::default(),
     });
+    let watching = CancellationToken::new();
+    let watcher = tokio::spawn(control::watch(
+        batch.clone(),
+        cancel.clone(),
+        watching.clone(),
+    ));
     let mut owner = Settler {
         batch: batch.clone(),
         settling: tokio::task::JoinSet::new(),
@@ -144,6 +156,8 @@ pub(crate) async fn execute(
         .await;
     }
     owner.wait().await;
+    watching.cancel();
+    let _ = watcher.await;
     if let Some(s) = &engine.agent_server {
         s.end_batch(&batch.spec.batch_id).await;
     }

@@ -22,6 +22,7 @@ macro_rules! outln {
 mod answer;
 mod batch;
 mod blocked;
+mod cancel;
 mod common;
 mod containers;
 mod countdown;
@@ -144,6 +145,18 @@ pub enum Command {
         no_mcp: bool,
         #[command(flatten)]
         fake: fake::FakeApiArgs,
+    },
+    /// Cancel a batch (as Ctrl-C would), or one task of it, that another aicli process
+    /// is running; waits until it has stopped.
+    Cancel {
+        /// `BATCH`, `BATCH/TASK`, or a `TASK` id found in one batch.
+        target: String,
+        /// How long to wait for the runs to stop, seconds.
+        #[arg(long, default_value_t = 30, value_name = "SECS", value_parser = common::positive_secs)]
+        wait: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// List every blocked task across runs, with its question.
     Blocked {
@@ -372,6 +385,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             fake,
         } => answer::answer(config, &task, &text, json, no_mcp, fake, repo).await,
         Command::Blocked { json } => blocked::blocked(config, repo, json),
+        Command::Cancel { target, wait, json } => {
+            cancel::cancel(config, &target, wait, json, repo).await
+        }
         Command::Resume {
             batch_id,
             json,

@@ -235,6 +235,20 @@ impl Engine {
         }
     }
 
+    /// Asks the aicli process running `target` (`BATCH`, `BATCH/TASK` or `TASK`) to
+    /// cancel it, through the batch's control file (`by` says who asked, for the
+    /// record). The process stops the task's run (or every run, as Ctrl-C would) within
+    /// a moment; a cancelled task ends `cancelled`, a queued one without running. Refused
+    /// when no process runs it.
+    pub fn request_cancel(
+        &self,
+        store: &RunStore,
+        target: &str,
+        by: &str,
+    ) -> Result<crate::batch::CancelTarget, EngineError> {
+        crate::batch::request_cancel(store, target, by)
+    }
+
     /// Every blocked task in `store`, oldest question first.
     pub fn blocked(&self, store: &RunStore) -> Vec<crate::batch::BlockedTask> {
         crate::batch::blocked(store)

@@ -28,3 +28,6 @@ pub const PID_UPSTREAM_PREFIX: &str = "pid.upstream-";
 pub const LOCK: &str = "lock";
 /// The batch's private directory (per-run files, task homes): `<batch>/private/`.
 pub const PRIVATE_DIR: &str = "private";
+/// Requests to the aicli process running the batch (cancel the batch or a task), appended
+/// by another process (`aicli cancel`, the web view): `<batch>/control.ndjson`.
+pub const CONTROL: &str = "control.ndjson";

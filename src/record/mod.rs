@@ -23,6 +23,7 @@
 //! | `lock` | [`TaskLock`]: one aicli process runs a task at a time |
 
 mod batch;
+mod control;
 pub mod files;
 mod lock;
 mod task;
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 use aicli_providers::SessionResult;
 
 pub use batch::{BatchResult, BatchSpec, BatchSummary};
+pub use control::ControlRequest;
 pub use lock::TaskLock;
 pub use task::{AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, TaskRecord, TaskState};
 

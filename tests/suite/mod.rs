@@ -1,5 +1,6 @@
 mod acp_bad_input;
 mod budget;
+mod cancel;
 pub mod cli;
 mod cli_env;
 mod docker;
