@@ -20,6 +20,8 @@
 //! | `live` | [`BatchEvent`]s on a bounded channel ([`live_channel`]) |
 //! | `runner` | where a run's process lives: the [`Runner`] and [`Placement`] traits, local and Docker |
 //! | `mcp` | [`McpServer`], the server each agent calls back into |
+//! | `web` | [`WebServer`]: the run records as pages and a JSON API, tasks live over SSE |
+//! | `http` | what the HTTP servers share: connection limits, the Host check |
 //! | `env`, `cache`, `util` | a CLI's environment, aicli's cache of CLIs, private files |
 //! | `cli` | the `aicli` command line ([`cli_main`]), with the fake APIs, the tasks file, schemas and `aicli install` |
 //!
@@ -60,7 +62,8 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    batch, budget, cache, engine, env, live, mcp, proc, record, run, runner, util, worktree,
+    batch, budget, cache, engine, env, http, live, mcp, proc, record, run, runner, util, web,
+    worktree,
 );
 
 #[cfg(feature = "test-helpers")]
@@ -80,6 +83,7 @@ pub use record::{
 };
 pub use runner::{DockerRunner, LocalRunner, Placement, RunHandle, Runner};
 pub use tokio_util::sync::CancellationToken;
+pub use web::{WebOptions, WebServer};
 
 pub use aicli_providers as providers;
 

@@ -49,6 +49,7 @@ mod runs;
 mod schema;
 mod serve;
 mod tasks_file;
+mod web;
 mod worktrees;
 
 pub use exit::Failure;
@@ -158,6 +159,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the run records as a web view (batches, tasks live, cancel) and a JSON API.
+    Web(web::WebArgs),
     /// List every blocked task across runs, with its question.
     Blocked {
         /// Print JSON.
@@ -385,6 +388,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             fake,
         } => answer::answer(config, &task, &text, json, no_mcp, fake, repo).await,
         Command::Blocked { json } => blocked::blocked(config, repo, json),
+        Command::Web(a) => web::web(config, a, repo).await,
         Command::Cancel { target, wait, json } => {
             cancel::cancel(config, &target, wait, json, repo).await
         }

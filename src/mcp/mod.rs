@@ -83,7 +83,6 @@ mod credentials;
 mod error;
 mod granted;
 mod handler;
-mod listener;
 mod record;
 mod server;
 mod skills;

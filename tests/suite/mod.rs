@@ -22,3 +22,4 @@ mod resume_finished;
 mod robustness;
 mod schemas;
 mod support;
+mod web;

@@ -31,10 +31,8 @@
 //! |---|---|
 //! | `token` | [`Tokens`], [`Caller`], [`PeerRule`]: mint, authenticate, restrict, revoke |
 //! | `session` | session -> token bindings and the per-token session places |
-//! | `hosts` | [`AllowedHosts`]: the Host/Origin check |
 //! | `reply` | the refusal responses and their JSON bodies |
 
-mod hosts;
 mod reply;
 mod session;
 mod token;
@@ -48,7 +46,6 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
-pub(crate) use hosts::AllowedHosts;
 pub(crate) use token::{Caller, PeerRule, Tokens};
 
 use super::server::Shared;

@@ -3,7 +3,8 @@ use std::net::IpAddr;
 use axum::http::{HeaderMap, HeaderValue, header};
 
 use super::token::{AuthFailure, token_prefix};
-use super::{AllowedHosts, PeerRule, Tokens};
+use super::{PeerRule, Tokens};
+use crate::http::AllowedHosts;
 use crate::mcp::TaskContext;
 
 fn ctx() -> TaskContext {

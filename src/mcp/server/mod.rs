@@ -26,7 +26,7 @@ pub(crate) use shared::Shared;
 use super::TaskContext;
 use super::auth::PeerRule;
 use super::calls::CallRecord;
-use super::listener::ConnLimits;
+use crate::http::listener::ConnLimits;
 use super::tools::TOOL_NAMES;
 
 /// How long [`McpServer::shutdown`] waits for open connections before cutting them.

@@ -13,11 +13,12 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use tokio_util::sync::CancellationToken;
 
 use crate::mcp::CredentialSource;
-use crate::mcp::auth::{AllowedHosts, Tokens};
+use crate::http::AllowedHosts;
+use crate::mcp::auth::Tokens;
 use crate::mcp::calls::CallLog;
 use crate::mcp::command::{CommandTool, ToolEnv};
 use crate::mcp::granted::Peers;
-use crate::mcp::listener::ConnStats;
+use crate::http::listener::ConnStats;
 use crate::mcp::upstream::Upstreams;
 
 /// State every session and the middleware share.

@@ -18,11 +18,12 @@ use tokio_util::sync::CancellationToken;
 use super::shared::sweep;
 use super::{McpServer, McpServerOptions, Shared};
 use crate::mcp::McpError;
-use crate::mcp::auth::{AllowedHosts, Tokens, gate};
+use crate::http::AllowedHosts;
+use crate::mcp::auth::{Tokens, gate};
 use crate::mcp::calls::CallLog;
 use crate::mcp::command::{CommandTool, ToolEnv};
 use crate::mcp::granted::Peers;
-use crate::mcp::listener::{self, ConnLimits, ConnStats};
+use crate::http::listener::{self, ConnLimits, ConnStats};
 use crate::mcp::tools::AgentTools;
 use crate::mcp::upstream::{OnChange, Upstreams};
 

@@ -1,0 +1,81 @@
+//! `aicli web`: serve the repository's run records as a web view until Ctrl-C.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::RepoArgs;
+use super::common::{engine, repo_dir, usage};
+
+/// `aicli web` flags.
+#[derive(Debug, Clone, Args)]
+pub struct WebArgs {
+    /// The address to listen on (default: loopback, a free port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    bind: SocketAddr,
+    /// Allow a non-loopback --bind: anyone who reaches it and holds the token can run
+    /// agents on this machine.
+    #[arg(long)]
+    allow_remote: bool,
+    /// A host name (or host:port) requests may name besides loopback and the bind
+    /// address (a reverse proxy's); repeatable.
+    #[arg(long, value_name = "HOST")]
+    allowed_host: Vec<String>,
+    /// Open the page in the desktop's browser (xdg-open).
+    #[arg(long)]
+    open: bool,
+    /// Print the URL and the API token as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) async fn web(
+    config_path: Option<&Path>,
+    a: WebArgs,
+    r: RepoArgs,
+) -> anyhow::Result<ExitCode> {
+    let engine = engine(config_path)?;
+    let repo = repo_dir(&r)?;
+    let store = engine.store(&repo, r.runs_dir.as_deref());
+    let opts = crate::WebOptions {
+        bind: a.bind,
+        allow_remote: a.allow_remote,
+        allowed_hosts: a.allowed_host,
+    };
+    let server = crate::WebServer::start(engine, store, opts)
+        .await
+        .map_err(usage)?;
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "url": server.url(),
+                "addr": server.addr().to_string(),
+                "api_token": server.api_token(),
+            })
+        );
+    } else {
+        outln!("{}", server.url());
+        eprintln!("aicli web: open the URL above (it logs one browser in, once); Ctrl-C stops it");
+        eprintln!("           scripts: Authorization: Bearer <the API token; --json prints it>");
+    }
+    if !server.addr().ip().is_loopback() {
+        eprintln!(
+            "aicli web: WARNING: listening on {}, not loopback: whoever reaches it with the token sees every run record of {} and can cancel its tasks (plain HTTP: put TLS in front)",
+            server.addr(),
+            repo.display()
+        );
+    }
+    if a.open {
+        let _ = std::process::Command::new("xdg-open")
+            .arg(server.url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    server.stop().await;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,174 @@
+//! Who may use the web view: a browser that exchanged the one-time URL token for a
+//! session cookie (HttpOnly, SameSite=Strict), or a client with the server's API token
+//! as `Authorization: Bearer`. State-changing requests with the cookie also need the
+//! session's CSRF token in `X-CSRF-Token`. Tokens are 32 random bytes in hex, compared
+//! in constant time, and never logged whole.
+
+use std::sync::Mutex;
+
+use axum::http::{HeaderMap, Method, header};
+use subtle::ConstantTimeEq;
+
+/// The cookie's name.
+pub(crate) const COOKIE: &str = "aicli_session";
+/// The header a cookie-authenticated POST carries its CSRF token in.
+pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
+/// Browser sessions at most; the oldest goes when one more logs in.
+const MAX_SESSIONS: usize = 64;
+
+/// 32 random bytes, hex.
+pub(crate) fn new_token() -> String {
+    hex::encode(rand::random::<[u8; 32]>())
+}
+
+fn same(a: &str, b: &str) -> bool {
+    bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+/// A browser session.
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    id: String,
+    /// Its CSRF token.
+    pub csrf: String,
+}
+
+/// How a request was let in.
+#[derive(Debug, Clone)]
+pub(crate) enum Caller {
+    /// With the session cookie.
+    Browser(Session),
+    /// With the API token.
+    Api,
+}
+
+/// The server's credentials.
+#[derive(Debug)]
+pub(crate) struct Auth {
+    login: Mutex<Option<String>>,
+    api: String,
+    sessions: Mutex<Vec<Session>>,
+}
+
+/// Why a request is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// No valid credential: 401.
+    Unauthenticated,
+    /// A cookie-authenticated state change without its CSRF token: 403.
+    NoCsrf,
+}
+
+impl Auth {
+    /// New credentials: a one-time login token and an API token.
+    pub(crate) fn new() -> Auth {
+        Auth {
+            login: Mutex::new(Some(new_token())),
+            api: new_token(),
+            sessions: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The one-time login token (for the URL printed at start), while unused.
+    pub(crate) fn login_token(&self) -> Option<String> {
+        self.login.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The API token.
+    pub(crate) fn api_token(&self) -> &str {
+        &self.api
+    }
+
+    /// Exchanges the one-time login token for a new session (once: the token is spent).
+    pub(crate) fn log_in(&self, token: &str) -> Option<Session> {
+        let mut login = self.login.lock().unwrap_or_else(|e| e.into_inner());
+        if !login.as_deref().is_some_and(|l| same(l, token)) {
+            return None;
+        }
+        *login = None;
+        let s = Session {
+            id: new_token(),
+            csrf: new_token(),
+        };
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if sessions.len() >= MAX_SESSIONS {
+            sessions.remove(0);
+        }
+        sessions.push(s.clone());
+        Some(s)
+    }
+
+    /// The cookie that carries `s`.
+    pub(crate) fn cookie(s: &Session) -> String {
+        format!("{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/", s.id)
+    }
+
+    /// Who sends a request with `headers`, or why it is refused.
+    pub(crate) fn check(&self, method: &Method, headers: &HeaderMap) -> Result<Caller, Refusal> {
+        if let Some(t) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        {
+            return if same(t.trim(), &self.api) {
+                Ok(Caller::Api)
+            } else {
+                Err(Refusal::Unauthenticated)
+            };
+        }
+        let sid = headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| *k == COOKIE)
+            .map(|(_, v)| v.to_owned())
+            .ok_or(Refusal::Unauthenticated)?;
+        let session = {
+            let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let mut found = None;
+            for s in sessions.iter() {
+                if same(&s.id, &sid) {
+                    found = Some(s.clone());
+                }
+            }
+            found.ok_or(Refusal::Unauthenticated)?
+        };
+        let safe = matches!(*method, Method::GET | Method::HEAD);
+        if !safe {
+            let csrf = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+            if !csrf.is_some_and(|c| same(c, &session.csrf)) {
+                return Err(Refusal::NoCsrf);
+            }
+        }
+        Ok(Caller::Browser(session))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_login_token_works_once_and_a_post_needs_the_csrf_token() {
+        let a = Auth::new();
+        let t = a.login_token().unwrap();
+        assert!(a.log_in("0").is_none());
+        let s = a.log_in(&t).unwrap();
+        assert!(a.log_in(&t).is_none(), "spent");
+        assert!(a.login_token().is_none());
+        let mut h = HeaderMap::new();
+        assert_eq!(a.check(&Method::GET, &h).unwrap_err(), Refusal::Unauthenticated);
+        h.insert(header::COOKIE, format!("x=1; {COOKIE}={}", s.id).parse().unwrap());
+        assert!(matches!(a.check(&Method::GET, &h), Ok(Caller::Browser(_))));
+        assert_eq!(a.check(&Method::POST, &h).unwrap_err(), Refusal::NoCsrf);
+        h.insert(CSRF_HEADER, s.csrf.parse().unwrap());
+        assert!(a.check(&Method::POST, &h).is_ok());
+        let mut b = HeaderMap::new();
+        b.insert(header::AUTHORIZATION, format!("Bearer {}", a.api_token()).parse().unwrap());
+        assert!(matches!(a.check(&Method::POST, &b), Ok(Caller::Api)));
+        b.insert(header::AUTHORIZATION, "Bearer nope".parse().unwrap());
+        assert_eq!(a.check(&Method::GET, &b).unwrap_err(), Refusal::Unauthenticated);
+    }
+}
