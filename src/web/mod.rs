@@ -9,6 +9,8 @@
 //! |---|---|
 //! | `GET /login?token=T` | the one-time token for a session cookie, then `/` |
 //! | `GET /` | the batches, newest first, blocked tasks on top |
+//! | `GET /batches/B` | a batch: a row per task (provider, status, tokens, cost) |
+//! | `GET /batches/B/tasks/T` | a task: attempts, response, its transcript live (`static/app.js`) |
 //! | `GET /api/session` | the session's CSRF token |
 //! | `GET /api/batches` | every batch's summary, newest first |
 //! | `GET /api/blocked` | every blocked task, with its question |
@@ -157,6 +159,9 @@ fn router(state: Shared) -> Router {
     Router::new()
         .route("/", get(pages::index))
         .route("/static/app.css", get(pages::css))
+        .route("/static/app.js", get(pages::js))
+        .route("/batches/{batch}", get(pages::batch))
+        .route("/batches/{batch}/tasks/{task}", get(pages::task))
         .route("/api/session", get(session))
         .route("/api/batches", get(batches))
         .route("/api/blocked", get(blocked))

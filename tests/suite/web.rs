@@ -88,8 +88,20 @@ async fn the_web_view_serves_another_process_s_batch_live_and_safely() {
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
     let cfg = fake_cli_config(dir.path(), &["--line-delay-ms", "400"]);
+    // A transcript whose text is markup: the pages must show it as text.
+    let evil = r#"<script>alert(1)</script><img src=x onerror=alert(2)>"#;
+    let fx = fixture("claude", "text");
+    let xss = dir.path().join("xss.ndjson");
+    let text = std::fs::read_to_string(fx.with_extension("ndjson"))
+        .unwrap()
+        .replace(
+            "Hello from the fake Anthropic API.",
+            &evil.replace('"', "\\\""),
+        );
+    std::fs::write(&xss, text).unwrap();
     let tasks = serde_json::json!({"tasks": [
         {"id": "a", "prompt": "a"},
+        {"id": "xss", "prompt": "x", "extra_args": ["--replay", xss]},
         {"id": "slow", "prompt": "s", "extra_args": ["--line-delay-ms", "5000"]}
     ]});
     let mut batch = spawn_batch(
@@ -158,7 +170,48 @@ async fn the_web_view_serves_another_process_s_batch_live_and_safely() {
     assert_eq!(page.status(), 200);
     let html = page.text().await.unwrap();
     assert!(html.contains(&id), "the page lists the running batch");
-    assert!(!html.contains("<script"), "no script on the page");
+    assert!(
+        html.contains(r#"<script src="/static/app.js" defer></script>"#)
+            && html.matches("<script").count() == 1,
+        "one script, the server's own file: no inline script"
+    );
+    let js = http
+        .get(format!("{}/static/app.js", web.base))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        js.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    let js = js.text().await.unwrap();
+    assert!(
+        js.contains("textContent") && !js.contains("innerHTML"),
+        "agent text goes in as text"
+    );
+    let get_page = |path: String| {
+        let http = http.clone();
+        let cookie = cookie.clone();
+        let base = web.base.clone();
+        async move {
+            let r = http
+                .get(format!("{base}{path}"))
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{path}");
+            r.text().await.unwrap()
+        }
+    };
+    let batch_page = get_page(format!("/batches/{id}")).await;
+    assert!(
+        batch_page.contains(&format!("/batches/{id}/tasks/slow")),
+        "{batch_page}"
+    );
 
     // The API with the bearer token.
     let list: serde_json::Value = http
@@ -207,6 +260,26 @@ async fn the_web_view_serves_another_process_s_batch_live_and_safely() {
             .collect::<Vec<_>>()
     };
     assert!(want.len() > 3, "{want:?}");
+    wait_for_batch(
+        &runs,
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        "xss ends",
+        |b| task_state(b, "xss").as_deref() == Some("succeeded"),
+    );
+    let xss_page = get_page(format!("/batches/{id}/tasks/xss")).await;
+    assert!(
+        xss_page.contains("&lt;script&gt;alert(1)&lt;/script&gt;&lt;img"),
+        "{xss_page}"
+    );
+    assert!(!xss_page.contains("<img") && !xss_page.contains("<script>alert"));
+    let task_page = get_page(format!("/batches/{id}/tasks/a")).await;
+    assert!(task_page.contains("✔ succeeded"), "{task_page}");
+    assert!(
+        task_page.contains("Hello from the fake Anthropic API."),
+        "the response"
+    );
+    assert!(task_page.contains(&format!(r#"data-src="/api/batches/{id}/tasks/a/events""#)));
     let rest = read_events(
         http.get(&events)
             .header("cookie", &cookie)
