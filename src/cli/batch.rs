@@ -54,6 +54,11 @@ pub struct BatchArgs {
     /// `runner`, the provider's and engine.runner).
     #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
     pub runner: Option<RunnerKind>,
+    /// Serve the web view of the repository's runs while the batch runs, on ADDR
+    /// (default: loopback, a free port); its URL, with a one-time login token, is the
+    /// first line on stderr.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+    pub web: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub fake: FakeApiArgs,
 }
@@ -118,9 +123,16 @@ pub(super) async fn batch(
         .iter()
         .map(|t| t.provider.clone().unwrap_or_else(|| default.clone()))
         .collect();
+    let web = match a.web {
+        Some(bind) => Some(serve_web(&running.engine, &opts, bind).await?),
+        None => None,
+    };
     let display_opts = super::progress::DisplayOptions::new(&providers, cancel.clone());
     let display = tokio::spawn(super::progress::run(rx, display_opts));
     let result = running.engine.run_batch(file.tasks, opts, tx, cancel).await;
+    if let Some(w) = web {
+        w.stop().await;
+    }
     running.stop();
     let _ = display.await;
     let from_flags = [
@@ -150,4 +162,23 @@ pub(super) async fn batch(
         other => other.into(),
     })?;
     print_batch(&result, a.json)
+}
+
+/// The web view of the batch's repository, served while the batch runs (`--web`); its
+/// URL goes to stderr (stdout is the result's).
+async fn serve_web(
+    engine: &crate::Engine,
+    opts: &BatchOptions,
+    bind: std::net::SocketAddr,
+) -> anyhow::Result<crate::WebServer> {
+    let store = engine.store(&opts.repo, opts.runs_dir.as_deref());
+    let web_opts = crate::WebOptions {
+        bind,
+        ..crate::WebOptions::default()
+    };
+    let server = crate::WebServer::start(engine.clone(), store, web_opts)
+        .await
+        .map_err(usage)?;
+    eprintln!("{}", server.url());
+    Ok(server)
 }

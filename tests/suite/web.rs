@@ -327,3 +327,69 @@ async fn the_web_view_serves_another_process_s_batch_live_and_safely() {
     let control = std::fs::read_to_string(b.join("control.ndjson")).unwrap();
     assert!(control.contains("\"by\":\"web\""), "{control}");
 }
+
+/// `aicli batch --web`: the same view from inside the running batch, its URL on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_serves_its_own_web_view_while_it_runs() {
+    let repo = git_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = fake_cli_config(dir.path(), &["--line-delay-ms", "300"]);
+    let tasks_file = dir.path().join("tasks.json");
+    std::fs::write(&tasks_file, r#"[{"id": "a", "prompt": "a"}]"#).unwrap();
+    let mut child = aicli_with(
+        &cfg,
+        &["batch", tasks_file.to_str().unwrap(), "--web", "--json"],
+    )
+    .arg("--repo")
+    .arg(repo.path())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let url = loop {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "stderr ended without a URL"
+        );
+        if let Some(u) = line.trim().strip_prefix("http://") {
+            break format!("http://{u}");
+        }
+    };
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let base = url.split("/login").next().unwrap().to_owned();
+    let list: serde_json::Value = http
+        .get(format!("{base}/api/batches"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list[0]["batch_id"], result["batch_id"], "{list}");
+    assert!(
+        http.get(format!("{base}/api/batches"))
+            .send()
+            .await
+            .is_err(),
+        "the view stops with the batch"
+    );
+}
