@@ -13,7 +13,9 @@
 //! 2. **Throughput**: TASKS tiny tasks at PARALLEL at once, `aicli-fake-cli` replaying
 //!    Claude's `text` transcript with 20 ms per line, started by the Claude adapter (its
 //!    argv, the prompt on stdin), as local processes and in containers (the fake CLI
-//!    baked into a small image on the runtime layer), tasks/s and the ratio.
+//!    baked into a small image on the runtime layer), tasks/s and the ratio; then where a
+//!    container run's set-up time goes: each runner step (the attempt records' `setup`:
+//!    engine wait, image inspect, create, attach, start, inspect, remove), p50 and mean.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -50,7 +52,7 @@ async fn timed(
     engine: &Engine,
     tasks: Vec<TaskSpec>,
     opts: BatchOptions,
-) -> (Vec<(f64, f64)>, Duration, usize) {
+) -> (Vec<(f64, f64)>, Duration, usize, PathBuf) {
     let (tx, mut rx) = aicli::live::channel(64 << 20);
     let collector = tokio::spawn(async move {
         let mut started: HashMap<Arc<str>, Instant> = HashMap::new();
@@ -85,7 +87,39 @@ async fn timed(
         .await
         .unwrap();
     let wall = t0.elapsed();
-    (collector.await.unwrap(), wall, b.n_succeeded)
+    (collector.await.unwrap(), wall, b.n_succeeded, b.runs_dir)
+}
+
+/// The Docker runner's steps over every task of the batch recorded in `runs_dir`
+/// (`setup` of each attempt): per step, its p50 and mean ms, in the order they run.
+fn step_table(runs_dir: &Path) -> Vec<String> {
+    let mut by_step: Vec<(String, Vec<f64>)> = Vec::new();
+    for e in std::fs::read_dir(runs_dir.join("tasks")).unwrap().flatten() {
+        let Ok(bytes) = std::fs::read(e.path().join("task.json")) else {
+            continue;
+        };
+        let rec: aicli::TaskRecord = serde_json::from_slice(&bytes).unwrap();
+        for a in &rec.attempts {
+            for st in &a.setup {
+                match by_step.iter_mut().find(|(n, _)| *n == st.step) {
+                    Some((_, v)) => v.push(st.ms),
+                    None => by_step.push((st.step.clone(), vec![st.ms])),
+                }
+            }
+        }
+    }
+    by_step
+        .into_iter()
+        .map(|(step, mut v)| {
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            format!(
+                "| {step} | {:.1} | {:.1} | {} |",
+                v[v.len() / 2],
+                mean(&v),
+                v.len()
+            )
+        })
+        .collect()
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -158,7 +192,7 @@ async fn first_event(
                 prompt: "Say hello".into(),
                 ..TaskSpec::default()
             };
-            let (times, _, ok) = timed(&engine, vec![task], opts).await;
+            let (times, _, ok, _) = timed(&engine, vec![task], opts).await;
             assert_eq!(ok, 1, "{provider} {runner} run {i} failed");
             if i > 0 {
                 firsts.push(times[0].0);
@@ -184,9 +218,14 @@ async fn first_event(
 }
 
 /// Part 2: `n` fake-CLI tasks at `parallel`, local and in containers; tasks/s each.
-async fn throughput(n: usize, parallel: usize, docker: &bollard::Docker) -> Vec<String> {
+async fn throughput(
+    n: usize,
+    parallel: usize,
+    docker: &bollard::Docker,
+) -> (Vec<String>, Vec<String>) {
     let image = fake_cli_image(docker).await;
     let mut rows = Vec::new();
+    let mut steps = Vec::new();
     let mut rates = Vec::new();
     for runner in [RunnerKind::Local, RunnerKind::Docker] {
         let mut config = AiCliConfig::builtin().unwrap();
@@ -217,8 +256,11 @@ async fn throughput(n: usize, parallel: usize, docker: &bollard::Docker) -> Vec<
         let mut opts = BatchOptions::new(dir.path());
         opts.provider = Some("fake".into());
         opts.worktrees = false;
-        let (times, wall, ok) = timed(&engine, tasks, opts).await;
+        let (times, wall, ok, runs_dir) = timed(&engine, tasks, opts).await;
         assert_eq!(ok, n, "{runner}: {ok} of {n} succeeded");
+        if runner == RunnerKind::Docker {
+            steps = step_table(&runs_dir);
+        }
         let rate = n as f64 / wall.as_secs_f64();
         rates.push(rate);
         let mut firsts: Vec<f64> = times.iter().map(|t| t.0).collect();
@@ -233,7 +275,7 @@ async fn throughput(n: usize, parallel: usize, docker: &bollard::Docker) -> Vec<
         "| container / local | | | | {:.2}x | |",
         rates[1] / rates[0]
     ));
-    rows
+    (rows, steps)
 }
 
 fn main() {
@@ -263,7 +305,14 @@ fn main() {
         println!("\nThroughput, aicli-fake-cli ({LINE_DELAY_MS} ms per line of Claude's text transcript):\n");
         println!("| runner | tasks | parallel | wall s | tasks/s | first event p50 ms |");
         println!("|---|---|---|---|---|---|");
-        for row in throughput(n, parallel, &docker).await {
+        let (rows, steps) = throughput(n, parallel, &docker).await;
+        for row in rows {
+            println!("{row}");
+        }
+        println!("\nWhere a container run's set-up goes (the run records' `setup`), {n} tasks at parallel {parallel}:\n");
+        println!("| step | p50 ms | mean ms | n |");
+        println!("|---|---|---|---|");
+        for row in steps {
             println!("{row}");
         }
     });

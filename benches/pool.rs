@@ -50,17 +50,6 @@ fn fake_argv() -> Vec<String> {
     argv
 }
 
-fn cpu_time() -> Duration {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given.
-    let ru = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
-        ru.assume_init()
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
@@ -238,14 +227,14 @@ async fn run(n: usize, parallel: usize, cgroups: CgroupMode, dir: &Path) -> Run 
         first
     });
     reset_peak_rss();
-    let cpu0 = cpu_time();
+    let cpu0 = support::bench::self_cpu();
     let t0 = Instant::now();
     let r = engine
         .run_batch(tasks, opts, tx, CancellationToken::new())
         .await
         .unwrap();
     let wall = t0.elapsed();
-    let cpu = cpu_time() - cpu0;
+    let cpu = support::bench::self_cpu() - cpu0;
     Run {
         wall,
         cpu,

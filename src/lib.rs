@@ -83,7 +83,7 @@ pub use record::{
 };
 pub use runner::{DockerRunner, LocalRunner, Placement, RunHandle, Runner};
 pub use tokio_util::sync::CancellationToken;
-pub use web::{WebOptions, WebServer};
+pub use web::{Launcher as WebLauncher, WebOptions, WebServer};
 
 pub use aicli_providers as providers;
 

@@ -85,9 +85,11 @@ pub struct DockerConfig {
     /// container reaches aicli's MCP server). `none` cuts the container off entirely,
     /// aicli's MCP server and the model API included.
     pub network_mode: String,
-    /// The user the CLI runs as in the container (`uid:gid`). Absent: on a local engine the
-    /// owner of the task's worktree (so files it writes stay the user's; root only when
-    /// aicli runs as root), on a remote engine the image's user `aicli` (1000:1000).
+    /// The user the CLI runs as in the container (`uid:gid`; never root). Absent: on a
+    /// local engine the owner of the task's worktree (so files it writes stay the user's),
+    /// or the image's user `aicli` (1000:1000) when root owns it (aicli as root: its files
+    /// still land as root's, through uid-mapped mounts); on a remote engine the image's
+    /// user.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Where `aicli image build` keeps the Debian packages it downloads (git for images
@@ -184,6 +186,14 @@ impl DockerConfig {
             return Err((
                 "user".into(),
                 format!("'{u}' is not `uid:gid` (numbers) or a user name"),
+            ));
+        }
+        if let Some(u) = &self.user
+            && (u == "root" || u.split(':').next() == Some("0"))
+        {
+            return Err((
+                "user".into(),
+                format!("'{u}' is root: a container never runs its CLI as root"),
             ));
         }
         let mut names = std::collections::BTreeSet::new();
@@ -292,6 +302,10 @@ mod tests {
         c.hosts.pop();
         c.user = Some("1000:x".into());
         assert_eq!(c.check().map_err(|(p, _)| p), Err("user".to_owned()));
+        for root in ["root", "0", "0:0", "0:1000"] {
+            c.user = Some(root.into());
+            assert_eq!(c.check().map_err(|(p, _)| p), Err("user".to_owned()));
+        }
         c.user = Some("1000:1000".into());
         c.cpus = -1.0;
         assert_eq!(c.check().map_err(|(p, _)| p), Err("cpus".to_owned()));

@@ -45,7 +45,6 @@ pub(crate) async fn answer(
         EngineError::Refused(format!("task {task_ref} is blocked but has no question"))
     })?;
     let provider = engine.registry.get(&rec.provider)?;
-    super::new::check_runner(engine, &rec.task, &provider).map_err(EngineError::Refused)?;
     let spec = record.spec().map_err(EngineError::NotFound)?;
     refuse_when_spent(&spec, &record)?;
     let next = Next::continuing(

@@ -228,6 +228,7 @@ impl Batch {
                 reserved_usd: r.amount(),
                 charged_usd: None,
             }),
+            setup: Vec::new(),
         });
         task.rec.state = TaskState::Running;
         if n == 1
@@ -271,6 +272,13 @@ impl Batch {
             },
             private_dir: self.private_dir(&run_task.id, attempt),
             task_home: self.task_home(&run_task.id),
+            session_home: task.origin.as_ref().map(|o| {
+                self.record
+                    .dir()
+                    .with_file_name(&o.batch_id)
+                    .join(files::PRIVATE_DIR)
+                    .join(format!("{}-home", o.task.task.id))
+            }),
             branch: task.rec.branch.clone(),
             record_dir: Some(self.record.task_dir(&run_task.id)),
             workspace,
@@ -338,6 +346,9 @@ impl Batch {
             }
             return outcome;
         }
+        // A task cancelled on its own is over already in the state recorded here, which
+        // a watcher (the web view, `aicli status`) reads before the task is settled.
+        self.task_cancels.final_if_cancelled(task.id(), &mut outcome.result);
         let id = task.id().to_owned();
         let (events_end, stderr_end) = (self.record.events_len(&id), self.record.stderr_len(&id));
         let state = if outcome.result.error_kind.is_some_and(|k| k.is_backoff()) {
@@ -352,6 +363,7 @@ impl Batch {
             a.result = Some(outcome.result.clone());
             a.argv = outcome.argv.clone();
             a.budget = outcome.budget;
+            a.setup = std::mem::take(&mut outcome.setup);
             a.place = outcome.place.clone();
         }
         task.rec.state = state;
@@ -389,6 +401,7 @@ impl Batch {
             place: None,
             result: Some(result.clone()),
             budget: None,
+            setup: Vec::new(),
         });
         task.persist(&self.record, Write::Progress).await;
         RunOutcome::not_run_result(result)

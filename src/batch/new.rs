@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use aicli_providers::{RunnerKind, TaskSpec};
+use aicli_providers::TaskSpec;
 use tokio_util::sync::CancellationToken;
 
 use super::TaskRun;
@@ -53,6 +53,13 @@ pub(crate) async fn new_batch(
         fake_api: opts.fake_api.clone(),
         aicli_version: env!("CARGO_PKG_VERSION").to_owned(),
     };
+    if opts.batch_id.is_some() && runs_dir.join(&spec.batch_id).exists() {
+        return Err(EngineError::Refused(format!(
+            "batch id {}: {} holds a batch of that id already",
+            spec.batch_id,
+            runs_dir.display()
+        )));
+    }
     let store = RunStore::new(&runs_dir);
     let record = store
         .create_batch(&spec)
@@ -110,14 +117,14 @@ fn check_tasks(
         if let Some((j, message)) = engine.config.unknown_mcp_grant(&t.mcp_tools) {
             return Err(invalid(t, format!("mcp_tools[{j}]: {message}")));
         }
-        let provider = match &t.provider {
+        match &t.provider {
             Some(p) => engine
                 .registry
                 .get(p)
+                .map(drop)
                 .map_err(|e| invalid(t, format!("provider: {e}")))?,
-            None => engine.registry.get(default_provider)?,
+            None => engine.registry.get(default_provider).map(drop)?,
         };
-        check_runner(engine, t, &provider).map_err(|m| invalid(t, m))?;
     }
     Ok(())
 }
@@ -129,23 +136,6 @@ pub(crate) fn check_prompt_size(engine: &Engine, len: usize) -> Result<(), Strin
     if len > cap {
         return Err(format!(
             "{len} bytes is over the limit of {cap} bytes (engine.max_prompt_bytes in the config)"
-        ));
-    }
-    Ok(())
-}
-
-/// A provider that speaks to its agent on stdin (ACP) runs only where stdin can stay
-/// open: the local runner.
-pub(super) fn check_runner(
-    engine: &Engine,
-    task: &TaskSpec,
-    provider: &aicli_providers::SharedProvider,
-) -> Result<(), String> {
-    let kind = engine.runner_kind(task, provider);
-    if provider.two_way() && kind != RunnerKind::Local {
-        return Err(format!(
-            "runner: provider {} speaks to its agent on stdin (ACP), which the {kind} runner cannot keep open: run it with the local runner (`--runner local`, or the provider's `runner`)",
-            provider.name()
         ));
     }
     Ok(())

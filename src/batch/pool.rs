@@ -272,6 +272,7 @@ mod tests {
             place: None,
             started: true,
             budget: None,
+            setup: Vec::new(),
         }
     }
 

@@ -15,7 +15,7 @@ use crate::util::now_rfc3339;
 use crate::worktree::{Cleanup, Worktree};
 
 /// A blocked task, for `aicli blocked`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct BlockedTask {
     /// Its batch.
     pub batch_id: String,
@@ -65,9 +65,11 @@ impl Batch {
             self.settle_worktree(&mut task, &mut result).await;
             let state = TaskState::of(&result);
             if matches!(state, TaskState::Succeeded | TaskState::Failed) {
-                // Nothing will resume this task's CLI session: its home (login copies)
-                // goes.
-                let _ = std::fs::remove_dir_all(self.task_home(task.id()));
+                // No answer will continue this task: its home's login copies go; its
+                // session store stays for a task that resumes the session by id.
+                if let Ok(p) = self.engine.registry.get(&task.rec.provider) {
+                    crate::runner::docker::forget_logins(&self.task_home(task.id()), p.config());
+                }
             }
             if let Some(a) = task.rec.attempts.last_mut() {
                 a.result = Some(result.clone());
@@ -170,6 +172,7 @@ impl Batch {
             place: None,
             result: Some(r.clone()),
             budget: None,
+            setup: Vec::new(),
         });
         self.settle(task, r).await;
     }

@@ -44,9 +44,9 @@
 //!   --daemon-exit            start one `setsid` daemon grandchild (a sleeper) and exit
 //!                            at once, before the transcript: the parent is gone
 //!                            before anyone can see the grandchild's ancestry
-//!   --once FILE              misbehave (daemons, grandchildren, linger, hang) only when
-//!                            FILE does not exist yet (it is created): a resumed run
-//!                            of the same task behaves
+//!   --once FILE              misbehave (daemons, grandchildren, linger, hang,
+//!                            hang-after) only when FILE does not exist yet (it is
+//!                            created): a resumed run of the same task behaves
 //!   --double-fork-daemon F   start a child that runs `--daemon-exit --pid-file F` (so F
 //!                            lists that child and its daemon) and wait for it; then go
 //!                            on: the daemon's parent died at once, the CLI lives on

@@ -21,6 +21,13 @@ pub(super) async fn answer(
     r: RepoArgs,
 ) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
+    let from_stdin;
+    let text = if text == "-" {
+        from_stdin = read_stdin_answer()?;
+        from_stdin.as_str()
+    } else {
+        text
+    };
     if text.trim().is_empty() {
         return Err(usage(format!(
             "the answer to {task} is empty: give the text the agent should continue with, e.g. aicli answer {task} \"Use Postgres\""
@@ -60,6 +67,21 @@ pub(super) async fn answer(
     }
     printer.result(&r, batch_id.as_deref(), started.elapsed())?;
     Ok(finish(&r))
+}
+
+/// The answer on stdin (`aicli answer TASK -`): at most 1 MiB, UTF-8.
+fn read_stdin_answer() -> anyhow::Result<String> {
+    use std::io::Read;
+    const MAX: u64 = 1 << 20;
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .take(MAX + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| usage(format!("cannot read the answer from stdin: {e}")))?;
+    if buf.len() as u64 > MAX {
+        return Err(usage("the answer on stdin is over 1 MiB"));
+    }
+    String::from_utf8(buf).map_err(|_| usage("the answer on stdin is not UTF-8"))
 }
 
 /// `BATCH/TASK` for a bare task id, picked the way the engine picks it: the one batch

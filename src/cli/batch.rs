@@ -59,6 +59,10 @@ pub struct BatchArgs {
     /// first line on stderr.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
     pub web: Option<std::net::SocketAddr>,
+    /// The new batch's id (default: a new one from the time); refused when the runs
+    /// directory holds a batch of that id.
+    #[arg(long, value_name = "ID", conflicts_with = "resume")]
+    pub batch_id: Option<String>,
     #[command(flatten)]
     pub fake: FakeApiArgs,
 }
@@ -116,6 +120,7 @@ pub(super) async fn batch(
     opts.runs_dir = r.runs_dir.clone();
     opts.fake_api = a.fake.script.clone();
     opts.base_ref = base;
+    opts.batch_id = a.batch_id.clone();
     let (tx, rx) = crate::live::channel(crate::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), false);
     let providers: Vec<String> = file
@@ -124,7 +129,7 @@ pub(super) async fn batch(
         .map(|t| t.provider.clone().unwrap_or_else(|| default.clone()))
         .collect();
     let web = match a.web {
-        Some(bind) => Some(serve_web(&running.engine, &opts, bind).await?),
+        Some(bind) => Some(serve_web(config_path, &running.engine, &opts, &a, bind).await?),
         None => None,
     };
     let display_opts = super::progress::DisplayOptions::new(&providers, cancel.clone());
@@ -167,13 +172,23 @@ pub(super) async fn batch(
 /// The web view of the batch's repository, served while the batch runs (`--web`); its
 /// URL goes to stderr (stdout is the result's).
 async fn serve_web(
+    config_path: Option<&Path>,
     engine: &crate::Engine,
     opts: &BatchOptions,
+    a: &BatchArgs,
     bind: std::net::SocketAddr,
 ) -> anyhow::Result<crate::WebServer> {
     let store = engine.store(&opts.repo, opts.runs_dir.as_deref());
+    let launcher = crate::web::Launcher::current(
+        config_path,
+        &opts.repo,
+        opts.runs_dir.as_deref(),
+        a.fake.script.clone(),
+    )
+    .map_err(|e| usage(format!("cannot find this aicli's executable: {e}")))?;
     let web_opts = crate::WebOptions {
         bind,
+        launcher: Some(launcher),
         ..crate::WebOptions::default()
     };
     let server = crate::WebServer::start(engine.clone(), store, web_opts)

@@ -24,7 +24,7 @@ pub(super) fn repo_dir(r: &RepoArgs) -> anyhow::Result<PathBuf> {
         Some(p) => p.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let top = std::process::Command::new("git")
+    let top = std::process::Command::new(crate::worktree::git_binary())
         .arg("-C")
         .arg(&dir)
         .args(["rev-parse", "--show-toplevel"])
@@ -84,7 +84,7 @@ async fn git_out(dir: &Path, args: &[&str]) -> Option<String> {
 }
 
 async fn git_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Option<String> {
-    let out = tokio::process::Command::new("git")
+    let out = tokio::process::Command::new(crate::worktree::git_binary())
         .arg("-C")
         .arg(dir)
         .args(args)
@@ -190,8 +190,21 @@ pub(super) fn positive_count(s: &str) -> Result<usize, String> {
 /// records kept) for `aicli resume`. With `announce` it says so on stderr; a command
 /// with the live display leaves that to the display, which prints above its bars.
 pub(super) fn ctrl_c_cancels(cancel: CancellationToken, announce: bool) {
+    // SIGTERM is taken as Ctrl-C: the web view stops the commands it started with it,
+    // and so do service managers and `kill`; the run stops and its record is kept.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
+        let term = async {
+            match term.as_mut() {
+                Some(t) => t.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let got = tokio::select! {
+            r = tokio::signal::ctrl_c() => r.is_ok(),
+            _ = term => true,
+        };
+        if got {
             if announce {
                 eprintln!("\naicli: interrupted; stopping the run (its record is kept)…");
             }

@@ -51,10 +51,10 @@ pub async fn run(config: &AiCliConfig, action: ImageAction) -> anyhow::Result<Ex
 
 async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
     let reg = ProviderRegistry::from_config(config)?;
-    // ACP agents run with the local runner only: no image by default.
+    // Every provider with an npm package to put in an image (an ACP agent's too).
     let names: Vec<String> = if a.providers.is_empty() {
         reg.providers()
-            .filter(|p| !p.two_way())
+            .filter(|p| !p.package_name().is_empty())
             .map(|p| p.name().to_owned())
             .collect()
     } else {
@@ -99,23 +99,13 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
     install_pins(config, &names, &npm_dir).await?;
     let mut built = Vec::new();
     for name in &names {
-        let p = reg.get(name)?;
         for h in &hosts {
-            let spec = BuildSpec {
-                provider: name.clone(),
-                package: p.package_name().to_owned(),
-                version: p.config().version.clone(),
-                binary_name: p.binary_name().to_owned(),
-                base: a
-                    .base
-                    .clone()
-                    .unwrap_or_else(|| config.engine.docker.base_image.clone()),
-                tag: DockerRunner::image_for(&config.engine.docker, &p),
-                npm_dir: npm_dir.clone(),
-                search_path: std::env::var("PATH").unwrap_or_default(),
-                deb_cache: deb_cache.clone(),
-                force: a.force,
-            };
+            let base = a
+                .base
+                .clone()
+                .unwrap_or_else(|| config.engine.docker.base_image.clone());
+            let spec =
+                BuildSpec::for_provider(config, name, &npm_dir, &deb_cache, &base)?.forced(a.force);
             let host = h.name.clone();
             let quiet = a.json;
             let progress = move |line: &str| {
@@ -152,11 +142,8 @@ async fn install_pins(
             Err(npm::InstallError::NoVersion { .. }) => continue,
             Err(e) => return Err(e.into()),
         };
-        // The image takes the provider's own package (not an ACP wrapper's CLI).
-        missing.extend(
-            pins.into_iter()
-                .filter(|p| p.provider == *name && !npm::is_installed(npm_dir, p)),
-        );
+        // The provider's own package, and an ACP wrapper's CLIs.
+        missing.extend(pins.into_iter().filter(|p| !npm::is_installed(npm_dir, p)));
     }
     if missing.is_empty() {
         return Ok(());
@@ -181,7 +168,7 @@ pub async fn doctor_reports(
         Err(e) => return (Vec::new(), Some(format!("docker: {e}"))),
     };
     let mut out = Vec::new();
-    for p in reg.providers().filter(|p| !p.two_way()) {
+    for p in reg.providers().filter(|p| !p.package_name().is_empty()) {
         let image_name = DockerRunner::image_for(&config.engine.docker, p);
         for h in runner.hosts() {
             let r = image::inspect(&h.docker, &h.name, &image_name, p.binary_name()).await;

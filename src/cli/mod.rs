@@ -48,7 +48,7 @@ mod run;
 mod runs;
 mod schema;
 mod serve;
-mod tasks_file;
+pub(crate) mod tasks_file;
 mod web;
 mod worktrees;
 
@@ -136,7 +136,7 @@ pub enum Command {
     Answer {
         /// The task: `TASK` or `BATCH/TASK`.
         task: String,
-        /// The answer.
+        /// The answer; `-` reads it from stdin (then it is not in the process list).
         answer: String,
         /// Print the result as JSON.
         #[arg(long)]

@@ -25,6 +25,7 @@ pub fn all() -> Vec<(&'static str, Value)> {
         ("session_result.schema.json", s::<SessionResult>()),
         ("batch_result.schema.json", s::<BatchResult>()),
         ("task_record.schema.json", s::<TaskRecord>()),
+        ("web_api.schema.json", s::<crate::web::WebApi>()),
     ]
 }
 

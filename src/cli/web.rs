@@ -23,12 +23,25 @@ pub struct WebArgs {
     /// address (a reverse proxy's); repeatable.
     #[arg(long, value_name = "HOST")]
     allowed_host: Vec<String>,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     /// Open the page in the desktop's browser (xdg-open).
     #[arg(long)]
     open: bool,
     /// Print the URL and the API token as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Watch only: the page and the API answer, resume, start and cancel nothing.
+    #[arg(long)]
+    read_only: bool,
+    /// The batches the page starts run against the fake model APIs (as `aicli batch
+    /// --fake-api[=SCRIPT]`).
+    #[command(flatten)]
+    fake: super::fake::FakeApiArgs,
 }
 
 pub(super) async fn web(
@@ -39,10 +52,21 @@ pub(super) async fn web(
     let engine = engine(config_path)?;
     let repo = repo_dir(&r)?;
     let store = engine.store(&repo, r.runs_dir.as_deref());
+    let launcher = if a.read_only {
+        None
+    } else {
+        Some(
+            crate::web::Launcher::current(config_path, &repo, r.runs_dir.as_deref(), a.fake.script)
+                .map_err(|e| usage(format!("cannot find this aicli's executable: {e}")))?,
+        )
+    };
     let opts = crate::WebOptions {
         bind: a.bind,
         allow_remote: a.allow_remote,
         allowed_hosts: a.allowed_host,
+        tls: a.tls_cert.zip(a.tls_key),
+        launcher,
+        read_only: a.read_only,
     };
     let server = crate::WebServer::start(engine, store, opts)
         .await
@@ -62,8 +86,13 @@ pub(super) async fn web(
         eprintln!("           scripts: Authorization: Bearer <the API token; --json prints it>");
     }
     if !server.addr().ip().is_loopback() {
+        let plain = if server.url().starts_with("https:") {
+            ""
+        } else {
+            ", over plain HTTP (--tls-cert/--tls-key serve HTTPS)"
+        };
         eprintln!(
-            "aicli web: WARNING: listening on {}, not loopback: whoever reaches it with the token sees every run record of {} and can cancel its tasks (plain HTTP: put TLS in front)",
+            "aicli web: WARNING: listening on {}, not loopback: whoever reaches it with the token sees every run record of {} and can start, answer and cancel its tasks{plain}",
             server.addr(),
             repo.display()
         );
@@ -75,7 +104,10 @@ pub(super) async fn web(
             .stderr(std::process::Stdio::null())
             .spawn();
     }
-    let _ = tokio::signal::ctrl_c().await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    super::common::ctrl_c_cancels(stop.clone(), false);
+    stop.cancelled().await;
+    // The commands the page started stop as on Ctrl-C, their records kept.
     server.stop().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -81,6 +81,18 @@ impl BatchOptions {
                 "must be at least 1 (0 would run nothing)".to_owned(),
             ));
         }
+        if let Some(id) = &self.batch_id {
+            let ok = !id.is_empty()
+                && id.len() <= 100
+                && !id.starts_with(['.', '-'])
+                && id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+            if !ok {
+                return Err(invalid(
+                    "batch_id",
+                    format!("{id:?}: a batch id is 1 to 100 letters, digits, '.', '_' and '-', not starting with '.' or '-'"),
+                ));
+            }
+        }
         Ok(())
     }
 }

@@ -52,13 +52,15 @@ pub(crate) struct ConnStats {
     pub idled_out: AtomicU64,
 }
 
-/// Serves `app` on `listener` until `stop` fires.
+/// Serves `app` on `listener` until `stop` fires; over TLS with `tls` (its handshake
+/// within the header read timeout).
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnLimits,
     stats: Arc<ConnStats>,
     stop: CancellationToken,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let mut conns = JoinSet::new();
@@ -93,9 +95,23 @@ pub(crate) async fn serve(
         let app = app.clone();
         let stats = stats.clone();
         let stop = stop.clone();
+        let tls = tls.clone();
         conns.spawn(async move {
             stats.open.fetch_add(1, Ordering::Relaxed);
-            serve_connection(tcp, peer, app, limits, &stats, stop).await;
+            match tls {
+                None => serve_connection(tcp, peer, app, limits, &stats, stop).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(tcp))
+                        .await
+                    {
+                        Ok(Ok(stream)) => {
+                            serve_connection(stream, peer, app, limits, &stats, stop).await
+                        }
+                        Ok(Err(e)) => tracing::debug!(error = %e, %peer, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                }
+            }
             stats.open.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
         });
@@ -104,8 +120,8 @@ pub(crate) async fn serve(
     while conns.join_next().await.is_some() {}
 }
 
-async fn serve_connection(
-    tcp: tokio::net::TcpStream,
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    tcp: S,
     peer: std::net::SocketAddr,
     app: Router,
     limits: ConnLimits,

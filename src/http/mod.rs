@@ -3,5 +3,6 @@
 
 pub(crate) mod hosts;
 pub(crate) mod listener;
+pub(crate) mod tls;
 
 pub(crate) use hosts::AllowedHosts;

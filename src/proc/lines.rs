@@ -294,7 +294,10 @@ pub(crate) async fn drain_stderr<R: AsyncRead + Unpin>(
             }
         }
     }
-    sync_off_thread(tee).await;
+    // Nothing appended, nothing to make durable (earlier attempts synced theirs).
+    if written > 0 {
+        sync_off_thread(tee).await;
+    }
 }
 
 #[cfg(test)]

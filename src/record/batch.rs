@@ -91,7 +91,7 @@ pub struct BatchResult {
 }
 
 /// A line of `aicli runs`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct BatchSummary {
     /// The batch id.
     pub batch_id: String,

@@ -10,7 +10,8 @@
 //! tasks/<task>/result.json      the task's latest SessionResult (atomic)
 //! ```
 //!
-//! Appends are fsynced when an attempt ends; JSON files are replaced by atomic rename,
+//! Appends are fsynced when an attempt ends (a file the attempt appended nothing to, such
+//! as an empty `stderr.log`, needs none); JSON files are replaced by atomic rename,
 //! so a `kill -9` at any moment leaves every file valid (an attempt that was running is
 //! recognisable: it has a start offset and no end).
 
@@ -35,7 +36,9 @@ use aicli_providers::SessionResult;
 pub use batch::{BatchResult, BatchSpec, BatchSummary};
 pub use control::ControlRequest;
 pub use lock::TaskLock;
-pub use task::{AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, TaskRecord, TaskState};
+pub use task::{
+    AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, SetupStep, TaskRecord, TaskState,
+};
 
 use crate::util::{create_private_dirs, ensure_private_dir, read_json, write_json_atomic};
 

@@ -119,6 +119,21 @@ pub struct AttemptRecord {
     /// Its share of the batch budget, when the batch has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<AttemptBudget>,
+    /// What the runner did to place, start and remove it, each step timed (a
+    /// container's Engine API calls), in order; empty for a local process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setup: Vec<SetupStep>,
+}
+
+/// One timed step of a runner (see [`AttemptRecord::setup`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SetupStep {
+    /// What was done (`create container`, `attach`, `start`, …).
+    pub step: String,
+    /// When it began, milliseconds after the placement began.
+    pub at_ms: f64,
+    /// How long it took, milliseconds.
+    pub ms: f64,
 }
 
 /// An attempt's share of the batch budget (see `budget`).
@@ -302,6 +317,7 @@ mod tests {
             place: None,
             result: Some(result),
             budget: None,
+            setup: Vec::new(),
         }
     }
 

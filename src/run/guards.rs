@@ -55,6 +55,8 @@ pub(crate) struct Closed {
     pub budget: Option<AttemptBudget>,
     /// Why the placement's finish failed (a remote run's work not brought back).
     pub finish_error: Option<String>,
+    /// The runner's timed steps.
+    pub steps: Vec<crate::record::SetupStep>,
 }
 
 impl RunGuards {
@@ -159,11 +161,13 @@ impl RunGuards {
         drop(self.token.take());
         let mut place = None;
         let mut finish_error = None;
+        let mut steps = Vec::new();
         if let Some(mut p) = self.placement.take() {
             place = Some(p.describe());
             if let Err(e) = p.finish().await {
                 finish_error = Some(e.to_string());
             }
+            steps = p.steps();
         }
         self.private_dir.remove();
         let budget = self
@@ -176,6 +180,7 @@ impl RunGuards {
             started,
             budget,
             finish_error,
+            steps,
         }
     }
 }

@@ -26,18 +26,21 @@ pub(crate) struct Launch {
     search_path: Option<String>,
     is_root: bool,
     in_container: bool,
+    /// The working directory as the CLI sees it (`/workspace/…` in a container).
+    visible_workdir: PathBuf,
     mcp: Option<McpEndpoint>,
     budget_cap: Option<f64>,
 }
 
 impl Launch {
-    /// The context the command was built with.
+    /// The context the command was built with, its working directory as the CLI sees
+    /// it (what a two-way decoder tells the agent: ACP's `cwd`).
     pub(crate) fn context<'a>(&'a self, spec: &'a RunSpec) -> LaunchContext<'a> {
         LaunchContext {
             env: &self.env,
             task: &spec.task,
             binary: &self.binary,
-            workdir: &spec.place.workdir,
+            workdir: &self.visible_workdir,
             private_dir: &spec.place.private_dir,
             mcp: self.mcp.as_ref(),
             budget_remaining_usd: self.budget_cap,
@@ -119,6 +122,7 @@ pub(super) async fn build(spec: &RunSpec, guards: &mut RunGuards) -> Result<Laun
         search_path,
         is_root,
         in_container,
+        visible_workdir: placement.visible_path(&spec.place.workdir),
         mcp,
         budget_cap: spec.budget_cap,
     };

@@ -77,6 +77,9 @@ pub(crate) struct RunPlace {
     pub private_dir: PathBuf,
     /// A directory of the task kept across its attempts (a container run's home).
     pub task_home: PathBuf,
+    /// The home of another task whose session this run continues (its
+    /// `resume_session_id`), for a runner that keeps sessions in a task's home.
+    pub session_home: Option<PathBuf>,
     /// The task's branch, when it has a worktree.
     pub branch: Option<String>,
     /// The task's record directory (`events.ndjson`, `stderr.log`, `aicli-events.ndjson`
@@ -154,6 +157,8 @@ pub struct RunOutcome {
     pub started: bool,
     /// What the run's budget reservation was and was charged, when the batch has one.
     pub budget: Option<AttemptBudget>,
+    /// The runner's timed steps (a container's Engine API calls).
+    pub setup: Vec<crate::record::SetupStep>,
 }
 
 impl RunOutcome {
@@ -181,6 +186,7 @@ impl RunOutcome {
             place: None,
             started: false,
             budget: None,
+            setup: Vec::new(),
         }
     }
 }
@@ -245,6 +251,7 @@ pub(crate) async fn run(spec: RunSpec, io: RunIo) -> RunOutcome {
         place: closed.place,
         started: closed.started,
         budget: closed.budget,
+        setup: closed.steps,
     }
 }
 
@@ -265,6 +272,7 @@ async fn start_and_supervise(
         workdir: &p.workdir,
         private_dir: &p.private_dir,
         task_home: &p.task_home,
+        session_home: p.session_home.as_deref(),
         branch: p.branch.as_deref(),
         inherited_env: &spec.base_env,
     };

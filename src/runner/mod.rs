@@ -97,6 +97,9 @@ pub struct PlaceRequest<'a> {
     /// A directory of this task kept across its attempts (a container run's home: the
     /// CLI's sessions, so that an answer resumes them, and copies of its login).
     pub task_home: &'a Path,
+    /// The home of another task whose CLI session this run continues (its
+    /// `resume_session_id`): a container run's home starts as a copy of it.
+    pub session_home: Option<&'a Path>,
     /// The task's branch, when it has a worktree.
     pub branch: Option<&'a str>,
     /// The environment the engine would give a local CLI.
@@ -113,6 +116,50 @@ pub struct AgentReach {
     /// Requests of the run come from the address its handle reports
     /// ([`RunHandle::peer`]): its token is restricted to that address.
     pub restrict_to_peer: bool,
+}
+
+/// A runner's timed steps for one run, in order (the attempt record's `setup`); each is
+/// also a debug line (`-v`).
+#[derive(Debug, Clone)]
+pub struct Steps {
+    began: std::time::Instant,
+    done: Vec<crate::record::SetupStep>,
+}
+
+impl Default for Steps {
+    fn default() -> Steps {
+        Steps {
+            began: std::time::Instant::now(),
+            done: Vec::new(),
+        }
+    }
+}
+
+impl Steps {
+    /// Runs `f` as step `step`.
+    pub async fn time<T>(&mut self, step: &str, f: impl std::future::Future<Output = T>) -> T {
+        let start = std::time::Instant::now();
+        let out = f.await;
+        self.push(step, start);
+        out
+    }
+
+    /// Step `step`, begun at `start`, is done.
+    pub fn push(&mut self, step: &str, start: std::time::Instant) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let s = crate::record::SetupStep {
+            step: step.to_owned(),
+            at_ms: ms(start.saturating_duration_since(self.began)),
+            ms: ms(start.elapsed()),
+        };
+        tracing::debug!(step, at_ms = s.at_ms, ms = s.ms, "runner step");
+        self.done.push(s);
+    }
+
+    /// The steps so far, taken.
+    pub fn take(&mut self) -> Vec<crate::record::SetupStep> {
+        std::mem::take(&mut self.done)
+    }
 }
 
 /// Starts CLI runs somewhere.
@@ -171,6 +218,12 @@ pub trait Placement: Send + Sync + std::fmt::Debug {
     /// After the run, however it ended: brings the work back where it happened elsewhere,
     /// releases what the placement held. Errors say what could not be brought back.
     async fn finish(&mut self) -> Result<(), RunnerError>;
+
+    /// What it did, timed ([`Steps`]), taken after [`Placement::finish`]; none for a
+    /// local process.
+    fn steps(&mut self) -> Vec<crate::record::SetupStep> {
+        Vec::new()
+    }
 }
 
 /// A started run.

@@ -22,9 +22,16 @@
 //! Every response has a strict Content-Security-Policy (no inline script), `nosniff`,
 //! `no-referrer` and `no-store`; there are no CORS headers.
 
+mod actions;
+mod api;
 mod auth;
 mod events;
 mod pages;
+mod post;
+mod views;
+
+pub use actions::Launcher;
+pub use api::WebApi;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,10 +39,9 @@ use std::time::Duration;
 
 use aicli_providers::McpLimits;
 use axum::Router;
-use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
@@ -59,6 +65,13 @@ pub struct WebOptions {
     pub allow_remote: bool,
     /// Host names besides loopback and the bind address that requests may name.
     pub allowed_hosts: Vec<String>,
+    /// TLS: a PEM certificate chain and its PEM private key; the URL is then `https://`.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// How the page answers, resumes and starts (as `aicli` commands); `None`: it does
+    /// not.
+    pub launcher: Option<Launcher>,
+    /// Watch only: no action at all, cancel included (`--read-only`).
+    pub read_only: bool,
 }
 
 impl Default for WebOptions {
@@ -67,6 +80,9 @@ impl Default for WebOptions {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             allow_remote: false,
             allowed_hosts: Vec::new(),
+            tls: None,
+            launcher: None,
+            read_only: false,
         }
     }
 }
@@ -79,6 +95,7 @@ pub struct WebServer {
     api_token: String,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    state: Shared,
 }
 
 impl WebServer {
@@ -90,6 +107,10 @@ impl WebServer {
                 opts.bind
             ));
         }
+        let tls = match &opts.tls {
+            Some((cert, key)) => Some(crate::http::tls::acceptor(cert, key)?),
+            None => None,
+        };
         let tcp = tokio::net::TcpListener::bind(opts.bind)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", opts.bind))?;
@@ -102,24 +123,44 @@ impl WebServer {
         let login = auth.login_token().unwrap_or_default();
         let api_token = auth.api_token().to_owned();
         let limits: McpLimits = engine.config().engine.mcp.limits.clone();
-        let state = Arc::new(Web { engine, store, auth, hosts });
-        let app = router(state);
+        let launcher = if opts.read_only { None } else { opts.launcher };
         let stop = CancellationToken::new();
+        let state = Arc::new(Web {
+            engine,
+            store,
+            auth,
+            hosts,
+            actions: actions::Actions::new(launcher),
+            last_lines: views::LastLines::default(),
+            read_only: opts.read_only,
+            stop: stop.clone(),
+        });
+        let app = router(state.clone());
         let conn_limits = ConnLimits {
             max_connections: limits.max_connections,
             header_read_timeout: Duration::from_secs(limits.header_read_timeout_secs),
             idle_timeout: Duration::from_secs(limits.idle_timeout_secs),
         };
+        let shared = state.clone();
         let task = tokio::spawn(listener::serve(
             tcp,
             app,
             conn_limits,
             Arc::new(ConnStats::default()),
             stop.clone(),
+            tls.clone(),
         ));
-        let url = format!("http://{addr}/login?token={login}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{addr}/login?token={login}");
         tracing::info!(%addr, token = %&login[..8], "web view listening");
-        Ok(WebServer { addr, url, api_token, stop, task })
+        Ok(WebServer {
+            addr,
+            url,
+            api_token,
+            stop,
+            task,
+            state: shared,
+        })
     }
 
     /// The address it listens on.
@@ -137,10 +178,12 @@ impl WebServer {
         &self.api_token
     }
 
-    /// Stops serving.
+    /// Stops serving, and stops the commands the page started (as Ctrl-C would: their
+    /// runs stop and their records are kept), waiting for them.
     pub async fn stop(self) {
         self.stop.cancel();
         let _ = self.task.await;
+        self.state.actions.stop().await;
     }
 }
 
@@ -151,25 +194,42 @@ pub(crate) struct Web {
     store: RunStore,
     auth: auth::Auth,
     hosts: AllowedHosts,
+    actions: actions::Actions,
+    last_lines: views::LastLines,
+    read_only: bool,
+    /// Fires when the server stops: every event stream ends then, so that the
+    /// connections' graceful shutdown does not wait for them forever.
+    stop: CancellationToken,
 }
 
 type Shared = Arc<Web>;
 
 fn router(state: Shared) -> Router {
+    let task = "/api/batches/{batch}/tasks/{task}";
     Router::new()
         .route("/", get(pages::index))
         .route("/static/app.css", get(pages::css))
         .route("/static/app.js", get(pages::js))
         .route("/batches/{batch}", get(pages::batch))
         .route("/batches/{batch}/tasks/{task}", get(pages::task))
-        .route("/api/session", get(session))
-        .route("/api/batches", get(batches))
-        .route("/api/blocked", get(blocked))
-        .route("/api/batches/{batch}", get(batch))
-        .route("/api/batches/{batch}/cancel", post(cancel_batch))
-        .route("/api/batches/{batch}/tasks/{task}", get(task))
-        .route("/api/batches/{batch}/tasks/{task}/events", get(task_events))
-        .route("/api/batches/{batch}/tasks/{task}/cancel", post(cancel_task))
+        .route("/batches/{batch}/tasks/{task}/files/{name}", get(api::file))
+        .route("/api/session", get(api::session))
+        .route("/api/actions", get(api::actions))
+        .route("/api/actions/{id}", get(api::action))
+        .route("/api/tasks", post(post::start_task))
+        .route("/api/batches", get(api::batches).post(post::start_batch))
+        .route("/api/blocked", get(api::blocked))
+        .route("/api/batches/{batch}", get(api::batch))
+        .route("/api/batches/{batch}/cancel", post(post::cancel_batch))
+        .route("/api/batches/{batch}/resume", post(post::resume))
+        .route(task, get(api::task))
+        .route(&format!("{task}/events"), get(api::task_events))
+        .route(&format!("{task}/diff"), get(api::diff))
+        .route(&format!("{task}/mcp-calls"), get(api::mcp_calls))
+        .route(&format!("{task}/files"), get(api::files))
+        .route(&format!("{task}/files/{{name}}"), get(api::file))
+        .route(&format!("{task}/cancel"), post(post::cancel_task))
+        .route(&format!("{task}/answer"), post(post::answer))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .route("/login", get(login))
         .layer(axum::middleware::from_fn_with_state(state.clone(), hosts_and_headers))
@@ -237,13 +297,6 @@ async fn login(State(w): State<Shared>, Query(q): Query<LoginQuery>) -> Response
     }
 }
 
-async fn session(req: Request) -> Response {
-    match req.extensions().get::<auth::Caller>() {
-        Some(auth::Caller::Browser(s)) => axum::Json(serde_json::json!({"csrf": s.csrf})).into_response(),
-        _ => axum::Json(serde_json::json!({"csrf": null})).into_response(),
-    }
-}
-
 /// An id from a URL: letters, digits, `.`, `_` and `-`, not starting with `.` (so never
 /// a path out of the records).
 fn checked_id(id: &str) -> Result<&str, BadId> {
@@ -267,93 +320,3 @@ fn not_found(m: String) -> Response {
     (StatusCode::NOT_FOUND, m).into_response()
 }
 
-async fn batches(State(w): State<Shared>) -> Response {
-    let list: Vec<_> = w.store.list().iter().filter_map(|b| b.summary().ok()).collect();
-    axum::Json(list).into_response()
-}
-
-async fn blocked(State(w): State<Shared>) -> Response {
-    axum::Json(w.engine.blocked(&w.store)).into_response()
-}
-
-async fn batch(State(w): State<Shared>, Path(b): Path<String>) -> Result<Response, BadId> {
-    let rec = match w.store.open_batch(checked_id(&b)?) {
-        Ok(r) => r,
-        Err(m) => return Ok(not_found(m)),
-    };
-    let summary = rec.summary().ok();
-    let tasks = rec.tasks().unwrap_or_default();
-    Ok(axum::Json(serde_json::json!({"summary": summary, "tasks": tasks})).into_response())
-}
-
-async fn task(
-    State(w): State<Shared>,
-    Path((b, t)): Path<(String, String)>,
-) -> Result<Response, BadId> {
-    let (b, t) = (checked_id(&b)?, checked_id(&t)?);
-    Ok(match w.store.open_batch(b).and_then(|r| r.task(t)) {
-        Ok(rec) => axum::Json(rec).into_response(),
-        Err(m) => not_found(m),
-    })
-}
-
-async fn task_events(
-    State(w): State<Shared>,
-    Path((b, t)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Result<Response, BadId> {
-    let (b, t) = (checked_id(&b)?, checked_id(&t)?);
-    let rec = match w.store.open_batch(b) {
-        Ok(r) if r.task(t).is_ok() => r,
-        Ok(_) => return Ok(not_found(format!("no task {t} in batch {b}"))),
-        Err(m) => return Ok(not_found(m)),
-    };
-    let after = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(events::Position::parse);
-    let rx = events::stream(
-        rec,
-        t.to_owned(),
-        w.engine.registry().clone(),
-        w.engine.config().engine.line_cap_bytes,
-        after,
-    );
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|e| (e, rx))
-    });
-    Ok(Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
-}
-
-async fn cancel_batch(
-    State(w): State<Shared>,
-    Path(b): Path<String>,
-) -> Result<Response, BadId> {
-    Ok(cancel(&w, checked_id(&b)?.to_owned()))
-}
-
-async fn cancel_task(
-    State(w): State<Shared>,
-    Path((b, t)): Path<(String, String)>,
-) -> Result<Response, BadId> {
-    let (b, t) = (checked_id(&b)?, checked_id(&t)?);
-    Ok(cancel(&w, format!("{b}/{t}")))
-}
-
-fn cancel(w: &Web, target: String) -> Response {
-    match w.engine.request_cancel(&w.store, &target, "web") {
-        Ok(t) => (
-            StatusCode::ACCEPTED,
-            axum::Json(serde_json::json!({
-                "batch_id": t.batch.batch_id(),
-                "task": t.task,
-                "cancelling": t.held,
-            })),
-        )
-            .into_response(),
-        Err(crate::engine::EngineError::NotFound(m)) => not_found(m),
-        Err(e) => (StatusCode::CONFLICT, e.to_string()).into_response(),
-    }
-}

@@ -21,7 +21,25 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 #events { list-style: none; padding: 0; } #events li { border-bottom: 1px solid #eee; padding: 0.25rem 0; }
 .kind { display: inline-block; min-width: 6rem; font-weight: 600; margin-right: 0.5rem; }
 code { overflow-wrap: anywhere; }
-@media (max-width: 40rem) { .wide { display: none; } th, td { padding: 0.3rem 0.25rem; } }
+form.answer, form.start { margin: 0.5rem 0; display: grid; gap: 0.4rem; max-width: 40rem; }
+textarea { font: inherit; width: 100%; box-sizing: border-box; min-height: 3.5rem; }
+button { font: inherit; padding: 0.35rem 0.8rem; margin: 0.1rem 0.25rem 0.1rem 0; min-height: 2.4rem; cursor: pointer; }
+input, select { font: inherit; padding: 0.25rem; }
+#action { white-space: pre-wrap; overflow-wrap: anywhere; }
+#action:not(:empty) { border: 1px solid #bbb; padding: 0.4rem 0.6rem; margin: 0.5rem 0; }
+pre.diff { background: #f6f8fa; padding: 0.5rem; overflow-x: auto; white-space: pre; }
+pre.diff .add { background: #e6ffec; } pre.diff .del { background: #ffebe9; }
+pre.diff .file { font-weight: 700; } pre.diff .hunk { color: #555; }
+pre.diff span { display: block; }
+details pre { margin: 0.2rem 0; }
+td.last { max-width: 24rem; overflow-wrap: anywhere; color: #333; }
+@media (max-width: 40rem) { .wide { display: none; } th, td { padding: 0.3rem 0.25rem; } td.last { max-width: 10rem; } }
+@media (max-width: 40rem) {
+  table#tasks thead { display: none; }
+  table#tasks tr { display: block; border-bottom: 1px solid #ddd; padding: 0.3rem 0; }
+  table#tasks td { display: inline-block; border: 0; vertical-align: top; }
+  table#tasks td.last { display: block; max-width: none; overflow-wrap: anywhere; }
+}
 "#;
 
 pub(super) async fn css() -> Response {
@@ -51,16 +69,21 @@ fn page(title: &str, body: Markup) -> Markup {
     }
 }
 
-/// The batches, newest first, with the blocked tasks on top.
+/// The batches, newest first, with the blocked tasks on top, and the forms that start
+/// a task or a batch.
 pub(super) async fn index(State(w): State<Shared>) -> Markup {
     let blocked = w.engine.blocked(&w.store);
     let batches: Vec<_> = w.store.list().iter().filter_map(|b| b.summary().ok()).collect();
+    let acts = w.actions.launcher().is_some();
     page(
         "aicli",
         html! {
             h1 { "aicli — " (w.store.root().display()) }
-            @if !blocked.is_empty() {
-                h2 { "⏸ Waiting for an answer (" (blocked.len()) ")" }
+            div id="action" role="status" aria-live="polite" {}
+            section id="blocked" data-src="/api/blocked" {
+                @if !blocked.is_empty() {
+                    h2 { "⏸ Waiting for an answer (" (blocked.len()) ")" }
+                }
                 @for b in &blocked {
                     div.blocked {
                         div {
@@ -69,11 +92,7 @@ pub(super) async fn index(State(w): State<Shared>) -> Markup {
                             }
                             " (" (b.provider) ") asks:"
                         }
-                        div.q { (b.question.question) }
-                        @if !b.question.options.is_empty() {
-                            div { "Options: " (b.question.options.join(" · ")) }
-                        }
-                        div { "Answer with " code { "aicli answer " (b.batch_id) "/" (b.task_id) " \"…\"" } }
+                        (answer_form(&b.batch_id, &b.task_id, &b.question, acts))
                     }
                 }
             }
@@ -81,7 +100,7 @@ pub(super) async fn index(State(w): State<Shared>) -> Markup {
             @if batches.is_empty() {
                 p { "No batches in this repository yet." }
             } @else {
-                table {
+                table id="batches" data-src="/api/batches" {
                     thead { tr {
                         th { "Batch" } th.wide { "Created" } th { "Provider" }
                         th { "Status" } th.num { "Spent" }
@@ -99,8 +118,75 @@ pub(super) async fn index(State(w): State<Shared>) -> Markup {
                     }
                 }
             }
+            @if acts {
+                (start_forms(&w))
+            }
         },
     )
+}
+
+/// A blocked task's question with its options as buttons and a text answer.
+fn answer_form(batch: &str, task: &str, q: &aicli_providers::PendingQuestion, acts: bool) -> Markup {
+    html! {
+        form.answer data-batch=(batch) data-task=(task) {
+            div.q { (q.question) }
+            @if acts {
+                @if !q.options.is_empty() {
+                    div {
+                        @for o in &q.options {
+                            button.option type="button" data-answer=(o) { (o) }
+                        }
+                    }
+                }
+                label {
+                    "Or write the answer"
+                    textarea name="text" maxlength="65536" {}
+                }
+                div { button.send type="submit" { "Send the answer" } }
+            } @else {
+                @if !q.options.is_empty() {
+                    div { "Options: " (q.options.join(" · ")) }
+                }
+                div { "Answer with " code { "aicli answer " (batch) "/" (task) " \"…\"" } }
+            }
+        }
+    }
+}
+
+/// The forms that start a task or a batch in the repository.
+fn start_forms(w: &super::Web) -> Markup {
+    let providers = w.engine.registry().names();
+    let default = &w.engine.config().default_provider;
+    html! {
+        h2 { "Start a task" }
+        form.start id="start-task" {
+            label { "Prompt" textarea name="prompt" required maxlength="65536" {} }
+            div {
+                label { "Provider " select name="provider" {
+                    @for p in &providers {
+                        option value=(p) selected[p == default] { (p) }
+                    }
+                } }
+                " "
+                label { "Runner " select name="runner" {
+                    option value="" { "default" }
+                    option value="local" { "local" }
+                    option value="docker" { "docker" }
+                } }
+                " "
+                label { "Model " input name="model" type="text" size="16" placeholder="default"; }
+            }
+            div { button type="submit" { "Start" } }
+        }
+        h2 { "Start a batch" }
+        form.start id="start-batch" {
+            label {
+                "A tasks file (JSON, as for " code { "aicli batch" } ")"
+                textarea name="tasks" maxlength="65536" placeholder=r#"{"tasks": [{"id": "a", "prompt": "…"}]}"# {}
+            }
+            div { button type="submit" { "Start the batch" } }
+        }
+    }
 }
 
 /// A batch's status in words and icons (never colour alone).
@@ -123,7 +209,8 @@ fn status_words(s: &crate::record::BatchSummary) -> String {
     }
 }
 
-/// A batch: one row per task with its provider, state, tokens and cost.
+/// A batch: one row per task with its provider, state, tokens, cost and last line,
+/// kept live by the page's script.
 pub(super) async fn batch(
     State(w): State<Shared>,
     axum::extract::Path(b): axum::extract::Path<String>,
@@ -132,29 +219,42 @@ pub(super) async fn batch(
         Ok(r) => r,
         Err(m) => return Ok(super::not_found(m)),
     };
-    let tasks = rec.tasks().unwrap_or_default();
+    let view = super::api::batch_view(&w, &rec);
+    let open: Vec<&str> = view
+        .tasks
+        .iter()
+        .filter(|t| !t.state.is_final())
+        .map(|t| t.task.id.as_str())
+        .collect();
+    let held = open
+        .iter()
+        .any(|t| crate::batch::held_elsewhere(&rec, t));
+    let acts = !w.read_only;
     let body = html! {
         p { a href="/" { "← batches" } }
         h1 { "Batch " code { (b) } }
-        table {
+        div id="action" role="status" aria-live="polite" {}
+        @if acts && held {
+            button id="cancel-batch" type="button" data-url={ "/api/batches/" (b) "/cancel" } { "⏹ Cancel the batch" }
+        }
+        @if acts && !held && !open.is_empty() && w.actions.launcher().is_some() {
+            button id="resume-batch" type="button" data-url={ "/api/batches/" (b) "/resume" } { "▶ Resume the batch" }
+        }
+        table id="tasks" data-src={ "/api/batches/" (b) } {
             thead { tr {
                 th { "Task" } th { "Provider" } th { "Status" }
-                th.num.wide { "Tokens in / out / cache" } th.num { "Cost" }
+                th.num.wide { "Tokens in / out / cache" } th.num { "Cost" } th { "Last" }
             } }
             tbody {
-                @for t in &tasks {
-                    @let last = t.attempts.last().and_then(|a| a.result.as_ref());
-                    tr {
+                @for t in &view.tasks {
+                    @let last = t.latest_result();
+                    tr data-task=(t.task.id) {
                         td { a href={ "/batches/" (b) "/tasks/" (t.task.id) } { (t.task.id) } }
                         td { (t.provider) }
-                        td { (state_words(t.state)) @if let Some(k) = last.and_then(|r| r.error_kind) { " (" (k.as_str()) ")" } }
-                        td.num.wide {
-                            @if let Some(r) = last {
-                                (r.canonical_usage.input_tokens) " / " (r.canonical_usage.output_tokens)
-                                " / " (r.canonical_usage.cache_read + r.canonical_usage.cache_write)
-                            }
-                        }
-                        td.num { (cost(last)) }
+                        td.status data-state=(t.state.as_str()) { (task_status(t)) }
+                        td.num.wide.tokens { (tokens(last)) }
+                        td.num.cost { (cost(last)) }
+                        td.last { (view.last_lines.get(&t.task.id).map(String::as_str).unwrap_or("")) }
                     }
                 }
             }
@@ -163,44 +263,143 @@ pub(super) async fn batch(
     Ok(page(&format!("aicli batch {b}"), body).into_response())
 }
 
-/// A task: its state, attempts, final response, and its transcript live.
+/// A task's state in words, with its error's kind when it failed.
+fn task_status(t: &crate::record::TaskRecord) -> String {
+    let w = state_words(t.state);
+    match t.latest_result().and_then(|r| r.error_kind) {
+        Some(k) if t.state == crate::record::TaskState::Failed => format!("{w} ({})", k.as_str()),
+        _ => w.to_owned(),
+    }
+}
+
+/// Tokens in / out / cache of a result.
+fn tokens(r: Option<&aicli_providers::SessionResult>) -> String {
+    r.map(|r| {
+        let u = &r.canonical_usage;
+        format!("{} / {} / {}", u.input_tokens, u.output_tokens, u.cache_read + u.cache_write)
+    })
+    .unwrap_or_default()
+}
+
+/// A task: its state, its question (answered from here), attempts, final response, diff,
+/// MCP calls and record files, and its transcript live.
 pub(super) async fn task(
     State(w): State<Shared>,
     axum::extract::Path((b, t)): axum::extract::Path<(String, String)>,
-) -> Result<Response, super::BadId> {
-    let (b, t) = (super::checked_id(&b)?, super::checked_id(&t)?);
-    let rec = match w.store.open_batch(b).and_then(|r| r.task(t)) {
-        Ok(r) => r,
-        Err(m) => return Ok(super::not_found(m)),
+) -> Response {
+    let (batch, rec) = match super::api::open_task(&w, &b, &t) {
+        Ok(x) => x,
+        Err(r) => return *r,
     };
-    let last = rec.attempts.last().and_then(|a| a.result.as_ref());
+    let last = rec.latest_result();
+    let diff = super::api::task_diff(&batch, &rec).await;
+    let calls = crate::mcp::read_calls(&batch.task_dir(&t));
+    let files = super::views::record_files(&batch, &t);
+    let acts = w.actions.launcher().is_some();
+    let question = last
+        .and_then(|r| r.question.as_ref())
+        .filter(|_| rec.state == crate::record::TaskState::Blocked);
+    let held = !rec.state.is_final() && crate::batch::held_elsewhere(&batch, &t);
     let body = html! {
         p { a href={ "/batches/" (b) } { "← batch " (b) } }
-        h1 { "Task " code { (t) } " — " (state_words(rec.state)) }
-        p { (rec.provider) @if let Some(br) = &rec.branch { " · branch " code { (br) } } " · " (cost(last)) }
-        h2 { "Attempts" }
-        table {
-            thead { tr { th { "#" } th { "Kind" } th.wide { "Started" } th { "Ended" } } }
-            tbody {
-                @for a in &rec.attempts {
-                    tr {
-                        td { (a.attempt) }
-                        td { (format!("{:?}", a.kind).to_lowercase()) }
-                        td.wide { (a.started_at) }
-                        td { (a.finished_at.as_deref().unwrap_or("running")) }
+        h1 { "Task " code { (t) } " — " span id="state" data-state=(rec.state.as_str()) data-src={ "/api/batches/" (b) "/tasks/" (t) } { (task_status(&rec)) } }
+        p { (rec.provider) @if let Some(br) = &rec.branch { " · branch " code { (br) } } " · " (cost(last)) " · " (tokens(last)) " tokens" }
+        div id="action" role="status" aria-live="polite" {}
+        div id="controls" {
+            @if let Some(q) = question {
+                div.blocked { "⏸ The agent asks:" (answer_form(&b, &t, q, acts)) }
+            }
+            @if held && !w.read_only {
+                button id="cancel-task" type="button" data-url={ "/api/batches/" (b) "/tasks/" (t) "/cancel" } { "⏹ Cancel the task" }
+            }
+        }
+        div id="details" {
+            h2 { "Attempts" }
+            table {
+                thead { tr { th { "#" } th { "Kind" } th.wide { "Started" } th { "Ended" } } }
+                tbody {
+                    @for a in &rec.attempts {
+                        tr {
+                            td { (a.attempt) }
+                            td { (format!("{:?}", a.kind).to_lowercase()) }
+                            td.wide { (a.started_at) }
+                            td { (a.finished_at.as_deref().unwrap_or("running")) }
+                        }
                     }
                 }
             }
-        }
-        @if let Some(r) = last {
-            @if !r.response.is_empty() { h2 { "Response" } pre { (r.response) } }
-            @if let Some(e) = &r.error { h2 { "Error" } pre { (e) } }
+            @if !rec.answers.is_empty() {
+                h2 { "Answers" }
+                ul { @for a in &rec.answers { li.answer { (a.answer) } } }
+            }
+            @if let Some(r) = last {
+                @if !r.response.is_empty() { h2 { "Response" } pre id="response" { (r.response) } }
+                @if let Some(e) = &r.error { h2 { "Error" } pre { (e) } }
+            }
+            section id="diff" {
+                h2 { "Diff against the base" }
+                @if let Some(n) = &diff.note { p.note { (n) } }
+                @if diff.diff.is_empty() {
+                    p { "No changes." }
+                } @else {
+                    (diff_markup(&diff.diff))
+                }
+            }
+            section id="mcp-calls" {
+                h2 { "MCP tool calls (" (calls.len()) ")" }
+                @if !calls.is_empty() {
+                    table {
+                        thead { tr { th { "Tool" } th { "Result" } th.num { "ms" } th.wide { "At" } } }
+                        tbody {
+                            @for c in &calls {
+                                tr.mcp-call {
+                                    td { code { (c.tool) } }
+                                    td { @if c.ok { "✔ " } @else { "✖ " } span.q { (c.result) } }
+                                    td.num { (c.duration_ms) }
+                                    td.wide { (c.at) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            section id="files" {
+                h2 { "Record files" }
+                ul {
+                    @for f in &files {
+                        li { a.file href={ "/batches/" (b) "/tasks/" (t) "/files/" (f.name) } download { (f.name) } " (" (f.bytes) " bytes)" }
+                    }
+                }
+            }
         }
         h2 { "Transcript " small id="live" { "" } }
         ul id="events" data-src={ "/api/batches/" (b) "/tasks/" (t) "/events" } {}
         noscript { p { "The transcript needs JavaScript; the JSON API has it at " code { "/api/batches/" (b) "/tasks/" (t) "/events" } "." } }
     };
-    Ok(page(&format!("aicli {b}/{t}"), body).into_response())
+    page(&format!("aicli {b}/{t}"), body).into_response()
+}
+
+/// A unified diff, each line a span classed by its kind (escaped by maud).
+fn diff_markup(diff: &str) -> Markup {
+    html! {
+        pre.diff {
+            @for l in diff.lines() {
+                @if let Some(path) = l.strip_prefix("+++ ") {
+                    span.file { (path.strip_prefix("b/").unwrap_or(path)) }
+                } @else if l.starts_with("--- ") || l.starts_with("diff ") || l.starts_with("index ") || l.starts_with("new file") {
+                    span.meta { (l) }
+                } @else if l.starts_with('+') {
+                    span.add { (l) }
+                } @else if l.starts_with('-') {
+                    span.del { (l) }
+                } @else if l.starts_with("@@") {
+                    span.hunk { (l) }
+                } @else {
+                    span { (l) }
+                }
+            }
+        }
+    }
 }
 
 /// A task's state as a word with an icon (never colour alone).

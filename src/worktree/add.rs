@@ -18,7 +18,13 @@ impl Repo {
         path: &Path,
         base: &str,
     ) -> Result<Worktree, WorktreeError> {
-        let mut base = self.resolve(base).await?;
+        let mut base = if is_full_oid(base) {
+            // Already resolved (a batch resolves its base once); `worktree add` fails
+            // on an object that is not a commit.
+            base.to_owned()
+        } else {
+            self.resolve(base).await?
+        };
         if let Some(parent) = path.parent() {
             create_private_dirs(parent).map_err(|e| WorktreeError::Git {
                 args: "worktree add".into(),
@@ -27,43 +33,37 @@ impl Repo {
             })?;
         }
         let p = path.display().to_string();
-        let exists = git(
-            &self.root,
-            &[
-                "show-ref",
-                "--verify",
-                "--quiet",
-                &format!("refs/heads/{branch}"),
-            ],
-        )
-        .await
-        .is_ok();
-        if exists {
+        // A new branch first (the usual case); git refuses, changing nothing, when the
+        // branch exists. The files are checked out after the repository's lock is
+        // released (the worktree's metadata is whole by then): other tasks' worktree
+        // commands need not wait for them. Not with a post-checkout hook, which only
+        // `worktree add` itself runs as it should.
+        let later = !self.has_post_checkout_hook().await;
+        let mut args = vec!["worktree", "add", "--quiet"];
+        if later {
+            args.push("--no-checkout");
+        }
+        args.extend(["-b", branch, &p, &base]);
+        let made = {
+            let lock = repo_lock(&self.root);
+            let _guard = lock.lock().await;
+            git(&self.root, &args).await
+        };
+        if made.is_ok() && later {
+            git(
+                path,
+                &["reset", "--hard", "--quiet", "--no-recurse-submodules"],
+            )
+            .await?;
+        }
+        if let Err(e) = made {
+            if !self.branch_exists(branch).await {
+                return Err(e);
+            }
             if let Some(recorded) = self.recorded_base(path).await {
                 base = recorded;
             }
-            if path.join(".git").exists()
-                && git(path, &["rev-parse", "--abbrev-ref", "HEAD"])
-                    .await
-                    .ok()
-                    .as_deref()
-                    == Some(branch)
-            {
-                // Already there (made before aicli died).
-            } else {
-                let lock = repo_lock(&self.root);
-                let _guard = lock.lock().await;
-                git(&self.root, &["worktree", "prune"]).await?;
-                git(&self.root, &["worktree", "add", "--quiet", &p, branch]).await?;
-            }
-        } else {
-            let lock = repo_lock(&self.root);
-            let _guard = lock.lock().await;
-            git(
-                &self.root,
-                &["worktree", "add", "--quiet", "-b", branch, &p, &base],
-            )
-            .await?;
+            self.add_on_existing_branch(branch, path).await?;
         }
         // git makes the worktree's directory under the umask: give it an explicit mode.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE)).map_err(
@@ -89,6 +89,59 @@ impl Repo {
         })
     }
 
+    /// Whether the repository has an executable post-checkout hook (where
+    /// `core.hooksPath` puts it, if set); asked once per repository and process.
+    async fn has_post_checkout_hook(&self) -> bool {
+        use std::collections::HashMap;
+        use std::sync::{Arc, Mutex, OnceLock};
+        type Cells = Mutex<HashMap<std::path::PathBuf, Arc<tokio::sync::OnceCell<bool>>>>;
+        static HOOKS: OnceLock<Cells> = OnceLock::new();
+        let cell = match HOOKS.get_or_init(Cells::default).lock() {
+            Ok(mut m) => m.entry(self.root.clone()).or_default().clone(),
+            Err(_) => Arc::default(),
+        };
+        // When git cannot say, as if there were one: `worktree add` runs it, if any.
+        *cell
+            .get_or_init(|| async {
+                let path = git(
+                    &self.root,
+                    &["rev-parse", "--git-path", "hooks/post-checkout"],
+                )
+                .await;
+                path.map_or(true, |p| {
+                    crate::proc::spawn::is_executable(&self.root.join(p))
+                })
+            })
+            .await
+    }
+
+    /// Whether `refs/heads/<branch>` exists.
+    async fn branch_exists(&self, branch: &str) -> bool {
+        let r = format!("refs/heads/{branch}");
+        git(&self.root, &["show-ref", "--verify", "--quiet", &r])
+            .await
+            .is_ok()
+    }
+
+    /// The worktree at `path` on the existing `branch`, with its work: made again, unless
+    /// it is already there (made before aicli died).
+    async fn add_on_existing_branch(&self, branch: &str, path: &Path) -> Result<(), WorktreeError> {
+        let there = path.join(".git").exists()
+            && git(path, &["rev-parse", "--abbrev-ref", "HEAD"])
+                .await
+                .ok()
+                .as_deref()
+                == Some(branch);
+        if !there {
+            let p = path.display().to_string();
+            let lock = repo_lock(&self.root);
+            let _guard = lock.lock().await;
+            git(&self.root, &["worktree", "prune"]).await?;
+            git(&self.root, &["worktree", "add", "--quiet", &p, branch]).await?;
+        }
+        Ok(())
+    }
+
     /// The base commit recorded for the worktree at `path`, if it (or its git dir) is
     /// still there.
     async fn recorded_base(&self, path: &Path) -> Option<String> {
@@ -97,4 +150,9 @@ impl Repo {
         let s = s.trim();
         (!s.is_empty()).then(|| s.to_owned())
     }
+}
+
+/// Whether `rev` is a full object name (SHA-1 or SHA-256 hex), which needs no resolving.
+fn is_full_oid(rev: &str) -> bool {
+    matches!(rev.len(), 40 | 64) && rev.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }

@@ -9,23 +9,66 @@ use super::{
     lock_worktree, repo_lock,
 };
 
+/// What `git status` says of a worktree: how many changes it holds (untracked files
+/// included), and whether its HEAD is still its branch at the base commit.
+struct Status {
+    dirty: usize,
+    unchanged: bool,
+}
+
 impl Repo {
     /// Why a worktree must be kept, or `None` when it holds no work.
     pub async fn holds_work(&self, wt: &Worktree) -> Result<Option<String>, WorktreeError> {
-        if wt.path.is_dir() {
-            let status = git(
-                &wt.path,
-                &["status", "--porcelain", "--untracked-files=all"],
-            )
-            .await?;
-            let dirty = status.lines().filter(|l| !l.trim().is_empty()).count();
-            if dirty > 0 {
-                return Ok(Some(crate::util::count(
-                    dirty as u64,
-                    "uncommitted change",
-                    "uncommitted changes",
-                )));
+        match self.status(wt).await? {
+            Some(s) if s.dirty > 0 => Ok(Some(dirty_reason(s.dirty))),
+            Some(s) if s.unchanged => Ok(None),
+            _ => {
+                let lock = repo_lock(&self.root);
+                let _guard = lock.lock().await;
+                self.unshared_commits(wt).await
             }
+        }
+    }
+
+    /// The worktree's status (`None` when its directory is gone): one `git status` tells
+    /// its changes, HEAD's commit and HEAD's branch.
+    async fn status(&self, wt: &Worktree) -> Result<Option<Status>, WorktreeError> {
+        if !wt.path.is_dir() {
+            return Ok(None);
+        }
+        let out = git(
+            &wt.path,
+            &[
+                "status",
+                "--porcelain=v2",
+                "--branch",
+                "--untracked-files=all",
+            ],
+        )
+        .await?;
+        let (mut oid, mut head, mut dirty) = (None, None, 0);
+        for line in out.lines().filter(|l| !l.trim().is_empty()) {
+            if let Some(h) = line.strip_prefix("# ") {
+                if let Some(o) = h.strip_prefix("branch.oid ") {
+                    oid = Some(o);
+                } else if let Some(b) = h.strip_prefix("branch.head ") {
+                    head = Some(b);
+                }
+            } else {
+                dirty += 1;
+            }
+        }
+        Ok(Some(Status {
+            dirty,
+            unchanged: oid == Some(wt.base.as_str()) && head == Some(wt.branch.as_str()),
+        }))
+    }
+
+    /// Why the worktree must be kept for commits only it holds, or `None`. Run with the
+    /// repository's lock held: `--branches` reads every branch, and another task's
+    /// cleanup must not delete one meanwhile ("bad object").
+    async fn unshared_commits(&self, wt: &Worktree) -> Result<Option<String>, WorktreeError> {
+        if wt.path.is_dir() {
             // Commits on the worktree's HEAD itself (a detached HEAD, or another branch
             // checked out there) that no branch, tag or remote holds.
             let count = git(
@@ -74,20 +117,63 @@ impl Repo {
 
     /// Removes `wt` and its branch when it holds no work; keeps it otherwise.
     pub async fn cleanup(&self, wt: &Worktree) -> Result<Cleanup, WorktreeError> {
-        if let Some(reason) = self.holds_work(wt).await? {
-            return Ok(Cleanup::Kept { reason });
+        if wt.path.is_dir() && unchanged_on_disk(wt) {
+            // No commits of its own: whether it holds changes is git's check as it
+            // removes it (below), no `git status` of ours first.
+            let lock = repo_lock(&self.root);
+            let _guard = lock.lock().await;
+            return match self.remove_clean(wt).await {
+                Ok(()) => self.delete_branch(wt).await,
+                Err(e) => match self.status(wt).await? {
+                    Some(s) if s.dirty > 0 => Ok(Cleanup::Kept {
+                        reason: dirty_reason(s.dirty),
+                    }),
+                    _ => Err(e),
+                },
+            };
         }
-        let p = wt.path.display().to_string();
+        let status = self.status(wt).await?;
+        if let Some(s) = &status
+            && s.dirty > 0
+        {
+            return Ok(Cleanup::Kept {
+                reason: dirty_reason(s.dirty),
+            });
+        }
         let lock = repo_lock(&self.root);
         let _guard = lock.lock().await;
+        if !status.is_some_and(|s| s.unchanged)
+            && let Some(reason) = self.unshared_commits(wt).await?
+        {
+            return Ok(Cleanup::Kept { reason });
+        }
         if wt.path.exists() {
-            // Not --force: git refuses to remove a dirty worktree, a second safety net.
-            git(&self.root, &["worktree", "remove", &p]).await?;
+            self.remove_clean(wt).await?;
         } else {
             git(&self.root, &["worktree", "prune"]).await?;
         }
+        self.delete_branch(wt).await
+    }
+
+    /// `git worktree remove`, which refuses (and removes nothing) when the worktree has
+    /// changes, untracked files included whatever `status.showUntrackedFiles` says. Not
+    /// --force: a second safety net where aicli checked first. With the lock held.
+    async fn remove_clean(&self, wt: &Worktree) -> Result<(), WorktreeError> {
+        let p = wt.path.display().to_string();
+        let args = [
+            "-c",
+            "status.showUntrackedFiles=all",
+            "worktree",
+            "remove",
+            &p,
+        ];
+        git(&self.root, &args).await.map(drop)
+    }
+
+    /// Deletes the branch of a removed worktree, and its batch directory once empty.
+    /// With the lock held.
+    async fn delete_branch(&self, wt: &Worktree) -> Result<Cleanup, WorktreeError> {
         git(&self.root, &["branch", "-D", &wt.branch]).await?;
-        // Empty batch directories go too.
         if let Some(parent) = wt.path.parent() {
             let _ = std::fs::remove_dir(parent);
         }
@@ -204,4 +290,24 @@ impl Repo {
         let _ = git(&self.root, &["worktree", "prune"]).await;
         Ok(out)
     }
+}
+
+fn dirty_reason(n: usize) -> String {
+    crate::util::count(n as u64, "uncommitted change", "uncommitted changes")
+}
+
+/// Whether the worktree's HEAD is still its branch at the base commit, read from git's
+/// files (the worktree's `HEAD`, the branch's loose ref) without running git; `false`
+/// when they say otherwise or cannot be read (packed refs, another ref format: git
+/// answers then).
+fn unchanged_on_disk(wt: &Worktree) -> bool {
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+    let Some(gitdir) = super::linked_git_dir(&wt.path) else {
+        return false;
+    };
+    if read(gitdir.join("HEAD")).trim() != format!("ref: refs/heads/{}", wt.branch) {
+        return false;
+    }
+    let common = gitdir.join(read(gitdir.join("commondir")).trim());
+    read(common.join("refs/heads").join(&wt.branch)).trim() == wt.base
 }

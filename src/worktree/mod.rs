@@ -94,8 +94,28 @@ pub struct WorktreeInfo {
     pub holds_work: Option<String>,
 }
 
+/// The git binary: `git` looked up along `PATH` once per process, then run by its
+/// absolute path (a lookup per run costs an `execve` for every `PATH` entry before git's;
+/// a task runs several). `git` itself when it is not found: running it then fails as
+/// git's absence should.
+pub fn git_binary() -> &'static Path {
+    static GIT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    GIT.get_or_init(|| which::which("git").unwrap_or_else(|_| PathBuf::from("git")))
+}
+
 pub(crate) async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeError> {
-    let out = Command::new("git")
+    let out = git_output(dir, args, &[0]).await?;
+    Ok(String::from_utf8_lossy(&out).trim_end().to_owned())
+}
+
+/// `git -C dir ARGS`'s stdout, as bytes, when it exits with one of `accept` (`git diff
+/// --no-index` exits 1 when the files differ); otherwise an error with its stderr.
+pub(crate) async fn git_output(
+    dir: &Path,
+    args: &[&str],
+    accept: &[i32],
+) -> Result<Vec<u8>, WorktreeError> {
+    let out = Command::new(git_binary())
         .arg("-C")
         .arg(dir)
         .args(args)
@@ -104,8 +124,8 @@ pub(crate) async fn git(dir: &Path, args: &[&str]) -> Result<String, WorktreeErr
         .output()
         .await
         .map_err(WorktreeError::NoGit)?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+    if out.status.code().is_some_and(|c| accept.contains(&c)) {
+        Ok(out.stdout)
     } else {
         Err(WorktreeError::Git {
             args: args.join(" "),
@@ -146,10 +166,22 @@ pub async fn lock_worktree(path: &Path) -> Option<WorktreeLock> {
 
 /// The file in a worktree's private git directory that holds its base commit.
 async fn base_file(worktree: &Path) -> Option<PathBuf> {
+    if let Some(gitdir) = linked_git_dir(worktree) {
+        return Some(gitdir.join("aicli-base"));
+    }
     let gitdir = git(worktree, &["rev-parse", "--absolute-git-dir"])
         .await
         .ok()?;
     Some(PathBuf::from(gitdir).join("aicli-base"))
+}
+
+/// A linked worktree's private git directory, read from its `.git` file (`gitdir:
+/// PATH`, relative to the worktree when git writes relative paths), without running git;
+/// `None` when `.git` is not such a file or names no directory (git then answers).
+pub(super) fn linked_git_dir(worktree: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(worktree.join(".git")).ok()?;
+    let dir = worktree.join(text.strip_prefix("gitdir:")?.trim());
+    dir.join("commondir").is_file().then_some(dir)
 }
 
 impl Repo {

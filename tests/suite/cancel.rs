@@ -31,11 +31,13 @@ async fn a_task_then_the_batch_of_another_process_are_cancelled_through_the_reco
     let repo = git_repo();
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
-    let cfg = fake_cli_config(dir.path(), &["--line-delay-ms", "2000"]);
+    let cfg = fake_cli_config(dir.path(), &["--line-delay-ms", "200"]);
     let pid = |t: &str| dir.path().join(format!("{t}.pids"));
+    // Each prints one line and then runs until it is stopped: none ends on its own, however
+    // slow the machine is.
     let slow = |t: &str| {
         serde_json::json!({"id": t, "prompt": t, "extra_args": [
-            "--spawn-grandchildren", "1", "--pid-file", pid(t)]})
+            "--hang-after", "1", "--spawn-grandchildren", "1", "--pid-file", pid(t)]})
     };
     let tasks = serde_json::json!({"max_parallel": 2, "tasks": [slow("a"), slow("b"), slow("c")]});
     let runs_arg = runs.to_str().unwrap();

@@ -23,3 +23,4 @@ mod robustness;
 mod schemas;
 mod support;
 mod web;
+mod web_browser;

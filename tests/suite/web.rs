@@ -393,3 +393,538 @@ async fn a_batch_serves_its_own_web_view_while_it_runs() {
         "the view stops with the batch"
     );
 }
+
+/// `--tls-cert/--tls-key` serve HTTPS (plain HTTP gets nothing); a non-loopback bind
+/// without `--allow-remote` is refused before anything listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_view_serves_https_and_stays_on_loopback_unless_told() {
+    let repo = git_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = fake_cli_config(dir.path(), &[]);
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let mut child = KilledOnDrop(
+        aicli_with(&cfg, &["web", "--json", "--tls-cert"])
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .arg("--repo")
+            .arg(repo.path())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let url = v["url"].as_str().unwrap().to_owned();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let https = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(&std::fs::read(&cert).unwrap()).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let r = https.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 303, "the login over HTTPS");
+    let plain = reqwest::Client::new()
+        .get(url.replace("https://", "http://"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await;
+    assert!(
+        plain.is_err() || !plain.unwrap().status().is_success(),
+        "plain HTTP gets nothing"
+    );
+    drop(child);
+
+    let out = aicli_with(&cfg, &["web", "--bind", "0.0.0.0:0"])
+        .arg("--repo")
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs --allow-remote"));
+}
+
+/// A child process killed (and reaped) when the test ends, passed or panicked.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `GET /api/actions/ID` until the action has ended.
+async fn action_end(http: &reqwest::Client, web: &Web, id: u64) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let v: serde_json::Value = http
+            .get(format!("{}/api/actions/{id}", web.base))
+            .bearer_auth(&web.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["state"] != "running" {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "action {id} still runs: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_view_starts_a_task_refuses_bad_input_and_serves_its_diff_and_files() {
+    let repo = git_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    // The stand-in CLI writes a file in its worktree: the diff must show it.
+    let cfg = fake_cli_config(
+        dir.path(),
+        &["--record-env", "AICLI_WEB_PROBE", "notes.env"],
+    );
+    let web = start_web(&cfg, repo.path(), &runs);
+    let http = reqwest::Client::new();
+    let post = |path: &str, body: serde_json::Value| {
+        http.post(format!("{}{path}", web.base))
+            .bearer_auth(&web.token)
+            .json(&body)
+            .send()
+    };
+    let refused = |r: reqwest::Response, status: u16, says: &'static str| async move {
+        assert_eq!(r.status(), status, "wanted {status} ({says})");
+        let text = r.text().await.unwrap();
+        assert!(text.contains(says), "the refusal says why: {text}");
+    };
+
+    // Bad input: each refused with a reason, nothing started.
+    refused(
+        post("/api/tasks", serde_json::json!({"prompt": "  "}))
+            .await
+            .unwrap(),
+        400,
+        "prompt is empty",
+    )
+    .await;
+    refused(
+        post(
+            "/api/tasks",
+            serde_json::json!({"prompt": "x", "provider": "nope"}),
+        )
+        .await
+        .unwrap(),
+        400,
+        "nope",
+    )
+    .await;
+    let r = post("/api/tasks", serde_json::json!({"prompt": "x", "bogus": 1}))
+        .await
+        .unwrap();
+    assert!(
+        r.status().is_client_error(),
+        "an unknown field: {}",
+        r.status()
+    );
+    let r = http
+        .post(format!("{}/api/batches", web.base))
+        .bearer_auth(&web.token)
+        .body(r#"{"tasks": []}"#)
+        .send()
+        .await
+        .unwrap();
+    refused(r, 400, "no tasks").await;
+    let r = http
+        .post(format!("{}/api/batches", web.base))
+        .bearer_auth(&web.token)
+        .body(r#"{"tasks": [{"id": "a", "prompt": "p"}], "repo": "/"}"#)
+        .send()
+        .await
+        .unwrap();
+    refused(r, 400, "at repo").await;
+    assert!(
+        !runs.exists() || std::fs::read_dir(&runs).unwrap().next().is_none(),
+        "nothing was started"
+    );
+
+    // A task from the API, as the page's form sends it.
+    let r = post(
+        "/api/tasks",
+        serde_json::json!({"prompt": "write notes", "id": "notes"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 202);
+    let started: serde_json::Value = r.json().await.unwrap();
+    let b = started["action"]["batch_id"].as_str().unwrap().to_owned();
+    assert_eq!(started["batch_url"], format!("/batches/{b}"));
+    let end = action_end(&http, &web, started["action"]["id"].as_u64().unwrap()).await;
+    assert_eq!(end["state"], "succeeded", "{end}");
+    assert_eq!(end["exit_code"], 0);
+    let batch: serde_json::Value = http
+        .get(format!("{}/api/batches/{b}", web.base))
+        .bearer_auth(&web.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(batch["tasks"][0]["state"], "succeeded", "{batch}");
+    assert_eq!(batch["tasks"][0]["task"]["id"], "notes");
+    assert!(
+        batch["last_lines"]["notes"]
+            .as_str()
+            .is_some_and(|l| !l.is_empty()),
+        "the row's last line: {batch}"
+    );
+    assert!(
+        !std::fs::read_dir(&runs)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(".web-")),
+        "the tasks file the page wrote is gone"
+    );
+
+    // The answer API: an empty answer and a task that asks nothing are refused.
+    let answer = format!("/api/batches/{b}/tasks/notes/answer");
+    refused(
+        post(&answer, serde_json::json!({"text": " "}))
+            .await
+            .unwrap(),
+        400,
+        "empty",
+    )
+    .await;
+    refused(
+        post(&answer, serde_json::json!({"text": "yes"}))
+            .await
+            .unwrap(),
+        409,
+        "not blocked",
+    )
+    .await;
+
+    // The diff shows the file the CLI wrote in its worktree.
+    let get = |path: String| {
+        http.get(format!("{}{path}", web.base))
+            .bearer_auth(&web.token)
+            .send()
+    };
+    let diff: serde_json::Value = get(format!("/api/batches/{b}/tasks/notes/diff"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let text = diff["diff"].as_str().unwrap();
+    assert!(
+        text.contains("+++ b/notes.env") && text.contains("+AICLI_WEB_PROBE unset"),
+        "{diff}"
+    );
+    let page = http
+        .get(format!("{}/batches/{b}/tasks/notes", web.base))
+        .bearer_auth(&web.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains(r#"<span class="file">notes.env</span>"#),
+        "{page}"
+    );
+
+    // The record's files: listed, downloadable byte for byte; nothing private.
+    let files: Vec<serde_json::Value> = get(format!("/api/batches/{b}/tasks/notes/files"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = files.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert!(
+        names.contains(&"events.ndjson") && names.contains(&"task.json"),
+        "{names:?}"
+    );
+    assert!(
+        !names
+            .iter()
+            .any(|n| *n == "private" || *n == "lock" || n.starts_with("pid")),
+        "{names:?}"
+    );
+    let r = get(format!("/batches/{b}/tasks/notes/files/events.ndjson"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment"),
+        "a download, never rendered"
+    );
+    let on_disk = std::fs::read(runs.join(&b).join("tasks/notes/events.ndjson")).unwrap();
+    assert_eq!(r.bytes().await.unwrap().as_ref(), on_disk.as_slice());
+    assert_eq!(
+        get(format!("/batches/{b}/tasks/notes/files/lock"))
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    assert_eq!(
+        get(format!("/batches/{b}/tasks/notes/files/..%2Fbatch.json"))
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    let actions: Vec<serde_json::Value> = get("/api/actions".to_owned())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    drop(web);
+
+    // --read-only: the same requests are refused.
+    let mut child = aicli_with(&cfg, &["web", "--json", "--read-only"])
+        .arg("--repo")
+        .arg(repo.path())
+        .arg("--runs-dir")
+        .arg(&runs)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let ro = Web {
+        child,
+        url: String::new(),
+        base: format!(
+            "http://{}",
+            serde_json::from_str::<serde_json::Value>(&line).unwrap()["addr"]
+                .as_str()
+                .unwrap()
+        ),
+        token: serde_json::from_str::<serde_json::Value>(&line).unwrap()["api_token"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    };
+    let r = http
+        .post(format!("{}/api/tasks", ro.base))
+        .bearer_auth(&ro.token)
+        .json(&serde_json::json!({"prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
+    refused(r, 403, "read-only").await;
+    let r = http
+        .post(format!("{}/api/batches/{b}/resume", ro.base))
+        .bearer_auth(&ro.token)
+        .send()
+        .await
+        .unwrap();
+    refused(r, 403, "read-only").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_answered_through_the_api_resumes_the_real_cli_s_session() {
+    use super::cli::{Cli, assert_code, only_batch};
+    let cli = Cli::new();
+    let out = cli.run(&[
+        "run",
+        "Paint the shed",
+        "--provider",
+        "gemini",
+        "--fake-api=ask:Which colour?|red|blue",
+    ]);
+    assert_code(&out, 3, "a blocked gemini run");
+    let b = only_batch(cli.repo.path());
+    let mut child = cli
+        .command(&["web", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let web = Web {
+        child,
+        url: v["url"].as_str().unwrap().to_owned(),
+        base: format!("http://{}", v["addr"].as_str().unwrap()),
+        token: v["api_token"].as_str().unwrap().to_owned(),
+    };
+    let http = reqwest::Client::new();
+    let blocked: Vec<serde_json::Value> = http
+        .get(format!("{}/api/blocked", web.base))
+        .bearer_auth(&web.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(blocked[0]["question"]["question"], "Which colour?");
+    assert_eq!(
+        blocked[0]["question"]["options"],
+        serde_json::json!(["red", "blue"])
+    );
+    let t = blocked[0]["task_id"].as_str().unwrap().to_owned();
+    let answer = format!("{}/api/batches/{b}/tasks/{t}/answer", web.base);
+    let r = http
+        .post(&answer)
+        .bearer_auth(&web.token)
+        .json(&serde_json::json!({"text": "red"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let started: serde_json::Value = r.json().await.unwrap();
+    let again = http
+        .post(&answer)
+        .bearer_auth(&web.token)
+        .json(&serde_json::json!({"text": "blue"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409, "one answer at a time");
+    let end = action_end(&http, &web, started["action"]["id"].as_u64().unwrap()).await;
+    assert_eq!(end["state"], "succeeded", "{end}");
+    let task: serde_json::Value = http
+        .get(format!("{}/api/batches/{b}/tasks/{t}", web.base))
+        .bearer_auth(&web.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(task["state"], "succeeded", "{task}");
+    assert_eq!(task["answers"][0]["answer"], "red");
+    assert_eq!(task["answers"][0]["question"], "Which colour?");
+    let attempts = task["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "the answer continued the task: {task}");
+    let first = attempts[0]["result"]["session_id"].as_str().unwrap();
+    assert_eq!(
+        attempts[1]["result"]["session_id"].as_str(),
+        Some(first),
+        "the same CLI session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_web_view_stops_the_runs_it_started_and_leaves_no_process() {
+    let repo = git_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let pids = dir.path().join("pids");
+    let pid_arg = pids.to_str().unwrap();
+    let cfg = fake_cli_config(
+        dir.path(),
+        &[
+            "--spawn-grandchildren",
+            "2",
+            "--pid-file",
+            pid_arg,
+            "--line-delay-ms",
+            "3000",
+        ],
+    );
+    let mut web = start_web(&cfg, repo.path(), &runs);
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{}/api/tasks", web.base))
+        .bearer_auth(&web.token)
+        .json(&serde_json::json!({"prompt": "take your time", "id": "slow"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let started: serde_json::Value = r.json().await.unwrap();
+    let b = started["action"]["batch_id"].as_str().unwrap().to_owned();
+    // The CLI and its grandchildren run.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while std::fs::read_to_string(&pids).map_or(true, |t| t.lines().count() < 3) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the CLI did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // SIGTERM to `aicli web`, as a service manager stops it.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(web.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = web.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "aicli web did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    assert_all_gone(&pids, Duration::from_secs(10)).await;
+    // The run stopped as on Ctrl-C: its record is whole and says so; it can be resumed.
+    let rec: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(runs.join(&b).join("tasks/slow/task.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rec["state"], "interrupted", "{rec}");
+    let last = rec["attempts"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["result"]["error_kind"], "cancelled", "{rec}");
+}

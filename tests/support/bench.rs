@@ -1,4 +1,4 @@
-//! What the benches share beyond the harness: their command lines.
+//! What the benches share beyond the harness: their command lines, this process's CPU.
 
 /// A bench's positional arguments `[TASKS [PARALLEL...]]` (flags such as cargo's
 /// `--bench` left out), with these defaults.
@@ -19,4 +19,16 @@ pub fn tasks_and_parallels(
         parallels = default_parallels.to_vec();
     }
     (n, parallels)
+}
+
+/// This process's own CPU (user + system) so far.
+pub fn self_cpu() -> std::time::Duration {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given.
+    let ru = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
+        ru.assume_init()
+    };
+    let tv = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }

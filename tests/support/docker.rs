@@ -138,18 +138,14 @@ pub async fn provider_image(docker: &Docker, config: &AiCliConfig, provider: &st
         built.insert(tag.clone(), tag.clone());
         return tag;
     }
-    let spec = image::BuildSpec {
-        provider: provider.to_owned(),
-        package: p.package.clone(),
-        version: p.version.clone(),
-        binary_name: p.binary_name.clone(),
-        base: "local/base".into(),
-        tag: tag.clone(),
-        npm_dir: aicli_testkit::cli_cache_dir(),
-        search_path: std::env::var("PATH").unwrap_or_default(),
-        deb_cache: deb_cache(),
-        force: false,
-    };
+    let spec = image::BuildSpec::for_provider(
+        config,
+        provider,
+        &aicli_testkit::cli_cache_dir(),
+        &deb_cache(),
+        "local/base",
+    )
+    .unwrap_or_else(|e| panic!("the {provider} image cannot be built: {e}"));
     image::build(docker, &spec, &|l| eprintln!("[image] {l}"))
         .await
         .unwrap_or_else(|e| panic!("the {provider} image does not build: {e}"));

@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod bench;
+pub mod browser;
 pub mod docker;
 pub mod fake;
 pub mod git;

@@ -148,6 +148,21 @@ pub struct AcpMode {
     /// Variables the agent needs for it (claude-agent-acp's `IS_SANDBOX=1` to bypass
     /// permissions as root).
     pub env: BTreeMap<String, String>,
+    /// The session mode id in a container (aicli's Docker runner), when it differs:
+    /// the container is the sandbox, and an agent's own sandbox that needs kernel
+    /// namespaces (codex's bubblewrap) cannot start there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_container: Option<String>,
+}
+
+impl AcpMode {
+    /// The session mode id to set, in a container or not.
+    pub fn mode_id(&self, in_container: bool) -> Option<&str> {
+        match (&self.in_container, in_container) {
+            (Some(m), true) => Some(m),
+            _ => self.mode.as_deref(),
+        }
+    }
 }
 
 /// A way to continue a session (see [`AcpConfig::continue_with`]).

@@ -203,7 +203,9 @@ impl AiCliProvider for AcpProvider {
             .or_else(|| ctx.env.get("PATH").cloned())
             .unwrap_or_default();
         for (var, binary) in &self.acp.env_executables {
-            if c.env.contains_key(var) {
+            // In a container the image names them (aicli's ACP images set each variable
+            // to its CLI's path inside); this machine's are not there.
+            if c.env.contains_key(var) || ctx.in_container {
                 continue;
             }
             let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));

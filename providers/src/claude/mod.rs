@@ -20,8 +20,9 @@
 //! (hidden from `--help`, works), `--max-budget-usd`, `--append-system-prompt`,
 //! `--permission-mode`, `--resume`, `--mcp-config FILE --strict-mcp-config`,
 //! `--allowedTools`, `--disallowedTools`, the config's extra args and the task's. An
-//! option value that starts with `-` is passed as `--flag=value`. As root, bypassing
-//! permissions also needs `IS_SANDBOX=1`. The budget is the smaller of the task's (or
+//! option value that starts with `-` is passed as `--flag=value`. Run as root (a local run
+//! only: in aicli's containers claude never runs as root), bypassing permissions also
+//! needs `IS_SANDBOX=1`. The budget is the smaller of the task's (or
 //! config's) limit and what is left of the batch's; with nothing left the command is
 //! refused.
 //!

@@ -41,6 +41,7 @@ fn once(o: &mut Opts) {
             o.grandchildren = 0;
             o.linger = 0;
             o.hang = false;
+            o.hang_after = None;
         } else {
             std::fs::write(f, b"").unwrap();
         }

@@ -75,6 +75,7 @@ impl McpServer {
             conn_limits,
             conns,
             cancel.clone(),
+            None,
         ));
         let sweep_every = SWEEP_EVERY.min((session_idle / 2).max(Duration::from_millis(100)));
         tokio::spawn(sweep(shared.clone(), sweep_every, cancel.clone()));
@@ -121,6 +122,7 @@ impl McpServer {
             self.conn_limits,
             self.shared.conns.clone(),
             self.cancel.clone(),
+            None,
         ));
         if let Ok(mut v) = self.extra_serves.lock() {
             v.push(handle);

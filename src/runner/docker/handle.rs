@@ -20,7 +20,8 @@ use crate::proc::lines::{
     LINE_QUEUE_BYTES, LineReceiver, StderrTail, drain_stderr, line_channel, read_lines,
 };
 use crate::proc::spawn::OutputOptions;
-use crate::runner::RunHandle;
+use crate::proc::stdin::{StdinWriter, StdoutRecord};
+use crate::runner::{RunHandle, Steps};
 
 /// A container aicli created.
 #[derive(Debug, Clone)]
@@ -46,6 +47,26 @@ pub struct ContainerHandle {
     /// Extra time after SIGTERM before SIGKILL (a remote run packs its work first).
     stop_allowance: Duration,
     peer: Option<IpAddr>,
+    /// A two-way run's attached stdin, until taken.
+    stdin_writer: Option<StdinWriter>,
+}
+
+/// What goes into a container's stdin.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerStdin {
+    /// Text written first (a command's `stdin`: the prompt).
+    pub text: Option<String>,
+    /// Stdin stays open for the whole run, for a two-way CLI's messages
+    /// ([`aicli_providers::CommandSpec::stdin_open`]): the handle gives out its
+    /// [`StdinWriter`].
+    pub open: bool,
+}
+
+impl ContainerStdin {
+    /// Whether the container's stdin is attached at all.
+    pub fn attached(&self) -> bool {
+        self.open || self.text.is_some()
+    }
 }
 
 /// The attach's output: stdout and stderr frames, multiplexed.
@@ -65,35 +86,60 @@ fn reader(rx: ByteStream) -> impl tokio::io::AsyncRead + Unpin {
 }
 
 impl ContainerHandle {
-    /// Attaches to the created container `container`, starts it, writes `stdin` (then
-    /// closes it), and reads its output into `out`'s reader and tail.
+    /// Attaches to the created container `container`, starts it, writes `stdin`'s text
+    /// (then closes it, unless it stays open for a two-way run), and reads its output
+    /// into `out`'s reader and tail.
     pub async fn start(
         container: Arc<Container>,
-        stdin: Option<String>,
+        stdin: ContainerStdin,
         out: OutputOptions,
         stop_allowance: Duration,
+        steps: &mut Steps,
     ) -> Result<ContainerHandle, String> {
         let docker = &container.docker;
         let id = container.id.clone();
-        let attach = attach(docker, &id, stdin.is_some()).await?;
-        docker
-            .start_container(
-                &id,
-                None::<bollard::query_parameters::StartContainerOptions>,
+        let attach = steps
+            .time("attach", attach(docker, &id, stdin.attached()))
+            .await?;
+        steps
+            .time(
+                "start",
+                docker.start_container(
+                    &id,
+                    None::<bollard::query_parameters::StartContainerOptions>,
+                ),
             )
             .await
             .map_err(|e| format!("cannot start container {id}: {e}"))?;
         // Asked after the start, so "not running" can only mean "exited".
         let (waiter, exit_rx) = wait_for_exit(docker, &id);
-        let peer = peer_address(docker, &id).await;
+        let peer = steps
+            .time("inspect (peer address)", peer_address(docker, &id))
+            .await;
         let mut readers = vec![waiter];
-        if let Some(text) = stdin {
-            let mut input = attach.input;
-            readers.push(tokio::spawn(async move {
-                // A CLI that exits without reading its stdin is not an error here.
-                let _ = input.write_all(text.as_bytes()).await;
-                let _ = input.shutdown().await;
-            }));
+        // The stdout record is shared with a two-way run's stdin writer, which puts its
+        // messages between the CLI's lines, as for a local process.
+        let record = StdoutRecord::from(out.stdout_tee);
+        let mut stdin_writer = None;
+        match stdin {
+            ContainerStdin { open: true, text } => {
+                stdin_writer = Some(StdinWriter::spawn(attach.input, record.clone(), text));
+            }
+            ContainerStdin {
+                open: false,
+                text: Some(text),
+            } => {
+                let mut input = attach.input;
+                readers.push(tokio::spawn(async move {
+                    // A CLI that exits without reading its stdin is not an error here.
+                    let _ = input.write_all(text.as_bytes()).await;
+                    let _ = input.shutdown().await;
+                }));
+            }
+            ContainerStdin {
+                open: false,
+                text: None,
+            } => {}
         }
         let (demuxer, out_rx, err_rx) = demux(attach.output);
         readers.push(demuxer);
@@ -101,7 +147,7 @@ impl ContainerHandle {
         readers.push(tokio::spawn(read_lines(
             reader(out_rx),
             out.line_cap,
-            out.stdout_tee,
+            record,
             tx,
         )));
         let stderr = StderrTail::new(out.stderr_tail);
@@ -121,6 +167,7 @@ impl ContainerHandle {
             signalled: false,
             stop_allowance,
             peer,
+            stdin_writer,
         })
     }
 
@@ -299,5 +346,9 @@ impl RunHandle for ContainerHandle {
         for h in self.readers.drain(..) {
             let _ = h.await;
         }
+    }
+
+    fn take_stdin(&mut self) -> Option<StdinWriter> {
+        self.stdin_writer.take()
     }
 }

@@ -97,6 +97,13 @@ pub async fn list(
 /// on this machine. Returns a line per container.
 pub async fn remove(hosts: &[Arc<Host>], only: Option<(&str, &str)>, all: bool) -> Vec<String> {
     let mut lines = Vec::new();
+    // The uid-mapped mounts of an aicli killed before its container started.
+    let swept = super::idmap::sweep();
+    if swept > 0 {
+        lines.push(format!(
+            "removed the uid-mapped mounts of {swept} container start(s) whose aicli is gone"
+        ));
+    }
     for (host, info) in list(hosts, only).await {
         if only.is_none() && !all && info.owner_alive {
             continue;

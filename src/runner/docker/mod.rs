@@ -7,6 +7,7 @@
 //! | `placement` | [`placement::DockerPlacement`]: one run's container (mounts or upload, limits, labels, user, removal) |
 //! | `handle` | the started container as a [`RunHandle`](crate::runner::RunHandle): live stdout/stderr, exit code, signals |
 //! | `paths` | this machine's paths as the container sees them |
+//! | `idmap` | uid-mapped mounts: the container's unprivileged user in directories root owns |
 //! | `remote` | the tar that goes up and the git bundle that comes back |
 //! | `tarball` | tars streamed into request bodies (links kept, hard links once, owner set) |
 //! | `labels` | the labels on aicli's containers and whether their owner is alive |
@@ -24,6 +25,7 @@ use super::{PlaceRequest, Placement, Runner, RunnerError};
 
 pub mod handle;
 pub mod hosts;
+pub mod idmap;
 pub mod image;
 pub mod labels;
 pub mod leftovers;
@@ -230,6 +232,46 @@ fn copy_home_files(user_home: &Path, task_home: &Path, files: &[String]) -> std:
     Ok(())
 }
 
+/// A finished task's home without its login copies (the provider's
+/// `container_home_files` and the git identity): what is left, the CLI's session store,
+/// lets a later task continue the session (`resume_session_id`), in a container too.
+pub fn forget_logins(task_home: &Path, provider: &aicli_providers::ProviderConfig) {
+    // A local run has no home of its own.
+    if !task_home.exists() {
+        return;
+    }
+    let files = COMMON_HOME_FILES
+        .iter()
+        .map(|f| (*f).to_owned())
+        .chain(provider.container_home_files.iter().cloned());
+    for f in files {
+        let _ = std::fs::remove_file(task_home.join(f));
+    }
+    remove_empty_dirs(task_home);
+}
+
+/// Removes `dir` and the directories under it that hold no file (bottom up).
+fn remove_empty_dirs(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_dirs(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Starts a task's home from another task's (the run that made the session its
+/// `resume_session_id` names), when it has none yet: the session store comes along,
+/// private as it was.
+fn seed_home(task_home: &Path, origin_home: &Path) -> std::io::Result<()> {
+    if task_home.exists() || !origin_home.is_dir() {
+        return Ok(());
+    }
+    copy_private(origin_home, task_home)
+}
+
 /// Copies a file (0600) or a directory tree (0700 directories) without following links
 /// out of it.
 fn copy_private(src: &Path, dst: &Path) -> std::io::Result<()> {
@@ -282,25 +324,34 @@ impl Runner for DockerRunner {
     }
 
     async fn place(&self, req: &PlaceRequest<'_>) -> Result<Box<dyn Placement>, RunnerError> {
+        let mut steps = crate::runner::Steps::default();
         let image = Self::image_for(&self.config, req.provider);
-        let (idx, permit) = hosts::acquire(&self.hosts).await.ok_or_else(|| {
-            DockerError::NoEngine("no engine is connected".into()).into_runner_error()
-        })?;
+        let (idx, permit) = steps
+            .time("wait for an engine", hosts::acquire(&self.hosts))
+            .await
+            .ok_or_else(|| {
+                DockerError::NoEngine("no engine is connected".into()).into_runner_error()
+            })?;
         let host = self.hosts[idx].clone();
-        let image_path = self
-            .image_path(idx, &image, req.provider.name())
+        let image_path = steps
+            .time(
+                "image inspect",
+                self.image_path(idx, &image, req.provider.name()),
+            )
             .await
             .map_err(DockerError::into_runner_error)?;
-        let user = match &self.config.user {
-            Some(u) => placement::parse_user(u),
-            None if host.remote => Some((image::USER_ID, image::USER_ID)),
-            None => placement::owner_of(req.workspace),
-        }
-        .unwrap_or((image::USER_ID, image::USER_ID));
+        let prepared = std::time::Instant::now();
+        let user = container_user(self.config.user.as_deref(), host.remote, req.workspace)
+            .map_err(|e| e.into_runner_error())?;
         let work = |e: std::io::Error, what: &str, p: &Path| {
             DockerError::Work(format!("cannot prepare {what} {}: {e}", p.display()))
                 .into_runner_error()
         };
+        if let Some(origin) = req.session_home {
+            // The CLI's session lives in the home of the task that made it.
+            seed_home(req.task_home, origin)
+                .map_err(|e| work(e, "the session's home copied into", req.task_home))?;
+        }
         create_private_dir(req.task_home).map_err(|e| work(e, "the task's home", req.task_home))?;
         create_private_dir(req.private_dir)
             .map_err(|e| work(e, "the run's private directory", req.private_dir))?;
@@ -311,6 +362,7 @@ impl Runner for DockerRunner {
             copy_home_files(&user_home, req.task_home, &files)
                 .map_err(|e| work(e, "the login copies in", req.task_home))?;
         }
+        steps.push("home and private directory", prepared);
         let labels = labels::Labelled {
             batch_id: req.batch_id.to_owned(),
             task_id: req.task_id.to_owned(),
@@ -342,12 +394,38 @@ impl Runner for DockerRunner {
                 labels,
                 scratch,
                 cleanups: self.cleanups.clone(),
+                steps,
             },
         )))
     }
 
     async fn remove_leftovers(&self, batch_id: &str, task_id: &str) -> Vec<String> {
         leftovers::remove(&self.hosts, Some((batch_id, task_id)), false).await
+    }
+}
+
+/// The `uid:gid` a container's CLI runs as: `engine.docker.user`, else the image's user
+/// on a remote engine, else the worktree's owner. Never root: a root-owned worktree (aicli
+/// run as root) gets the image's user, working there through uid-mapped mounts (see
+/// [`idmap`]); a configured root is refused.
+fn container_user(
+    configured: Option<&str>,
+    remote: bool,
+    workspace: &Path,
+) -> Result<(u32, u32), DockerError> {
+    let image_user = (image::USER_ID, image::USER_ID);
+    let user = match configured {
+        // A name (the config allows one) is not looked up: the image's user.
+        Some(u) => placement::parse_user(u).unwrap_or(image_user),
+        None if remote => image_user,
+        None => placement::owner_of(workspace).unwrap_or(image_user),
+    };
+    match (user, configured) {
+        ((0, _), Some(u)) => Err(DockerError::Work(format!(
+            "engine.docker.user '{u}' is root: containers never run their CLI as root"
+        ))),
+        ((0, _), None) => Ok(image_user),
+        _ => Ok(user),
     }
 }
 

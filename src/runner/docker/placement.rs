@@ -15,7 +15,7 @@
 //! aicli's machine, and is removed in [`DockerPlacement::finish`] (or, as a safety net,
 //! when the placement is dropped).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,11 +26,11 @@ use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::handle::{Container, ContainerHandle};
+use super::handle::{Container, ContainerHandle, ContainerStdin};
 use super::hosts::{HOST_ALIAS, Host};
 use super::labels::Labelled;
 use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE};
-use super::{DockerError, remote};
+use super::{DockerError, idmap, remote};
 use crate::proc::spawn::OutputOptions;
 use crate::runner::{AgentReach, Placement, RunHandle, RunnerError};
 
@@ -50,6 +50,11 @@ const HOST_ONLY: [&str; 12] = [
     "REQUESTS_CA_BUNDLE",
     "CURL_CA_BUNDLE",
 ];
+
+/// The scratch `/tmp` of a local container (its root filesystem is read-only).
+/// `exec`: the engine's default is `noexec`, which would break what agents build and run
+/// from there (`go test`, say).
+const TMPFS_OPTIONS: &str = "rw,exec,nosuid,nodev,size=1g,mode=1777";
 
 /// How long a remote run may take to pack its work after SIGTERM, on top of the grace.
 const PACK_ALLOWANCE: Duration = Duration::from_secs(30);
@@ -84,6 +89,8 @@ pub struct PlacementSpec {
     /// The runner's clean-ups: a dropped placement removes its container on it, and
     /// [`crate::runner::Runner::settle`] waits for them.
     pub cleanups: tokio_util::task::TaskTracker,
+    /// The steps timed so far (placing it), and those to come.
+    pub steps: crate::runner::Steps,
 }
 
 /// A run in a container (see the module docs).
@@ -113,8 +120,65 @@ impl DockerPlacement {
         e.into_runner_error()
     }
 
-    /// The container's creation request for `cmd`.
-    fn body(&self, cmd: &CommandSpec) -> Result<ContainerCreateBody, DockerError> {
+    /// The directories a local engine bind-mounts: (this machine's, the container's).
+    fn bind_dirs(&self) -> Vec<(PathBuf, String)> {
+        let s = &self.spec;
+        let mut v = vec![
+            (s.workspace.clone(), WORKSPACE.to_owned()),
+            (s.private_dir.clone(), PRIVATE.to_owned()),
+            (s.task_home.clone(), HOME.to_owned()),
+        ];
+        if let Some(gitdir) = common_git_dir(&s.workspace) {
+            let at = gitdir.display().to_string();
+            v.push((gitdir, at));
+        }
+        v
+    }
+
+    /// The container's user's way into each of `dirs`: as root, a uid-mapped mount of
+    /// each one it does not own (see [`super::idmap`]); otherwise, when it is not this
+    /// process's user, the run's private directory and the task's home are given to it.
+    fn give_access(
+        &self,
+        name: &str,
+        dirs: &mut [(PathBuf, String)],
+    ) -> Result<Option<idmap::Staged>, DockerError> {
+        let s = &self.spec;
+        let euid = nix::unistd::geteuid();
+        if !euid.is_root() {
+            if s.user.0 != euid.as_raw() {
+                for d in [&s.private_dir, &s.task_home] {
+                    if let Err(e) = super::chown_tree(d, s.user) {
+                        tracing::warn!(dir = %d.display(), error = %e, "cannot give the container's user its directory");
+                    }
+                }
+            }
+            return Ok(None);
+        }
+        idmap::sweep();
+        let mut staged: Option<idmap::Staged> = None;
+        for (src, _) in dirs.iter_mut() {
+            let Some(owner) = owner_of(src) else { continue };
+            if owner == s.user {
+                continue;
+            }
+            let work = |e: std::io::Error| DockerError::Work(e.to_string());
+            if staged.is_none() {
+                staged = Some(idmap::Staged::new(name).map_err(work)?);
+            }
+            if let Some(st) = staged.as_mut() {
+                *src = st.mount(src, owner, s.user).map_err(work)?;
+            }
+        }
+        Ok(staged)
+    }
+
+    /// The container's creation request for `cmd`, binding `dirs` on a local engine.
+    fn body(
+        &self,
+        cmd: &CommandSpec,
+        dirs: &[(PathBuf, String)],
+    ) -> Result<ContainerCreateBody, DockerError> {
         let s = &self.spec;
         let cwd = self.map.container_path(&cmd.cwd).ok_or_else(|| {
             DockerError::Work(format!(
@@ -139,7 +203,10 @@ impl DockerPlacement {
         let mut host_config = HostConfig {
             init: Some(true),
             network_mode: Some(l.network_mode.clone()),
+            // The engine's default seccomp profile stays; no capability at all (the CLIs
+            // run as an unprivileged user and were measured to need none).
             security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            cap_drop: Some(vec!["ALL".to_owned()]),
             extra_hosts: Some(vec![format!("{HOST_ALIAS}:{}", s.host.alias_target)]),
             ..HostConfig::default()
         };
@@ -156,15 +223,18 @@ impl DockerPlacement {
             host_config.pids_limit = Some(l.pids_limit);
         }
         if !s.host.remote {
-            let mut binds = vec![
-                format!("{}:{WORKSPACE}", s.workspace.display()),
-                format!("{}:{PRIVATE}", s.private_dir.display()),
-                format!("{}:{HOME}", s.task_home.display()),
-            ];
-            if let Some(gitdir) = common_git_dir(&s.workspace) {
-                binds.push(format!("{0}:{0}", gitdir.display()));
-            }
+            let binds = dirs
+                .iter()
+                .map(|(h, c)| format!("{}:{c}", h.display()))
+                .collect();
             host_config.binds = Some(binds);
+            // Nothing but the binds and a scratch /tmp is writable (the remote upload
+            // needs a writable root: it unpacks into it).
+            host_config.readonly_rootfs = Some(true);
+            host_config.tmpfs = Some(HashMap::from([(
+                "/tmp".to_owned(),
+                TMPFS_OPTIONS.to_owned(),
+            )]));
         }
         Ok(ContainerCreateBody {
             image: Some(s.image.clone()),
@@ -176,9 +246,11 @@ impl DockerPlacement {
             labels: Some(s.labels.to_map()),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
-            attach_stdin: Some(cmd.stdin.is_some()),
-            open_stdin: Some(cmd.stdin.is_some()),
-            stdin_once: Some(cmd.stdin.is_some()),
+            attach_stdin: Some(stdin_of(cmd).attached()),
+            open_stdin: Some(stdin_of(cmd).attached()),
+            // The CLI sees EOF when aicli closes its side (after the prompt, or at the
+            // end of a two-way run).
+            stdin_once: Some(stdin_of(cmd).attached()),
             tty: Some(false),
             host_config: Some(host_config),
             ..ContainerCreateBody::default()
@@ -190,6 +262,15 @@ impl DockerPlacement {
             return Ok(());
         };
         remove_container(&c).await
+    }
+}
+
+/// What the container's stdin gets: the command's text, and whether it stays open (a
+/// two-way CLI, an ACP agent).
+fn stdin_of(cmd: &CommandSpec) -> ContainerStdin {
+    ContainerStdin {
+        text: cmd.stdin.clone(),
+        open: cmd.stdin_open,
     }
 }
 
@@ -282,17 +363,7 @@ impl Placement for DockerPlacement {
         cmd: &CommandSpec,
         out: OutputOptions,
     ) -> Result<Box<dyn RunHandle>, RunnerError> {
-        let body = self.body(cmd).map_err(|e| self.err(e))?;
         let host = self.spec.host.clone();
-        if !host.remote && self.spec.user.0 != nix::unistd::geteuid().as_raw() {
-            // The container's user must read the run's files (written by this process)
-            // and keep its sessions in the task's home.
-            for d in [&self.spec.private_dir, &self.spec.task_home] {
-                if let Err(e) = super::chown_tree(d, self.spec.user) {
-                    tracing::warn!(dir = %d.display(), error = %e, "cannot give the container's user its directory");
-                }
-            }
-        }
         let name = format!(
             "aicli-{}-{}-{}-{}",
             self.spec.labels.batch_id,
@@ -300,6 +371,21 @@ impl Placement for DockerPlacement {
             self.spec.labels.attempt,
             &uuid::Uuid::new_v4().simple().to_string()[..6]
         );
+        // The container's user must read the run's files (written by this process), keep
+        // its sessions in the task's home and work in the worktree. The uid-mapped mounts
+        // are needed until the container has started (it then holds its own copies).
+        let mut dirs = Vec::new();
+        let mut staged = None;
+        if !host.remote {
+            let access_started = std::time::Instant::now();
+            dirs = self.bind_dirs();
+            staged = self
+                .give_access(&name, &mut dirs)
+                .map_err(|e| self.err(e))?;
+            self.spec.steps.push("give access (uid-mapped mounts)", access_started);
+        }
+        let body = self.body(cmd, &dirs).map_err(|e| self.err(e))?;
+        let create_started = std::time::Instant::now();
         let created = host
             .docker
             .create_container(
@@ -316,6 +402,7 @@ impl Placement for DockerPlacement {
                     message: e.to_string(),
                 })
             })?;
+        self.spec.steps.push("create container", create_started);
         for w in &created.warnings {
             tracing::warn!(container = %name, warning = %w, "docker");
         }
@@ -334,18 +421,26 @@ impl Placement for DockerPlacement {
                 uid: u64::from(self.spec.user.0),
                 gid: u64::from(self.spec.user.1),
             };
-            remote::upload(&container, &up, &self.spec.scratch)
-                .await
-                .map_err(|e| self.err(e))?;
+            let upload_started = std::time::Instant::now();
+            let uploaded = remote::upload(&container, &up, &self.spec.scratch).await;
+            self.spec.steps.push("upload", upload_started);
+            uploaded.map_err(|e| self.err(e))?;
         }
         let allowance = if host.remote {
             PACK_ALLOWANCE
         } else {
             Duration::ZERO
         };
-        let handle = ContainerHandle::start(container, cmd.stdin.clone(), out, allowance)
-            .await
-            .map_err(|message| {
+        let started = ContainerHandle::start(
+            container,
+            stdin_of(cmd),
+            out,
+            allowance,
+            &mut self.spec.steps,
+        )
+        .await;
+        drop(staged);
+        let handle = started.map_err(|message| {
                 self.err(DockerError::Api {
                     what: format!("starting container {name} on {}", host.name),
                     message,
@@ -353,6 +448,10 @@ impl Placement for DockerPlacement {
             })?;
         tracing::info!(container = %name, host = %host.name, image = %self.spec.image, "container running");
         Ok(Box::new(handle))
+    }
+
+    fn steps(&mut self) -> Vec<crate::record::SetupStep> {
+        self.spec.steps.take()
     }
 
     async fn finish(&mut self) -> Result<(), RunnerError> {
@@ -364,15 +463,17 @@ impl Placement for DockerPlacement {
                 "{}-{}-{}",
                 self.spec.labels.batch_id, self.spec.labels.task_id, self.spec.labels.attempt
             );
-            match remote::bring_back(
+            let back_started = std::time::Instant::now();
+            let back = remote::bring_back(
                 &c,
                 Some(&self.spec.workspace),
                 Some(&self.spec.task_home),
                 &self.spec.scratch,
                 &tag,
             )
-            .await
-            {
+            .await;
+            self.spec.steps.push("bring back", back_started);
+            match back {
                 Ok(true) => {
                     let _ = std::fs::remove_dir_all(&self.spec.scratch);
                 }
@@ -383,7 +484,10 @@ impl Placement for DockerPlacement {
                 Err(e) => result = Err(self.err(e)),
             }
         }
-        if let Err(e) = self.remove().await {
+        let remove_started = std::time::Instant::now();
+        let removed = self.remove().await;
+        self.spec.steps.push("remove container", remove_started);
+        if let Err(e) = removed {
             tracing::warn!(error = %e, "removing the container");
             if result.is_ok() {
                 result = Err(self.err(e));

@@ -1,44 +1,254 @@
-// aicli web: follows a task's events (Server-Sent Events) and appends each as text.
+// aicli web: the page's one script. It follows a task's events (Server-Sent Events),
+// keeps the batch and task pages live by polling the JSON API, and sends the page's
+// actions (answer, cancel, resume, start) with the session's CSRF token.
 // Everything an agent printed is untrusted: it goes into the page with textContent only.
 "use strict";
 (function () {
-  var box = document.getElementById("events");
-  if (!box || !window.EventSource) { return; }
-  var src = box.getAttribute("data-src");
-  var state = document.getElementById("live");
-  function line(kind, text) {
-    var li = document.createElement("li");
-    var k = document.createElement("span");
-    k.className = "kind";
-    k.textContent = kind;
-    li.appendChild(k);
-    var t = document.createElement("span");
-    t.className = "text";
-    t.textContent = text;
-    li.appendChild(t);
-    box.appendChild(li);
+  var csrf = null;
+  function session() {
+    if (csrf !== null) { return Promise.resolve(csrf); }
+    return fetch("/api/session", { credentials: "same-origin" })
+      .then(function (r) { return r.json(); })
+      .then(function (s) { csrf = s.csrf || ""; return csrf; });
+  }
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) { e.className = cls; }
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+
+  // The action box: what was asked, then the action's progress and its end.
+  var box = document.getElementById("action");
+  function say(text) { if (box) { box.textContent = text; } }
+  function follow(started, what) {
+    var a = started.action;
+    say(what + " (action " + a.id + "): running…");
+    if (box && started.batch_url) {
+      var link = el("a", null, " open batch " + a.batch_id);
+      link.id = "action-batch";
+      link.href = started.batch_url;
+      box.appendChild(document.createTextNode(" "));
+      box.appendChild(link);
+    }
+    var poll = setInterval(function () {
+      fetch("/api/actions/" + a.id, { credentials: "same-origin" })
+        .then(function (r) { return r.json(); })
+        .then(function (v) {
+          if (v.state === "running") { return; }
+          clearInterval(poll);
+          var link = document.getElementById("action-batch");
+          var words = { succeeded: "✔ done", blocked: "⏸ asks again", failed: "✖ failed" };
+          say(what + " (action " + v.id + "): " + (words[v.state] || v.state) +
+            (v.exit_code === null ? "" : " (exit " + v.exit_code + ")") +
+            (v.state === "failed" && v.output ? "\n" + v.output : ""));
+          if (link && box) { box.appendChild(document.createTextNode(" ")); box.appendChild(link); }
+        })
+        .catch(function () {});
+    }, 1000);
+  }
+  function post(url, body, what, raw) {
+    say(what + "…");
+    return session().then(function (token) {
+      var headers = { "X-CSRF-Token": token };
+      if (body !== null) { headers["Content-Type"] = "application/json"; }
+      return fetch(url, {
+        method: "POST", credentials: "same-origin", headers: headers,
+        body: body === null ? undefined : (raw ? body : JSON.stringify(body)),
+      });
+    }).then(function (r) {
+      return r.text().then(function (t) {
+        if (!r.ok) { say(what + ": refused (" + r.status + "): " + t); return null; }
+        var v = null;
+        try { v = JSON.parse(t); } catch (e) { v = null; }
+        if (v && v.action) { follow(v, what); } else { say(what + ": sent"); }
+        return v;
+      });
+    }).catch(function (e) { say(what + ": " + e); });
+  }
+
+  // Answers: an option's button, or the text.
+  document.addEventListener("click", function (ev) {
+    var t = ev.target;
+    if (!(t instanceof Element)) { return; }
+    var opt = t.closest("button.option");
+    if (opt) {
+      var f = opt.closest("form.answer");
+      ev.preventDefault();
+      answer(f, opt.getAttribute("data-answer") || "");
+      return;
+    }
+    var b = t.closest("button[data-url]");
+    if (b) {
+      ev.preventDefault();
+      var what = b.id === "resume-batch" ? "resume" : "cancel";
+      b.disabled = true;
+      post(b.getAttribute("data-url"), null, what).then(function () { b.disabled = false; });
+    }
+  });
+  function answer(form, text) {
+    var b = form.getAttribute("data-batch"), t = form.getAttribute("data-task");
+    if (!text.trim()) { say("the answer is empty: pick an option or write one"); return; }
+    var buttons = form.querySelectorAll("button");
+    for (var i = 0; i < buttons.length; i++) { buttons[i].disabled = true; }
+    post("/api/batches/" + encodeURIComponent(b) + "/tasks/" + encodeURIComponent(t) + "/answer",
+      { text: text }, "answer to " + b + "/" + t).then(function (v) {
+      if (!v) { for (var i = 0; i < buttons.length; i++) { buttons[i].disabled = false; } }
+    });
+  }
+  document.addEventListener("submit", function (ev) {
+    var f = ev.target;
+    if (!(f instanceof HTMLFormElement)) { return; }
+    ev.preventDefault();
+    if (f.classList.contains("answer")) {
+      answer(f, f.elements.namedItem("text").value);
+    } else if (f.id === "start-task") {
+      var req = { prompt: f.elements.namedItem("prompt").value };
+      ["provider", "runner", "model"].forEach(function (k) {
+        var v = f.elements.namedItem(k).value;
+        if (v) { req[k] = v; }
+      });
+      post("/api/tasks", req, "start a task");
+    } else if (f.id === "start-batch") {
+      post("/api/batches", f.elements.namedItem("tasks").value, "start a batch", true);
+    }
+  });
+
+  // The transcript.
+  var events = document.getElementById("events");
+  var live = document.getElementById("live");
+  function line(kind, text, fold) {
+    var li = el("li");
+    li.appendChild(el("span", "kind", kind));
+    if (fold) {
+      var d = el("details");
+      d.appendChild(el("summary", "text", text.split("\n")[0].slice(0, 120) + " … (" + text.length + " characters)"));
+      d.appendChild(el("pre", "text", text));
+      li.appendChild(d);
+    } else {
+      li.appendChild(el("span", "text", text));
+    }
+    events.appendChild(li);
   }
   function describe(ev) {
     switch (ev.type) {
       case "assistant_text": return ["text", ev.text];
       case "thinking": return ["thinking", ev.text || ""];
       case "tool_call": return ["tool", (ev.name || "") + " " + JSON.stringify(ev.input || {})];
-      case "tool_result": return ["result", String(ev.output || ev.content || "").slice(0, 2000)];
+      case "tool_result": return [ev.is_error ? "result ✖" : "result", String(ev.output || "")];
       case "error": return ["error " + (ev.error_kind || ""), ev.message || ""];
-      case "question": return ["question", ev.question || ""];
+      case "question": return ["question", (ev.question || "") + (ev.options && ev.options.length ? "  [" + ev.options.join(" · ") + "]" : "")];
       case "final": return ["final", (ev.success ? "succeeded" : "failed") + (ev.text ? ": " + ev.text : "")];
       case "session_started": return ["session", ev.session_id || ""];
-      case "usage": return null;
+      case "usage": case "status": return null;
       default: return [ev.type || "event", ""];
     }
   }
-  var es = new EventSource(src);
-  es.addEventListener("agent", function (m) {
-    var ev;
-    try { ev = JSON.parse(m.data); } catch (e) { return; }
-    var d = describe(ev);
-    if (d) { line(d[0], d[1]); }
-  });
-  es.onopen = function () { if (state) { state.textContent = "live"; } };
-  es.onerror = function () { if (state) { state.textContent = "reconnecting…"; } };
+  if (events && window.EventSource) {
+    var es = new EventSource(events.getAttribute("data-src"));
+    es.addEventListener("agent", function (m) {
+      var ev;
+      try { ev = JSON.parse(m.data); } catch (e) { return; }
+      var d = describe(ev);
+      if (d) {
+        var fold = ev.type === "tool_result" && (d[1].length > 400 || d[1].split("\n").length > 6);
+        line(d[0], d[1], fold);
+      }
+    });
+    es.onopen = function () { if (live) { live.textContent = "live"; } };
+    es.onerror = function () { if (live) { live.textContent = "reconnecting…"; } };
+  }
+
+  function get(url) {
+    return fetch(url, { credentials: "same-origin" }).then(function (r) {
+      if (!r.ok) { throw new Error(r.status); }
+      return r.json();
+    });
+  }
+  var words = {
+    queued: "… queued", running: "▶ running", succeeded: "✔ succeeded",
+    failed: "✖ failed", blocked: "⏸ blocked", interrupted: "⏹ interrupted",
+  };
+  function latest(t) {
+    for (var i = t.attempts.length - 1; i >= 0; i--) {
+      if (t.attempts[i].result) { return t.attempts[i].result; }
+    }
+    return null;
+  }
+  function cost(r) {
+    if (!r || r.cost_usd === null || r.cost_usd === undefined) { return "cost unknown"; }
+    return (r.cost_source === "reported" ? "$" : "~$") + r.cost_usd.toFixed(4);
+  }
+  function tokens(r) {
+    if (!r) { return ""; }
+    var u = r.canonical_usage;
+    return u.input_tokens + " / " + u.output_tokens + " / " + (u.cache_read + u.cache_write);
+  }
+  function status(t) {
+    var r = latest(t), w = words[t.state] || t.state;
+    return t.state === "failed" && r && r.error_kind ? w + " (" + r.error_kind + ")" : w;
+  }
+
+  // The batch page: its rows, every 2 s.
+  var tasks = document.getElementById("tasks");
+  if (tasks) {
+    var refreshRows = function () {
+      get(tasks.getAttribute("data-src")).then(function (v) {
+        var done = true;
+        v.tasks.forEach(function (t) {
+          var row = tasks.querySelector('tr[data-task="' + CSS.escape(t.task.id) + '"]');
+          if (!row) { return; }
+          var r = latest(t), st = row.querySelector("td.status");
+          if (st.getAttribute("data-state") !== t.state) { st.setAttribute("data-state", t.state); }
+          st.textContent = status(t);
+          row.querySelector("td.tokens").textContent = tokens(r);
+          row.querySelector("td.cost").textContent = cost(r);
+          row.querySelector("td.last").textContent = v.last_lines[t.task.id] || "";
+          if (["queued", "running"].indexOf(t.state) >= 0) { done = false; }
+        });
+        if (done) { clearInterval(rowTimer); }
+      }).catch(function () {});
+    };
+    var rowTimer = setInterval(refreshRows, 2000);
+  }
+
+  // The task page: its state every 2 s; on a change, the page's details and controls
+  // are fetched again (the transcript stays as it is).
+  var state = document.getElementById("state");
+  if (state) {
+    setInterval(function () {
+      get(state.getAttribute("data-src")).then(function (t) {
+        state.textContent = status(t);
+        if (state.getAttribute("data-state") === t.state) { return; }
+        state.setAttribute("data-state", t.state);
+        return fetch(location.href, { credentials: "same-origin" })
+          .then(function (r) { return r.text(); })
+          .then(function (html) {
+            var doc = new DOMParser().parseFromString(html, "text/html");
+            ["details", "controls"].forEach(function (id) {
+              var now = document.getElementById(id), fresh = doc.getElementById(id);
+              if (now && fresh) { now.replaceWith(document.adoptNode(fresh)); }
+            });
+          });
+      }).catch(function () {});
+    }, 2000);
+  }
+
+  // The index: reloaded when the blocked tasks or the batches change, unless a form
+  // is being filled in.
+  var blocked = document.getElementById("blocked");
+  if (blocked) {
+    var seen = null;
+    setInterval(function () {
+      Promise.all([get("/api/blocked"), get("/api/batches")]).then(function (v) {
+        var now = JSON.stringify(v);
+        if (seen === null) { seen = now; return; }
+        if (now === seen) { return; }
+        var typing = Array.prototype.some.call(document.querySelectorAll("textarea, input"),
+          function (i) { return i.value !== ""; });
+        if (!typing && !document.querySelector("#action:not(:empty)")) { location.reload(); }
+        seen = now;
+      }).catch(function () {});
+    }, 3000);
+  }
 })();

@@ -61,6 +61,7 @@ async fn a_run_in_a_container_works_in_the_worktree_and_leaves_nothing() {
     assert!(!r.response.is_empty());
     let wt = r.worktree.clone().expect("the worktree holds work");
     assert!(wt.join("made-in-container.txt").is_file());
+    support::assert_owned_like_repo(&wt.join("made-in-container.txt"), repo.path());
     // Only the agent's file is new in the worktree: no MCP config, prompt or home.
     let status = git(&wt, &["status", "--porcelain", "--untracked-files=all"]);
     assert_eq!(status, "?? made-in-container.txt");
@@ -71,6 +72,50 @@ async fn a_run_in_a_container_works_in_the_worktree_and_leaves_nothing() {
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "left in {}: {left:?}", private.display());
+    // The record times what the runner did, in order, each step within the attempt.
+    let rec: aicli::record::TaskRecord = serde_json::from_slice(
+        &std::fs::read(batch.runs_dir.join("tasks/t1/task.json")).expect("task.json"),
+    )
+    .expect("a task record");
+    // The uid-mapped mounts are made only when the worktree's owner is root.
+    let steps: Vec<&str> = rec.attempts[0]
+        .setup
+        .iter()
+        .map(|s| s.step.as_str())
+        .filter(|s| *s != "give access (uid-mapped mounts)")
+        .collect();
+    let root_owned = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(repo.path()).unwrap().uid() == 0
+    };
+    assert_eq!(
+        rec.attempts[0]
+            .setup
+            .iter()
+            .any(|s| s.step == "give access (uid-mapped mounts)"),
+        root_owned
+    );
+    assert_eq!(
+        steps,
+        [
+            "wait for an engine",
+            "image inspect",
+            "home and private directory",
+            "create container",
+            "attach",
+            "start",
+            "inspect (peer address)",
+            "remove container"
+        ],
+        "{:#?}",
+        rec.attempts[0].setup
+    );
+    let mut last = 0.0;
+    for s in &rec.attempts[0].setup {
+        assert!(s.ms >= 0.0 && s.at_ms >= last, "{s:?} after {last}");
+        last = s.at_ms;
+    }
+    assert!(rec.attempts[0].setup.iter().any(|s| s.ms > 0.0));
 }
 
 async fn run(
@@ -153,13 +198,22 @@ async fn every_end_of_a_run_removes_its_container() {
     let b = run(
         &engine,
         repo.path(),
-        vec![task("cancelled", &["--hang-after", "1"])],
+        vec![task(
+            "cancelled",
+            &["--touch", "made-before-cancel.txt", "--hang-after", "1"],
+        )],
         |_| {},
         cancel,
     )
     .await;
     let r = &b.tasks[0];
     assert_eq!(r.status, SessionStatus::Interrupted, "{r:#?}");
+    // What the cancelled run made is the worktree owner's: nothing to give back.
+    let wt = r
+        .worktree
+        .clone()
+        .expect("the cancelled task keeps its work");
+    support::assert_owned_like_repo(&wt.join("made-before-cancel.txt"), repo.path());
     assert_no_container(&docker, &b.batch_id).await;
 
     // Budget stop: the quick task's cost spends the budget while the slow one runs.
@@ -242,6 +296,8 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
             .clone()
             .unwrap_or_else(|| panic!("{id} keeps its worktree"));
         assert!(wt.join(file).is_file(), "{id}: {file} missing");
+        // aicli was killed mid-run: the files are the worktree owner's all the same.
+        support::assert_owned_like_repo(&wt.join(file), repo.path());
     }
     let rec = aicli::record::RunStore::new(&runs)
         .open_batch(&batch_id)

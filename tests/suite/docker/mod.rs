@@ -5,13 +5,18 @@
 //! `local.rs`: the fake CLI in containers on the local engine (workspace, scaffolding,
 //! cancel, timeout, leftovers); `remote.rs`: a second, strictly remote engine;
 //! `clis.rs`: the three real CLIs in containers against the fake model APIs;
+//! `confined.rs`: what those CLIs can do from inside their containers (user,
+//! capabilities, writable places, the engine's socket, who owns their files);
 //! `mcp.rs`: tokens and addresses from inside containers; `prompt.rs`: the prompt on
 //! stdin and the environment a container gets; `images.rs`: `aicli image build` and
 //! `aicli doctor` on the engine; `tools.rs`: task-scoped MCP tools called from a
-//! container; `budget.rs`: the batch budget with runs in containers.
+//! container; `budget.rs`: the batch budget with runs in containers; `acp.rs`: the real
+//! ACP agents in containers, stdin open both ways.
 
+mod acp;
 mod budget;
 pub mod clis;
+mod confined;
 mod fake_api;
 mod images;
 mod local;

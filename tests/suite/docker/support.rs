@@ -146,6 +146,22 @@ pub async fn containers_of(docker: &Docker, batch: &str) -> Vec<String> {
         .collect()
 }
 
+/// Fails when `file` (the agent's, in a worktree of `repo`) is not owned on this machine
+/// by `repo`'s owner: the container's user is not root, but what it writes is the owner's
+/// (through uid-mapped mounts when the owner is root).
+pub fn assert_owned_like_repo(file: &Path, repo: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let want = std::fs::metadata(repo).expect("the repository");
+    let got = std::fs::metadata(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    assert_eq!(
+        (got.uid(), got.gid()),
+        (want.uid(), want.gid()),
+        "{} is not owned like {}",
+        file.display(),
+        repo.display()
+    );
+}
+
 /// Fails when a container of `batch` is left on `docker`.
 pub async fn assert_no_container(docker: &Docker, batch: &str) {
     let left = containers_of(docker, batch).await;

@@ -76,12 +76,22 @@ async fn claude_parallel_runs_spend_at_most_the_budget_plus_one_request_each() {
 async fn codex_runs_start_only_while_their_shares_fit_and_not_once_the_budget_is_spent() {
     let cli = Cli::Codex;
     let t = E2e::start(cli, Script::text("Done.")).await;
-    // One turn of one request costs c; the budget is 1.5 c, so each of the first two
-    // runs (a share of 0.75 c each) overshoots its share by its whole turn, and Codex
-    // cannot be stopped inside a turn: the bound is the budget plus one turn per run in
-    // flight. Nothing else starts: after the first run ends, what is free does not
-    // cover a share; after the second, the budget is spent.
     let c = cli.expected_cost(&cli.expected_usage(1));
+    let b = starts_only_while_shares_fit(&t, c).await;
+    assert!(
+        (b.estimated_cost_usd - b.total_cost_usd).abs() < 1e-12,
+        "Codex reports no cost: all of it is estimated"
+    );
+    t.finish().await;
+}
+
+/// Four one-turn tasks at parallel 2 under a budget of 1.5 turns (one turn costs `c`):
+/// each of the first two runs (a share of 0.75 c each) overshoots its share by its
+/// whole turn, and a turn that reports its usage only at its end cannot be stopped
+/// inside: the bound is the budget plus one turn per run in flight. Nothing else
+/// starts: after the first run ends, what is free does not cover a share; after the
+/// second, the budget is spent. Also for agents in containers (`suite::docker::acp`).
+pub async fn starts_only_while_shares_fit(t: &E2e, c: f64) -> aicli::BatchResult {
     let budget = 1.5 * c;
     let parallel = 2;
     let tasks = ["a", "b", "c", "d"]
@@ -94,7 +104,7 @@ async fn codex_runs_start_only_while_their_shares_fit_and_not_once_the_budget_is
             o.max_parallel = Some(parallel);
         })
         .await;
-    let b = &ran.batch;
+    let b = ran.batch;
     let bound = budget + parallel as f64 * c;
     assert!(b.total_cost_usd <= bound + 1e-9, "{}", b.total_cost_usd);
     let ran_ok: Vec<&str> = b
@@ -103,7 +113,12 @@ async fn codex_runs_start_only_while_their_shares_fit_and_not_once_the_budget_is
         .filter(|r| r.status == SessionStatus::Succeeded)
         .map(|r| r.task_id.as_str())
         .collect();
-    assert_eq!(ran_ok.len(), 2, "{:#?}", b.tasks);
+    assert_eq!(
+        ran_ok.len(),
+        2,
+        "{:?}",
+        b.tasks.iter().map(describe).collect::<Vec<_>>()
+    );
     assert_cost(Some(b.total_cost_usd), 2.0 * c, "two turns");
     for r in b.tasks.iter().filter(|r| !r.success) {
         assert_eq!(r.error_kind, Some(ErrorKind::Budget), "{}", describe(r));
@@ -115,9 +130,5 @@ async fn codex_runs_start_only_while_their_shares_fit_and_not_once_the_budget_is
         );
     }
     assert_eq!(t.fake.model_requests().len(), 2, "{}", t.log());
-    assert!(
-        (b.estimated_cost_usd - b.total_cost_usd).abs() < 1e-12,
-        "Codex reports no cost: all of it is estimated"
-    );
-    t.finish().await;
+    b
 }

@@ -28,8 +28,8 @@
 //! three CLIs; `claude.rs`, `codex.rs`, `gemini.rs` hold one test per contract item and
 //! the vendor-specific ones; `timing.rs` the start-up measurement (`#[ignore]`d).
 
-mod acp;
-mod budget;
+pub mod acp;
+pub mod budget;
 mod claude;
 mod codex;
 mod gemini;
@@ -413,12 +413,14 @@ impl E2e {
         if let Some(m) = cli.model() {
             options = options.with_model(m);
         }
+        let in_container = format!("http://host.docker.internal:{}", fake.addr().port());
         let wiring = match (gateway, agent) {
-            (Some(_), _) => aicli_testkit::CliWiring::for_fake(
-                cli.vendor(),
-                &format!("http://host.docker.internal:{}", fake.addr().port()),
-                &options,
-            ),
+            (Some(_), None) => {
+                aicli_testkit::CliWiring::for_fake(cli.vendor(), &in_container, &options)
+            }
+            (Some(_), Some(_)) => {
+                aicli_testkit::CliWiring::for_acp_fake(cli.vendor(), &in_container, &options)
+            }
             (None, Some(_)) => {
                 aicli_testkit::CliWiring::for_acp_fake(cli.vendor(), &fake.base_url(), &options)
             }

@@ -114,8 +114,8 @@ impl Live {
                 .acp
                 .modes
                 .get(mode)
-                .and_then(|m| m.mode.clone())
-                .map(Step::Due),
+                .and_then(|m| m.mode_id(launch.in_container))
+                .map(|m| Step::Due(m.to_owned())),
             model_step,
             resume: launch.task.resume_session_id.clone(),
             answered: ctx.answered.clone(),

@@ -49,8 +49,18 @@ pub(super) struct Layer {
     pub from: String,
     pub tag: String,
     pub path: String,
+    /// Variables the image sets besides `PATH` (`NAME=value`).
+    pub env: Vec<String>,
     pub script: String,
     pub labels: HashMap<String, String>,
+}
+
+impl Layer {
+    fn env(&self) -> Vec<String> {
+        let mut env = vec![format!("PATH={}", self.path)];
+        env.extend(self.env.iter().cloned());
+        env
+    }
 }
 
 /// Builds `l` with the files `add` writes; returns the image id and the script's output.
@@ -75,7 +85,7 @@ where
         "build",
         ContainerCreateBody {
             user: Some("0:0".into()),
-            env: Some(vec![format!("PATH={}", l.path)]),
+            env: Some(l.env()),
             ..ContainerCreateBody::default()
         },
     )
@@ -121,7 +131,7 @@ where
                 ContainerConfig {
                     cmd: Some(vec!["/bin/sh".into()]),
                     entrypoint: Some(Vec::new()),
-                    env: Some(vec![format!("PATH={}", l.path)]),
+                    env: Some(l.env()),
                     user: Some(String::new()),
                     working_dir: Some("/workspace".into()),
                     labels: Some(l.labels.clone()),

@@ -18,7 +18,9 @@
 //! in the task's home, at run time.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use aicli_providers::{AiCliConfig, ProviderConfig};
 
 use bollard::Docker;
 
@@ -73,9 +75,170 @@ pub struct BuildSpec {
     pub deb_cache: PathBuf,
     /// Build even when an image of this tag holds the same CLI on the same base.
     pub force: bool,
+    /// The CLIs an ACP wrapper runs (`acp.env_executables`: claude-agent-acp runs
+    /// `claude`), each from its own package and prefix, beside the provider's.
+    pub wrapped: Vec<WrappedCli>,
+}
+
+/// A CLI an ACP wrapper runs, in its image: under `/opt/aicli/wrapped/<binary>`, linked
+/// into `/opt/aicli/bin`, the wrapper's variable set to that path in the image's config.
+#[derive(Debug, Clone)]
+pub struct WrappedCli {
+    /// The variable the wrapper reads the executable's path from (`CLAUDE_CODE_EXECUTABLE`).
+    pub var: String,
+    /// The provider that pins it (for advice).
+    pub provider: String,
+    /// Its npm package.
+    pub package: String,
+    /// Its pinned version.
+    pub version: Option<String>,
+    /// The executable's name.
+    pub binary_name: String,
+    /// The npm prefix holding it.
+    pub npm_dir: PathBuf,
+}
+
+/// The npm prefix, in aicli's cache `npm_cache`, a provider's package is installed into.
+fn prefix_of(p: &ProviderConfig, npm_cache: &Path) -> PathBuf {
+    if p.npm_omit_optional {
+        crate::cache::slim_prefix(npm_cache)
+    } else {
+        npm_cache.to_path_buf()
+    }
+}
+
+/// The CLIs an ACP wrapper runs (`acp.env_executables`), each the provider whose
+/// executable it is; refused when no provider of the config installs it from npm.
+fn wrapped_clis(
+    config: &AiCliConfig,
+    p: &ProviderConfig,
+    npm_cache: &Path,
+) -> Result<Vec<WrappedCli>, DockerError> {
+    let Some(acp) = &p.acp else {
+        return Ok(Vec::new());
+    };
+    acp.env_executables
+        .iter()
+        .map(|(var, binary)| {
+            let (name, cli) = config
+                .providers
+                .iter()
+                .find(|(_, c)| c.binary_name == *binary && !c.package.is_empty())
+                .ok_or_else(|| {
+                    DockerError::Work(format!(
+                        "acp.env_executables.{var} names '{binary}', which no provider of the config installs from npm: an image cannot hold it"
+                    ))
+                })?;
+            Ok(WrappedCli {
+                var: var.clone(),
+                provider: name.clone(),
+                package: cli.package.clone(),
+                version: cli.version.clone(),
+                binary_name: binary.clone(),
+                npm_dir: prefix_of(cli, npm_cache),
+            })
+        })
+        .collect()
+}
+
+/// Label: `package@version` of each CLI an ACP wrapper runs, comma-separated.
+pub const LABEL_WRAPPED: &str = "dev.aicli.image.wraps";
+
+/// One npm package tree of an image: the packages copied under `root`, the executable
+/// linked into `/opt/aicli/bin`.
+struct Tree {
+    root: String,
+    modules: PathBuf,
+    packages: Vec<String>,
+    package: String,
+    binary: String,
+    bin_rel: String,
+}
+
+impl Tree {
+    /// The tree of `package` (pinned at `version`, by `provider`) from the npm prefix
+    /// `npm_dir`, under `root`, with its executable `binary`; and the version there.
+    fn pinned(
+        root: String,
+        npm_dir: &Path,
+        package: &str,
+        version: Option<&str>,
+        binary: &str,
+        provider: &str,
+    ) -> Result<(String, Tree), DockerError> {
+        let (have, bin_rel) = pinned_package(npm_dir, package, version, binary, provider)?;
+        let modules = npm_dir.join("node_modules");
+        let tree = Tree {
+            root,
+            packages: closure(&modules, package)?,
+            modules,
+            package: package.to_owned(),
+            binary: binary.to_owned(),
+            bin_rel,
+        };
+        Ok((have, tree))
+    }
+
+    fn write(&self, w: &mut TarWriter) -> std::io::Result<()> {
+        let mut dir = String::new();
+        for part in format!("{}/node_modules", self.root).split('/') {
+            dir = if dir.is_empty() { part.to_owned() } else { format!("{dir}/{part}") };
+            w.dir(&dir, 0o755)?;
+        }
+        for p in &self.packages {
+            if let Some((scope, _)) = p.split_once('/') {
+                w.dir(&format!("{}/node_modules/{scope}", self.root), 0o755)?;
+            }
+            let to = format!("{}/node_modules/{p}", self.root);
+            w.dir(&to, 0o755)?;
+            w.tree(&self.modules.join(p), &to, &|_| false)?;
+        }
+        w.symlink(&format!("opt/aicli/bin/{}", self.binary), &self.executable())
+    }
+
+    /// The executable's path in the image.
+    fn executable(&self) -> String {
+        format!("/{}/node_modules/{}/{}", self.root, self.package, self.bin_rel)
+    }
 }
 
 impl BuildSpec {
+    /// What to build for provider `name` of `config`: its package from aicli's npm
+    /// cache `npm_cache` (the slim prefix for a package installed without optional
+    /// dependencies), an ACP wrapper's CLIs beside it, on `base`, tagged as the Docker
+    /// runner looks for it.
+    pub fn for_provider(
+        config: &AiCliConfig,
+        name: &str,
+        npm_cache: &Path,
+        deb_cache: &Path,
+        base: &str,
+    ) -> Result<BuildSpec, DockerError> {
+        let p = config
+            .providers
+            .get(name)
+            .ok_or_else(|| DockerError::Work(format!("no provider '{name}' in the config")))?;
+        Ok(BuildSpec {
+            provider: name.to_owned(),
+            package: p.package.clone(),
+            version: p.version.clone(),
+            binary_name: p.binary_name.clone(),
+            base: base.to_owned(),
+            tag: super::image_name(&config.engine.docker, name, p.version.as_deref()),
+            npm_dir: prefix_of(p, npm_cache),
+            search_path: std::env::var("PATH").unwrap_or_default(),
+            deb_cache: deb_cache.to_path_buf(),
+            force: false,
+            wrapped: wrapped_clis(config, p, npm_cache)?,
+        })
+    }
+
+    /// Built even when the image is up to date, with `force`.
+    pub fn forced(mut self, force: bool) -> BuildSpec {
+        self.force = force;
+        self
+    }
+
     fn runtime(&self) -> RuntimeSpec {
         RuntimeSpec {
             base: self.base.clone(),
@@ -104,14 +267,41 @@ pub async fn build(
     spec: &BuildSpec,
     progress: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<Built, DockerError> {
-    let (have, bin_rel) = pinned_package(spec)?;
-    let have = have.as_str();
+    let (have, main) = Tree::pinned(
+        CLI_ROOT.trim_start_matches('/').to_owned(),
+        &spec.npm_dir,
+        &spec.package,
+        spec.version.as_deref(),
+        &spec.binary_name,
+        &spec.provider,
+    )?;
     let cli = format!("{}@{have}", spec.package);
+    let mut trees = vec![main];
+    let mut wraps = Vec::new();
+    let mut env = Vec::new();
+    for w in &spec.wrapped {
+        let (v, tree) = Tree::pinned(
+            format!("{}/wrapped/{}", CLI_ROOT.trim_start_matches('/'), w.binary_name),
+            &w.npm_dir,
+            &w.package,
+            w.version.as_deref(),
+            &w.binary_name,
+            &w.provider,
+        )?;
+        wraps.push(format!("{}@{v}", w.package));
+        env.push(format!("{}={CLI_ROOT}/bin/{}", w.var, w.binary_name));
+        trees.push(tree);
+    }
+    let wraps = wraps.join(",");
     if !spec.force
         && let Ok(i) = docker.inspect_image(&spec.tag).await
     {
         let labels = i.config.and_then(|c| c.labels).unwrap_or_default();
-        if labels.get(LABEL_CLI) == Some(&cli) && labels.get(LABEL_BASE) == Some(&spec.base) {
+        let same_wraps = labels.get(LABEL_WRAPPED).map_or("", String::as_str) == wraps;
+        if labels.get(LABEL_CLI) == Some(&cli)
+            && labels.get(LABEL_BASE) == Some(&spec.base)
+            && same_wraps
+        {
             progress(&format!(
                 "{} already holds {cli} on {}",
                 spec.tag, spec.base
@@ -120,59 +310,52 @@ pub async fn build(
                 tag: spec.tag.clone(),
                 id: i.id.as_deref().map(short).unwrap_or_default(),
                 runtime: String::new(),
-                cli_version: have.to_owned(),
+                cli_version: have,
             });
         }
     }
     let runtime = runtime_image(docker, &spec.runtime(), progress).await?;
-    let packages = closure(&spec.npm_dir.join("node_modules"), &spec.package)?;
-    progress(&format!(
-        "copying {} ({}) into {}",
-        spec.package,
-        packages.join(", "),
-        spec.tag
-    ));
-    let modules = spec.npm_dir.join("node_modules");
-    let binary = spec.binary_name.clone();
-    let package = spec.package.clone();
-    let executable = bin_rel.clone();
+    for t in &trees {
+        progress(&format!(
+            "copying {} ({}) into {}",
+            t.package,
+            t.packages.join(", "),
+            spec.tag
+        ));
+    }
+    let mut script = String::from("set -e\n");
+    for t in &trees {
+        script.push_str(&format!("chmod 755 {}\n", t.executable()));
+    }
+    for w in &spec.wrapped {
+        script.push_str(&format!("{} --version\n", w.binary_name));
+    }
+    script.push_str(&format!("{} --version\n", spec.binary_name));
     let files = move |w: &mut TarWriter| -> std::io::Result<()> {
+        w.dir("opt", 0o755)?;
         w.dir("opt/aicli", 0o755)?;
-        w.dir("opt/aicli/node_modules", 0o755)?;
         w.dir("opt/aicli/bin", 0o755)?;
-        for p in &packages {
-            if let Some((scope, _)) = p.split_once('/') {
-                w.dir(&format!("opt/aicli/node_modules/{scope}"), 0o755)?;
-            }
-            w.dir(&format!("opt/aicli/node_modules/{p}"), 0o755)?;
-            w.tree(
-                &modules.join(p),
-                &format!("opt/aicli/node_modules/{p}"),
-                &|_| false,
-            )?;
+        for t in &trees {
+            t.write(w)?;
         }
-        w.symlink(
-            &format!("opt/aicli/bin/{binary}"),
-            &format!("../node_modules/{package}/{bin_rel}"),
-        )?;
         Ok(())
     };
     let path = format!("{CLI_ROOT}/bin:{DEFAULT_PATH}");
-    let script = format!(
-        "set -e\nchmod 755 /opt/aicli/node_modules/{0}/{1}\n{2} --version\n",
-        spec.package, executable, spec.binary_name
-    );
-    let labels = HashMap::from([
+    let mut labels = HashMap::from([
         (LABEL_PROVIDER.to_owned(), spec.provider.clone()),
         (LABEL_CLI.to_owned(), cli.clone()),
         (LABEL_BASE.to_owned(), spec.base.clone()),
     ]);
+    if !wraps.is_empty() {
+        labels.insert(LABEL_WRAPPED.to_owned(), wraps);
+    }
     let (id, out) = layer(
         docker,
         &Layer {
             from: runtime.clone(),
             tag: spec.tag.clone(),
             path: path.clone(),
+            env,
             script,
             labels,
         },
@@ -231,6 +414,7 @@ pub async fn files_image(
             from: from.to_owned(),
             tag: tag.to_owned(),
             path,
+            env: Vec::new(),
             script: format!("set -e\n{check}\n"),
             labels: HashMap::new(),
         },

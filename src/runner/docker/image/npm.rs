@@ -6,28 +6,32 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{BuildSpec, DockerError};
+use super::DockerError;
 
-/// The version of the package in the npm cache (which must be the pinned one) and its
-/// executable's path inside the package.
-pub(super) fn pinned_package(spec: &BuildSpec) -> Result<(String, String), DockerError> {
-    let pkg_dir = spec.npm_dir.join("node_modules").join(&spec.package);
+/// The version of `package` in the npm prefix `npm_dir` (which must be `version`, the
+/// pin, when there is one) and the path of its executable `binary` inside the package;
+/// `provider` names who pins it, for the error's advice.
+pub(super) fn pinned_package(
+    npm_dir: &Path,
+    package: &str,
+    version: Option<&str>,
+    binary: &str,
+    provider: &str,
+) -> Result<(String, String), DockerError> {
+    let pkg_dir = npm_dir.join("node_modules").join(package);
     let pkg = read_package(&pkg_dir)?;
     let have = pkg.get("version").and_then(Value::as_str).unwrap_or("");
-    if let Some(want) = &spec.version
+    if let Some(want) = version
         && have != want
     {
         return Err(DockerError::Work(format!(
-            "{} in {} is version '{have}', the pin is {want}: install the pinned CLI first (`aicli install {}`)",
-            spec.package,
-            spec.npm_dir.display(),
-            spec.provider
+            "{package} in {} is version '{have}', the pin is {want}: install the pinned CLI first (`aicli install {provider}`)",
+            npm_dir.display(),
         )));
     }
-    let bin_rel = bin_entry(&pkg, &spec.binary_name).ok_or_else(|| {
+    let bin_rel = bin_entry(&pkg, binary).ok_or_else(|| {
         DockerError::Work(format!(
-            "{} has no executable '{}' in its package.json",
-            spec.package, spec.binary_name
+            "{package} has no executable '{binary}' in its package.json"
         ))
     })?;
     Ok((have.to_owned(), bin_rel))

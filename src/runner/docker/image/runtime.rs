@@ -102,6 +102,7 @@ pub async fn runtime_image(
             from: spec.base.clone(),
             tag: tag.clone(),
             path,
+            env: Vec::new(),
             script: script(),
             labels,
         },

@@ -61,7 +61,13 @@ async fn claude_acp_resume_by_session_id() {
 /// runs it unasked: [`claude_acp_shell_tool_runs_in_the_worktree`].)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_acp_permission_requests_follow_the_permission_mode() {
-    let t = start(AGENT, Script::new()).await;
+    permission_modes(AGENT).await;
+}
+
+/// The body of [`claude_acp_permission_requests_follow_the_permission_mode`], where `at`
+/// says (also in containers: `suite::docker::acp`).
+pub async fn permission_modes(at: impl Into<At>) {
+    let t = start(at, Script::new()).await;
 
     let write = Script::tool_call("Write", json!({"file_path": "plan.txt", "content": "x\n"}))
         .then_quote_tool_result();

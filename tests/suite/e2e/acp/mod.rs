@@ -15,9 +15,9 @@
 //!
 //! [`CliWiring::for_acp_fake`]: aicli_testkit::CliWiring::for_acp_fake
 
-mod claude;
-mod codex;
-mod gemini;
+pub mod claude;
+pub mod codex;
+pub mod gemini;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -119,28 +119,56 @@ impl Agent {
         builtin_cost(self.provider(), self.cli().reported_model(), usage)
     }
 
-    /// The session mode the entry sets for `mode`.
-    pub fn mode_for(self, mode: PermissionMode) -> String {
+    /// The session mode the entry sets for `mode` (`in_container`: under the Docker
+    /// runner).
+    pub fn mode_for(self, mode: PermissionMode, in_container: bool) -> String {
         let config = AiCliConfig::builtin().expect("built-in config");
         config.providers[self.provider()]
             .acp
             .as_ref()
             .and_then(|a| a.modes.get(mode))
-            .and_then(|m| m.mode.clone())
+            .and_then(|m| m.mode_id(in_container).map(str::to_owned))
             .unwrap_or_else(|| panic!("{} has no mode for {}", self.provider(), mode.as_str()))
     }
 }
 
-/// A fresh engine over the agent's entry. The idle watchdog allows a minute: an agent
-/// is silent until it has answered `initialize`, which took gemini and OpenCode over
-/// 30 s with the whole suite on this 2-core machine.
-pub async fn start(agent: Agent, script: Script) -> E2e {
-    let setup = Setup {
-        idle_timeout: Duration::from_secs(60),
-        timeout: Duration::from_secs(90),
-        ..Setup::default()
-    };
-    E2e::start_agent(agent, script, setup, |_| {}).await
+/// An agent and where its runs happen: on this machine, or in containers
+/// (`suite::docker::acp`).
+#[derive(Debug, Clone)]
+pub struct At {
+    /// The agent.
+    pub agent: Agent,
+    /// The engines its containers run on; `None`: local processes.
+    pub docker: Option<crate::suite::docker::support::DockerSetup>,
+}
+
+impl From<Agent> for At {
+    fn from(agent: Agent) -> At {
+        At {
+            agent,
+            docker: None,
+        }
+    }
+}
+
+impl At {
+    /// The agent's setup. The idle watchdog allows a minute: an agent is silent until
+    /// it has answered `initialize`, which took gemini and OpenCode over 30 s with the
+    /// whole suite on this 2-core machine.
+    pub fn setup(&self) -> Setup {
+        Setup {
+            idle_timeout: Duration::from_secs(60),
+            timeout: Duration::from_secs(90),
+            docker: self.docker.clone(),
+            ..Setup::default()
+        }
+    }
+}
+
+/// A fresh engine over the agent's entry, where `at` says.
+pub async fn start(at: impl Into<At>, script: Script) -> E2e {
+    let at = at.into();
+    E2e::start_agent(at.agent, script, at.setup(), |_| {}).await
 }
 
 /// The run record's stdout of attempt `index`, as text.
@@ -238,9 +266,12 @@ pub fn assert_mcp_wired_and_redacted(record: &str) {
 /// A plain answer: the exact text, the agent's session id, usage and cost of one
 /// answer; the record holds both directions (aicli's messages marked) and replays to the
 /// same result.
-pub async fn plain_answer(agent: Agent) {
+pub async fn plain_answer(at: impl Into<At>) {
+    let at = at.into();
+    let agent = at.agent;
+    let in_container = at.docker.is_some();
     const ANSWER: &str = "The plain answer, over ACP.";
-    let t = start(agent, Script::text(ANSWER)).await;
+    let t = start(at, Script::text(ANSWER)).await;
     // Under 10 characters: claude-agent-acp titles a session from a longer first prompt
     // (a side call the fake answers outside the script).
     let ran = t.run_one(t.task("plain", "Say hi")).await;
@@ -274,7 +305,7 @@ pub async fn plain_answer(agent: Agent) {
     assert_eq!(sent_methods(&record), expected);
     assert_eq!(
         sent(&record)[2]["params"]["modeId"],
-        agent.mode_for(PermissionMode::AcceptEdits)
+        agent.mode_for(PermissionMode::AcceptEdits, in_container)
     );
     assert_mcp_wired_and_redacted(&record);
     assert!(
@@ -290,10 +321,13 @@ pub async fn plain_answer(agent: Agent) {
 
 /// A tool call in the worktree (permission mode `bypass`: no request): the file is made
 /// in the task's worktree, the call and its result are events.
-pub async fn tool_in_worktree(agent: Agent) {
+pub async fn tool_in_worktree(at: impl Into<At>) {
+    let at = at.into();
+    let agent = at.agent;
+    let in_container = at.docker.is_some();
     const FILE: &str = "made_over_acp.txt";
     let t = start(
-        agent,
+        at,
         Script::shell(format!("touch {FILE}")).then_quote_tool_result(),
     )
     .await;
@@ -327,7 +361,7 @@ pub async fn tool_in_worktree(agent: Agent) {
     );
     assert_eq!(
         sent(&record)[2]["params"]["modeId"],
-        agent.mode_for(PermissionMode::Bypass)
+        agent.mode_for(PermissionMode::Bypass, in_container)
     );
     let requests = t.model_requests(2).await;
     assert_eq!(requests.len(), 2, "{}", t.log());
@@ -340,9 +374,9 @@ pub async fn tool_in_worktree(agent: Agent) {
 /// An MCP call into aicli (`getWorkspaceFiles`): the agent reaches aicli's server over
 /// HTTP with the bearer header, the call is allowed whatever the mode (aicli's own
 /// tool), and its result reaches the model.
-pub async fn mcp_call(agent: Agent) {
+pub async fn mcp_call(at: impl Into<At>) {
     let t = start(
-        agent,
+        at,
         Script::mcp_tool_call(MCP_SERVER, "getWorkspaceFiles", json!({})).then_quote_tool_result(),
     )
     .await;
@@ -392,7 +426,9 @@ pub async fn mcp_call(agent: Agent) {
 /// continues the same session (`session/resume`, or gemini's `session/load` a minute
 /// apart), which sees the first prompt, the question and the answer, and asks again;
 /// the second answer continues it again and the task ends.
-pub async fn question_then_answer(agent: Agent) {
+pub async fn question_then_answer(at: impl Into<At>) {
+    let at = at.into();
+    let agent = at.agent;
     const QUESTION: &str = "Which database should the service use?";
     const SECOND: &str = "Which port should it listen on?";
     const PROMPT: &str = "Set up DB";
@@ -408,10 +444,8 @@ pub async fn question_then_answer(agent: Agent) {
     // Under a world-writable directory, as a checkout under /tmp is (gemini reads no
     // settings file there that aicli could put in the run's record).
     let setup = Setup {
-        idle_timeout: Duration::from_secs(60),
-        timeout: Duration::from_secs(90),
         world_writable_base: true,
-        ..Setup::default()
+        ..at.setup()
     };
     let t = E2e::start_agent(agent, ask(QUESTION), setup, |_| {}).await;
     let ran = t.run_one(t.task("ask", PROMPT)).await;
@@ -508,8 +542,9 @@ pub async fn question_then_answer(agent: Agent) {
 
 /// The model API answers HTTP `status`: the run fails as `kind` (structured codes first),
 /// back-off kinds are retried by the pool, every attempt replays to the same result.
-pub async fn api_error(agent: Agent, status: u16, kind: ErrorKind) {
-    let t = start(agent, Script::error(status)).await;
+pub async fn api_error(at: impl Into<At>, status: u16, kind: ErrorKind) {
+    let at = at.into();
+    let t = start(at, Script::error(status)).await;
     let ran = t.run_one(t.task("err", "Say hi")).await;
     let r = ran.only().clone();
     t.assert_failed_as(&r, kind);
@@ -539,8 +574,10 @@ pub async fn api_error(agent: Agent, status: u16, kind: ErrorKind) {
 /// Cancel while the model hangs: aicli sends `session/cancel`, the agent ends its turn
 /// `cancelled` within the kill grace, the task is interrupted, and no process of the
 /// run is left.
-pub async fn cancel(agent: Agent) {
-    let t = start(agent, Script::hang()).await;
+pub async fn cancel(at: impl Into<At>) {
+    let at = at.into();
+    let agent = at.agent;
+    let t = start(at, Script::hang()).await;
     let cancel = CancellationToken::new();
     let (tx, collector) = timed_events();
     let mut opts = aicli::BatchOptions::new(t.repo.path());
@@ -590,9 +627,11 @@ pub async fn cancel(agent: Agent) {
 
 /// A task that resumes a session by id: the same session, its history in the next
 /// request, the usage and cost of the run alone.
-pub async fn resume(agent: Agent) {
+pub async fn resume(at: impl Into<At>) {
+    let at = at.into();
+    let agent = at.agent;
     const FIRST: &str = "Word: jam";
-    let t = start(agent, Script::text("Remembered.")).await;
+    let t = start(at, Script::text("Remembered.")).await;
     let first = t.run_one(t.task("first", FIRST)).await;
     let r1 = first.only().clone();
     assert!(r1.success, "{}", describe(&r1));

@@ -1,0 +1,339 @@
+//! What a task's page shows beside its transcript: the diff of its work against its
+//! base, the files of its run record (as downloads), and, for the batch page, each
+//! task's last line (its last tool call or text).
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::sync::Mutex;
+
+use aicli_providers::{EventKind, Line, ProviderRegistry};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::record::{BatchRecord, TaskRecord, files};
+use crate::worktree::git_output;
+
+/// Changed lines past which the diff is shown as its file list only.
+const MAX_DIFF_LINES: u64 = 20_000;
+/// Bytes of diff text shown at most.
+const MAX_DIFF_BYTES: usize = 2 << 20;
+/// Untracked files shown in the diff at most, and the largest one shown whole.
+const MAX_NEW_FILES: usize = 200;
+const MAX_NEW_FILE_BYTES: u64 = 256 * 1024;
+
+/// A task's work against its base commit, as a unified diff.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskDiff {
+    /// The commit the task started from.
+    pub base: Option<String>,
+    /// What was compared: `worktree` (its files now, commits and uncommitted changes and
+    /// new files alike) or `branch` (the worktree is gone: its branch), or `none`.
+    pub source: String,
+    /// The unified diff (`git diff` format), cut at 2 MiB.
+    pub diff: String,
+    /// Why part of it is not shown (too large, binary, cut), if part is not.
+    pub note: Option<String>,
+}
+
+/// The diff of `rec`'s work: the worktree against the base when the worktree is there,
+/// else its branch against the base.
+pub(crate) async fn diff(rec: &TaskRecord, repo: &Path) -> TaskDiff {
+    let Some(base) = rec.base_commit.clone() else {
+        return TaskDiff {
+            base: None,
+            source: "none".to_owned(),
+            diff: String::new(),
+            note: Some("the task has no base commit yet (it has not started)".to_owned()),
+        };
+    };
+    let mut out = TaskDiff {
+        base: Some(base.clone()),
+        source: "none".to_owned(),
+        diff: String::new(),
+        note: None,
+    };
+    // --no-optional-locks: reading never takes the index lock the agent may need.
+    let wt = rec.worktree.as_deref().filter(|w| w.join(".git").exists());
+    let (dir, range): (&Path, Vec<&str>) = match (wt, rec.branch.as_deref()) {
+        (Some(w), _) => {
+            out.source = "worktree".to_owned();
+            (w, vec![base.as_str()])
+        }
+        (None, Some(b)) => {
+            out.source = "branch".to_owned();
+            (repo, vec![base.as_str(), b])
+        }
+        (None, None) => {
+            out.note = Some("the task ran without a worktree or branch".to_owned());
+            return out;
+        }
+    };
+    let git = |args: Vec<&str>| {
+        let mut a = vec!["--no-optional-locks", "-c", "core.quotepath=off"];
+        a.extend(args);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let run = |args: Vec<String>, accept: &'static [i32]| async move {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        git_output(dir, &refs, accept).await
+    };
+    let mut numstat = vec!["diff", "--numstat", "--no-ext-diff"];
+    numstat.extend(range.iter().copied());
+    let lines: u64 = match run(git(numstat), &[0]).await {
+        Ok(b) => String::from_utf8_lossy(&b)
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split('\t');
+                let a = f.next()?.parse::<u64>().ok()?;
+                let d = f.next()?.parse::<u64>().ok()?;
+                Some(a + d)
+            })
+            .sum(),
+        Err(e) => {
+            out.note = Some(e.to_string());
+            return out;
+        }
+    };
+    let mut args = vec!["diff", "--no-color", "--no-ext-diff"];
+    if lines > MAX_DIFF_LINES {
+        args.push("--stat");
+        out.note = Some(format!(
+            "{lines} changed lines: only the list of files is shown (`git diff {}` in {} shows all)",
+            range.join(" "),
+            dir.display()
+        ));
+    }
+    args.extend(range.iter().copied());
+    match run(git(args), &[0]).await {
+        Ok(b) => out.diff = String::from_utf8_lossy(&b).into_owned(),
+        Err(e) => out.note = Some(e.to_string()),
+    }
+    if out.source == "worktree" {
+        new_files(dir, &mut out).await;
+    }
+    if out.diff.len() > MAX_DIFF_BYTES {
+        let mut cut = MAX_DIFF_BYTES;
+        while !out.diff.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.diff.truncate(cut);
+        out.note = Some(format!(
+            "the diff is cut at {} MiB",
+            MAX_DIFF_BYTES >> 20
+        ));
+    }
+    out
+}
+
+/// The worktree's untracked (not ignored) files, as new-file diffs.
+async fn new_files(dir: &Path, out: &mut TaskDiff) {
+    let args = [
+        "--no-optional-locks",
+        "ls-files",
+        "--others",
+        "--exclude-standard",
+        "-z",
+    ];
+    let Ok(list) = git_output(dir, &args, &[0]).await else {
+        return;
+    };
+    let names: Vec<String> = list
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    let mut skipped = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        if i >= MAX_NEW_FILES || out.diff.len() > MAX_DIFF_BYTES {
+            skipped.push(format!("{} more new files", names.len() - i));
+            break;
+        }
+        let size = std::fs::symlink_metadata(dir.join(name))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        if size > MAX_NEW_FILE_BYTES {
+            skipped.push(format!("{name} ({size} bytes)"));
+            continue;
+        }
+        let args = [
+            "--no-optional-locks",
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-index",
+            "--",
+            "/dev/null",
+            name.as_str(),
+        ];
+        if let Ok(b) = git_output(dir, &args, &[0, 1]).await {
+            out.diff.push_str(&String::from_utf8_lossy(&b));
+        }
+    }
+    if !skipped.is_empty() {
+        let why = format!("new files not shown: {}", skipped.join(", "));
+        out.note = Some(match out.note.take() {
+            Some(n) => format!("{n}; {why}"),
+            None => why,
+        });
+    }
+}
+
+/// A file of a task's run record, offered for download.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RecordFile {
+    /// Its name in the task's record directory.
+    pub name: String,
+    /// Its size, bytes.
+    pub bytes: u64,
+}
+
+/// The files of task `task`'s record that may be downloaded: regular files of its
+/// directory, not its private directory (credentials, tokens), pid files or locks.
+pub(crate) fn record_files(batch: &BatchRecord, task: &str) -> Vec<RecordFile> {
+    let Ok(rd) = std::fs::read_dir(batch.task_dir(task)) else {
+        return Vec::new();
+    };
+    let mut v: Vec<RecordFile> = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let meta = std::fs::symlink_metadata(e.path()).ok()?;
+            (meta.is_file() && downloadable(&name)).then_some(RecordFile {
+                name,
+                bytes: meta.len(),
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| a.name.cmp(&b.name));
+    v
+}
+
+fn downloadable(name: &str) -> bool {
+    !name.starts_with('.')
+        && name != files::LOCK
+        && name != files::PID
+        && !name.starts_with(files::PID_TOOL_PREFIX)
+        && !name.starts_with(files::PID_UPSTREAM_PREFIX)
+        && name != files::PRIVATE_DIR
+}
+
+/// The record file `name` of `task`, opened for download, when it is one
+/// [`record_files`] lists (a regular file, never through a symlink).
+pub(crate) fn open_record_file(
+    batch: &BatchRecord,
+    task: &str,
+    name: &str,
+) -> Option<(std::fs::File, u64)> {
+    if !record_files(batch, task).iter().any(|f| f.name == name) {
+        return None;
+    }
+    let path = batch.task_dir(task).join(name);
+    let f = open_no_follow(&path)?;
+    let meta = f.metadata().ok()?;
+    meta.is_file().then_some((f, meta.len()))
+}
+
+fn open_no_follow(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .ok()
+}
+
+/// Bytes of the end of a task's `events.ndjson` read for its last line.
+const LAST_LINE_TAIL: u64 = 32 * 1024;
+/// Characters of a last line shown.
+const LAST_LINE_CHARS: usize = 160;
+
+/// Each task's last tool call or text line, kept per task with the length of its
+/// `events.ndjson` when it was read, so a task whose record has not grown is not read
+/// again.
+#[derive(Debug, Default)]
+pub(crate) struct LastLines {
+    seen: Mutex<HashMap<(String, String), (u64, String)>>,
+}
+
+impl LastLines {
+    /// The last tool call or text of `rec`, from the end of its latest attempt's events.
+    pub(crate) fn get(
+        &self,
+        batch: &BatchRecord,
+        rec: &TaskRecord,
+        registry: &ProviderRegistry,
+    ) -> String {
+        let path = batch.task_dir(&rec.task.id).join(files::EVENTS);
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let key = (batch.batch_id(), rec.task.id.clone());
+        if let Some((l, s)) = self.lock().get(&key)
+            && *l == len
+        {
+            return s.clone();
+        }
+        let line = last_line(&path, len, rec, registry).unwrap_or_default();
+        self.lock().insert(key, (len, line.clone()));
+        line
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (u64, String)>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn last_line(path: &Path, len: u64, rec: &TaskRecord, registry: &ProviderRegistry) -> Option<String> {
+    let attempt = rec.attempts.last()?;
+    let start = attempt.events_start.max(len.saturating_sub(LAST_LINE_TAIL));
+    let mut f = std::fs::File::open(path).ok()?;
+    f.seek(SeekFrom::Start(start)).ok()?;
+    let mut buf = Vec::new();
+    f.take(len - start).read_to_end(&mut buf).ok()?;
+    // Past the first line break unless the read starts at a line's start.
+    let body = if start > attempt.events_start {
+        let nl = buf.iter().position(|&b| b == b'\n')?;
+        &buf[nl + 1..]
+    } else {
+        &buf[..]
+    };
+    let provider = registry.get(&rec.provider).ok()?;
+    let ctx = aicli_providers::ParseContext {
+        model: attempt.model.clone(),
+        prior: attempt.prior,
+        answered: None,
+    };
+    let mut d = provider.decoder(&ctx);
+    let mut evs = Vec::new();
+    let mut last: Option<String> = None;
+    // Streamed text comes in chunks (`delta`): they are joined into one line.
+    let mut in_delta = false;
+    for l in body.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        evs.clear();
+        d.decode(Line::Bytes(l), &mut evs);
+        for e in &evs {
+            match &e.kind {
+                EventKind::AssistantText { text, delta: true } => {
+                    let mut s = if in_delta { last.take().unwrap_or_default() } else { String::new() };
+                    s.push_str(text);
+                    if s.len() > 4 * LAST_LINE_CHARS {
+                        s = s.trim().lines().last().unwrap_or_default().to_owned();
+                    }
+                    last = Some(s);
+                    in_delta = true;
+                    continue;
+                }
+                EventKind::AssistantText { text, .. } if !text.trim().is_empty() => {
+                    last = Some(text.to_owned());
+                }
+                EventKind::ToolCall { name, input, .. } => {
+                    last = Some(format!("⚙ {name} {}", serde_json::to_string(input).unwrap_or_default()));
+                }
+                EventKind::Question { question, .. } => last = Some(format!("? {question}")),
+                _ => continue,
+            }
+            in_delta = false;
+        }
+    }
+    let last = last.map(|s| s.trim().lines().last().unwrap_or_default().to_owned());
+    last.map(|s| s.chars().take(LAST_LINE_CHARS).collect())
+}
