@@ -457,10 +457,10 @@ fn frames(buf: &mut Vec<u8>, events: &mut Vec<(String, serde_json::Value)>) {
     }
 }
 
-/// The batch page's poll: `GET /api/batches/B` every `POLL`. Its latencies, response
-/// sizes and errors.
+/// The batch page's poll: `GET /api/batches/B/rows` every `POLL`. Its latencies,
+/// response sizes and errors.
 async fn poll_loop(ctx: &PageCtx, http: &reqwest::Client) -> (Vec<Duration>, Vec<u64>, u32) {
-    let url = format!("{}/api/batches/{}", ctx.base, ctx.batch);
+    let url = format!("{}/api/batches/{}/rows", ctx.base, ctx.batch);
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut lat, mut sizes, mut errors) = (Vec::new(), Vec::new(), 0);
@@ -1179,6 +1179,10 @@ fn main() {
     let mut streams = Vec::new();
     rt.block_on(async {
         for (path, label) in [
+            (
+                format!("/api/batches/{batch}/rows"),
+                format!("`GET /api/batches/B/rows`, the page's poll ({n} tasks)"),
+            ),
             (
                 format!("/api/batches/{batch}"),
                 format!("`GET /api/batches/B` ({n} tasks)"),

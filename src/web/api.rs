@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{ActionStarted, ActionView, AnswerRequest, StartTaskRequest};
-use super::views::{RecordFile, TaskDiff};
+use super::views::{RecordFile, TaskDiff, TaskRow};
 use super::{BadId, Shared, auth, checked_id, events, not_found};
 use crate::batch::BlockedTask;
 use crate::mcp::McpCallRecord;
@@ -33,11 +33,20 @@ pub struct WebApi {
     pub blocked: Vec<BlockedTask>,
     /// `GET /api/batches/B`.
     pub batch: BatchView,
+    /// `GET /api/batches/B/rows`: each task's row as the batch page shows it (what the
+    /// page polls).
+    pub rows: Vec<TaskRow>,
     /// `GET /api/batches/B/tasks/T`.
     pub task: TaskRecord,
-    /// Each `data` of `GET /api/batches/B/tasks/T/events` (SSE, event `agent`, id
-    /// `END.K`).
+    /// `GET /api/batches/B/tasks/T/row`: the task's row alone (what its page polls).
+    pub row: TaskRow,
+    /// Each `data` of an `agent` event of `GET /api/batches/B/tasks/T/events` (SSE, id
+    /// `END.K.AICLI.N`): the CLI's normalized events and those aicli's MCP server made
+    /// (questions, log lines), in order.
     pub event: aicli_providers::AgentEvent,
+    /// Each `data` of an `answer` event of the same stream: a human's answer, before
+    /// the attempt it started.
+    pub answer: crate::record::AnswerRecord,
     /// `GET /api/batches/B/tasks/T/diff`.
     pub diff: TaskDiff,
     /// `GET /api/batches/B/tasks/T/mcp-calls`: oldest first.
@@ -124,6 +133,35 @@ pub(super) async fn batch(State(w): State<Shared>, Path(b): Path<String>) -> Res
         Err(m) => return Ok(not_found(m)),
     };
     Ok(axum::Json(batch_view(&w, &rec)).into_response())
+}
+
+/// Each task's row as the batch page shows it.
+pub(super) async fn rows(State(w): State<Shared>, Path(b): Path<String>) -> Result<Response, BadId> {
+    let rec = match w.store.open_batch(checked_id(&b)?) {
+        Ok(r) => r,
+        Err(m) => return Ok(not_found(m)),
+    };
+    let rows: Vec<TaskRow> = rec
+        .tasks()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| TaskRow::of(t, w.last_lines.get(&rec, t, w.engine.registry())))
+        .collect();
+    Ok(axum::Json(rows).into_response())
+}
+
+/// One task's row.
+pub(super) async fn row(
+    State(w): State<Shared>,
+    Path((b, t)): Path<(String, String)>,
+) -> Response {
+    match open_task(&w, &b, &t) {
+        Ok((batch, rec)) => {
+            let last = w.last_lines.get(&batch, &rec, w.engine.registry());
+            axum::Json(TaskRow::of(&rec, last)).into_response()
+        }
+        Err(r) => *r,
+    }
 }
 
 /// A batch's view: its summary, its tasks, and their last lines.
@@ -244,7 +282,7 @@ pub(super) async fn task_events(
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
-        .and_then(events::Position::parse);
+        .and_then(events::Cursor::parse);
     let rx = events::stream(
         batch,
         rec.task.id,

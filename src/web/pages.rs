@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
 use super::Shared;
+use super::views::{TaskRow, cost, task_status, tokens};
 
 /// The stylesheet: readable at a phone's width (390 px) and on a desktop.
 const CSS: &str = r#"
@@ -240,45 +241,27 @@ pub(super) async fn batch(
         @if acts && !held && !open.is_empty() && w.actions.launcher().is_some() {
             button id="resume-batch" type="button" data-url={ "/api/batches/" (b) "/resume" } { "▶ Resume the batch" }
         }
-        table id="tasks" data-src={ "/api/batches/" (b) } {
+        table id="tasks" data-src={ "/api/batches/" (b) "/rows" } {
             thead { tr {
                 th { "Task" } th { "Provider" } th { "Status" }
                 th.num.wide { "Tokens in / out / cache" } th.num { "Cost" } th { "Last" }
             } }
             tbody {
                 @for t in &view.tasks {
-                    @let last = t.latest_result();
-                    tr data-task=(t.task.id) {
-                        td { a href={ "/batches/" (b) "/tasks/" (t.task.id) } { (t.task.id) } }
+                    @let row = TaskRow::of(t, view.last_lines.get(&t.task.id).cloned().unwrap_or_default());
+                    tr data-task=(row.id) {
+                        td { a href={ "/batches/" (b) "/tasks/" (row.id) } { (row.id) } }
                         td { (t.provider) }
-                        td.status data-state=(t.state.as_str()) { (task_status(t)) }
-                        td.num.wide.tokens { (tokens(last)) }
-                        td.num.cost { (cost(last)) }
-                        td.last { (view.last_lines.get(&t.task.id).map(String::as_str).unwrap_or("")) }
+                        td.status data-state=(row.state.as_str()) { (row.status) }
+                        td.num.wide.tokens { (row.tokens) }
+                        td.num.cost { (row.cost) }
+                        td.last { (row.last) }
                     }
                 }
             }
         }
     };
     Ok(page(&format!("aicli batch {b}"), body).into_response())
-}
-
-/// A task's state in words, with its error's kind when it failed.
-fn task_status(t: &crate::record::TaskRecord) -> String {
-    let w = state_words(t.state);
-    match t.latest_result().and_then(|r| r.error_kind) {
-        Some(k) if t.state == crate::record::TaskState::Failed => format!("{w} ({})", k.as_str()),
-        _ => w.to_owned(),
-    }
-}
-
-/// Tokens in / out / cache of a result.
-fn tokens(r: Option<&aicli_providers::SessionResult>) -> String {
-    r.map(|r| {
-        let u = &r.canonical_usage;
-        format!("{} / {} / {}", u.input_tokens, u.output_tokens, u.cache_read + u.cache_write)
-    })
-    .unwrap_or_default()
 }
 
 /// A task: its state, its question (answered from here), attempts, final response, diff,
@@ -302,7 +285,7 @@ pub(super) async fn task(
     let held = !rec.state.is_final() && crate::batch::held_elsewhere(&batch, &t);
     let body = html! {
         p { a href={ "/batches/" (b) } { "← batch " (b) } }
-        h1 { "Task " code { (t) } " — " span id="state" data-state=(rec.state.as_str()) data-src={ "/api/batches/" (b) "/tasks/" (t) } { (task_status(&rec)) } }
+        h1 { "Task " code { (t) } " — " span id="state" data-state=(rec.state.as_str()) data-src={ "/api/batches/" (b) "/tasks/" (t) "/row" } { (task_status(&rec)) } }
         p { (rec.provider) @if let Some(br) = &rec.branch { " · branch " code { (br) } } " · " (cost(last)) " · " (tokens(last)) " tokens" }
         div id="action" role="status" aria-live="polite" {}
         div id="controls" {
@@ -402,24 +385,3 @@ fn diff_markup(diff: &str) -> Markup {
     }
 }
 
-/// A task's state as a word with an icon (never colour alone).
-fn state_words(s: crate::record::TaskState) -> &'static str {
-    use crate::record::TaskState::*;
-    match s {
-        Queued => "… queued",
-        Running => "▶ running",
-        Succeeded => "✔ succeeded",
-        Failed => "✖ failed",
-        Blocked => "⏸ blocked",
-        Interrupted => "⏹ interrupted",
-    }
-}
-
-/// A result's cost: `~` marks an estimate.
-fn cost(r: Option<&aicli_providers::SessionResult>) -> String {
-    match r.and_then(|r| r.cost_usd.map(|c| (c, r.cost_source))) {
-        Some((c, aicli_providers::CostSource::Reported)) => format!("${c:.4}"),
-        Some((c, _)) => format!("~${c:.4}"),
-        None => "cost unknown".to_owned(),
-    }
-}

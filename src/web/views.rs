@@ -11,7 +11,7 @@ use aicli_providers::{EventKind, Line, ProviderRegistry};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::record::{BatchRecord, TaskRecord, files};
+use crate::record::{BatchRecord, TaskRecord, TaskState, files};
 use crate::worktree::git_output;
 
 /// Changed lines past which the diff is shown as its file list only.
@@ -247,6 +247,83 @@ fn open_no_follow(path: &Path) -> Option<std::fs::File> {
 const LAST_LINE_TAIL: u64 = 32 * 1024;
 /// Characters of a last line shown.
 const LAST_LINE_CHARS: usize = 160;
+
+
+/// A task's row as the batch page shows it (`GET /api/batches/B/rows`, and one task's
+/// alone at `GET /api/batches/B/tasks/T/row`): what the page polls, a few hundred bytes
+/// a task where its record can be many kilobytes.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskRow {
+    /// The task.
+    pub id: String,
+    /// Where it stands.
+    pub state: TaskState,
+    /// Its state in words with an icon, with its error's kind when it failed.
+    pub status: String,
+    /// Tokens in / out / cache of its latest result.
+    pub tokens: String,
+    /// Its latest result's cost (`~` marks an estimate).
+    pub cost: String,
+    /// Its last tool call or text line.
+    pub last: String,
+}
+
+impl TaskRow {
+    pub(super) fn of(rec: &TaskRecord, last: String) -> TaskRow {
+        let r = rec.latest_result();
+        TaskRow {
+            id: rec.task.id.clone(),
+            state: rec.state,
+            status: task_status(rec),
+            tokens: tokens(r),
+            cost: cost(r),
+            last,
+        }
+    }
+}
+
+/// A task's state in words, with its error's kind when it failed.
+pub(super) fn task_status(t: &TaskRecord) -> String {
+    let w = state_words(t.state);
+    match t.latest_result().and_then(|r| r.error_kind) {
+        Some(k) if t.state == TaskState::Failed => format!("{w} ({})", k.as_str()),
+        _ => w.to_owned(),
+    }
+}
+
+
+/// Tokens in / out / cache of a result.
+pub(super) fn tokens(r: Option<&aicli_providers::SessionResult>) -> String {
+    r.map(|r| {
+        let u = &r.canonical_usage;
+        format!("{} / {} / {}", u.input_tokens, u.output_tokens, u.cache_read + u.cache_write)
+    })
+    .unwrap_or_default()
+}
+
+
+/// A task's state as a word with an icon (never colour alone).
+pub(super) fn state_words(s: TaskState) -> &'static str {
+    use TaskState::*;
+    match s {
+        Queued => "… queued",
+        Running => "▶ running",
+        Succeeded => "✔ succeeded",
+        Failed => "✖ failed",
+        Blocked => "⏸ blocked",
+        Interrupted => "⏹ interrupted",
+    }
+}
+
+
+/// A result's cost: `~` marks an estimate.
+pub(super) fn cost(r: Option<&aicli_providers::SessionResult>) -> String {
+    match r.and_then(|r| r.cost_usd.map(|c| (c, r.cost_source))) {
+        Some((c, aicli_providers::CostSource::Reported)) => format!("${c:.4}"),
+        Some((c, _)) => format!("~${c:.4}"),
+        None => "cost unknown".to_owned(),
+    }
+}
 
 /// Each task's last tool call or text line, kept per task with the length of its
 /// `events.ndjson` when it was read, so a task whose record has not grown is not read

@@ -49,35 +49,47 @@ fn start_web(cfg: &Path, repo: &Path, runs: &Path) -> Web {
 }
 
 /// The SSE events (id, data) of `body` as they come, until `want` are read.
-async fn read_events(resp: reqwest::Response, want: usize) -> Vec<(String, serde_json::Value)> {
+/// The stream's events (id, data) from its start until `done` holds for them.
+async fn read_events_until(
+    resp: reqwest::Response,
+    done: impl Fn(&[(String, serde_json::Value)]) -> bool,
+) -> Vec<(String, serde_json::Value)> {
     let mut resp = resp;
     let mut buf = String::new();
     let mut out = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while out.len() < want {
+    while !done(&out) {
         let chunk = tokio::time::timeout_at(deadline, resp.chunk())
             .await
-            .expect("events in time")
+            .unwrap_or_else(|_| panic!("the stream in time; so far {out:?}"))
             .unwrap()
             .expect("the stream stays open");
         buf.push_str(std::str::from_utf8(&chunk).unwrap());
         while let Some(i) = buf.find("\n\n") {
             let frame: String = buf.drain(..i + 2).collect();
-            let mut id = None;
-            let mut data = None;
-            for l in frame.lines() {
-                if let Some(v) = l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")) {
-                    id = Some(v.to_owned());
-                }
-                if let Some(v) = l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")) {
-                    data = Some(serde_json::from_str(v).unwrap());
-                }
-            }
-            if let (Some(id), Some(data)) = (id, data) {
-                out.push((id, data));
-            }
+            out.extend(sse_frame(&frame));
         }
     }
+    out
+}
+
+/// The id and data of one SSE frame, when it has both.
+fn sse_frame(frame: &str) -> Option<(String, serde_json::Value)> {
+    let (mut id, mut data) = (None, None);
+    for l in frame.lines() {
+        if let Some(v) = l.strip_prefix("id: ").or_else(|| l.strip_prefix("id:")) {
+            id = Some(v.to_owned());
+        }
+        if let Some(v) = l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")) {
+            data = Some(serde_json::from_str(v).unwrap());
+        }
+    }
+    Some((id?, data?))
+}
+
+/// The stream's first `want` events (id, data).
+async fn read_events(resp: reqwest::Response, want: usize) -> Vec<(String, serde_json::Value)> {
+    let mut out = read_events_until(resp, |evs| evs.len() >= want).await;
     out.truncate(want);
     out
 }
@@ -859,6 +871,45 @@ async fn a_question_answered_through_the_api_resumes_the_real_cli_s_session() {
         Some(first),
         "the same CLI session"
     );
+
+    // The transcript: the question (from aicli's MCP server), then the answer, then the
+    // answer's run, whose final event ends it; a reconnect after either of the two
+    // loses nothing and repeats nothing.
+    let events = format!("{}/api/batches/{b}/tasks/{t}/events", web.base);
+    let open = |after: Option<String>| {
+        let mut r = http.get(&events).bearer_auth(&web.token);
+        if let Some(id) = after {
+            r = r.header("last-event-id", id);
+        }
+        r.send()
+    };
+    let finals = |evs: &[(String, serde_json::Value)]| {
+        evs.iter().filter(|(_, v)| v["type"] == "final").count()
+    };
+    let all = read_events_until(open(None).await.unwrap(), |evs| finals(evs) == 2).await;
+    let at = |pred: &dyn Fn(&serde_json::Value) -> bool| {
+        all.iter()
+            .position(|(_, v)| pred(v))
+            .unwrap_or_else(|| panic!("not in the transcript: {all:?}"))
+    };
+    let question = at(&|v| {
+        v["type"] == "question" && v["question"] == "Which colour?" && v.get("raw").is_none()
+    });
+    let answer = at(&|v| v["answer"] == "red" && v["question"] == "Which colour?");
+    let first_final = at(&|v| v["type"] == "final");
+    assert!(
+        first_final < question && question < answer && answer < all.len() - 1,
+        "the question after the first run's events, the answer before the second's: {all:?}"
+    );
+    assert_eq!(all.last().unwrap().1["type"], "final", "{all:?}");
+    for i in [question, answer] {
+        let rest = read_events(
+            open(Some(all[i].0.clone())).await.unwrap(),
+            all.len() - i - 1,
+        )
+        .await;
+        assert_eq!(rest, all[i + 1..], "resumed after event {i}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -446,13 +446,14 @@ async fn three_clis_update_the_batch_page_live_and_a_click_answers_a_question() 
             .contains("Thanks for the answer"),
         "{rec}"
     );
-    // Its MCP call (the question) is listed; the transcript shows the question.
+    // Its MCP call (the question) is listed; the transcript (loaded anew from the
+    // record) shows the question, then the answer, then the answer's turn.
     b.goto(&format!("{}/batches/ask/tasks/ask", web.base)).await;
     b.wait_for("the MCP calls", "section#mcp-calls tr.mcp-call")
         .await;
     b.wait_js(
-        "the transcript shows the question and the answer's turn",
-        &format!("var t = (function () {{ {TRANSCRIPT} }})(); return t.some(function (l) {{ return l[1].indexOf('Which colour?') >= 0; }}) && t.some(function (l) {{ return l[1].indexOf('Thanks for the answer') >= 0; }});"),
+        "the transcript shows the question, the answer and the answer's turn, in order",
+        &format!("var t = (function () {{ {TRANSCRIPT} }})(); var at = function (k, s) {{ for (var i = 0; i < t.length; i++) {{ if ((k === null || t[i][0] === k) && t[i][1].indexOf(s) >= 0) {{ return i; }} }} return -1; }}; var q = at('question', 'Which colour?'), a = at('answer', 'blue'), r = at(null, 'Thanks for the answer'); return q >= 0 && a > q && r > a;"),
     )
     .await;
     b.screenshot("task-desktop").await;

@@ -155,6 +155,11 @@
         line(d[0], d[1], fold);
       }
     });
+    es.addEventListener("answer", function (m) {
+      var a;
+      try { a = JSON.parse(m.data); } catch (e) { return; }
+      line("answer", a.answer || "");
+    });
     es.onopen = function () { if (live) { live.textContent = "live"; } };
     es.onerror = function () { if (live) { live.textContent = "reconnecting…"; } };
   }
@@ -165,46 +170,22 @@
       return r.json();
     });
   }
-  var words = {
-    queued: "… queued", running: "▶ running", succeeded: "✔ succeeded",
-    failed: "✖ failed", blocked: "⏸ blocked", interrupted: "⏹ interrupted",
-  };
-  function latest(t) {
-    for (var i = t.attempts.length - 1; i >= 0; i--) {
-      if (t.attempts[i].result) { return t.attempts[i].result; }
-    }
-    return null;
-  }
-  function cost(r) {
-    if (!r || r.cost_usd === null || r.cost_usd === undefined) { return "cost unknown"; }
-    return (r.cost_source === "reported" ? "$" : "~$") + r.cost_usd.toFixed(4);
-  }
-  function tokens(r) {
-    if (!r) { return ""; }
-    var u = r.canonical_usage;
-    return u.input_tokens + " / " + u.output_tokens + " / " + (u.cache_read + u.cache_write);
-  }
-  function status(t) {
-    var r = latest(t), w = words[t.state] || t.state;
-    return t.state === "failed" && r && r.error_kind ? w + " (" + r.error_kind + ")" : w;
-  }
-
-  // The batch page: its rows, every 2 s.
+  // The batch page: its rows, every 2 s (the server's words and figures, as text).
   var tasks = document.getElementById("tasks");
   if (tasks) {
     var refreshRows = function () {
-      get(tasks.getAttribute("data-src")).then(function (v) {
+      get(tasks.getAttribute("data-src")).then(function (rows) {
         var done = true;
-        v.tasks.forEach(function (t) {
-          var row = tasks.querySelector('tr[data-task="' + CSS.escape(t.task.id) + '"]');
+        rows.forEach(function (r) {
+          var row = tasks.querySelector('tr[data-task="' + CSS.escape(r.id) + '"]');
           if (!row) { return; }
-          var r = latest(t), st = row.querySelector("td.status");
-          if (st.getAttribute("data-state") !== t.state) { st.setAttribute("data-state", t.state); }
-          st.textContent = status(t);
-          row.querySelector("td.tokens").textContent = tokens(r);
-          row.querySelector("td.cost").textContent = cost(r);
-          row.querySelector("td.last").textContent = v.last_lines[t.task.id] || "";
-          if (["queued", "running"].indexOf(t.state) >= 0) { done = false; }
+          var st = row.querySelector("td.status");
+          if (st.getAttribute("data-state") !== r.state) { st.setAttribute("data-state", r.state); }
+          st.textContent = r.status;
+          row.querySelector("td.tokens").textContent = r.tokens;
+          row.querySelector("td.cost").textContent = r.cost;
+          row.querySelector("td.last").textContent = r.last;
+          if (["queued", "running"].indexOf(r.state) >= 0) { done = false; }
         });
         if (done) { clearInterval(rowTimer); }
       }).catch(function () {});
@@ -212,15 +193,15 @@
     var rowTimer = setInterval(refreshRows, 2000);
   }
 
-  // The task page: its state every 2 s; on a change, the page's details and controls
-  // are fetched again (the transcript stays as it is).
+  // The task page: its row every 2 s; on a change of state, the page's details and
+  // controls are fetched again (the transcript stays as it is).
   var state = document.getElementById("state");
   if (state) {
     setInterval(function () {
-      get(state.getAttribute("data-src")).then(function (t) {
-        state.textContent = status(t);
-        if (state.getAttribute("data-state") === t.state) { return; }
-        state.setAttribute("data-state", t.state);
+      get(state.getAttribute("data-src")).then(function (r) {
+        state.textContent = r.status;
+        if (state.getAttribute("data-state") === r.state) { return; }
+        state.setAttribute("data-state", r.state);
         return fetch(location.href, { credentials: "same-origin" })
           .then(function (r) { return r.text(); })
           .then(function (html) {
