@@ -145,7 +145,7 @@ pub(super) async fn rows(State(w): State<Shared>, Path(b): Path<String>) -> Resu
         .tasks()
         .unwrap_or_default()
         .iter()
-        .map(|t| TaskRow::of(t, w.last_lines.get(&rec, t, w.engine.registry())))
+        .map(|t| TaskRow::of(t, w.last_lines.get(&rec, t, w.engine.registry()), &w.engine))
         .collect();
     Ok(axum::Json(rows).into_response())
 }
@@ -158,7 +158,7 @@ pub(super) async fn row(
     match open_task(&w, &b, &t) {
         Ok((batch, rec)) => {
             let last = w.last_lines.get(&batch, &rec, w.engine.registry());
-            axum::Json(TaskRow::of(&rec, last)).into_response()
+            axum::Json(TaskRow::of(&rec, last, &w.engine)).into_response()
         }
         Err(r) => *r,
     }

@@ -34,6 +34,7 @@ pre.diff .file { font-weight: 700; } pre.diff .hunk { color: #555; }
 pre.diff span { display: block; }
 details pre { margin: 0.2rem 0; }
 td.last { max-width: 24rem; overflow-wrap: anywhere; color: #333; }
+td.runner { max-width: 12rem; overflow-wrap: anywhere; color: #555; font-size: 0.9em; }
 @media (max-width: 40rem) { .wide { display: none; } th, td { padding: 0.3rem 0.25rem; } td.last { max-width: 10rem; } }
 @media (max-width: 40rem) {
   table#tasks thead { display: none; }
@@ -243,15 +244,16 @@ pub(super) async fn batch(
         }
         table id="tasks" data-src={ "/api/batches/" (b) "/rows" } {
             thead { tr {
-                th { "Task" } th { "Provider" } th { "Status" }
+                th { "Task" } th { "Provider" } th { "Runner" } th { "Status" }
                 th.num.wide { "Tokens in / out / cache" } th.num { "Cost" } th { "Last" }
             } }
             tbody {
                 @for t in &view.tasks {
-                    @let row = TaskRow::of(t, view.last_lines.get(&t.task.id).cloned().unwrap_or_default());
+                    @let row = TaskRow::of(t, view.last_lines.get(&t.task.id).cloned().unwrap_or_default(), &w.engine);
                     tr data-task=(row.id) {
                         td { a href={ "/batches/" (b) "/tasks/" (row.id) } { (row.id) } }
                         td { (t.provider) }
+                        td.runner { (row.runner) }
                         td.status data-state=(row.state.as_str()) { (row.status) }
                         td.num.wide.tokens { (row.tokens) }
                         td.num.cost { (row.cost) }

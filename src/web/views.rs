@@ -258,6 +258,9 @@ pub struct TaskRow {
     pub id: String,
     /// Where it stands.
     pub state: TaskState,
+    /// Where it runs or ran: its latest attempt's place (`local`, `docker <engine>
+    /// (<image>)`), else the runner it will get (`local`, `docker`).
+    pub runner: String,
     /// Its state in words with an icon, with its error's kind when it failed.
     pub status: String,
     /// Tokens in / out / cache of its latest result.
@@ -269,11 +272,24 @@ pub struct TaskRow {
 }
 
 impl TaskRow {
-    pub(super) fn of(rec: &TaskRecord, last: String) -> TaskRow {
+    /// `rec`'s row, with its last line; `engine` says which runner a task that has not
+    /// started yet will get.
+    pub(super) fn of(rec: &TaskRecord, last: String, engine: &crate::Engine) -> TaskRow {
         let r = rec.latest_result();
+        let runner = rec
+            .attempts
+            .iter()
+            .rev()
+            .find_map(|a| a.place.clone())
+            .or_else(|| {
+                let p = engine.registry().get(&rec.provider).ok()?;
+                Some(engine.runner_kind(&rec.task, &p).as_str().to_owned())
+            })
+            .unwrap_or_default();
         TaskRow {
             id: rec.task.id.clone(),
             state: rec.state,
+            runner,
             status: task_status(rec),
             tokens: tokens(r),
             cost: cost(r),

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use super::support::*;
 
-struct Web {
+/// A running `aicli web --json`: its login URL, address and API token.
+pub(crate) struct Web {
     child: std::process::Child,
     url: String,
-    base: String,
-    token: String,
+    pub(crate) base: String,
+    pub(crate) token: String,
 }
 
 impl Drop for Web {
@@ -23,32 +24,67 @@ impl Drop for Web {
     }
 }
 
-fn start_web(cfg: &Path, repo: &Path, runs: &Path) -> Web {
-    let mut child = aicli_with(cfg, &["web", "--json"])
-        .arg("--repo")
-        .arg(repo)
-        .arg("--runs-dir")
-        .arg(runs)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("aicli web starts");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON first line");
-    let url = v["url"].as_str().unwrap().to_owned();
-    let base = format!("http://{}", v["addr"].as_str().unwrap());
-    assert!(url.starts_with(&format!("{base}/login?token=")), "{url}");
-    Web {
-        child,
-        url,
-        base,
-        token: v["api_token"].as_str().unwrap().to_owned(),
+impl Web {
+    /// Starts `cmd` (an `aicli web --json` command) and reads its first line.
+    pub(crate) fn spawn(mut cmd: std::process::Command) -> Web {
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("aicli web starts");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON first line");
+        let url = v["url"].as_str().unwrap().to_owned();
+        let base = format!("http://{}", v["addr"].as_str().unwrap());
+        assert!(url.starts_with(&format!("{base}/login?token=")), "{url}");
+        Web {
+            child,
+            url,
+            base,
+            token: v["api_token"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    /// `GET PATH` with the API token: its JSON.
+    pub(crate) async fn get(&self, path: &str) -> serde_json::Value {
+        let r = reqwest::Client::new()
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        r.json().await.unwrap()
+    }
+
+    /// Task `task` of `batch`'s transcript from its start until `done` holds for it.
+    pub(crate) async fn transcript_until(
+        &self,
+        batch: &str,
+        task: &str,
+        done: impl Fn(&[(String, serde_json::Value)]) -> bool,
+    ) -> Vec<(String, serde_json::Value)> {
+        let r = reqwest::Client::new()
+            .get(format!(
+                "{}/api/batches/{batch}/tasks/{task}/events",
+                self.base
+            ))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        read_events_until(r, done).await
     }
 }
 
-/// The SSE events (id, data) of `body` as they come, until `want` are read.
+fn start_web(cfg: &Path, repo: &Path, runs: &Path) -> Web {
+    let mut cmd = aicli_with(cfg, &["web", "--json"]);
+    cmd.arg("--repo").arg(repo).arg("--runs-dir").arg(runs);
+    Web::spawn(cmd)
+}
+
 /// The stream's events (id, data) from its start until `done` holds for them.
 async fn read_events_until(
     resp: reqwest::Response,
@@ -224,6 +260,27 @@ async fn the_web_view_serves_another_process_s_batch_live_and_safely() {
         batch_page.contains(&format!("/batches/{id}/tasks/slow")),
         "{batch_page}"
     );
+    // What the page polls: a small row a task, in the page's own words.
+    let rows = web.get(&format!("/api/batches/{id}/rows")).await;
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for r in rows {
+        let runner = r["runner"].as_str().unwrap();
+        assert!(runner == "local", "{r}");
+        assert!(
+            batch_page.contains(&format!(r#"<td class="runner">{runner}</td>"#)),
+            "{batch_page}"
+        );
+        assert!(
+            r["status"]
+                .as_str()
+                .unwrap()
+                .ends_with(r["state"].as_str().unwrap()),
+            "{r}"
+        );
+    }
+    let slow = web.get(&format!("/api/batches/{id}/tasks/slow/row")).await;
+    assert_eq!(slow["id"], "slow");
 
     // The API with the bearer token.
     let list: serde_json::Value = http
@@ -798,22 +855,7 @@ async fn a_question_answered_through_the_api_resumes_the_real_cli_s_session() {
     ]);
     assert_code(&out, 3, "a blocked gemini run");
     let b = only_batch(cli.repo.path());
-    let mut child = cli
-        .command(&["web", "--json"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let web = Web {
-        child,
-        url: v["url"].as_str().unwrap().to_owned(),
-        base: format!("http://{}", v["addr"].as_str().unwrap()),
-        token: v["api_token"].as_str().unwrap().to_owned(),
-    };
+    let web = Web::spawn(cli.command(&["web", "--json"]));
     let http = reqwest::Client::new();
     let blocked: Vec<serde_json::Value> = http
         .get(format!("{}/api/blocked", web.base))

@@ -182,6 +182,7 @@
           var st = row.querySelector("td.status");
           if (st.getAttribute("data-state") !== r.state) { st.setAttribute("data-state", r.state); }
           st.textContent = r.status;
+          row.querySelector("td.runner").textContent = r.runner;
           row.querySelector("td.tokens").textContent = r.tokens;
           row.querySelector("td.cost").textContent = r.cost;
           row.querySelector("td.last").textContent = r.last;

@@ -99,6 +99,36 @@ async fn run_runner_docker_fake_api_works_offline_for_all_three_clis() {
     let r = json_lines(&out).pop().unwrap();
     assert_eq!(r["status"], "succeeded", "{r}");
     assert_eq!(r["continuation"]["mode"], "resume", "{r}");
+    // The web view shows the container runs: their rows say where they ran, and the
+    // blocked one's transcript holds its question, the answer, and both runs.
+    let mut cmd = std::process::Command::new(aicli_bin());
+    cmd.arg("--config")
+        .arg(&cfg)
+        .args(["web", "--json"])
+        .current_dir(repo.path())
+        .env_remove("DOCKER_HOST");
+    let web = crate::suite::web::Web::spawn(cmd);
+    let (batch, task) = task_ref.split_once('/').expect("BATCH/TASK");
+    let rows = web.get(&format!("/api/batches/{batch}/rows")).await;
+    assert_eq!(rows[0]["id"], task, "{rows}");
+    assert!(
+        rows[0]["runner"].as_str().unwrap().starts_with("docker "),
+        "{rows}"
+    );
+    assert_eq!(rows[0]["status"], "✔ succeeded", "{rows}");
+    let finals = |evs: &[(String, serde_json::Value)]| {
+        evs.iter().filter(|(_, v)| v["type"] == "final").count()
+    };
+    let events = web.transcript_until(batch, task, |e| finals(e) == 2).await;
+    let question = events
+        .iter()
+        .position(|(_, v)| v["type"] == "question" && v["question"] == "Which colour?");
+    let answer = events.iter().position(|(_, v)| v["answer"] == "red");
+    assert!(
+        question.is_some() && answer > question,
+        "the question, then the answer: {events:?}"
+    );
+    drop(web);
     let places = places(repo.path());
     assert_eq!(places.len(), 5, "{places:?}");
     assert!(
