@@ -1021,3 +1021,75 @@ async fn stopping_the_web_view_stops_the_runs_it_started_and_leaves_no_process()
     let last = rec["attempts"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["result"]["error_kind"], "cancelled", "{rec}");
 }
+
+/// A real ACP agent (claude-agent-acp) under permission mode `default` asks permission
+/// to run a command: the task is listed blocked with the agent's options, the option
+/// answered through the API lets the same session run it (the file is in the task's
+/// diff), and the transcript holds the request and the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_permission_request_answered_through_the_api_runs_the_command() {
+    use super::cli::{Cli, assert_code, only_batch};
+    let cli = Cli::new();
+    let tasks = cli.file(
+        "perm.tasks.json",
+        r#"{"tasks": [{"id": "p", "prompt": "Write f.txt", "provider": "claude-acp", "permission_mode": "default"}]}"#,
+    );
+    let out = cli.run(&[
+        "batch",
+        tasks.to_str().unwrap(),
+        "--fake-api=shell:echo allowed > f.txt",
+    ]);
+    assert_code(&out, 3, "a task blocked on a permission request");
+    let b = only_batch(cli.repo.path());
+    let web = Web::spawn(cli.command(&["web", "--json"]));
+    let blocked = web.get("/api/blocked").await;
+    let q = &blocked[0]["question"];
+    let question = q["question"].as_str().unwrap().to_owned();
+    assert!(
+        question.contains("asks permission to run: echo allowed > f.txt"),
+        "{blocked}"
+    );
+    assert_eq!(q["options"][0], "Yes", "{q}");
+    // claude-agent-acp's options: "Yes", "Yes, and allow …", "No"; the first allows once.
+    let allow = q["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o.as_str())
+        .next()
+        .unwrap_or_else(|| panic!("no option in {q}"))
+        .to_owned();
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{}/api/batches/{b}/tasks/p/answer", web.base))
+        .bearer_auth(&web.token)
+        .json(&serde_json::json!({"text": allow}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let started: serde_json::Value = r.json().await.unwrap();
+    let end = action_end(&http, &web, started["action"]["id"].as_u64().unwrap()).await;
+    assert_eq!(end["state"], "succeeded", "{end}");
+    let row = web.get(&format!("/api/batches/{b}/tasks/p/row")).await;
+    assert_eq!(row["state"], "succeeded", "{row}");
+    let diff = web.get(&format!("/api/batches/{b}/tasks/p/diff")).await;
+    assert!(
+        diff["diff"].as_str().unwrap().contains("+allowed"),
+        "the allowed command ran in the worktree: {diff}"
+    );
+    let finals = |evs: &[(String, serde_json::Value)]| {
+        evs.iter().filter(|(_, v)| v["type"] == "final").count()
+    };
+    let events = web.transcript_until(&b, "p", |e| finals(e) == 2).await;
+    let asked = events
+        .iter()
+        .position(|(_, v)| v["type"] == "question" && v["question"] == question.as_str());
+    let answered = events
+        .iter()
+        .position(|(_, v)| v["answer"] == allow.as_str());
+    assert!(
+        asked.is_some() && answered > asked,
+        "the request, then the answer: {events:?}"
+    );
+}
