@@ -20,6 +20,7 @@
 
 mod answer;
 mod attempt;
+mod attempt_record;
 mod continuation;
 mod control;
 mod new;
