@@ -127,27 +127,14 @@ impl Batch {
         let provider_name = task.rec.provider.clone();
         let mut result = SessionResult::not_started(&provider_name, kind, message);
         result.task_id = task.id().to_owned();
-        let now = now_rfc3339();
         let offset = self.record.events_len(task.id());
-        task.rec.attempts.push(AttemptRecord {
-            attempt: task.rec.attempts.len() as u32 + 1,
-            kind: task.next.kind,
-            started_at: now.clone(),
-            finished_at: Some(now),
-            events_start: offset,
-            events_end: Some(offset),
-            stderr_start: 0,
-            stderr_end: Some(0),
-            aicli_events_start: 0,
-            model: None,
-            prior: None,
-            resumed_session: None,
-            argv: Vec::new(),
-            place: None,
-            result: Some(result.clone()),
-            budget: None,
-            setup: Vec::new(),
-        });
+        let attempt = task.rec.attempts.len() as u32 + 1;
+        task.rec.attempts.push(AttemptRecord::not_started(
+            attempt,
+            task.next.kind,
+            offset,
+            result.clone(),
+        ));
         task.persist(&self.record, Write::Progress).await;
         RunOutcome::not_run_result(result)
     }

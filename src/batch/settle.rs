@@ -11,7 +11,6 @@ use super::attempt::BUDGET_SPENT_BEFORE_START;
 use super::{Batch, TaskRun};
 use crate::live::BatchEvent;
 use crate::record::{AttemptRecord, BatchResult, RunStore, TaskState, Write};
-use crate::util::now_rfc3339;
 use crate::worktree::{Cleanup, Worktree};
 
 /// A blocked task, for `aicli blocked`.
@@ -153,27 +152,14 @@ impl Batch {
             BUDGET_SPENT_BEFORE_START,
         );
         r.task_id = task.id().to_owned();
-        let now = now_rfc3339();
         let offset = self.record.events_len(task.id());
-        task.rec.attempts.push(AttemptRecord {
-            attempt: task.rec.attempts.len() as u32 + 1,
-            kind: task.next.kind,
-            started_at: now.clone(),
-            finished_at: Some(now),
-            events_start: offset,
-            events_end: Some(offset),
-            stderr_start: 0,
-            stderr_end: Some(0),
-            aicli_events_start: 0,
-            model: None,
-            prior: None,
-            resumed_session: None,
-            argv: Vec::new(),
-            place: None,
-            result: Some(r.clone()),
-            budget: None,
-            setup: Vec::new(),
-        });
+        let attempt = task.rec.attempts.len() as u32 + 1;
+        task.rec.attempts.push(AttemptRecord::not_started(
+            attempt,
+            task.next.kind,
+            offset,
+            r.clone(),
+        ));
         self.settle(task, r).await;
     }
 

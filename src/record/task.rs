@@ -125,6 +125,38 @@ pub struct AttemptRecord {
     pub setup: Vec<SetupStep>,
 }
 
+impl AttemptRecord {
+    /// An attempt that never started (refused by the budget, no worktree, ...): it
+    /// began and ended now, with no output at `events_offset`, and its `result`.
+    pub fn not_started(
+        attempt: u32,
+        kind: AttemptKind,
+        events_offset: u64,
+        result: aicli_providers::SessionResult,
+    ) -> AttemptRecord {
+        let now = crate::util::now_rfc3339();
+        AttemptRecord {
+            attempt,
+            kind,
+            started_at: now.clone(),
+            finished_at: Some(now),
+            events_start: events_offset,
+            events_end: Some(events_offset),
+            stderr_start: 0,
+            stderr_end: Some(0),
+            aicli_events_start: 0,
+            model: None,
+            prior: None,
+            resumed_session: None,
+            argv: Vec::new(),
+            place: None,
+            result: Some(result),
+            budget: None,
+            setup: Vec::new(),
+        }
+    }
+}
+
 /// One timed step of a runner (see [`AttemptRecord::setup`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SetupStep {

@@ -141,7 +141,7 @@ impl Producer {
         }
         if chunk.len() == cap && !chunk.contains(&b'\n') {
             // A line longer than the record's cap: said once, as the decoder would.
-            return self.overlong(events, &chunk, cap).await;
+            return self.overlong(events, aicli, &chunk, cap).await;
         }
         let mut start = 0;
         while let Some(nl) = chunk[start..].iter().position(|&b| b == b'\n') {
@@ -208,7 +208,13 @@ impl Producer {
 
     /// Sends the over-long line that starts at the offset (its first `chunk`) as an
     /// over-long line, and moves past its end once it has one.
-    async fn overlong(&mut self, path: &Path, chunk: &[u8], cap: usize) -> Result<(), Gone> {
+    async fn overlong(
+        &mut self,
+        path: &Path,
+        aicli: &Path,
+        chunk: &[u8],
+        cap: usize,
+    ) -> Result<(), Gone> {
         let mut end = self.offset + chunk.len() as u64;
         loop {
             let more = read_from(path, end, cap);
@@ -224,8 +230,7 @@ impl Producer {
             }
             end += more.len() as u64;
         }
-        let aicli = path.with_file_name(files::AICLI_EVENTS);
-        self.decoder_for(self.offset, &aicli).await?;
+        self.decoder_for(self.offset, aicli).await?;
         if let Some(d) = self.decoder.as_mut() {
             self.evs.clear();
             d.decode(

@@ -283,15 +283,7 @@ async fn the_web_view_serves_another_process_s_batch_live_and_safely() {
     assert_eq!(slow["id"], "slow");
 
     // The API with the bearer token.
-    let list: serde_json::Value = http
-        .get(format!("{}/api/batches", web.base))
-        .bearer_auth(&web.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: serde_json::Value = web.get("/api/batches").await;
     assert_eq!(list[0]["batch_id"], id.as_str());
     let bad = http
         .get(format!("{}/api/batches/..%2F..%2Fetc/tasks/a", web.base))
@@ -559,18 +551,10 @@ impl Drop for KilledOnDrop {
 }
 
 /// `GET /api/actions/ID` until the action has ended.
-async fn action_end(http: &reqwest::Client, web: &Web, id: u64) -> serde_json::Value {
+async fn action_end(web: &Web, id: u64) -> serde_json::Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     loop {
-        let v: serde_json::Value = http
-            .get(format!("{}/api/actions/{id}", web.base))
-            .bearer_auth(&web.token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v: serde_json::Value = web.get(&format!("/api/actions/{id}")).await;
         if v["state"] != "running" {
             return v;
         }
@@ -666,18 +650,10 @@ async fn the_web_view_starts_a_task_refuses_bad_input_and_serves_its_diff_and_fi
     let started: serde_json::Value = r.json().await.unwrap();
     let b = started["action"]["batch_id"].as_str().unwrap().to_owned();
     assert_eq!(started["batch_url"], format!("/batches/{b}"));
-    let end = action_end(&http, &web, started["action"]["id"].as_u64().unwrap()).await;
+    let end = action_end(&web, started["action"]["id"].as_u64().unwrap()).await;
     assert_eq!(end["state"], "succeeded", "{end}");
     assert_eq!(end["exit_code"], 0);
-    let batch: serde_json::Value = http
-        .get(format!("{}/api/batches/{b}", web.base))
-        .bearer_auth(&web.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let batch: serde_json::Value = web.get(&format!("/api/batches/{b}")).await;
     assert_eq!(batch["tasks"][0]["state"], "succeeded", "{batch}");
     assert_eq!(batch["tasks"][0]["task"]["id"], "notes");
     assert!(
@@ -857,15 +833,8 @@ async fn a_question_answered_through_the_api_resumes_the_real_cli_s_session() {
     let b = only_batch(cli.repo.path());
     let web = Web::spawn(cli.command(&["web", "--json"]));
     let http = reqwest::Client::new();
-    let blocked: Vec<serde_json::Value> = http
-        .get(format!("{}/api/blocked", web.base))
-        .bearer_auth(&web.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let blocked = web.get("/api/blocked").await;
+    let blocked = blocked.as_array().unwrap();
     assert_eq!(blocked.len(), 1, "{blocked:?}");
     assert_eq!(blocked[0]["question"]["question"], "Which colour?");
     assert_eq!(
@@ -891,17 +860,9 @@ async fn a_question_answered_through_the_api_resumes_the_real_cli_s_session() {
         .await
         .unwrap();
     assert_eq!(again.status(), 409, "one answer at a time");
-    let end = action_end(&http, &web, started["action"]["id"].as_u64().unwrap()).await;
+    let end = action_end(&web, started["action"]["id"].as_u64().unwrap()).await;
     assert_eq!(end["state"], "succeeded", "{end}");
-    let task: serde_json::Value = http
-        .get(format!("{}/api/batches/{b}/tasks/{t}", web.base))
-        .bearer_auth(&web.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let task: serde_json::Value = web.get(&format!("/api/batches/{b}/tasks/{t}")).await;
     assert_eq!(task["state"], "succeeded", "{task}");
     assert_eq!(task["answers"][0]["answer"], "red");
     assert_eq!(task["answers"][0]["question"], "Which colour?");
@@ -1069,7 +1030,7 @@ async fn an_acp_permission_request_answered_through_the_api_runs_the_command() {
         .unwrap();
     assert_eq!(r.status(), 202);
     let started: serde_json::Value = r.json().await.unwrap();
-    let end = action_end(&http, &web, started["action"]["id"].as_u64().unwrap()).await;
+    let end = action_end(&web, started["action"]["id"].as_u64().unwrap()).await;
     assert_eq!(end["state"], "succeeded", "{end}");
     let row = web.get(&format!("/api/batches/{b}/tasks/p/row")).await;
     assert_eq!(row["state"], "succeeded", "{row}");
