@@ -625,15 +625,22 @@ async fn the_ide_lockfile_belongs_to_one_run_at_a_time() {
         .with_agent_server(Asker::new(&[None, None]));
     // Two runs in parallel; each notes whether it was pointed at the lockfile.
     let notes = repo.path().join("env-notes");
-    let task = |id: &str| {
+    // Each run marks that it started and waits for the other's mark, so the two are
+    // alive at the same time however slowly the machine starts them.
+    let mark = |id: &str| repo.path().join(format!("started-{id}"));
+    let task = |id: &str, other: &str| {
         let mut t = TaskSpec::new("x");
         t.id = id.into();
         t.extra_args = [
             "--record-env",
             "CLAUDE_CODE_SSE_PORT",
             notes.to_str().unwrap(),
+            "--touch",
+            mark(id).to_str().unwrap(),
             "--start-delay-ms",
-            "1000",
+            "300",
+            "--wait-for-file",
+            mark(other).to_str().unwrap(),
         ]
         .iter()
         .map(|s| s.to_string())
@@ -643,11 +650,13 @@ async fn the_ide_lockfile_belongs_to_one_run_at_a_time() {
     let mut o = BatchOptions::new(repo.path());
     o.provider = Some("fake".into());
     o.max_parallel = Some(2);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watcher = {
         let lock = lock.clone();
+        let done = done.clone();
         tokio::spawn(async move {
             let mut seen = Vec::new();
-            for _ in 0..300 {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
                 if let Ok(m) = std::fs::metadata(&lock)
                     && let Ok(t) = std::fs::read_to_string(&lock)
                     && let Ok(v) = serde_json::from_str::<serde_json::Value>(&t)
@@ -662,13 +671,14 @@ async fn the_ide_lockfile_belongs_to_one_run_at_a_time() {
     let (tx, _ev) = collect_events();
     let b = engine
         .run_batch(
-            vec![task("one"), task("two")],
+            vec![task("one", "two"), task("two", "one")],
             o,
             tx,
             CancellationToken::new(),
         )
         .await
         .unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(b.n_succeeded, 2, "{:#?}", b.tasks);
     let seen = watcher.await.unwrap();
     assert!(!seen.is_empty(), "the lockfile appeared");

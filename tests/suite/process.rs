@@ -85,9 +85,9 @@ async fn a_cooperative_child_exits_on_sigterm_without_waiting_for_the_grace() {
     let mut p = LocalProcess::spawn(&c, OutputOptions::default()).unwrap();
     wait_for_pids(&pid_file, 3).await;
     let t0 = std::time::Instant::now();
-    p.shutdown(Duration::from_secs(10)).await;
+    p.shutdown(Duration::from_secs(120)).await;
     assert!(
-        t0.elapsed() < Duration::from_secs(5),
+        t0.elapsed() < Duration::from_secs(60),
         "took {:?}",
         t0.elapsed()
     );
