@@ -15,36 +15,32 @@ pub fn timeline(file: &Option<String>, what: &str) {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos();
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(f)
-            .unwrap();
-        writeln!(file, "{ns} {what}").unwrap();
+        append_line(f, &format!("{ns} {what}"));
     }
+}
+
+/// One line appended with one `write(2)` on an `O_APPEND` file, so the lines of
+/// fakes running at once never interleave (`writeln!` writes piece by piece).
+fn append_line(path: &str, line: &str) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    file.write_all(format!("{line}\n").as_bytes()).unwrap();
 }
 
 /// Everything but the timeline, in order: argv, variables, environment, probe, MCP.
 pub fn record(o: &Opts, args: &[String]) {
     if let Some(f) = &o.record_argv {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(f)
-            .unwrap();
-        writeln!(file, "{}", serde_json::to_string(args).unwrap()).unwrap();
+        append_line(f, &serde_json::to_string(args).unwrap());
     }
     for (var, file) in &o.record_env {
         let line = match std::env::var(var) {
             Ok(v) => format!("{var}={v}"),
             Err(_) => format!("{var} unset"),
         };
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(file)
-            .unwrap();
-        writeln!(f, "{line}").unwrap();
+        append_line(file, &line);
     }
     if let Some(f) = &o.dump_env {
         let text: String = std::env::vars()
