@@ -496,10 +496,7 @@ async fn poll_loop(ctx: &PageCtx, http: &reqwest::Client) -> (Vec<Duration>, Vec
 
 /// Logs in with the one-time URL: the session cookie.
 async fn log_in(url: &str) -> String {
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = support::browser::http_for(url);
     let r = http.get(url).send().await.unwrap();
     assert_eq!(r.status(), 303, "the login URL logs in");
     r.headers()["set-cookie"]
@@ -566,7 +563,7 @@ async fn drive_pages(
 ) -> (String, Vec<PageOut>, Timeline) {
     let (pages, n_tasks, known, runs_dir) = (b.pages, b.n, &b.batches, &b.runs_dir);
     let client0 = support::bench::self_cpu();
-    let base = url.split("/login").next().unwrap().to_owned();
+    let base = support::browser::loopback_base(&url);
     let cookie = log_in(&url).await;
     let batch = new_batch(&base, &cookie, known).await;
     let ctx = Arc::new(PageCtx {

@@ -272,7 +272,7 @@ async fn main() {
     let b = driver.session(DESKTOP).await;
     b.goto(&web.url).await;
     b.wait_for("the index", "h1").await;
-    b.goto(&format!("{}/batches/bench/tasks/t", web.base)).await;
+    b.goto(&format!("{}/batches/bench/tasks/t", web.page)).await;
     b.wait_js(
         "the transcript shows the session's start",
         "var e = document.getElementById('events'); return e && e.children.length >= 1;",

@@ -208,7 +208,7 @@ async fn main() {
     b.wait_for("the index", "h1").await;
 
     // The batch page, once every row has its status and the finished one its figures.
-    b.goto(&format!("{}/batches/{id}", web.base)).await;
+    b.goto(&format!("{}/batches/{id}", web.page)).await;
     b.wait_js(
         "the rows: running, blocked, succeeded with tokens, cost and last lines",
         r#"var r = {};
@@ -229,7 +229,7 @@ return ok ? r : null;"#,
     b.resize(DESKTOP).await;
 
     // The index: the question first, with its options.
-    b.goto(&format!("{}/", web.base)).await;
+    b.goto(&format!("{}/", web.page)).await;
     b.wait_for(
         "the blocked task on the index",
         "section#blocked form.answer button.option",
@@ -239,7 +239,7 @@ return ok ? r : null;"#,
 
     // The blocked task's page on the phone: the question form and the transcript.
     b.resize(PHONE).await;
-    b.goto(&format!("{}/batches/{id}/tasks/rename-parser", web.base))
+    b.goto(&format!("{}/batches/{id}/tasks/rename-parser", web.page))
         .await;
     b.wait_for(
         "the answer form",

@@ -178,6 +178,11 @@ async fn serve_web(
     a: &BatchArgs,
     bind: std::net::SocketAddr,
 ) -> anyhow::Result<crate::WebServer> {
+    if !bind.ip().is_loopback() {
+        return Err(usage(format!(
+            "--web {bind}: not a loopback address; `aicli batch --web` serves loopback only. To serve the runs elsewhere, run `aicli web --bind {bind} --allow-remote` beside the batch"
+        )));
+    }
     let store = engine.store(&opts.repo, opts.runs_dir.as_deref());
     let launcher = crate::web::Launcher::current(
         config_path,

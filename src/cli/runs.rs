@@ -89,7 +89,7 @@ fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> 
         let calls: serde_json::Map<String, serde_json::Value> = tasks
             .iter()
             .map(|t| {
-                let c = crate::mcp::read_calls(&b.task_dir(&t.task.id));
+                let c = crate::mcp::read_calls(&b, &t.task.id);
                 (t.task.id.clone(), json!(c))
             })
             .collect();
@@ -119,7 +119,7 @@ fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> 
             "  prompt: {}",
             crate::providers::shared::text::truncate_chars(&t.task.prompt, 120)
         );
-        let calls = crate::mcp::read_calls(&b.task_dir(&t.task.id));
+        let calls = crate::mcp::read_calls(&b, &t.task.id);
         for at in &t.attempts {
             let r = at.result.as_ref();
             outln!(

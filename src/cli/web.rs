@@ -98,11 +98,29 @@ pub(super) async fn web(
         );
     }
     if a.open {
-        let _ = std::process::Command::new("xdg-open")
-            .arg(server.url())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
+        // Never the URL: its token would be in xdg-open's argv, which every user of
+        // the machine can read. A file of this user's alone that posts it instead.
+        match server.login_page() {
+            Ok(page) => {
+                let opened = tokio::process::Command::new("xdg-open")
+                    .arg(format!("file://{}", page.display()))
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .process_group(0)
+                    .spawn();
+                match opened {
+                    // Reaped when it ends (xdg-open hands the file to the browser and exits).
+                    Ok(mut child) => drop(tokio::spawn(async move { child.wait().await })),
+                    Err(e) => eprintln!(
+                        "aicli web: cannot run xdg-open ({e}): open the URL above instead"
+                    ),
+                }
+            }
+            Err(e) => eprintln!(
+                "aicli web: --open: cannot write the login page ({e}): open the URL above instead"
+            ),
+        }
     }
     let stop = tokio_util::sync::CancellationToken::new();
     super::common::ctrl_c_cancels(stop.clone(), false);

@@ -72,11 +72,17 @@ pub(crate) fn append(task_dir: &Path, rec: &McpCallRecord) {
     }
 }
 
-/// The calls recorded in `task_dir`, oldest first (unreadable lines are skipped).
-pub fn read_calls(task_dir: &Path) -> Vec<McpCallRecord> {
-    let Ok(text) = std::fs::read_to_string(task_dir.join(MCP_CALLS_FILE)) else {
+/// The calls recorded for task `task` of `batch`, oldest first (unreadable lines are
+/// skipped; the file is read without following a symlink).
+pub fn read_calls(batch: &crate::record::BatchRecord, task: &str) -> Vec<McpCallRecord> {
+    use std::io::Read;
+    let mut text = String::new();
+    let read = batch
+        .open_task_file(task, MCP_CALLS_FILE)
+        .and_then(|mut f| f.read_to_string(&mut text));
+    if read.is_err() {
         return Vec::new();
-    };
+    }
     text.lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
@@ -88,7 +94,11 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_results_are_cut() {
-        let d = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("b/tasks/t")).unwrap();
+        std::fs::write(root.path().join("b/batch.json"), "{}").unwrap();
+        let batch = crate::record::RunStore::new(root.path()).open_batch("b").unwrap();
+        let d = &batch.task_dir("t");
         let r = McpCallRecord {
             attempt: 1,
             at: "2026-12-01T00:00:00Z".into(),
@@ -99,16 +109,16 @@ mod tests {
             result: String::new(),
             truncated: false,
         };
-        append(d.path(), &r.clone().with_result("ok"));
-        append(d.path(), &r.clone().with_result(&"é".repeat(600)));
-        let got = read_calls(d.path());
+        append(d, &r.clone().with_result("ok"));
+        append(d, &r.clone().with_result(&"é".repeat(600)));
+        let got = read_calls(&batch, "t");
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].result, "ok");
         assert!(!got[0].truncated);
         assert_eq!(got[1].result.chars().count(), RECORDED_RESULT_CHARS);
         assert!(got[1].truncated);
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(d.path().join(MCP_CALLS_FILE))
+        let mode = std::fs::metadata(d.join(MCP_CALLS_FILE))
             .unwrap()
             .permissions()
             .mode();

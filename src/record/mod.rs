@@ -24,6 +24,7 @@
 //! | `lock` | [`TaskLock`]: one aicli process runs a task at a time |
 
 mod batch;
+pub(crate) mod beneath;
 mod control;
 pub mod files;
 mod lock;
@@ -40,7 +41,7 @@ pub use task::{
     AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, SetupStep, TaskRecord, TaskState,
 };
 
-use crate::util::{create_private_dirs, ensure_private_dir, read_json, write_json_atomic};
+use crate::util::{create_private_dirs, ensure_private_dir, write_json_atomic};
 
 /// A run-records directory.
 #[derive(Debug, Clone)]
@@ -150,27 +151,35 @@ impl RunStore {
         Ok(BatchRecord { dir })
     }
 
-    /// The record of batch `id`, or an error naming where it looked.
+    /// The record of batch `id`, or an error naming where it looked. A batch directory
+    /// that is a symlink, or whose `batch.json` is one, is refused ([`beneath`]).
     pub fn open_batch(&self, id: &str) -> Result<BatchRecord, String> {
         let dir = self.root.join(id);
-        if dir.join(files::BATCH_SPEC).is_file() {
-            Ok(BatchRecord { dir })
-        } else {
-            Err(format!(
+        let single = Path::new(id).components().count() == 1;
+        match beneath::open(&self.root, &Path::new(id).join(files::BATCH_SPEC), false) {
+            Ok(_) if single => Ok(BatchRecord { dir }),
+            Ok(_) => Err(format!("'{id}' is not a batch id")),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(format!("batch '{id}': {e}")),
+            Err(_) => Err(format!(
                 "no batch '{id}' in {} (no {}/batch.json)",
                 self.root.display(),
                 dir.display()
-            ))
+            )),
         }
     }
 
-    /// Every batch, newest first.
+    /// Every batch, newest first: the directories of the store (never a symlink) that
+    /// hold a `batch.json` (never a symlink either).
     pub fn list(&self) -> Vec<BatchRecord> {
         let mut ids: Vec<PathBuf> = std::fs::read_dir(&self.root)
             .map(|d| {
                 d.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .filter(|e| {
+                        let rel = Path::new(&e.file_name()).join(files::BATCH_SPEC);
+                        beneath::open(&self.root, &rel, false).is_ok()
+                    })
                     .map(|e| e.path())
-                    .filter(|p| p.join(files::BATCH_SPEC).is_file())
                     .collect()
             })
             .unwrap_or_default();
@@ -226,7 +235,7 @@ impl RunStore {
         self.list()
             .into_iter()
             .filter(|rec| batch.is_none_or(|b| b == rec.batch_id()))
-            .filter(|rec| rec.task_dir(task).join(files::TASK).is_file())
+            .filter(|rec| rec.has_task(task))
             .map(|rec| (rec, task.to_owned()))
             .collect()
     }
@@ -248,12 +257,60 @@ impl BatchRecord {
 
     /// The spec.
     pub fn spec(&self) -> Result<BatchSpec, String> {
-        read_json(&self.dir.join(files::BATCH_SPEC))
+        self.read_json(Path::new(files::BATCH_SPEC))
     }
 
     /// The result, if the batch ended (or was summarized) at least once.
     pub fn result(&self) -> Option<BatchResult> {
-        read_json(&self.dir.join(files::BATCH_RESULT)).ok()
+        self.read_json(Path::new(files::BATCH_RESULT)).ok()
+    }
+
+    /// The JSON file `rel` of this record, read without following a symlink at any
+    /// level below the runs directory ([`beneath`]).
+    fn read_json<T: serde::de::DeserializeOwned>(&self, rel: &Path) -> Result<T, String> {
+        let path = self.dir.join(rel);
+        let bytes = self
+            .read_file(rel)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The file `rel` of this record (relative to its directory), opened without
+    /// following a symlink at any level below the runs directory.
+    pub fn open_file(&self, rel: &Path) -> std::io::Result<std::fs::File> {
+        let (root, id) = self.root_and_id();
+        beneath::open(root, &Path::new(id).join(rel), false)
+    }
+
+    fn read_file(&self, rel: &Path) -> std::io::Result<Vec<u8>> {
+        let (root, id) = self.root_and_id();
+        beneath::read(root, &Path::new(id).join(rel))
+    }
+
+    /// The names in task `task_id`'s record directory, listed without following a
+    /// symlink at any level.
+    pub fn task_file_names(&self, task_id: &str) -> std::io::Result<Vec<std::ffi::OsString>> {
+        let (root, id) = self.root_and_id();
+        beneath::list(root, &Path::new(id).join(files::TASKS_DIR).join(task_id))
+    }
+
+    /// Task `task_id`'s record file `name` ([`BatchRecord::open_file`]).
+    pub fn open_task_file(&self, task_id: &str, name: &str) -> std::io::Result<std::fs::File> {
+        self.open_file(&Path::new(files::TASKS_DIR).join(task_id).join(name))
+    }
+
+    /// Whether task `task_id` has a record here (its `task.json`, reached without a
+    /// symlink).
+    pub fn has_task(&self, task_id: &str) -> bool {
+        self.open_task_file(task_id, files::TASK).is_ok()
+    }
+
+    /// The runs directory and the batch id.
+    fn root_and_id(&self) -> (&Path, &std::ffi::OsStr) {
+        (
+            self.dir.parent().unwrap_or(Path::new("/")),
+            self.dir.file_name().unwrap_or_default(),
+        )
     }
 
     /// Writes the batch result.
@@ -279,7 +336,7 @@ impl BatchRecord {
 
     /// `task.json` as written: the prompt left out.
     fn task_without_prompt(&self, task_id: &str) -> Result<TaskRecord, String> {
-        read_json(&self.task_dir(task_id).join(files::TASK))
+        self.read_json(&Path::new(files::TASKS_DIR).join(task_id).join(files::TASK))
     }
 
     /// Writes a task's record ([`Write`] says how), on this thread: for the few writes

@@ -228,7 +228,7 @@ pub(super) async fn mcp_calls(
 ) -> Response {
     match open_task(&w, &b, &t) {
         Ok((batch, rec)) => {
-            axum::Json(crate::mcp::read_calls(&batch.task_dir(&rec.task.id))).into_response()
+            axum::Json(crate::mcp::read_calls(&batch, &rec.task.id)).into_response()
         }
         Err(r) => *r,
     }

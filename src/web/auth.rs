@@ -1,16 +1,20 @@
 //! Who may use the web view: a browser that exchanged the one-time URL token for a
-//! session cookie (HttpOnly, SameSite=Strict), or a client with the server's API token
-//! as `Authorization: Bearer`. State-changing requests with the cookie also need the
-//! session's CSRF token in `X-CSRF-Token`. Tokens are 32 random bytes in hex, compared
-//! in constant time, and never logged whole.
+//! session cookie (HttpOnly, SameSite=Strict; `Secure` and `__Host-` under TLS), or a
+//! client with the server's API token as `Authorization: Bearer` (the scheme in any
+//! case). State-changing requests with the cookie also need the session's CSRF token in
+//! `X-CSRF-Token`. Tokens are 32 random bytes in hex, compared in constant time, and
+//! never logged whole.
 
 use std::sync::Mutex;
 
 use axum::http::{HeaderMap, Method, header};
 use subtle::ConstantTimeEq;
 
-/// The cookie's name.
+/// The cookie's name over plain HTTP.
 pub(crate) const COOKIE: &str = "aicli_session";
+/// The cookie's name under TLS: the `__Host-` prefix makes the browser keep it only
+/// when it is `Secure`, has `Path=/` and no `Domain` (so no other host sets or reads it).
+pub(crate) const COOKIE_TLS: &str = "__Host-aicli_session";
 /// The header a cookie-authenticated POST carries its CSRF token in.
 pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 /// Browser sessions at most; the oldest goes when one more logs in.
@@ -48,6 +52,8 @@ pub(crate) struct Auth {
     login: Mutex<Option<String>>,
     api: String,
     sessions: Mutex<Vec<Session>>,
+    /// Served over TLS: the cookie is `Secure` and `__Host-`.
+    tls: bool,
 }
 
 /// Why a request is refused.
@@ -60,13 +66,19 @@ pub(crate) enum Refusal {
 }
 
 impl Auth {
-    /// New credentials: a one-time login token and an API token.
-    pub(crate) fn new() -> Auth {
+    /// New credentials: a one-time login token and an API token; `tls` when the
+    /// server speaks HTTPS.
+    pub(crate) fn new(tls: bool) -> Auth {
         Auth {
             login: Mutex::new(Some(new_token())),
             api: new_token(),
             sessions: Mutex::new(Vec::new()),
+            tls,
         }
+    }
+
+    fn cookie_name(&self) -> &'static str {
+        if self.tls { COOKIE_TLS } else { COOKIE }
     }
 
     /// The one-time login token (for the URL printed at start), while unused.
@@ -98,9 +110,15 @@ impl Auth {
         Some(s)
     }
 
-    /// The cookie that carries `s`.
-    pub(crate) fn cookie(s: &Session) -> String {
-        format!("{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/", s.id)
+    /// The cookie that carries `s`. It has no `Domain`: the browser sends it to the
+    /// host that set it only (the web view's own name, see [`super::WebServer`]).
+    pub(crate) fn cookie(&self, s: &Session) -> String {
+        let secure = if self.tls { "; Secure" } else { "" };
+        format!(
+            "{}={}; HttpOnly; SameSite=Strict; Path=/{secure}",
+            self.cookie_name(),
+            s.id
+        )
     }
 
     /// Who sends a request with `headers`, or why it is refused.
@@ -108,7 +126,7 @@ impl Auth {
         if let Some(t) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer)
         {
             return if same(t.trim(), &self.api) {
                 Ok(Caller::Api)
@@ -122,7 +140,7 @@ impl Auth {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|kv| kv.trim().split_once('='))
-            .find(|(k, _)| *k == COOKIE)
+            .find(|(k, _)| *k == self.cookie_name())
             .map(|(_, v)| v.to_owned())
             .ok_or(Refusal::Unauthenticated)?;
         let session = {
@@ -146,13 +164,20 @@ impl Auth {
     }
 }
 
+/// The credentials of an `Authorization` value with the `Bearer` scheme, which is
+/// case-insensitive (RFC 9110, 11.1).
+fn bearer(v: &str) -> Option<&str> {
+    let (scheme, rest) = v.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(rest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_login_token_works_once_and_a_post_needs_the_csrf_token() {
-        let a = Auth::new();
+        let a = Auth::new(false);
         let t = a.login_token().unwrap();
         assert!(a.log_in("0").is_none());
         let s = a.log_in(&t).unwrap();
@@ -170,5 +195,29 @@ mod tests {
         assert!(matches!(a.check(&Method::POST, &b), Ok(Caller::Api)));
         b.insert(header::AUTHORIZATION, "Bearer nope".parse().unwrap());
         assert_eq!(a.check(&Method::GET, &b).unwrap_err(), Refusal::Unauthenticated);
+        for scheme in ["bearer", "BEARER", "bEaReR"] {
+            let v = format!("{scheme} {}", a.api_token());
+            b.insert(header::AUTHORIZATION, v.parse().unwrap());
+            assert!(matches!(a.check(&Method::GET, &b), Ok(Caller::Api)), "{scheme}");
+        }
+        b.insert(header::AUTHORIZATION, format!("Basic {}", a.api_token()).parse().unwrap());
+        assert_eq!(a.check(&Method::GET, &b).unwrap_err(), Refusal::Unauthenticated);
+    }
+
+    #[test]
+    fn under_tls_the_cookie_is_secure_and_host_only() {
+        let a = Auth::new(true);
+        let s = a.log_in(&a.login_token().unwrap()).unwrap();
+        let c = a.cookie(&s);
+        assert!(c.starts_with("__Host-aicli_session=") && c.contains("; Secure"), "{c}");
+        assert!(!c.contains("Domain"), "{c}");
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, format!("{COOKIE}={}", s.id).parse().unwrap());
+        assert!(a.check(&Method::GET, &h).is_err(), "the plain name is not read under TLS");
+        h.insert(header::COOKIE, format!("{COOKIE_TLS}={}", s.id).parse().unwrap());
+        assert!(a.check(&Method::GET, &h).is_ok());
+        let plain = Auth::new(false);
+        let s = plain.log_in(&plain.login_token().unwrap()).unwrap();
+        assert!(!plain.cookie(&s).contains("Secure"));
     }
 }

@@ -19,7 +19,6 @@
 
 use std::convert::Infallible;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use aicli_providers::{AgentEvent, Decoder, EventKind, Line, ParseContext, ProviderRegistry};
@@ -126,15 +125,13 @@ struct Gone;
 
 impl Producer {
     async fn run(&mut self) {
-        let dir = self.batch.task_dir(&self.task);
-        let (events, aicli) = (dir.join(files::EVENTS), dir.join(files::AICLI_EVENTS));
-        while self.look(&events, &aicli).await.is_ok() {}
+        while self.look(files::EVENTS, files::AICLI_EVENTS).await.is_ok() {}
     }
 
     /// One look at the record: what is new is sent, then (when nothing was) a pause.
-    async fn look(&mut self, events: &Path, aicli: &Path) -> Result<(), Gone> {
+    async fn look(&mut self, events: &str, aicli: &str) -> Result<(), Gone> {
         let cap = CHUNK.max(self.line_cap + 2);
-        let chunk = read_from(events, self.offset, cap);
+        let chunk = read_from(self.batch.open_task_file(&self.task, events), self.offset, cap);
         // Read after the lines: an attempt's record is written before its first line.
         if let Ok(rec) = self.batch.task(&self.task) {
             self.rec = Some(rec);
@@ -210,14 +207,14 @@ impl Producer {
     /// over-long line, and moves past its end once it has one.
     async fn overlong(
         &mut self,
-        path: &Path,
-        aicli: &Path,
+        path: &str,
+        aicli: &str,
         chunk: &[u8],
         cap: usize,
     ) -> Result<(), Gone> {
         let mut end = self.offset + chunk.len() as u64;
         loop {
-            let more = read_from(path, end, cap);
+            let more = read_from(self.batch.open_task_file(&self.task, path), end, cap);
             if let Some(nl) = more.iter().position(|&b| b == b'\n') {
                 end += nl as u64 + 1;
                 break;
@@ -250,7 +247,7 @@ impl Producer {
     /// The decoder of the attempt whose stdout holds the line at `line_start`: a new one
     /// (with that attempt's context) when the line starts a later attempt, after what
     /// aicli added before that attempt began (its answer, the last one's questions).
-    async fn decoder_for(&mut self, line_start: u64, aicli: &Path) -> Result<(), Gone> {
+    async fn decoder_for(&mut self, line_start: u64, aicli: &str) -> Result<(), Gone> {
         let Some(rec) = &self.rec else {
             return Ok(());
         };
@@ -275,13 +272,17 @@ impl Producer {
     /// `before` began, or (`None`) all there are.
     async fn side_events(
         &mut self,
-        aicli: &Path,
+        aicli: &str,
         before: Option<&AttemptRecord>,
     ) -> Result<(), Gone> {
         let limit = before.map(|a| a.aicli_events_start);
         if limit.is_none_or(|l| l > self.sent.aicli) {
             let cap = limit.map_or(CHUNK, |l| (l - self.sent.aicli) as usize);
-            let bytes = read_from(aicli, self.sent.aicli, cap.min(CHUNK));
+            let bytes = read_from(
+                self.batch.open_task_file(&self.task, aicli),
+                self.sent.aicli,
+                cap.min(CHUNK),
+            );
             let mut start = 0;
             while let Some(nl) = bytes[start..].iter().position(|&b| b == b'\n') {
                 let line = &bytes[start..start + nl];
@@ -334,9 +335,10 @@ fn provider_decoder(
     Some(provider.decoder(&ctx))
 }
 
-/// The bytes of `path` from `offset` (at most `cap`); none when there are none yet.
-fn read_from(path: &Path, offset: u64, cap: usize) -> Vec<u8> {
-    let Ok(mut f) = std::fs::File::open(path) else {
+/// The bytes of a record file (opened without following a symlink) from `offset` (at
+/// most `cap`); none when there are none yet.
+fn read_from(file: std::io::Result<std::fs::File>, offset: u64, cap: usize) -> Vec<u8> {
+    let Ok(mut f) = file else {
         return Vec::new();
     };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);

@@ -7,7 +7,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /login?token=T` | the one-time token for a session cookie, then `/` |
+//! | `GET /login?token=T`, `POST /login` | the one-time token for a session cookie (on the page's own host name), then `/` |
 //! | `GET /` | the batches, newest first, blocked tasks on top |
 //! | `GET /batches/B` | a batch: a row per task (provider, status, tokens, cost) |
 //! | `GET /batches/B/tasks/T` | a task: attempts, response, its transcript live (`static/app.js`) |
@@ -40,7 +40,7 @@ use std::time::Duration;
 use aicli_providers::McpLimits;
 use axum::Router;
 use axum::extract::{Query, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -115,11 +115,28 @@ impl WebServer {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", opts.bind))?;
         let addr = tcp.local_addr().map_err(|e| e.to_string())?;
-        let bind_host = addr.to_string();
-        let hosts = AllowedHosts::new(
-            std::iter::once(bind_host.as_str()).chain(opts.allowed_hosts.iter().map(String::as_str)),
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        // On loopback over HTTP, the page lives at a host name of its own: a browser
+        // scopes cookies by host, not port, so a session cookie set for 127.0.0.1 would
+        // go to every other server on this machine's loopback the browser visits.
+        // Browsers resolve every `*.localhost` name to loopback themselves.
+        let own_host = (addr.ip().is_loopback() && tls.is_none())
+            .then(|| format!("aicli-{}.localhost", hex::encode(rand::random::<[u8; 8]>())));
+        let origin = match &own_host {
+            Some(h) => format!("{scheme}://{h}:{}", addr.port()),
+            None => format!("{scheme}://{addr}"),
+        };
+        let bind_ip = match addr.ip() {
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        };
+        let hosts = AllowedHosts::on_port(
+            addr.port(),
+            own_host.iter().map(String::as_str).chain([bind_ip.as_str()]),
+            opts.allowed_hosts.iter().map(String::as_str),
+            if tls.is_some() { 443 } else { 80 },
         );
-        let auth = auth::Auth::new();
+        let auth = auth::Auth::new(tls.is_some());
         let login = auth.login_token().unwrap_or_default();
         let api_token = auth.api_token().to_owned();
         let limits: McpLimits = engine.config().engine.mcp.limits.clone();
@@ -130,6 +147,9 @@ impl WebServer {
             store,
             auth,
             hosts,
+            origin: origin.clone(),
+            own_host: own_host.map(|h| format!("{h}:{}", addr.port())),
+            login_page: std::sync::Mutex::new(None),
             actions: actions::Actions::new(launcher),
             last_lines: views::LastLines::default(),
             read_only: opts.read_only,
@@ -150,8 +170,7 @@ impl WebServer {
             stop.clone(),
             tls.clone(),
         ));
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let url = format!("{scheme}://{addr}/login?token={login}");
+        let url = format!("{origin}/login?token={login}");
         tracing::info!(%addr, token = %&login[..8], "web view listening");
         Ok(WebServer {
             addr,
@@ -178,9 +197,36 @@ impl WebServer {
         &self.api_token
     }
 
+    /// A page that logs a browser in without the token in any process's arguments (for
+    /// `--open`): an HTML file, readable by this user only, in `$XDG_RUNTIME_DIR` (else
+    /// the temporary directory), whose form posts the one-time token to `/login`. It is
+    /// removed once the token is used, and when the server stops. Open it as
+    /// `file://PATH`.
+    pub fn login_page(&self) -> std::io::Result<std::path::PathBuf> {
+        let token = self
+            .state
+            .auth
+            .login_token()
+            .ok_or_else(|| std::io::Error::other("the login token was used already"))?;
+        let dir = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(std::path::PathBuf::from)
+            .filter(|d| d.is_dir())
+            .unwrap_or_else(std::env::temp_dir);
+        let mut f = tempfile::Builder::new()
+            .prefix("aicli-web-login-")
+            .suffix(".html")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .tempfile_in(dir)?;
+        std::io::Write::write_all(&mut f, pages::login_file(&self.state.origin, &token).as_bytes())?;
+        let path = f.path().to_owned();
+        *self.state.lock_login_page() = Some(f.into_temp_path());
+        Ok(path)
+    }
+
     /// Stops serving, and stops the commands the page started (as Ctrl-C would: their
     /// runs stop and their records are kept), waiting for them.
     pub async fn stop(self) {
+        self.state.lock_login_page().take();
         self.stop.cancel();
         let _ = self.task.await;
         self.state.actions.stop().await;
@@ -194,6 +240,14 @@ pub(crate) struct Web {
     store: RunStore,
     auth: auth::Auth,
     hosts: AllowedHosts,
+    /// `scheme://host:port` of the page, as its URL names it.
+    origin: String,
+    /// The page's own host name and port (`aicli-<random>.localhost:PORT`) when it has
+    /// one: a login on another loopback name is sent there, so that the cookie is set
+    /// for that name alone.
+    own_host: Option<String>,
+    /// The file [`WebServer::login_page`] wrote, removed (dropped) once it is of no use.
+    login_page: std::sync::Mutex<Option<tempfile::TempPath>>,
     actions: actions::Actions,
     last_lines: views::LastLines,
     read_only: bool,
@@ -203,6 +257,12 @@ pub(crate) struct Web {
 }
 
 type Shared = Arc<Web>;
+
+impl Web {
+    fn lock_login_page(&self) -> std::sync::MutexGuard<'_, Option<tempfile::TempPath>> {
+        self.login_page.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 fn router(state: Shared) -> Router {
     let task = "/api/batches/{batch}/tasks/{task}";
@@ -233,7 +293,7 @@ fn router(state: Shared) -> Router {
         .route(&format!("{task}/cancel"), post(post::cancel_task))
         .route(&format!("{task}/answer"), post(post::answer))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
-        .route("/login", get(login))
+        .route("/login", get(login).post(login_posted))
         .layer(axum::middleware::from_fn_with_state(state.clone(), hosts_and_headers))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
@@ -241,7 +301,14 @@ fn router(state: Shared) -> Router {
 
 /// The Host check, and the security headers on every response.
 async fn hosts_and_headers(State(w): State<Shared>, req: Request, next: Next) -> Response {
-    let mut res = match w.hosts.check(req.headers()) {
+    // The login's only input is the one-time secret, and the page `--open` writes posts
+    // it from a file (`Origin: null`): its Origin is not looked at.
+    let checked = if req.uri().path() == "/login" {
+        w.hosts.check_host(req.headers())
+    } else {
+        w.hosts.check(req.headers())
+    };
+    let mut res = match checked {
         Ok(()) => next.run(req).await,
         Err(why) => (StatusCode::FORBIDDEN, why).into_response(),
     };
@@ -282,21 +349,60 @@ struct LoginQuery {
     token: String,
 }
 
-async fn login(State(w): State<Shared>, Query(q): Query<LoginQuery>) -> Response {
-    match w.auth.log_in(&q.token) {
-        Some(s) => {
-            let mut r = Redirect::to("/").into_response();
-            if let Ok(v) = HeaderValue::from_str(&auth::Auth::cookie(&s)) {
-                r.headers_mut().insert(header::SET_COOKIE, v);
-            }
-            r
-        }
-        None => (
+async fn login(State(w): State<Shared>, headers: HeaderMap, Query(q): Query<LoginQuery>) -> Response {
+    log_in(&w, &headers, &q.token, false)
+}
+
+/// `POST /login` (a form with `token`): what the page `--open` writes sends.
+async fn login_posted(
+    State(w): State<Shared>,
+    headers: HeaderMap,
+    axum::Form(q): axum::Form<LoginQuery>,
+) -> Response {
+    log_in(&w, &headers, &q.token, true)
+}
+
+/// Exchanges the one-time token for a session cookie, on the page's own host name: a
+/// login that arrives on another (a loopback address) is sent there first, with the
+/// token unspent. A GET ends in a redirect to `/`; a POST (from a file, another site to
+/// the browser) in a page that moves on to `/` itself, since a SameSite=Strict cookie is
+/// not sent on a redirect that another site started.
+fn log_in(w: &Web, headers: &HeaderMap, token: &str, posted: bool) -> Response {
+    let refused = || {
+        (
             StatusCode::UNAUTHORIZED,
             "this login link was used already or is wrong: restart `aicli web` for a new one",
         )
-            .into_response(),
+            .into_response()
+    };
+    // Only a token's shape goes into a redirect.
+    if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return refused();
     }
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    if let Some(own) = &w.own_host
+        && !host.is_some_and(|h| h.eq_ignore_ascii_case(own))
+    {
+        let to = if posted {
+            format!("{}/login", w.origin)
+        } else {
+            format!("{}/login?token={token}", w.origin)
+        };
+        return Redirect::temporary(&to).into_response();
+    }
+    let Some(s) = w.auth.log_in(token) else {
+        return refused();
+    };
+    w.lock_login_page().take();
+    let mut r = if posted {
+        pages::logged_in().into_response()
+    } else {
+        Redirect::to("/").into_response()
+    };
+    if let Ok(v) = HeaderValue::from_str(&w.auth.cookie(&s)) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
 }
 
 /// An id from a URL: letters, digits, `.`, `_` and `-`, not starting with `.` (so never

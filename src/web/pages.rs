@@ -55,6 +55,43 @@ pub(super) async fn js() -> Response {
     ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], JS).into_response()
 }
 
+/// The page `aicli web --open` hands the browser as a file (mode 0600): its form posts
+/// the one-time token to `origin/login` by itself, so the token is never in a process's
+/// arguments. A file of the user's own, outside the server: its one inline script is
+/// under no CSP of ours.
+pub(super) fn login_file(origin: &str, token: &str) -> String {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head { meta charset="utf-8"; title { "aicli web: logging in" } }
+            body {
+                form method="post" action={ (origin) "/login" } {
+                    input type="hidden" name="token" value=(token);
+                    button type="submit" { "Log in to aicli web" }
+                }
+                script { (maud::PreEscaped("document.forms[0].submit();")) }
+            }
+        }
+    }
+    .into_string()
+}
+
+/// What a posted login answers: the cookie is set, and the page moves to `/` itself (a
+/// navigation of this origin's, on which a SameSite=Strict cookie is sent).
+pub(super) fn logged_in() -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content="0; url=/";
+                title { "aicli web" }
+            }
+            body { p { "Logged in. " a href="/" { "Go to the runs" } } }
+        }
+    }
+}
+
 fn page(title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
@@ -127,12 +164,13 @@ pub(super) async fn index(State(w): State<Shared>) -> Markup {
     )
 }
 
-/// A blocked task's question with its options as buttons and a text answer.
+/// A blocked task's question with its options as buttons and a text answer; read-only,
+/// the question with its options and the command that answers it, and no form at all.
 fn answer_form(batch: &str, task: &str, q: &aicli_providers::PendingQuestion, acts: bool) -> Markup {
     html! {
-        form.answer data-batch=(batch) data-task=(task) {
-            div.q { (q.question) }
-            @if acts {
+        @if acts {
+            form.answer data-batch=(batch) data-task=(task) {
+                div.q { (q.question) }
                 @if !q.options.is_empty() {
                     div {
                         @for o in &q.options {
@@ -145,11 +183,18 @@ fn answer_form(batch: &str, task: &str, q: &aicli_providers::PendingQuestion, ac
                     textarea name="text" maxlength="65536" {}
                 }
                 div { button.send type="submit" { "Send the answer" } }
-            } @else {
+            }
+        } @else {
+            div.question data-batch=(batch) data-task=(task) {
+                div.q { (q.question) }
                 @if !q.options.is_empty() {
                     div { "Options: " (q.options.join(" · ")) }
                 }
-                div { "Answer with " code { "aicli answer " (batch) "/" (task) " \"…\"" } }
+                div {
+                    "This view is read-only. Answer with "
+                    code { "aicli answer " (batch) "/" (task) " -" }
+                    " (the answer on stdin)"
+                }
             }
         }
     }
@@ -278,7 +323,7 @@ pub(super) async fn task(
     };
     let last = rec.latest_result();
     let diff = super::api::task_diff(&batch, &rec).await;
-    let calls = crate::mcp::read_calls(&batch.task_dir(&t));
+    let calls = crate::mcp::read_calls(&batch, &t);
     let files = super::views::record_files(&batch, &t);
     let acts = w.actions.launcher().is_some();
     let question = last

@@ -12,12 +12,16 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::record::{BatchRecord, TaskRecord, TaskState, files};
-use crate::worktree::git_output;
+use crate::worktree::git_output_capped;
 
 /// Changed lines past which the diff is shown as its file list only.
 const MAX_DIFF_LINES: u64 = 20_000;
 /// Bytes of diff text shown at most.
 const MAX_DIFF_BYTES: usize = 2 << 20;
+/// Bytes of a file list (`--numstat`, untracked files) read at most.
+const MAX_LIST_BYTES: usize = 1 << 20;
+/// Files larger than this are binary to the diff: git neither diffs nor loads them.
+const BIG_FILE_THRESHOLD: &str = "core.bigFileThreshold=8m";
 /// Untracked files shown in the diff at most, and the largest one shown whole.
 const MAX_NEW_FILES: usize = 200;
 const MAX_NEW_FILE_BYTES: u64 = 256 * 1024;
@@ -70,18 +74,28 @@ pub(crate) async fn diff(rec: &TaskRecord, repo: &Path) -> TaskDiff {
         }
     };
     let git = |args: Vec<&str>| {
-        let mut a = vec!["--no-optional-locks", "-c", "core.quotepath=off"];
+        // Files past the threshold are "binary" to git: it does not diff them (nor hold
+        // them in memory to do so).
+        let mut a = vec![
+            "--no-optional-locks",
+            "-c",
+            "core.quotepath=off",
+            "-c",
+            BIG_FILE_THRESHOLD,
+        ];
         a.extend(args);
         a.into_iter().map(str::to_owned).collect::<Vec<_>>()
     };
-    let run = |args: Vec<String>, accept: &'static [i32]| async move {
+    let run = |args: Vec<String>, cap: usize| async move {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        git_output(dir, &refs, accept).await
+        git_output_capped(dir, &refs, &[0], cap).await
     };
     let mut numstat = vec!["diff", "--numstat", "--no-ext-diff"];
     numstat.extend(range.iter().copied());
-    let lines: u64 = match run(git(numstat), &[0]).await {
-        Ok(b) => String::from_utf8_lossy(&b)
+    let lines: u64 = match run(git(numstat), MAX_LIST_BYTES).await {
+        // A list of changed files too long to read: far too many lines to show.
+        Ok((_, true)) => u64::MAX,
+        Ok((b, false)) => String::from_utf8_lossy(&b)
             .lines()
             .filter_map(|l| {
                 let mut f = l.split('\t');
@@ -98,30 +112,40 @@ pub(crate) async fn diff(rec: &TaskRecord, repo: &Path) -> TaskDiff {
     let mut args = vec!["diff", "--no-color", "--no-ext-diff"];
     if lines > MAX_DIFF_LINES {
         args.push("--stat");
+        let n = if lines == u64::MAX {
+            "too many".to_owned()
+        } else {
+            lines.to_string()
+        };
         out.note = Some(format!(
-            "{lines} changed lines: only the list of files is shown (`git diff {}` in {} shows all)",
+            "{n} changed lines: only the list of files is shown (`git diff {}` in {} shows all)",
             range.join(" "),
             dir.display()
         ));
     }
     args.extend(range.iter().copied());
-    match run(git(args), &[0]).await {
-        Ok(b) => out.diff = String::from_utf8_lossy(&b).into_owned(),
+    let mut cut = false;
+    match run(git(args), MAX_DIFF_BYTES).await {
+        Ok((b, more)) => {
+            cut = more;
+            out.diff = String::from_utf8_lossy(&b).into_owned();
+        }
         Err(e) => out.note = Some(e.to_string()),
     }
-    if out.source == "worktree" {
+    if out.source == "worktree" && !cut {
         new_files(dir, &mut out).await;
     }
-    if out.diff.len() > MAX_DIFF_BYTES {
-        let mut cut = MAX_DIFF_BYTES;
-        while !out.diff.is_char_boundary(cut) {
-            cut -= 1;
+    if cut || out.diff.len() > MAX_DIFF_BYTES {
+        let mut at = out.diff.len().min(MAX_DIFF_BYTES);
+        while !out.diff.is_char_boundary(at) {
+            at -= 1;
         }
-        out.diff.truncate(cut);
-        out.note = Some(format!(
-            "the diff is cut at {} MiB",
-            MAX_DIFF_BYTES >> 20
-        ));
+        out.diff.truncate(at);
+        let why = format!("the diff is cut at {} MiB", MAX_DIFF_BYTES >> 20);
+        out.note = Some(match out.note.take() {
+            Some(n) => format!("{n}; {why}"),
+            None => why,
+        });
     }
     out
 }
@@ -135,7 +159,7 @@ async fn new_files(dir: &Path, out: &mut TaskDiff) {
         "--exclude-standard",
         "-z",
     ];
-    let Ok(list) = git_output(dir, &args, &[0]).await else {
+    let Ok((list, _)) = git_output_capped(dir, &args, &[0], MAX_LIST_BYTES).await else {
         return;
     };
     let names: Vec<String> = list
@@ -158,6 +182,8 @@ async fn new_files(dir: &Path, out: &mut TaskDiff) {
         }
         let args = [
             "--no-optional-locks",
+            "-c",
+            BIG_FILE_THRESHOLD,
             "diff",
             "--no-color",
             "--no-ext-diff",
@@ -166,7 +192,8 @@ async fn new_files(dir: &Path, out: &mut TaskDiff) {
             "/dev/null",
             name.as_str(),
         ];
-        if let Ok(b) = git_output(dir, &args, &[0, 1]).await {
+        let room = (MAX_DIFF_BYTES + 1).saturating_sub(out.diff.len());
+        if let Ok((b, _)) = git_output_capped(dir, &args, &[0, 1], room).await {
             out.diff.push_str(&String::from_utf8_lossy(&b));
         }
     }
@@ -189,20 +216,19 @@ pub struct RecordFile {
 }
 
 /// The files of task `task`'s record that may be downloaded: regular files of its
-/// directory, not its private directory (credentials, tokens), pid files or locks.
+/// directory, not its private directory (credentials, tokens), pid files or locks;
+/// never through a symlink, at any level.
 pub(crate) fn record_files(batch: &BatchRecord, task: &str) -> Vec<RecordFile> {
-    let Ok(rd) = std::fs::read_dir(batch.task_dir(task)) else {
+    let Ok(names) = batch.task_file_names(task) else {
         return Vec::new();
     };
-    let mut v: Vec<RecordFile> = rd
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let meta = std::fs::symlink_metadata(e.path()).ok()?;
-            (meta.is_file() && downloadable(&name)).then_some(RecordFile {
-                name,
-                bytes: meta.len(),
-            })
+    let mut v: Vec<RecordFile> = names
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .filter(|n| downloadable(n))
+        .filter_map(|name| {
+            let bytes = batch.open_task_file(task, &name).ok()?.metadata().ok()?.len();
+            Some(RecordFile { name, bytes })
         })
         .collect();
     v.sort_by(|a, b| a.name.cmp(&b.name));
@@ -219,28 +245,18 @@ fn downloadable(name: &str) -> bool {
 }
 
 /// The record file `name` of `task`, opened for download, when it is one
-/// [`record_files`] lists (a regular file, never through a symlink).
+/// [`record_files`] would list (a regular file, never through a symlink).
 pub(crate) fn open_record_file(
     batch: &BatchRecord,
     task: &str,
     name: &str,
 ) -> Option<(std::fs::File, u64)> {
-    if !record_files(batch, task).iter().any(|f| f.name == name) {
+    if !downloadable(name) {
         return None;
     }
-    let path = batch.task_dir(task).join(name);
-    let f = open_no_follow(&path)?;
-    let meta = f.metadata().ok()?;
-    meta.is_file().then_some((f, meta.len()))
-}
-
-fn open_no_follow(path: &Path) -> Option<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .ok()
+    let f = batch.open_task_file(task, name).ok()?;
+    let len = f.metadata().ok()?.len();
+    Some((f, len))
 }
 
 /// Bytes of the end of a task's `events.ndjson` read for its last line.
@@ -357,15 +373,17 @@ impl LastLines {
         rec: &TaskRecord,
         registry: &ProviderRegistry,
     ) -> String {
-        let path = batch.task_dir(&rec.task.id).join(files::EVENTS);
-        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let file = batch.open_task_file(&rec.task.id, files::EVENTS).ok();
+        let len = file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len());
         let key = (batch.batch_id(), rec.task.id.clone());
         if let Some((l, s)) = self.lock().get(&key)
             && *l == len
         {
             return s.clone();
         }
-        let line = last_line(&path, len, rec, registry).unwrap_or_default();
+        let line = file
+            .and_then(|f| last_line(f, len, rec, registry))
+            .unwrap_or_default();
         self.lock().insert(key, (len, line.clone()));
         line
     }
@@ -375,10 +393,14 @@ impl LastLines {
     }
 }
 
-fn last_line(path: &Path, len: u64, rec: &TaskRecord, registry: &ProviderRegistry) -> Option<String> {
+fn last_line(
+    mut f: std::fs::File,
+    len: u64,
+    rec: &TaskRecord,
+    registry: &ProviderRegistry,
+) -> Option<String> {
     let attempt = rec.attempts.last()?;
     let start = attempt.events_start.max(len.saturating_sub(LAST_LINE_TAIL));
-    let mut f = std::fs::File::open(path).ok()?;
     f.seek(SeekFrom::Start(start)).ok()?;
     let mut buf = Vec::new();
     f.take(len - start).read_to_end(&mut buf).ok()?;

@@ -135,6 +135,68 @@ pub(crate) async fn git_output(
     }
 }
 
+/// `git -C dir ARGS`'s stdout, at most `cap` bytes of it, and whether there was more.
+/// Reading stops at the cap: git is stopped (its stdout closed, then killed), so a
+/// command whose output is unbounded (a diff of a generated file) costs `cap` bytes of
+/// memory here, never its whole output. Output within the cap is checked as
+/// [`git_output`] checks it; a cut one is returned as far as it got.
+pub(crate) async fn git_output_capped(
+    dir: &Path,
+    args: &[&str],
+    accept: &[i32],
+    cap: usize,
+) -> Result<(Vec<u8>, bool), WorktreeError> {
+    use tokio::io::AsyncReadExt;
+    /// What is kept of git's stderr (for the error).
+    const STDERR_KEPT: u64 = 16 * 1024;
+    let mut child = Command::new(git_binary())
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(WorktreeError::NoGit)?;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(WorktreeError::NoGit(std::io::Error::other("no pipes")));
+    };
+    let read_out = async move {
+        let mut out = Vec::with_capacity(cap.min(64 * 1024));
+        // One byte past the cap tells whether there is more; the pipe closes when this
+        // returns, so a git still writing gets EPIPE and stops.
+        let r = stdout.take(cap as u64 + 1).read_to_end(&mut out).await;
+        (out, r)
+    };
+    let read_err = async move {
+        let mut kept = Vec::new();
+        let mut rest = stderr;
+        let _ = (&mut rest).take(STDERR_KEPT).read_to_end(&mut kept).await;
+        // Drained to its end, and dropped: git never blocks on a full stderr.
+        let _ = tokio::io::copy(&mut rest, &mut tokio::io::sink()).await;
+        kept
+    };
+    // stderr ends when git does, and a cut stdout makes git end (EPIPE).
+    let ((mut out, read), stderr) = tokio::join!(read_out, read_err);
+    if read.is_ok() && out.len() > cap {
+        out.truncate(cap);
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+        return Ok((out, true));
+    }
+    let status = child.wait().await.map_err(WorktreeError::NoGit)?;
+    match read {
+        Ok(_) if status.code().is_some_and(|c| accept.contains(&c)) => Ok((out, false)),
+        _ => Err(WorktreeError::Git {
+            args: args.join(" "),
+            dir: dir.to_path_buf(),
+            stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
+        }),
+    }
+}
+
 /// One lock per repository for commands that change it.
 pub(crate) fn repo_lock(root: &Path) -> std::sync::Arc<tokio::sync::Mutex<()>> {
     use std::collections::HashMap;

@@ -104,13 +104,14 @@ impl Harness {
         batch
     }
 
-    /// The record directory of a task.
-    pub fn task_dir(&self, batch: &BatchResult, task: &str) -> PathBuf {
-        self.engine
+    /// The MCP tool calls recorded for a task.
+    pub fn calls(&self, batch: &BatchResult, task: &str) -> Vec<aicli::mcp::McpCallRecord> {
+        let b = self
+            .engine
             .store(self.repo.path(), None)
             .open_batch(&batch.batch_id)
-            .unwrap()
-            .task_dir(task)
+            .unwrap();
+        aicli::mcp::read_calls(&b, task)
     }
 
     /// A JSON file the stand-in CLI wrote.
@@ -279,14 +280,14 @@ async fn a_granted_command_tool_is_listed_and_runs_and_an_ungranted_task_neither
     assert!(!other.iter().any(|t| t.contains("echo_args")), "{other:?}");
 
     // The run record logs the call (tool, duration, exit, the start of its result) ...
-    let calls = aicli::mcp::read_calls(&h.task_dir(&batch, "granted"));
+    let calls = h.calls(&batch, "granted");
     let c = calls
         .iter()
         .find(|c| c.tool == "echo_args")
         .unwrap_or_else(|| panic!("{calls:?}"));
     assert!(c.ok && c.exit_code == Some(0) && c.attempt == 1, "{c:?}");
     assert!(c.result.contains("\"parser\""), "{c:?}");
-    let other_calls = aicli::mcp::read_calls(&h.task_dir(&batch, "other"));
+    let other_calls = h.calls(&batch, "other");
     assert!(
         other_calls.iter().any(|c| c.tool == "echo_args" && !c.ok),
         "{other_calls:?}"
@@ -375,7 +376,7 @@ async fn arguments_that_miss_the_schema_get_a_json_rpc_error_and_run_nothing() {
         "invalid arguments for tool echo_args: 1013 bytes of JSON; at most 1000 are accepted (mcp.limits.tool_argument_bytes)"
     );
     assert!(!ran.exists(), "the tool ran for a refused call");
-    let calls = aicli::mcp::read_calls(&h.task_dir(&batch, "t"));
+    let calls = h.calls(&batch, "t");
     assert_eq!(calls.len(), 6, "{calls:?}");
     assert!(
         calls.iter().all(|c| !c.ok && c.exit_code.is_none()),
@@ -425,7 +426,7 @@ async fn a_hanging_tool_is_killed_at_its_timeout_and_one_outliving_its_task_with
         "{res}"
     );
     assert_all_gone(&dir.path().join("hang.pids"), Duration::from_secs(5)).await;
-    let calls = aicli::mcp::read_calls(&h.task_dir(&batch, "hangs"));
+    let calls = h.calls(&batch, "hangs");
     let c = &calls[0];
     assert!(!c.ok && c.exit_code.is_none(), "{c:?}");
     assert!(
@@ -477,7 +478,7 @@ async fn a_flooding_tool_is_capped_and_a_failing_one_reports_its_stderr() {
     assert!(out.contains("tool fails failed (exit code 3)"), "{out}");
     assert!(out.contains("cannot reach the database"), "{out}");
     assert!(out.contains("partial"), "{out}");
-    let calls = aicli::mcp::read_calls(&h.task_dir(&batch, "t"));
+    let calls = h.calls(&batch, "t");
     let f = calls.iter().find(|c| c.tool == "fails").unwrap();
     assert_eq!((f.ok, f.exit_code), (false, Some(3)));
     let fl = calls.iter().find(|c| c.tool == "flood").unwrap();

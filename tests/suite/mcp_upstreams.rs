@@ -246,7 +246,7 @@ async fn a_granted_task_sees_and_calls_the_upstreams_tools_and_the_cli_never_hol
         }
     }
     // The records: each forwarded call, none with a secret in it.
-    let calls = aicli::mcp::read_calls(&h.task_dir(&batch, "a"));
+    let calls = h.calls(&batch, "a");
     assert!(
         calls.iter().any(|c| c.tool == "tracker__whoami" && c.ok),
         "{calls:?}"
@@ -359,7 +359,11 @@ async fn an_upstream_that_dies_is_restarted_once_then_reported_and_list_changed_
     assert_eq!(quiet["list_changed"], false, "{quiet}");
     assert!(!super::support::alive(p2));
     // The record has every call.
-    let calls = aicli::mcp::read_calls(&task_dir);
+    std::fs::write(dir.path().join("batch/batch.json"), "{}").unwrap();
+    let batch = aicli::RunStore::new(dir.path())
+        .open_batch("batch")
+        .unwrap();
+    let calls = aicli::mcp::read_calls(&batch, "t");
     assert!(
         calls.iter().filter(|c| c.tool == "dying__pid").count() >= 3,
         "{calls:?}"
@@ -428,7 +432,7 @@ async fn a_result_over_max_message_bytes_never_reaches_the_agent_and_a_stdio_ups
     assert!(!refused.to_string().contains("yyyyyyyyyy"), "{refused}");
     assert_eq!(text(&h.json("http-small")), "y".repeat(10));
     // The record says the refused calls failed.
-    let calls = aicli::mcp::read_calls(&h.task_dir(&batch, "t"));
+    let calls = h.calls(&batch, "t");
     assert!(
         calls.iter().any(|c| c.tool == "everything__echo" && !c.ok),
         "{calls:?}"

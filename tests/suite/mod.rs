@@ -23,4 +23,8 @@ mod robustness;
 mod schemas;
 mod support;
 mod web;
+// Its `driver_or_skip!` serves the other browser tests.
+#[macro_use]
 mod web_browser;
+mod web_browser_auth;
+mod web_security;

@@ -12,7 +12,7 @@ use super::support::*;
 /// A running `aicli web --json`: its login URL, address and API token.
 pub(crate) struct Web {
     child: std::process::Child,
-    url: String,
+    pub(crate) url: String,
     pub(crate) base: String,
     pub(crate) token: String,
 }
@@ -38,13 +38,28 @@ impl Web {
         let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON first line");
         let url = v["url"].as_str().unwrap().to_owned();
         let base = format!("http://{}", v["addr"].as_str().unwrap());
-        assert!(url.starts_with(&format!("{base}/login?token=")), "{url}");
+        let port = base.rsplit_once(':').unwrap().1;
+        // The page's own host name (the session cookie's), on the server's port.
+        let own = url
+            .strip_prefix("http://aicli-")
+            .unwrap_or_else(|| panic!("{url}"));
+        assert!(
+            own.split_once(".localhost:")
+                .is_some_and(|(name, rest)| name.len() == 16
+                    && rest.starts_with(&format!("{port}/login?token="))),
+            "{url}"
+        );
         Web {
             child,
             url,
             base,
             token: v["api_token"].as_str().unwrap().to_owned(),
         }
+    }
+
+    /// The server's pid.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// `GET PATH` with the API token: its JSON.
@@ -171,10 +186,7 @@ async fn the_web_view_serves_another_process_s_batch_live_and_safely() {
     );
     let id = batch_id(&b);
     let web = start_web(&cfg, repo.path(), &runs);
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = crate::support::browser::http_for(&web.url);
 
     // Nothing without a credential; a wrong Host is refused before that.
     let r = http.get(format!("{}/", web.base)).send().await.unwrap();
@@ -419,10 +431,7 @@ async fn a_batch_serves_its_own_web_view_while_it_runs() {
         }
     };
     std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = crate::support::browser::http_for(&url);
     let r = http.get(&url).send().await.unwrap();
     assert_eq!(r.status(), 303);
     let cookie = r.headers()["set-cookie"]
@@ -432,7 +441,7 @@ async fn a_batch_serves_its_own_web_view_while_it_runs() {
         .next()
         .unwrap()
         .to_owned();
-    let base = url.split("/login").next().unwrap().to_owned();
+    let base = crate::support::browser::loopback_base(&url);
     let list: serde_json::Value = http
         .get(format!("{base}/api/batches"))
         .header("cookie", &cookie)

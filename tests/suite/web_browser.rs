@@ -284,7 +284,7 @@ async fn three_clis_update_the_batch_page_live_and_a_click_answers_a_question() 
             .all(|t| s.task("live", t).is_some())
     })
     .await;
-    b.goto(&format!("{}/batches/live", web.base)).await;
+    b.goto(&format!("{}/batches/live", web.page)).await;
     b.wait_for("the batch's rows", "tr[data-task] td.status")
         .await;
     b.js("window.__sameDocument = 'live'; return 1").await;
@@ -377,7 +377,7 @@ async fn three_clis_update_the_batch_page_live_and_a_click_answers_a_question() 
         s.batch_err("ask")
     );
     assert_eq!(s.state("ask", "ask").as_deref(), Some("blocked"));
-    b.goto(&format!("{}/", web.base)).await;
+    b.goto(&format!("{}/", web.page)).await;
     let form = "section#blocked form.answer[data-batch=\"ask\"][data-task=\"ask\"]";
     b.wait_for("the blocked task on the index", form).await;
     let q = b
@@ -394,7 +394,7 @@ async fn three_clis_update_the_batch_page_live_and_a_click_answers_a_question() 
     b.resize(DESKTOP).await;
 
     // The task page: blocked, with the same form; a click on "blue" answers.
-    b.goto(&format!("{}/batches/ask/tasks/ask", web.base)).await;
+    b.goto(&format!("{}/batches/ask/tasks/ask", web.page)).await;
     b.wait_js(
         "the task page says blocked",
         "var s = document.getElementById('state'); return s && s.getAttribute('data-state') === 'blocked';",
@@ -448,7 +448,7 @@ async fn three_clis_update_the_batch_page_live_and_a_click_answers_a_question() 
     );
     // Its MCP call (the question) is listed; the transcript (loaded anew from the
     // record) shows the question, then the answer, then the answer's turn.
-    b.goto(&format!("{}/batches/ask/tasks/ask", web.base)).await;
+    b.goto(&format!("{}/batches/ask/tasks/ask", web.page)).await;
     b.wait_for("the MCP calls", "section#mcp-calls tr.mcp-call")
         .await;
     b.wait_js(
@@ -511,7 +511,7 @@ async fn a_reload_mid_run_loses_no_event_and_repeats_none() {
         task_printed(&s.runs.join("reload"), "long")
     })
     .await;
-    b.goto(&format!("{}/batches/reload/tasks/long", web.base))
+    b.goto(&format!("{}/batches/reload/tasks/long", web.page))
         .await;
     let before = b
         .wait_js(
@@ -604,7 +604,7 @@ async fn the_diff_view_shows_the_file_the_task_wrote() {
     let b = driver.session(DESKTOP).await;
     b.goto(&web.url).await;
     b.wait_for("the index", "h1").await;
-    b.goto(&format!("{}/batches/diff/tasks/write", web.base))
+    b.goto(&format!("{}/batches/diff/tasks/write", web.page))
         .await;
     let diff = b
         .wait_js(
@@ -681,7 +681,7 @@ async fn cancel_from_the_page_stops_another_process_s_batch_and_resume_finishes_
     b.wait_for("the index", "h1").await;
 
     // One task, from its page.
-    b.goto(&format!("{}/batches/cancel/tasks/a", web.base))
+    b.goto(&format!("{}/batches/cancel/tasks/a", web.page))
         .await;
     b.wait_js(
         "task a shows running",
@@ -706,7 +706,7 @@ async fn cancel_from_the_page_stops_another_process_s_batch_and_resume_finishes_
     );
 
     // The whole batch, from its page.
-    b.goto(&format!("{}/batches/cancel", web.base)).await;
+    b.goto(&format!("{}/batches/cancel", web.page)).await;
     b.wait_for("the batch's rows", "tr[data-task=\"b\"] td.status")
         .await;
     b.click("the batch's cancel button", "button#cancel-batch")
@@ -736,7 +736,7 @@ async fn cancel_from_the_page_stops_another_process_s_batch_and_resume_finishes_
     until_no_process_under(&[s.repo.path(), &s.runs], &[web.pid()]).await;
 
     // Resume, from the batch page: b runs again (it behaves now) to its end.
-    b.goto(&format!("{}/batches/cancel", web.base)).await;
+    b.goto(&format!("{}/batches/cancel", web.page)).await;
     b.click("the batch's resume button", "button#resume-batch")
         .await;
     // The record says `interrupted` until the resumed run writes its second attempt.
@@ -823,7 +823,7 @@ async fn a_task_and_a_batch_started_from_the_page_run_to_their_end() {
     .await;
 
     // A batch from a tasks file's JSON.
-    b.goto(&format!("{}/", web.base)).await;
+    b.goto(&format!("{}/", web.page)).await;
     b.wait_for("the batch form", "form#start-batch textarea[name=tasks]")
         .await
         .send_keys(r#"{"tasks": [{"id": "one", "prompt": "1"}, {"id": "two", "prompt": "2"}]}"#)
@@ -850,7 +850,7 @@ async fn a_task_and_a_batch_started_from_the_page_run_to_their_end() {
     for t in ["one", "two"] {
         s.until_state(&id2, t, "succeeded").await;
     }
-    b.goto(&format!("{}{}", web.base, href2.as_str().unwrap()))
+    b.goto(&format!("{}{}", web.page, href2.as_str().unwrap()))
         .await;
     b.wait_js(
         "the second batch's page shows both succeeded",
@@ -960,6 +960,7 @@ async fn the_browser_shows_agent_markup_as_text_and_gets_nothing_without_its_ses
     assert!(!r.text().await.unwrap().contains("__pwned"));
 
     // The logged-in browser: the markup is text, nothing of it runs.
+    let page = format!("{}/batches/sec/tasks/xss", web.page);
     let b = driver.session(DESKTOP).await;
     b.goto(&web.url).await;
     b.wait_for("the index", "h1").await;
@@ -996,8 +997,8 @@ async fn the_browser_shows_agent_markup_as_text_and_gets_nothing_without_its_ses
         "no script of the agent's ran, no element of its markup exists"
     );
     for p in [
-        format!("{}/batches/sec", web.base),
-        format!("{}/", web.base),
+        format!("{}/batches/sec", web.page),
+        format!("{}/", web.page),
     ] {
         b.goto(&p).await;
         b.wait_for("the page", "h1").await;
@@ -1048,10 +1049,10 @@ fetch("/api/batches/sec/cancel", {method: "POST", credentials: "same-origin"})
     // A second browser: no cookie, no data. The login link is spent.
     let other = driver.session(DESKTOP).await;
     for p in [
-        format!("{}/", web.base),
-        format!("{}/api/batches", web.base),
+        format!("{}/", web.page),
+        format!("{}/api/batches", web.page),
         page.clone(),
-        format!("{}/api/batches/sec/tasks/xss/events", web.base),
+        format!("{}/api/batches/sec/tasks/xss/events", web.page),
         web.url.clone(),
     ] {
         other.goto(&p).await;

@@ -451,7 +451,11 @@ pub struct Web {
     child: Child,
     /// The one-time login URL.
     pub url: String,
-    /// `http://127.0.0.1:PORT`.
+    /// The page's origin, as the login URL names it (`http://aicli-….localhost:PORT`:
+    /// the host name the session cookie belongs to): where the browser goes.
+    pub page: String,
+    /// `http://127.0.0.1:PORT`: for API calls with the bearer token (a `*.localhost`
+    /// name resolves in browsers, not in every HTTP client).
     pub base: String,
     /// The API token.
     pub token: String,
@@ -482,9 +486,14 @@ impl Web {
         let url = v["url"].as_str().expect("url").to_owned();
         let base = format!("http://{}", v["addr"].as_str().expect("addr"));
         let token = v["api_token"].as_str().expect("api_token").to_owned();
+        let page = url
+            .split_once("/login?")
+            .map(|(o, _)| o.to_owned())
+            .expect("the login URL");
         Web {
             child,
             url,
+            page,
             base,
             token,
         }
@@ -529,4 +538,32 @@ impl Drop for Stopped {
     fn drop(&mut self) {
         stop(&mut self.0, Duration::from_secs(30));
     }
+}
+
+/// An HTTP client for the web view's login URL `url` (no redirects followed): its
+/// `aicli-….localhost` host name resolves to loopback, as in a browser (the system
+/// resolver does not know `*.localhost` names).
+pub fn http_for(url: &str) -> reqwest::Client {
+    let authority = url
+        .split_once("://")
+        .map(|(_, r)| r.split('/').next().unwrap_or(r))
+        .expect("a URL");
+    let (host, port) = authority.rsplit_once(':').expect("host:port");
+    let port: u16 = port.parse().expect("a port");
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .resolve(host, std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+        .build()
+        .expect("an HTTP client")
+}
+
+/// `http://127.0.0.1:PORT` of the web view whose login URL is `url`: the same server
+/// for an HTTP client that sends its cookie or token by hand.
+pub fn loopback_base(url: &str) -> String {
+    let authority = url
+        .split_once("://")
+        .map(|(_, r)| r.split('/').next().unwrap_or(r))
+        .expect("a URL");
+    let port = authority.rsplit_once(':').expect("host:port").1;
+    format!("http://127.0.0.1:{port}")
 }

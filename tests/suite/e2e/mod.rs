@@ -1206,10 +1206,8 @@ pub async fn mcp_command_tool(cli: Cli) {
     );
     assert!(r.response.contains(MARKER), "{}", describe(r));
     let rec = aicli::mcp::read_calls(
-        &t.store()
-            .open_batch(&ran.batch.batch_id)
-            .expect("batch")
-            .task_dir("cmdtool"),
+        &t.store().open_batch(&ran.batch.batch_id).expect("batch"),
+        "cmdtool",
     );
     assert!(
         rec.iter()
