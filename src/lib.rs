@@ -16,6 +16,7 @@
 //! | `proc` | spawning in a process group and a cgroup, NDJSON lines, the process tree, leftovers |
 //! | `record` | [`RunStore`] and the batch record: every file name, the task records, locks |
 //! | `worktree` | the repository, each task's worktree and branch, pruning |
+//! | `deliver` | the work onto the task's branch: a commit per attempt |
 //! | `budget` | the batch budget: reservations and charges |
 //! | `live` | [`BatchEvent`]s on a bounded channel ([`live_channel`]) |
 //! | `runner` | where a run's process lives: the [`Runner`] and [`Placement`] traits, local and Docker |
@@ -62,8 +63,8 @@ macro_rules! internal_modules {
 }
 
 internal_modules!(
-    batch, budget, cache, engine, env, http, live, mcp, proc, record, run, runner, util, web,
-    worktree,
+    batch, budget, cache, deliver, engine, env, http, live, mcp, proc, record, run, runner, util,
+    web, worktree,
 );
 
 #[cfg(feature = "test-helpers")]

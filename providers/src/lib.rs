@@ -104,8 +104,8 @@ pub mod usage;
 pub mod wire;
 
 pub use config::{
-    AiCliConfig, CgroupMode, EngineConfig, LoadedConfig, McpLimits, NotifyConfig, NotifyEvent,
-    ProviderConfig,
+    AiCliConfig, CgroupMode, CommitAuthor, CommitConfig, CommitMode, EngineConfig, LoadedConfig,
+    McpLimits, NotifyConfig, NotifyEvent, ProviderConfig,
 };
 pub use decode::{Decoder, ExitStatus, Line, STDIN_RECORD_KEY, StdinMessage, Tally};
 pub use docker_config::{DockerConfig, DockerHostConfig, DockerTls, RunnerKind};
@@ -118,8 +118,8 @@ pub use provider::{
 };
 pub use registry::ProviderRegistry;
 pub use result::{
-    AnsweredQuestion, Continuation, ContinuationMode, ParseContext, PendingQuestion, SessionResult,
-    SessionStatus, SessionTotals,
+    AnsweredQuestion, AttemptWork, Continuation, ContinuationMode, LeftOut, LeftOutReason,
+    ParseContext, PendingQuestion, SessionResult, SessionStatus, SessionTotals,
 };
 pub use task::{PermissionMode, TaskSpec, check_budget};
 pub use usage::{CanonicalUsage, Cost, CostSource, LiveSpend, ModelPrice, PriceTable};

@@ -152,6 +152,88 @@ pub struct SessionResult {
     pub protocol_errors: u32,
     /// Vendor facts with no neutral field (Claude `terminal_reason`, denials, ...).
     pub provider_data: Value,
+    /// What aicli committed of this run's work on the task's branch (absent when the
+    /// task has no worktree, or commits are off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work: Option<AttemptWork>,
+}
+
+/// An attempt's work, committed on the task's branch when the run ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct AttemptWork {
+    /// The commit aicli made, when the run changed something (commits the CLI made
+    /// itself are on the branch before it, as they were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Files in that commit.
+    pub files: u32,
+    /// Changes left uncommitted in the worktree, and why: never dropped silently.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
+    /// The size limit files were held to (`engine.commit.max_file_bytes`), when one was
+    /// over it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_file_bytes: Option<u64>,
+    /// Why the work could not be committed, when it could not (it is then uncommitted
+    /// in the worktree, as the run left it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A change left uncommitted in the worktree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LeftOut {
+    /// Its path in the worktree.
+    pub path: String,
+    /// Its size, bytes.
+    pub bytes: u64,
+    /// Why.
+    pub reason: LeftOutReason,
+}
+
+/// Why a change was left uncommitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LeftOutReason {
+    /// Larger than `engine.commit.max_file_bytes`.
+    TooLarge,
+    /// aicli put it there for the CLI (an MCP config, a link, a lockfile).
+    Scaffold,
+}
+
+impl AttemptWork {
+    /// What the summary says of it besides the commit: `2 files over 10 MiB left
+    /// uncommitted in the worktree`, or why nothing was committed.
+    pub fn note(&self) -> Option<String> {
+        if let Some(e) = &self.error {
+            return Some(format!("the work was not committed: {e}"));
+        }
+        let large = self
+            .left_out
+            .iter()
+            .filter(|l| l.reason == LeftOutReason::TooLarge)
+            .count();
+        (large > 0).then(|| {
+            format!(
+                "{large} file{} over {} left uncommitted in the worktree",
+                if large == 1 { "" } else { "s" },
+                self.max_file_bytes
+                    .map_or("the size limit".to_owned(), human_bytes)
+            )
+        })
+    }
+}
+
+/// `10 MiB`, `512 KiB`, `300 bytes`.
+fn human_bytes(b: u64) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{} MiB", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{} KiB", b >> 10)
+    } else {
+        format!("{b} bytes")
+    }
 }
 
 impl Default for SessionResult {
@@ -182,6 +264,7 @@ impl Default for SessionResult {
             cli_version: None,
             protocol_errors: 0,
             provider_data: Value::Null,
+            work: None,
         }
     }
 }

@@ -7,7 +7,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use aicli_providers::{
-    AgentEvent, ErrorKind, EventKind, ParseContext, SessionStatus, SharedProvider, TaskSpec,
+    AgentEvent, CommitMode, ErrorKind, EventKind, ParseContext, SessionStatus, SharedProvider,
+    TaskSpec,
 };
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
@@ -111,16 +112,50 @@ impl Batch {
             ),
             (Ok(workspace), Ok(runner)) => {
                 let spec =
-                    self.run_spec(task, &provider, workspace, runner, reservation.as_deref());
+                    self.run_spec(task, &provider, workspace.clone(), runner, reservation.as_deref());
                 let io = RunIo {
                     live: self.live.clone(),
                     cancel,
                     budget: reservation,
                 };
-                crate::run::run(spec, io).await
+                let mut outcome = crate::run::run(spec, io).await;
+                self.commit_work(task, &workspace, &mut outcome).await;
+                outcome
             }
         };
         self.record_end(task, n, outcome).await
+    }
+
+    /// Commits what the run changed in the task's worktree on its branch, however the
+    /// run ended ([`crate::deliver::commit`]); the work goes into the result. Nothing
+    /// for a run that did not start, a task without a worktree, or `engine.commit: off`.
+    async fn commit_work(
+        &self,
+        task: &TaskRun,
+        workspace: &std::path::Path,
+        outcome: &mut RunOutcome,
+    ) {
+        let cfg = &self.engine.config.engine.commit;
+        if self.repo.is_none() || !outcome.started || cfg.mode == CommitMode::Off {
+            return;
+        }
+        // The commit says how the task ended: a task cancelled alone failed.
+        self.task_cancels.final_if_cancelled(task.id(), &mut outcome.result);
+        let author = self
+            .author
+            .get_or_init(|| crate::deliver::commit::author(workspace, cfg))
+            .await;
+        let attempt = crate::deliver::commit::Attempt {
+            worktree: workspace,
+            batch_id: &self.spec.batch_id,
+            task_id: task.id(),
+            prompt: &task.rec.task.prompt,
+            attempt: task.rec.attempts.len() as u32,
+            result: &outcome.result,
+            scaffold: &outcome.scaffold,
+        };
+        let work = crate::deliver::commit::commit_attempt(&attempt, cfg, author).await;
+        outcome.result.work = Some(work);
     }
 
     /// Reserves the run's share of the budget (the task's limit, its provider's, else

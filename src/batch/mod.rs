@@ -75,6 +75,8 @@ pub(crate) struct Batch {
     kept: std::sync::Mutex<std::collections::BTreeMap<String, aicli_providers::SessionResult>>,
     /// Tasks cancelled by a request in the control file, and each task's running attempt.
     task_cancels: control::TaskCancels,
+    /// The author of the work's commits, read from the repository once.
+    author: tokio::sync::OnceCell<aicli_providers::CommitAuthor>,
 }
 
 /// What [`execute`] gives back: the batch's result from its records, and the results of
@@ -122,6 +124,7 @@ pub(crate) async fn execute(
         budget_announced: AtomicBool::new(false),
         kept: Default::default(),
         task_cancels: Default::default(),
+        author: tokio::sync::OnceCell::new(),
     });
     let watching = CancellationToken::new();
     let watcher = tokio::spawn(control::watch(

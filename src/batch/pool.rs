@@ -273,6 +273,7 @@ mod tests {
             started: true,
             budget: None,
             setup: Vec::new(),
+            scaffold: Vec::new(),
         }
     }
 

@@ -51,6 +51,8 @@
 //!                            lists that child and its daemon) and wait for it; then go
 //!                            on: the daemon's parent died at once, the CLI lives on
 //!   --touch FILE             create FILE (relative to the cwd) — "the tool ran"
+//!   --write FILE TEXT        write TEXT to FILE (relative to the cwd; its directories
+//!                            made), before the transcript — the agent's work
 //!   --record-argv FILE       append this process's argv as one JSON line to FILE
 //!   --record-stdin FILE      read stdin to its end and write it to FILE (first of all)
 //!   --timeline FILE          append "<unix ns> start" at start and "<unix ns> end" at exit

@@ -239,8 +239,11 @@ pub fn summary(r: &SessionResult, batch_id: Option<&str>, elapsed: Option<Durati
     if let Some(sid) = &r.session_id {
         s.push_str(&format!("\n  session {sid}"));
     }
-    if let (Some(b), Some(w)) = (&r.branch, &r.worktree) {
-        s.push_str(&format!("\n  work kept on branch {b} in {}", w.display()));
+    if let Some(line) = work_line(r) {
+        s.push_str(&format!("\n  {line}"));
+    }
+    if let Some(note) = r.work.as_ref().and_then(|w| w.note()) {
+        s.push_str(&format!("\n  {note}"));
     }
     if let Some(q) = &r.question {
         s.push_str(&format!("\n  question: {}", q.question));
@@ -258,6 +261,26 @@ pub fn summary(r: &SessionResult, batch_id: Option<&str>, elapsed: Option<Durati
         s.push_str(&format!("\n  finish it with: aicli resume {b}"));
     }
     s
+}
+
+/// Where a run's work is: committed on its branch, kept on it, or uncommitted in its
+/// worktree (`engine.commit: off`); nothing when the worktree was removed.
+pub fn work_line(r: &SessionResult) -> Option<String> {
+    let (b, w) = (r.branch.as_ref()?, r.worktree.as_ref()?);
+    let w = w.display();
+    Some(match &r.work {
+        Some(aicli_providers::AttemptWork {
+            commit: Some(c),
+            files,
+            ..
+        }) => format!(
+            "work committed on branch {b} ({}, {files} file{}) in {w}",
+            &c[..c.len().min(10)],
+            if *files == 1 { "" } else { "s" }
+        ),
+        Some(_) => format!("work kept on branch {b} in {w}"),
+        None => format!("work left uncommitted in {w} (branch {b} has none of it)"),
+    })
 }
 
 /// `45.3s (the CLI ran 3.2s)`, or `3.2s` when the command took about as long as the run.
@@ -414,6 +437,11 @@ pub fn batch_table(b: &BatchResult) -> String {
         .filter(|t| t.status == SessionStatus::Interrupted)
         .count();
     out.push_str(&totals(b, interrupted));
+    for r in &b.tasks {
+        if let Some(note) = r.work.as_ref().and_then(|w| w.note()) {
+            out.push_str(&format!("\n{}: {note}", r.task_id));
+        }
+    }
     out.push_str(&format!("\nrecords: {}", b.runs_dir.display()));
     for r in b
         .tasks

@@ -148,6 +148,19 @@ fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> 
             if let Some(q) = r.and_then(|r| r.question.as_ref()) {
                 outln!("    asked: {}", q.question);
             }
+            if let Some(w) = r.and_then(|r| r.work.as_ref()) {
+                if let Some(c) = &w.commit {
+                    let s = if w.files == 1 { "" } else { "s" };
+                    outln!(
+                        "    committed {} ({} file{s})",
+                        &c[..c.len().min(10)],
+                        w.files
+                    );
+                }
+                if let Some(note) = w.note() {
+                    outln!("    {note}");
+                }
+            }
             for c in calls.iter().filter(|c| c.attempt == at.attempt) {
                 outln!("    mcp {}", call_line(c));
             }

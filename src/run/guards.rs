@@ -57,6 +57,8 @@ pub(crate) struct Closed {
     pub finish_error: Option<String>,
     /// The runner's timed steps.
     pub steps: Vec<crate::record::SetupStep>,
+    /// What the run laid out for its CLI ([`super::scaffold::Scaffold::laid_out`]).
+    pub scaffold: Vec<PathBuf>,
 }
 
 impl RunGuards {
@@ -181,6 +183,7 @@ impl RunGuards {
             budget,
             finish_error,
             steps,
+            scaffold: self.scaffold.laid_out().to_vec(),
         }
     }
 }

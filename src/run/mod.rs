@@ -159,6 +159,9 @@ pub struct RunOutcome {
     pub budget: Option<AttemptBudget>,
     /// The runner's timed steps (a container's Engine API calls).
     pub setup: Vec<crate::record::SetupStep>,
+    /// What the run laid out for its CLI (MCP configs, links, the IDE lockfile),
+    /// removed when it ended: never part of the task's work.
+    pub scaffold: Vec<PathBuf>,
 }
 
 impl RunOutcome {
@@ -187,6 +190,7 @@ impl RunOutcome {
             started: false,
             budget: None,
             setup: Vec::new(),
+            scaffold: Vec::new(),
         }
     }
 }
@@ -252,6 +256,7 @@ pub(crate) async fn run(spec: RunSpec, io: RunIo) -> RunOutcome {
         started: closed.started,
         budget: closed.budget,
         setup: closed.steps,
+        scaffold: closed.scaffold,
     }
 }
 

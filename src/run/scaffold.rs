@@ -17,9 +17,21 @@ pub(crate) struct Scaffold {
     links: Vec<PathBuf>,
     files: Vec<PathBuf>,
     lockfile: Option<PathBuf>,
+    /// Everything ever laid out, removed or not: what a commit of the run's work leaves
+    /// out, should any of it be in the worktree.
+    laid_out: Vec<PathBuf>,
 }
 
 impl Scaffold {
+    /// Every path the run laid out for its CLI (links, files, the lockfile).
+    pub(crate) fn laid_out(&self) -> &[PathBuf] {
+        &self.laid_out
+    }
+
+    fn keep(&mut self, p: &Path) {
+        self.laid_out.push(p.to_path_buf());
+    }
+
     /// Removes the links (never what they point to; what the CLI put in a link's place,
     /// a file renamed over it, goes too), the files and the lockfile.
     pub(crate) fn remove(&mut self) {
@@ -77,6 +89,7 @@ pub(super) fn lay_out(
             )
         })?;
         guards.scaffold.links.push(l.link.clone());
+        guards.scaffold.keep(&l.link);
     }
     for f in &cmd.files {
         write_private_file(&f.path, &f.contents, f.mode).map_err(|e| {
@@ -86,6 +99,7 @@ pub(super) fn lay_out(
             )
         })?;
         guards.scaffold.files.push(f.path.clone());
+        guards.scaffold.keep(&f.path);
     }
     if local {
         lock_ide(launch, spec, guards);
@@ -107,6 +121,7 @@ fn lock_ide(launch: &mut Launch, spec: &RunSpec, guards: &mut RunGuards) {
     };
     let path = launch.home.join(dir).join(name);
     if lockfiles::acquire(&path, &contents).is_ok() {
+        guards.scaffold.keep(&path);
         guards.scaffold.lockfile = Some(path);
         if let Some(var) = provider.ide_lock_env_var() {
             launch.cmd.env.insert(var.to_owned(), port.to_string());

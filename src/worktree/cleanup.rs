@@ -110,7 +110,10 @@ impl Repo {
         .await?;
         let n: u64 = count.trim().parse().unwrap_or(0);
         if n > 0 {
-            return Ok(Some(format!("{n} commits not on any other branch")));
+            return Ok(Some(format!(
+                "{} not on any other branch",
+                crate::util::count(n, "commit", "commits")
+            )));
         }
         Ok(None)
     }

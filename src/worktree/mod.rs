@@ -127,11 +127,66 @@ pub(crate) async fn git_output(
     if out.status.code().is_some_and(|c| accept.contains(&c)) {
         Ok(out.stdout)
     } else {
-        Err(WorktreeError::Git {
-            args: args.join(" "),
-            dir: dir.to_path_buf(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        })
+        Err(git_failed(dir, args, &out.stderr))
+    }
+}
+
+/// `git -C dir ARGS` started in its own process group (killed if dropped), with `env`
+/// added, stdout and stderr piped, and `stdin` as given.
+fn spawn_git(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: std::process::Stdio,
+) -> Result<tokio::process::Child, WorktreeError> {
+    Command::new(git_binary())
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(stdin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(WorktreeError::NoGit)
+}
+
+/// The error of a git command that exited as it should not have.
+fn git_failed(dir: &Path, args: &[&str], stderr: &[u8]) -> WorktreeError {
+    WorktreeError::Git {
+        args: args.join(" "),
+        dir: dir.to_path_buf(),
+        stderr: String::from_utf8_lossy(stderr).trim().to_owned(),
+    }
+}
+
+/// `git -C dir ARGS` with `env` added and `input` on its stdin: its exit code and stdout
+/// when it exits with one of `accept`, else an error with its stderr.
+pub(crate) async fn git_with_input(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: &[u8],
+    accept: &[i32],
+) -> Result<(i32, Vec<u8>), WorktreeError> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = spawn_git(dir, args, env, std::process::Stdio::piped())?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| WorktreeError::NoGit(std::io::Error::other("no stdin pipe")))?;
+    let input = input.to_vec();
+    // Written beside the read: git may answer before it has read all of it.
+    let writer = tokio::spawn(async move {
+        let _ = stdin.write_all(&input).await;
+    });
+    let out = child.wait_with_output().await.map_err(WorktreeError::NoGit)?;
+    let _ = writer.await;
+    match out.status.code() {
+        Some(c) if accept.contains(&c) => Ok((c, out.stdout)),
+        _ => Err(git_failed(dir, args, &out.stderr)),
     }
 }
 
@@ -149,17 +204,7 @@ pub(crate) async fn git_output_capped(
     use tokio::io::AsyncReadExt;
     /// What is kept of git's stderr (for the error).
     const STDERR_KEPT: u64 = 16 * 1024;
-    let mut child = Command::new(git_binary())
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(WorktreeError::NoGit)?;
+    let mut child = spawn_git(dir, args, &[], std::process::Stdio::null())?;
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(WorktreeError::NoGit(std::io::Error::other("no pipes")));
     };
@@ -189,11 +234,7 @@ pub(crate) async fn git_output_capped(
     let status = child.wait().await.map_err(WorktreeError::NoGit)?;
     match read {
         Ok(_) if status.code().is_some_and(|c| accept.contains(&c)) => Ok((out, false)),
-        _ => Err(WorktreeError::Git {
-            args: args.join(" "),
-            dir: dir.to_path_buf(),
-            stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
-        }),
+        _ => Err(git_failed(dir, args, &stderr)),
     }
 }
 

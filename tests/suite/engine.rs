@@ -139,8 +139,7 @@ async fn a_worktree_with_a_commit_is_kept() {
     let (tx, _ev) = collect_events();
     let mut o = opts(repo.path(), "fake");
     o.batch_id = Some("b1".into());
-    // The task commits inside its worktree, through a pre-made commit on its branch:
-    // run it, then commit, then prune must keep it.
+    // The task's file is committed on its branch when its run ends: prune must keep it.
     let r = engine
         .run_batch(
             vec![task("t", &["--touch", "f.txt"])],
@@ -151,14 +150,17 @@ async fn a_worktree_with_a_commit_is_kept() {
         .await
         .unwrap();
     let wt = r.tasks[0].worktree.clone().unwrap();
-    git(&wt, &["add", "f.txt"]);
-    git(&wt, &["commit", "-q", "-m", "agent work"]);
+    assert_eq!(
+        git(&wt, &["status", "--porcelain"]),
+        "",
+        "the work is committed"
+    );
     let repo_h = aicli::worktree::Repo::open(repo.path()).await.unwrap();
     let list = repo_h.list().await.unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(
         list[0].holds_work.as_deref(),
-        Some("1 commits not on any other branch")
+        Some("1 commit not on any other branch")
     );
     let pruned = repo_h.prune().await.unwrap();
     assert!(matches!(pruned[0].1, aicli::worktree::Cleanup::Kept { .. }));

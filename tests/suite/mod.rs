@@ -3,6 +3,7 @@ mod budget;
 mod cancel;
 pub mod cli;
 mod cli_env;
+mod commits;
 mod docker;
 mod e2e;
 mod engine;

@@ -49,3 +49,19 @@ pub fn init_repo(dir: &Path) {
     git(dir, &["add", "."]);
     git(dir, &["commit", "-q", "-m", "initial"]);
 }
+
+/// Commit `rev` in `dir` as aicli makes them: its `Aicli-Task` trailer and the files it
+/// changed.
+pub fn aicli_commit(dir: &Path, rev: &str) -> (String, Vec<String>) {
+    let task = git(
+        dir,
+        &[
+            "log",
+            "-1",
+            "--format=%(trailers:key=Aicli-Task,valueonly)",
+            rev,
+        ],
+    );
+    let files = git(dir, &["show", "--name-only", "--format=", rev]);
+    (task, files.lines().map(str::to_owned).collect())
+}

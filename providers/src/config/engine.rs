@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::commit::CommitConfig;
 use super::notify::NotifyConfig;
 use crate::docker_config::{DockerConfig, RunnerKind};
 
@@ -77,6 +78,10 @@ pub struct EngineConfig {
     /// `off` never makes one. Without a cgroup, a run's processes are its process group
     /// and the orphans aicli adopts as their subreaper.
     pub cgroups: CgroupMode,
+    /// Each attempt's work committed on the task's branch (`auto`, the default) or left
+    /// uncommitted in its worktree (`off`); the largest file committed; the author when
+    /// the repository has no identity.
+    pub commit: CommitConfig,
 }
 
 /// See [`EngineConfig::cgroups`].
@@ -153,6 +158,7 @@ impl Default for EngineConfig {
             docker: DockerConfig::default(),
             env_passthrough: default_env_passthrough(),
             cgroups: CgroupMode::Auto,
+            commit: CommitConfig::default(),
         }
     }
 }

@@ -16,6 +16,7 @@
 //! `engine` (the `engine` section, [`EngineConfig`], and the MCP server's settings); this
 //! module holds the whole file's type and its loading, merging and validation.
 
+mod commit;
 mod engine;
 mod notify;
 mod provider;
@@ -27,6 +28,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use commit::{CommitAuthor, CommitConfig, CommitMode, DEFAULT_MAX_FILE_BYTES};
 pub use engine::{
     CgroupMode, EngineConfig, McpLimits, McpServerConfig, RetryConfig, default_env_passthrough,
 };

@@ -28,6 +28,7 @@ pub struct Opts {
     pub require_unset: Vec<String>,
     pub record_env: Vec<(String, String)>,
     pub touch: Vec<String>,
+    pub write: Vec<(String, String)>,
     pub record_argv: Option<String>,
     pub record_stdin: Option<String>,
     pub timeline: Option<String>,
@@ -79,6 +80,10 @@ pub fn parse(args: &[String]) -> Opts {
                 o.record_env.push((var, val()));
             }
             "--touch" => o.touch.push(val()),
+            "--write" => {
+                let file = val();
+                o.write.push((file, val()));
+            }
             "--dump-env" => o.dump_env = Some(val()),
             "--mcp-call" => {
                 let tool = val();

@@ -65,10 +65,17 @@ fn check_env(o: &Opts) {
     }
 }
 
-/// `--touch`, `--stderr`, `--start-delay-ms`, `--wait-for-file`, `--require-file`.
+/// `--touch`, `--write`, `--stderr`, `--start-delay-ms`, `--wait-for-file`,
+/// `--require-file`.
 fn before_output(o: &Opts) {
     for t in &o.touch {
         std::fs::write(t, b"touched by aicli-fake-cli\n").unwrap();
+    }
+    for (file, text) in &o.write {
+        if let Some(dir) = std::path::Path::new(file).parent() {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(file, text).unwrap();
     }
     if let Some(s) = &o.stderr {
         eprintln!("{s}");

@@ -681,7 +681,7 @@ fn runs_sizes_its_columns_to_their_content() {
 fn one_change_and_one_file_are_said_in_the_singular() {
     let cli = Cli::new();
     std::fs::write(cli.repo.path().join("one.txt"), "untracked\n").unwrap();
-    // The task leaves one new file in its worktree.
+    // The task leaves one new file in its worktree: one commit on its branch.
     let tasks = cli.file(
         "tasks.json",
         r#"[{"id": "t", "prompt": "x", "extra_args": ["--touch", "made.txt"]}]"#,
@@ -690,6 +690,19 @@ fn one_change_and_one_file_are_said_in_the_singular() {
     assert_code(&out, 0, "a batch in a dirty repository");
     let err = stderr(&out);
     assert!(err.contains("uncommitted changes (1 file)"), "{err}");
+    let text = stdout(&cli.run(&["worktrees"]));
+    assert!(
+        text.contains("1 commit not on any other branch") && !text.contains("1 commits"),
+        "{text}"
+    );
+    // One change left in the worktree after that.
+    let list = git(cli.repo.path(), &["worktree", "list", "--porcelain"]);
+    let wt = list
+        .lines()
+        .filter_map(|l| l.strip_prefix("worktree "))
+        .nth(1)
+        .unwrap();
+    std::fs::write(Path::new(wt).join("later.txt"), "later\n").unwrap();
     let text = stdout(&cli.run(&["worktrees"]));
     assert!(
         text.contains("1 uncommitted change") && !text.contains("1 uncommitted changes"),

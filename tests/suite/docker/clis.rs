@@ -41,9 +41,10 @@ contract! {
     gemini_in_a_container_question_answer_resumes_in_a_new_container: question_then_answer_with(Cli::Gemini);
 }
 
-/// The agent commits in the container and leaves another change uncommitted: the commit
-/// is on the task's branch (through the mounted git directory on a local engine, the
-/// bundle on a remote one), the other change is in the worktree, uncommitted.
+/// The agent commits in the container and leaves another change uncommitted: its commit
+/// is on the task's branch as it made it (through the mounted git directory on a local
+/// engine, the bundle on a remote one), and the other change is in aicli's commit on top
+/// of it, with its trailers: the work comes back as commits, as a local run's does.
 pub async fn agent_commit_lands_on_the_branch(setup: Setup) {
     use crate::suite::e2e::{E2e, describe};
     use crate::suite::support::git;
@@ -65,9 +66,12 @@ pub async fn agent_commit_lands_on_the_branch(setup: Setup) {
     assert_eq!(
         git(
             t.repo.path(),
-            &["log", "--format=%s", &format!("main..{branch}")]
+            &["log", "--format=%an|%s", &format!("main..{branch}")]
         ),
-        "agent commit",
+        format!(
+            "{}|commit: Commit a file\nagent|agent commit",
+            git(&wt, &["log", "-1", "--format=%an", &branch])
+        ),
         "{}",
         describe(r)
     );
@@ -75,7 +79,11 @@ pub async fn agent_commit_lands_on_the_branch(setup: Setup) {
         git(&wt, &["show", &format!("{branch}:committed.txt")]),
         "one"
     );
-    assert_eq!(git(&wt, &["status", "--porcelain"]), "?? uncommitted.txt");
+    assert_eq!(
+        crate::support::git::aicli_commit(&wt, &branch),
+        ("commit".to_owned(), vec!["uncommitted.txt".to_owned()])
+    );
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "");
     assert!(git(t.repo.path(), &["for-each-ref", "refs/aicli"]).is_empty());
     t.finish().await;
 }

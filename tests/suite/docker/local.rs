@@ -62,9 +62,15 @@ async fn a_run_in_a_container_works_in_the_worktree_and_leaves_nothing() {
     let wt = r.worktree.clone().expect("the worktree holds work");
     assert!(wt.join("made-in-container.txt").is_file());
     support::assert_owned_like_repo(&wt.join("made-in-container.txt"), repo.path());
-    // Only the agent's file is new in the worktree: no MCP config, prompt or home.
+    // Only the agent's file is the work, committed on the branch as a local run's is:
+    // no MCP config, prompt or home.
     let status = git(&wt, &["status", "--porcelain", "--untracked-files=all"]);
-    assert_eq!(status, "?? made-in-container.txt");
+    assert_eq!(status, "");
+    let branch = r.branch.clone().expect("branch");
+    assert_eq!(
+        crate::support::git::aicli_commit(&wt, &branch),
+        ("t1".to_owned(), vec!["made-in-container.txt".to_owned()])
+    );
     assert_no_container(&docker, &batch.batch_id).await;
     // The run's private directory and the task's home (login copies) are gone.
     let private = batch.runs_dir.join("private");

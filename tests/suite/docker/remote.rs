@@ -85,10 +85,10 @@ async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
             .worktree
             .clone()
             .unwrap_or_else(|| panic!("{} keeps its work", r.task_id));
-        // Exactly the task's file is new: nothing of the transfer, the wrapper or the
-        // snapshot commit, and the branch has no commit of aicli's.
+        // Exactly the task's file is the work, committed on its branch as a local run's
+        // is: nothing of the transfer, the wrapper or the snapshot commit.
         let status = git(&wt, &["status", "--porcelain", "--untracked-files=all"]);
-        assert_eq!(status, format!("?? out-{i}.txt"), "{}", r.task_id);
+        assert_eq!(status, "", "{}", r.task_id);
         // The CLI read its prompt on stdin in the remote container (through the wrapper).
         assert_eq!(
             std::fs::read_to_string(wt.join(format!("out-{i}.txt"))).unwrap(),
@@ -97,7 +97,16 @@ async fn ten_tasks_in_parallel_across_a_local_and_a_remote_engine() {
         let branch = r.branch.clone().unwrap();
         assert_eq!(
             git(&wt, &["rev-list", "--count", &format!("main..{branch}")]),
-            "0"
+            "1",
+            "one commit, aicli's"
+        );
+        assert_eq!(
+            crate::support::git::aicli_commit(&wt, &branch),
+            (r.task_id.clone(), vec![format!("out-{i}.txt")])
+        );
+        assert_eq!(
+            r.work.as_ref().and_then(|w| w.commit.clone()),
+            Some(git(&wt, &["rev-parse", &branch]))
         );
         assert!(git(repo.path(), &["for-each-ref", "refs/aicli"]).is_empty());
         let place = rec.task(&r.task_id).unwrap().attempts[0]
@@ -184,6 +193,12 @@ async fn a_killed_aicli_leaves_remote_work_that_prune_brings_back() {
     let result = resume_json(&cfg, &batch_id, &["--repo", repo.path().to_str().unwrap()]);
     assert_eq!(result.n_succeeded, 1, "{result:#?}");
     assert!(wt.join("slow.txt").is_file());
+    // The resumed attempt committed the work brought back.
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "");
+    assert_eq!(
+        git(&wt, &["show", "--name-only", "--format=", "HEAD"]),
+        "slow.txt"
+    );
     assert_no_container(&remote.docker, &batch_id).await;
 }
 

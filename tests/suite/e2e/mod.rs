@@ -32,6 +32,7 @@ pub mod acp;
 pub mod budget;
 mod claude;
 mod codex;
+mod commits;
 mod gemini;
 mod timing;
 
@@ -291,7 +292,10 @@ impl Setup {
 /// Where an e2e test's repository and run directories go: under the target's temp
 /// directory, in `e2e-1777` (made world-writable and sticky) when `world_writable`.
 fn e2e_base(world_writable: bool) -> PathBuf {
+    // Canonical, as aicli names the worktrees it makes under it (a target directory
+    // reached through a link).
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let tmp = std::fs::canonicalize(&tmp).unwrap_or(tmp);
     if !world_writable {
         return tmp.join("e2e");
     }

@@ -1,0 +1,8 @@
+//! Delivering the work: what a task's runs wrote becomes commits on the task's branch,
+//! through git, never by copying files.
+//!
+//! | module | owns |
+//! |---|---|
+//! | `commit` | one commit per attempt, with its provenance in trailers; what is left out, and why |
+
+pub(crate) mod commit;
