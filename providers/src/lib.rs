@@ -118,8 +118,8 @@ pub use provider::{
 };
 pub use registry::ProviderRegistry;
 pub use result::{
-    AnsweredQuestion, AttemptWork, Continuation, ContinuationMode, LeftOut, LeftOutReason,
-    ParseContext, PendingQuestion, SessionResult, SessionStatus, SessionTotals,
+    AnsweredQuestion, AttemptWork, Continuation, ContinuationMode, DiffStat, LeftOut,
+    LeftOutReason, ParseContext, PendingQuestion, SessionResult, SessionStatus, SessionTotals,
 };
 pub use task::{PermissionMode, TaskSpec, check_budget};
 pub use usage::{CanonicalUsage, Cost, CostSource, LiveSpend, ModelPrice, PriceTable};

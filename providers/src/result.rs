@@ -179,6 +179,42 @@ pub struct AttemptWork {
     /// in the worktree, as the run left it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The task's branch after this attempt: its head commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    /// What the task's branch holds over its base commit after this attempt (every
+    /// attempt's commits and the CLI's own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<DiffStat>,
+}
+
+/// What a branch holds over its base.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DiffStat {
+    /// Commits on it that the base does not have.
+    pub commits: u32,
+    /// Files they change.
+    pub files: u32,
+    /// Lines added.
+    pub insertions: u64,
+    /// Lines removed.
+    pub deletions: u64,
+}
+
+impl DiffStat {
+    /// `+12 −3 in 4 files`, or `no change`.
+    pub fn short(&self) -> String {
+        if self.files == 0 {
+            return "no change".to_owned();
+        }
+        format!(
+            "+{} −{} in {} file{}",
+            self.insertions,
+            self.deletions,
+            self.files,
+            if self.files == 1 { "" } else { "s" }
+        )
+    }
 }
 
 /// A change left uncommitted in the worktree.

@@ -151,6 +151,7 @@ impl Batch {
             task_id: task.id(),
             prompt: &task.rec.task.prompt,
             attempt: task.rec.attempts.len() as u32,
+            base: task.rec.base_commit.as_deref(),
             result: &outcome.result,
             scaffold: &outcome.scaffold,
         };

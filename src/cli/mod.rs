@@ -27,6 +27,7 @@ mod common;
 mod containers;
 mod countdown;
 mod demo;
+mod diff;
 mod doctor;
 mod exit;
 mod fake;
@@ -124,6 +125,9 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<runs::RunsAction>,
     },
+    /// A task's work: the commits on its branch against its base (`--patch` for the
+    /// whole diff).
+    Diff(diff::DiffArgs),
     /// List aicli's worktrees, or prune those that hold no work.
     Worktrees {
         /// Print JSON.
@@ -370,6 +374,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         // Run before the runtime starts (see `main`); here for completeness.
         Command::Parse(a) => parse::parse(config, a),
         Command::Runs { json, action } => runs::runs(config, repo, json, action),
+        Command::Diff(a) => diff::diff(config, a, repo).await,
         Command::Worktrees { json, action } => {
             worktrees::worktrees(config, repo, json, action).await
         }

@@ -241,6 +241,12 @@ pub fn summary(r: &SessionResult, batch_id: Option<&str>, elapsed: Option<Durati
     }
     if let Some(line) = work_line(r) {
         s.push_str(&format!("\n  {line}"));
+        if r.work.as_ref().is_some_and(|w| w.head.is_some()) {
+            s.push_str(&format!(
+                "\n  review it with: aicli diff {}",
+                task_ref(batch_id, &r.task_id)
+            ));
+        }
     }
     if let Some(note) = r.work.as_ref().and_then(|w| w.note()) {
         s.push_str(&format!("\n  {note}"));
@@ -263,23 +269,34 @@ pub fn summary(r: &SessionResult, batch_id: Option<&str>, elapsed: Option<Durati
     s
 }
 
-/// Where a run's work is: committed on its branch, kept on it, or uncommitted in its
-/// worktree (`engine.commit: off`); nothing when the worktree was removed.
+/// Where a run's work is: committed on its branch (with what the branch holds), kept on
+/// it, or uncommitted in its worktree (`engine.commit: off`); nothing when the worktree
+/// was removed.
 pub fn work_line(r: &SessionResult) -> Option<String> {
     let (b, w) = (r.branch.as_ref()?, r.worktree.as_ref()?);
     let w = w.display();
-    Some(match &r.work {
-        Some(aicli_providers::AttemptWork {
-            commit: Some(c),
-            files,
-            ..
-        }) => format!(
-            "work committed on branch {b} ({}, {files} file{}) in {w}",
+    let Some(work) = &r.work else {
+        return Some(format!(
+            "work left uncommitted in {w} (branch {b} has none of it)"
+        ));
+    };
+    let holds = work.total.map(|t| {
+        format!(
+            ": {} over {}",
+            t.short(),
+            crate::util::count(u64::from(t.commits), "commit", "commits")
+        )
+    });
+    Some(match &work.commit {
+        Some(c) => format!(
+            "work committed on branch {b} ({}){}; worktree {w}",
             &c[..c.len().min(10)],
-            if *files == 1 { "" } else { "s" }
+            holds.unwrap_or_default()
         ),
-        Some(_) => format!("work kept on branch {b} in {w}"),
-        None => format!("work left uncommitted in {w} (branch {b} has none of it)"),
+        None => format!(
+            "work kept on branch {b}{}; worktree {w}",
+            holds.unwrap_or_default()
+        ),
     })
 }
 
@@ -412,7 +429,10 @@ pub fn batch_table(b: &BatchResult) -> String {
     for r in &b.tasks {
         let detail = match (&r.question, &r.branch, &r.error) {
             (Some(q), _, _) => format!("? {}", first_line(&q.question, 60)),
-            (None, Some(b), _) => format!("branch {b}"),
+            (None, Some(b), _) => match r.work.as_ref().and_then(|w| w.total) {
+                Some(t) => t.short(),
+                None => format!("branch {b}"),
+            },
             (None, None, Some(e)) => first_line(e, 60),
             (None, None, None) => String::new(),
         };

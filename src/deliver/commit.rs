@@ -31,6 +31,10 @@ const AICLI: (&str, &str) = ("aicli", "aicli@localhost");
 const SUBJECT_CHARS: usize = 72;
 /// The most of the agent's response the body keeps, characters.
 const BODY_CHARS: usize = 16 * 1024;
+/// Pathspecs are the paths as given, never patterns.
+const LITERAL: [(&str, &str); 1] = [("GIT_LITERAL_PATHSPECS", "1")];
+/// The paths come on stdin, NUL-separated (any number of them, any bytes).
+const FROM_STDIN: [&str; 2] = ["--pathspec-from-file=-", "--pathspec-file-nul"];
 
 /// One attempt's end, as its commit describes it.
 #[derive(Debug)]
@@ -45,6 +49,8 @@ pub(crate) struct Attempt<'a> {
     pub prompt: &'a str,
     /// The attempt's number in the task's record.
     pub attempt: u32,
+    /// The commit the task started from (for what its branch holds over it).
+    pub base: Option<&'a str>,
     /// How the run ended.
     pub result: &'a SessionResult,
     /// What the run laid out for its CLI (absolute paths): never committed.
@@ -147,18 +153,37 @@ async fn try_commit(
             None => include.push(path),
         }
     }
-    // Paths as given, never patterns.
-    let literal = [("GIT_LITERAL_PATHSPECS", "1")];
-    let from_stdin = ["--pathspec-from-file=-", "--pathspec-file-nul"];
     if !unstage.is_empty() {
-        let args = [&["reset", "-q"][..], &from_stdin[..]].concat();
-        git_with_input(wt, &args, &literal, &nul_joined(&unstage), &[0]).await?;
+        let args = [&["reset", "-q"][..], &FROM_STDIN[..]].concat();
+        git_with_input(wt, &args, &LITERAL, &nul_joined(&unstage), &[0]).await?;
     }
-    if include.is_empty() {
-        return Ok(work);
+    if !include.is_empty() {
+        commit(a, author, &include, &mut work).await?;
     }
-    let args = [&["add", "-A"][..], &from_stdin[..]].concat();
-    git_with_input(wt, &args, &literal, &nul_joined(&include), &[0]).await?;
+    // What the branch holds now: after a commit, or over earlier attempts' commits.
+    if let Some(base) = a.base
+        && (work.commit.is_some() || a.attempt > 1)
+    {
+        let head = match &work.commit {
+            Some(c) => c.clone(),
+            None => crate::worktree::git(wt, &["rev-parse", "HEAD"]).await?,
+        };
+        work.total = Some(super::diff::stat(wt, base, &head).await?);
+        work.head = Some(head);
+    }
+    Ok(work)
+}
+
+/// Stages `include` (paths the status listed) and commits them with `a`'s message.
+async fn commit(
+    a: &Attempt<'_>,
+    author: &CommitAuthor,
+    include: &[String],
+    work: &mut AttemptWork,
+) -> Result<(), WorktreeError> {
+    let wt = a.worktree;
+    let args = [&["add", "-A"][..], &FROM_STDIN[..]].concat();
+    git_with_input(wt, &args, &LITERAL, &nul_joined(include), &[0]).await?;
     let env = [
         ("GIT_AUTHOR_NAME", author.name.as_str()),
         ("GIT_AUTHOR_EMAIL", author.email.as_str()),
@@ -184,7 +209,7 @@ async fn try_commit(
         work.commit = Some(crate::worktree::git(wt, &["rev-parse", "HEAD"]).await?);
         work.files = include.len() as u32;
     }
-    Ok(work)
+    Ok(())
 }
 
 /// The scaffold's paths inside the worktree, relative to it.
@@ -284,6 +309,7 @@ mod tests {
             task_id: "t",
             prompt: "\n  Add a unit test for the parser\nand more",
             attempt: 2,
+            base: None,
             result: &r,
             scaffold: &[],
         };

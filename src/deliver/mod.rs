@@ -4,5 +4,7 @@
 //! | module | owns |
 //! |---|---|
 //! | `commit` | one commit per attempt, with its provenance in trailers; what is left out, and why |
+//! | `diff` | what a task's branch holds over its base: its figures, and the diff for `aicli diff` |
 
 pub(crate) mod commit;
+pub(crate) mod diff;

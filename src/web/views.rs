@@ -31,8 +31,10 @@ const MAX_NEW_FILE_BYTES: u64 = 256 * 1024;
 pub struct TaskDiff {
     /// The commit the task started from.
     pub base: Option<String>,
-    /// What was compared: `worktree` (its files now, commits and uncommitted changes and
-    /// new files alike) or `branch` (the worktree is gone: its branch), or `none`.
+    /// What was compared: `commits` (its branch's commits: the work once a run
+    /// committed it), `worktree` (its files now, commits and uncommitted changes and new
+    /// files alike: while a run goes, or with `engine.commit: off`), `branch` (the
+    /// worktree is gone: its branch), or `none`.
     pub source: String,
     /// The unified diff (`git diff` format), cut at 2 MiB.
     pub diff: String,
@@ -40,8 +42,8 @@ pub struct TaskDiff {
     pub note: Option<String>,
 }
 
-/// The diff of `rec`'s work: the worktree against the base when the worktree is there,
-/// else its branch against the base.
+/// The diff of `rec`'s work against its base: its branch's commits once a run committed
+/// them, else the worktree when it is there, else its branch.
 pub(crate) async fn diff(rec: &TaskRecord, repo: &Path) -> TaskDiff {
     let Some(base) = rec.base_commit.clone() else {
         return TaskDiff {
@@ -59,7 +61,18 @@ pub(crate) async fn diff(rec: &TaskRecord, repo: &Path) -> TaskDiff {
     };
     // --no-optional-locks: reading never takes the index lock the agent may need.
     let wt = rec.worktree.as_deref().filter(|w| w.join(".git").exists());
+    // Once a run committed its work, the work is the branch's commits; while a run
+    // goes, or when commits are off, the worktree as it is.
+    let committed = rec.state != TaskState::Running
+        && rec.latest_result().is_some_and(|r| r.work.is_some());
     let (dir, range): (&Path, Vec<&str>) = match (wt, rec.branch.as_deref()) {
+        (_, Some(b)) if committed => {
+            out.source = "commits".to_owned();
+            if let Some(w) = wt {
+                out.note = uncommitted_note(w).await;
+            }
+            (repo, vec![base.as_str(), b])
+        }
         (Some(w), _) => {
             out.source = "worktree".to_owned();
             (w, vec![base.as_str()])
@@ -117,11 +130,14 @@ pub(crate) async fn diff(rec: &TaskRecord, repo: &Path) -> TaskDiff {
         } else {
             lines.to_string()
         };
-        out.note = Some(format!(
-            "{n} changed lines: only the list of files is shown (`git diff {}` in {} shows all)",
-            range.join(" "),
-            dir.display()
-        ));
+        add_note(
+            &mut out,
+            format!(
+                "{n} changed lines: only the list of files is shown (`git diff {}` in {} shows all)",
+                range.join(" "),
+                dir.display()
+            ),
+        );
     }
     args.extend(range.iter().copied());
     let mut cut = false;
@@ -141,13 +157,25 @@ pub(crate) async fn diff(rec: &TaskRecord, repo: &Path) -> TaskDiff {
             at -= 1;
         }
         out.diff.truncate(at);
-        let why = format!("the diff is cut at {} MiB", MAX_DIFF_BYTES >> 20);
-        out.note = Some(match out.note.take() {
-            Some(n) => format!("{n}; {why}"),
-            None => why,
-        });
+        add_note(&mut out, format!("the diff is cut at {} MiB", MAX_DIFF_BYTES >> 20));
     }
     out
+}
+
+/// What the worktree `w` holds besides its branch's commits (files left out of them,
+/// changes made since), said in a note; `None` when nothing.
+async fn uncommitted_note(w: &Path) -> Option<String> {
+    let args = ["--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=all"];
+    let (out, more) = git_output_capped(w, &args, &[0], MAX_LIST_BYTES).await.ok()?;
+    let n = out.split(|&b| b == 0).filter(|e| !e.is_empty()).count();
+    (n > 0).then(|| {
+        format!(
+            "{}{} not committed, in the worktree {} (not shown)",
+            crate::util::count(n as u64, "change", "changes"),
+            if more { " or more" } else { "" },
+            w.display()
+        )
+    })
 }
 
 /// The worktree's untracked (not ignored) files, as new-file diffs.
@@ -198,12 +226,16 @@ async fn new_files(dir: &Path, out: &mut TaskDiff) {
         }
     }
     if !skipped.is_empty() {
-        let why = format!("new files not shown: {}", skipped.join(", "));
-        out.note = Some(match out.note.take() {
-            Some(n) => format!("{n}; {why}"),
-            None => why,
-        });
+        add_note(out, format!("new files not shown: {}", skipped.join(", ")));
     }
+}
+
+/// Adds `why` to the diff's note.
+fn add_note(out: &mut TaskDiff, why: String) {
+    out.note = Some(match out.note.take() {
+        Some(n) => format!("{n}; {why}"),
+        None => why,
+    });
 }
 
 /// A file of a task's run record, offered for download.

@@ -131,6 +131,24 @@ pub(crate) async fn git_output(
     }
 }
 
+/// `git -C dir ARGS` writing straight to this process's stdout (a diff of any size for
+/// `aicli diff`, never held in memory), its stderr passed on too; its exit code. No
+/// pager: the output is the command's.
+pub(crate) async fn git_to_stdout(dir: &Path, args: &[&str]) -> Result<i32, WorktreeError> {
+    let status = Command::new(git_binary())
+        .arg("--no-pager")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .status()
+        .await
+        .map_err(WorktreeError::NoGit)?;
+    Ok(status.code().unwrap_or(1))
+}
+
 /// `git -C dir ARGS` started in its own process group (killed if dropped), with `env`
 /// added, stdout and stderr piped, and `stdin` as given.
 fn spawn_git(

@@ -414,3 +414,101 @@ fn no_commit_holds_a_token_a_credential_or_a_scaffold_file() {
         "the credential is in a commit"
     );
 }
+
+/// `aicli diff`: a task's commits against its base (`--stat`, `--patch`, `--json`), what
+/// is still uncommitted in its worktree; the figures in the result, the batch table and
+/// the web view's diff (the branch's commits once a run committed them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aicli_diff_shows_a_task_s_commits_and_every_view_its_figures() {
+    let s = Setup::new(json!({}));
+    let file = s.dir.path().join("rev.json");
+    std::fs::write(
+        &file,
+        json!([
+            {"id": "t", "prompt": "p",
+             "extra_args": ["--write", "src/a.rs", "1\n2\n3\n", "--write", "b.txt", "b\n"]},
+            {"id": "none", "prompt": "p"}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    // The batch's table (not --json): the task's figures in place of its branch.
+    let out = s
+        .cmd(&["batch", file.to_str().unwrap(), "--batch-id", "rev"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    let row = table.lines().find(|l| l.starts_with("t ")).unwrap();
+    assert!(row.ends_with("+4 −0 in 2 files"), "{table}");
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(s.runs().join("rev/tasks/t/task.json")).unwrap())
+            .unwrap();
+    let work = &rec["attempts"][0]["result"]["work"];
+    assert_eq!(
+        work["total"],
+        json!({"commits": 1, "files": 2, "insertions": 4, "deletions": 0}),
+        "{work}"
+    );
+    let branch = rec["branch"].as_str().unwrap();
+    assert_eq!(work["head"], s.git(&["rev-parse", branch]).as_str());
+
+    let diff = |args: &[&str]| {
+        let out = s.cmd(&[&["diff"][..], args].concat()).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, text, err) = diff(&["rev/t"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        text.starts_with("rev/t on aicli/rev/t: +4 −0 in 2 files over 1 commit (against its base "),
+        "{text}"
+    );
+    assert!(
+        text.contains(" src/a.rs | 3 +++") && text.contains(" 2 files changed, 4 insertions(+)"),
+        "{text}"
+    );
+    assert!(!text.contains("not committed"), "{text}");
+    let (_, text, _) = diff(&["t", "--patch"]);
+    assert!(
+        text.contains("+++ b/src/a.rs\n@@ -0,0 +1,3 @@\n+1\n+2\n+3\n"),
+        "{text}"
+    );
+    let (_, text, _) = diff(&["rev/t", "--json"]);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["stat"]["insertions"], 4);
+    assert_eq!(v["head"], work["head"]);
+    let (code, text, _) = diff(&["rev/none"]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("rev/none: no work"), "{text}");
+    let (code, _, err) = diff(&["nosuch"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no task 'nosuch'"), "{err}");
+
+    // A change made in the worktree afterwards: said, not hidden, and not in the diff.
+    let wt = PathBuf::from(rec["worktree"].as_str().unwrap());
+    std::fs::write(wt.join("later.txt"), "later\n").unwrap();
+    let (_, text, _) = diff(&["rev/t"]);
+    assert!(
+        text.contains("not committed, in the worktree") && text.contains("?? later.txt"),
+        "{text}"
+    );
+    let web = super::web::Web::spawn(s.cmd(&["web", "--json"]));
+    let d = web.get("/api/batches/rev/tasks/t/diff").await;
+    assert_eq!(d["source"], "commits", "{d}");
+    let text = d["diff"].as_str().unwrap();
+    assert!(
+        text.contains("+++ b/src/a.rs") && !text.contains("later.txt"),
+        "{d}"
+    );
+    assert!(
+        d["note"]
+            .as_str()
+            .unwrap()
+            .contains("1 change not committed"),
+        "{d}"
+    );
+}

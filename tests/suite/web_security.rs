@@ -83,10 +83,12 @@ async fn f1_a_huge_change_costs_the_diff_at_most_its_cap() {
         serde_json::from_slice(&std::fs::read(runs.join("big/tasks/t/task.json")).unwrap())
             .unwrap();
     let wt = PathBuf::from(rec["worktree"].as_str().expect("a kept worktree"));
-    // What a code generator might leave: one 200 MB line, and 10,000 lines of 750 bytes.
+    // What a code generator might leave, committed on the task's branch: one 200 MB
+    // line, and 10,000 lines of 750 bytes.
     std::fs::write(wt.join("big.txt"), vec![b'y'; 200_000_000]).unwrap();
     let line = format!("{}\n", "z".repeat(749));
     std::fs::write(wt.join("lines.txt"), line.repeat(10_000)).unwrap();
+    git(&wt, &["commit", "-qam", "generated"]);
 
     let web = start(&cfg, repo.path(), &runs, &[]);
     let http = reqwest::Client::new();
