@@ -165,7 +165,8 @@ pub(crate) async fn execute(
     if let Some(s) = &engine.agent_server {
         s.end_batch(&batch.spec.batch_id).await;
     }
-    let result = batch.totals(started.elapsed());
+    let mut result = batch.totals(started.elapsed());
+    result.overlaps = batch.overlaps().await;
     batch
         .record
         .write_result(&result)

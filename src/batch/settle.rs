@@ -166,6 +166,42 @@ impl Batch {
     /// The batch's result, from the records on disk: every write of this invocation is
     /// done by now, and a task settled here may since have been answered by another
     /// process.
+    /// Where the batch's work overlaps ([`crate::deliver::overlaps`]): between its
+    /// tasks' branches, and with the branch checked out in the repository. None without
+    /// worktrees or with commits off (the work is then not on the branches).
+    pub(super) async fn overlaps(&self) -> Vec<crate::record::Overlap> {
+        let Some(repo) = &self.repo else {
+            return Vec::new();
+        };
+        if self.engine.config.engine.commit.mode == aicli_providers::CommitMode::Off {
+            return Vec::new();
+        }
+        let works: Vec<crate::deliver::overlaps::TaskWork> = self
+            .record
+            .tasks()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|r| {
+                Some(crate::deliver::overlaps::TaskWork {
+                    base: r.base_commit?,
+                    branch: r.branch?,
+                    task: r.task.id,
+                })
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        match crate::deliver::overlaps::find(repo.root(), &works).await {
+            Ok(v) => {
+                tracing::info!(tasks = works.len(), overlaps = v.len(), ms = started.elapsed().as_millis() as u64, "overlaps checked by trial merges");
+                v
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the overlaps between tasks could not be checked");
+                Vec::new()
+            }
+        }
+    }
+
     pub(super) fn totals(&self, wall: Duration) -> BatchResult {
         let all = self.record.tasks().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "cannot read the task records");
@@ -208,6 +244,7 @@ impl Batch {
             budget_charged_usd: self.spec.budget_usd.map(|_| charged),
             budget_reserved_usd: self.budget.as_ref().map(|p| p.figures().peak_reserved),
             runs_dir: self.record.dir().to_path_buf(),
+            overlaps: Vec::new(),
         }
     }
 }

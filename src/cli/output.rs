@@ -300,6 +300,25 @@ pub fn work_line(r: &SessionResult) -> Option<String> {
     })
 }
 
+/// The batch's overlaps, a line each (`⚠` where a merge would conflict), under a
+/// heading; nothing when there are none.
+pub fn overlaps(list: &[crate::record::Overlap]) -> String {
+    if list.is_empty() {
+        return String::new();
+    }
+    let conflicts = list.iter().filter(|o| !o.conflicts.is_empty()).count();
+    let mut out = format!(
+        "\noverlaps: {} ({} would conflict; found by trial merges)",
+        list.len(),
+        conflicts
+    );
+    for o in list {
+        let mark = if o.conflicts.is_empty() { "↔" } else { "⚠" };
+        out.push_str(&format!("\n  {mark} {}", o.describe()));
+    }
+    out
+}
+
 /// `45.3s (the CLI ran 3.2s)`, or `3.2s` when the command took about as long as the run.
 fn time_taken(r: &SessionResult, elapsed: Option<Duration>) -> String {
     let run = Duration::from_millis(r.duration_ms);
@@ -462,6 +481,7 @@ pub fn batch_table(b: &BatchResult) -> String {
             out.push_str(&format!("\n{}: {note}", r.task_id));
         }
     }
+    out.push_str(&overlaps(&b.overlaps));
     out.push_str(&format!("\nrecords: {}", b.runs_dir.display()));
     for r in b
         .tasks

@@ -177,6 +177,13 @@ fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> 
             outln!("  branch {b} at {}", w.display());
         }
     }
+    let overlaps = b
+        .result()
+        .map(|r| output::overlaps(&r.overlaps))
+        .unwrap_or_default();
+    if !overlaps.is_empty() {
+        outln!("{overlaps}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

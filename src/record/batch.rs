@@ -88,6 +88,68 @@ pub struct BatchResult {
     pub budget_reserved_usd: Option<f64>,
     /// Where the records are.
     pub runs_dir: PathBuf,
+    /// Tasks whose work touches the same files as another task's, or as what the
+    /// target branch changed since they started, each checked by a trial merge (empty
+    /// when none, or without worktrees).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlaps: Vec<Overlap>,
+}
+
+/// A task's work and another's (or the target branch's) change the same files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Overlap {
+    /// The task.
+    pub task: String,
+    /// What its work overlaps with.
+    pub with: OverlapWith,
+    /// The files both change.
+    pub files: Vec<String>,
+    /// The files a merge of the two conflicts on (a trial merge, `git merge-tree`):
+    /// empty when they merge cleanly.
+    pub conflicts: Vec<String>,
+}
+
+/// The other side of an [`Overlap`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OverlapWith {
+    /// Another task of the batch (later in its order).
+    Task {
+        /// Its id.
+        id: String,
+    },
+    /// The branch checked out in the repository, as it was when the batch settled.
+    Target {
+        /// Its name (none when HEAD was detached).
+        branch: Option<String>,
+        /// Its head then.
+        head: String,
+    },
+}
+
+impl Overlap {
+    /// `a and b both change a.txt: they conflict on a.txt`, in words.
+    pub fn describe(&self) -> String {
+        let other = match &self.with {
+            OverlapWith::Task { id } => id.clone(),
+            OverlapWith::Target { branch: Some(b), .. } => format!("{b} (as it is now)"),
+            OverlapWith::Target { branch: None, head } => {
+                format!("HEAD {} (as it is now)", &head[..head.len().min(10)])
+            }
+        };
+        let files = |v: &[String]| {
+            let mut s = v.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+            if v.len() > 5 {
+                s.push_str(&format!(" and {} more", v.len() - 5));
+            }
+            s
+        };
+        if self.conflicts.is_empty() {
+            format!("{} and {other} both change {}: they merge cleanly", self.task, files(&self.files))
+        } else {
+            format!("{} and {other} conflict on {}", self.task, files(&self.conflicts))
+        }
+    }
 }
 
 /// A line of `aicli runs`.

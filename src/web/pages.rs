@@ -307,6 +307,19 @@ pub(super) async fn batch(
                 }
             }
         }
+        @if let Some(result) = rec.result().filter(|r| !r.overlaps.is_empty()) {
+            section id="overlaps" {
+                h2 { "Overlaps (" (result.overlaps.len()) ")" }
+                ul {
+                    @for o in &result.overlaps {
+                        li data-conflict=(!o.conflicts.is_empty()) {
+                            @if o.conflicts.is_empty() { "↔ " } @else { "⚠ " }
+                            (o.describe())
+                        }
+                    }
+                }
+            }
+        }
     };
     Ok(page(&format!("aicli batch {b}"), body).into_response())
 }

@@ -15,14 +15,14 @@ use super::support::*;
 
 /// A repository that ignores `*.log`, a config whose provider `fake` is the stand-in
 /// CLI (Claude's adapter) with `engine`, and a runs directory.
-struct Setup {
-    repo: tempfile::TempDir,
-    dir: tempfile::TempDir,
-    cfg: PathBuf,
+pub(crate) struct Setup {
+    pub(crate) repo: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) cfg: PathBuf,
 }
 
 impl Setup {
-    fn new(engine: Value) -> Setup {
+    pub(crate) fn new(engine: Value) -> Setup {
         let repo = git_repo();
         std::fs::write(repo.path().join(".gitignore"), "*.log\n").unwrap();
         git(repo.path(), &["add", ".gitignore"]);
@@ -32,12 +32,12 @@ impl Setup {
         Setup { repo, dir, cfg }
     }
 
-    fn runs(&self) -> PathBuf {
+    pub(crate) fn runs(&self) -> PathBuf {
         self.dir.path().join("runs")
     }
 
     /// `aicli ARGS` on the repository and its runs directory.
-    fn cmd(&self, args: &[&str]) -> std::process::Command {
+    pub(crate) fn cmd(&self, args: &[&str]) -> std::process::Command {
         let mut c = aicli_with(&self.cfg, args);
         c.arg("--repo")
             .arg(self.repo.path())
@@ -47,7 +47,7 @@ impl Setup {
     }
 
     /// `aicli batch --json` of `tasks` as batch `id`: its exit code and result.
-    fn batch(&self, id: &str, tasks: Value) -> (Option<i32>, Value) {
+    pub(crate) fn batch(&self, id: &str, tasks: Value) -> (Option<i32>, Value) {
         self.batch_with(id, tasks, &[])
     }
 
@@ -71,7 +71,7 @@ impl Setup {
         (out.status.code(), result)
     }
 
-    fn git(&self, args: &[&str]) -> String {
+    pub(crate) fn git(&self, args: &[&str]) -> String {
         git(self.repo.path(), args)
     }
 }
