@@ -34,6 +34,7 @@ mod fake;
 mod fake_api;
 mod image;
 mod install;
+mod land;
 mod login;
 mod npm;
 mod out;
@@ -128,6 +129,10 @@ pub enum Command {
     /// A task's work: the commits on its branch against its base (`--patch` for the
     /// whole diff).
     Diff(diff::DiffArgs),
+    /// Land a task's work (or a batch's succeeded tasks) into the checked-out branch or
+    /// `--into BRANCH`: merge (default), `--squash` or `--rebase`; never over your
+    /// uncommitted changes.
+    Land(land::LandArgs),
     /// List aicli's worktrees, or prune those that hold no work.
     Worktrees {
         /// Print JSON.
@@ -375,6 +380,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Parse(a) => parse::parse(config, a),
         Command::Runs { json, action } => runs::runs(config, repo, json, action),
         Command::Diff(a) => diff::diff(config, a, repo).await,
+        Command::Land(a) => land::land(config, a, repo).await,
         Command::Worktrees { json, action } => {
             worktrees::worktrees(config, repo, json, action).await
         }

@@ -20,21 +20,28 @@ pub enum WorktreesAction {
     Prune,
 }
 
-/// The worktrees the run records say must stay, with why: a task that is blocked on a
-/// question, interrupted, running or queued continues in its worktree.
-fn kept_by_records(
+/// What the run records say of worktrees: those that must stay, with why (a task that
+/// is blocked on a question, interrupted, running or queued continues in its worktree),
+/// and those of tasks whose work landed, with the head that landed.
+fn by_records(
     config_path: Option<&Path>,
     repo: &Path,
     r: &RepoArgs,
-) -> BTreeMap<PathBuf, String> {
-    let mut keep = BTreeMap::new();
+) -> (BTreeMap<PathBuf, String>, BTreeMap<PathBuf, String>) {
+    let (mut keep, mut landed) = (BTreeMap::new(), BTreeMap::new());
     let Ok(engine) = engine(config_path) else {
-        return keep;
+        return (keep, landed);
     };
     let store = engine.store(repo, r.runs_dir.as_deref());
     for b in store.list() {
         let Ok(tasks) = b.tasks() else { continue };
         for t in tasks {
+            if let (Some(l), Some(w)) = (&t.landed, &t.worktree) {
+                landed.insert(
+                    w.canonicalize().unwrap_or_else(|_| w.clone()),
+                    l.head.clone(),
+                );
+            }
             let why = match t.state {
                 TaskState::Blocked => "blocked on a question (answer it with aicli answer",
                 TaskState::Interrupted => "interrupted (finish it with aicli resume",
@@ -53,7 +60,7 @@ fn kept_by_records(
             keep.insert(w.canonicalize().unwrap_or_else(|_| w.clone()), reason);
         }
     }
-    keep
+    (keep, landed)
 }
 
 pub(super) async fn worktrees(
@@ -68,7 +75,7 @@ pub(super) async fn worktrees(
             "{e}: `aicli worktrees` lists the worktrees of a git repository (use --repo DIR)"
         ))
     })?;
-    let keep = kept_by_records(config_path, repo.root(), &r);
+    let (keep, landed) = by_records(config_path, repo.root(), &r);
     match action {
         None => {
             let list = repo.list().await?;
@@ -85,9 +92,11 @@ pub(super) async fn worktrees(
                 outln!("no aicli worktrees");
             } else {
                 for w in list {
-                    let kept = keep.get(&w.path.canonicalize().unwrap_or_else(|_| w.path.clone()));
+                    let at = w.path.canonicalize().unwrap_or_else(|_| w.path.clone());
+                    let kept = keep.get(&at);
                     let state = match (&w.holds_work, kept) {
                         (_, Some(why)) => format!("kept: {why}"),
+                        _ if landed.get(&at) == Some(&w.head) => "landed (prunable)".to_owned(),
                         (Some(h), None) => format!("holds work: {h}"),
                         (None, None) => "no work (prunable)".to_owned(),
                     };
@@ -96,7 +105,7 @@ pub(super) async fn worktrees(
             }
         }
         Some(WorktreesAction::Prune) => {
-            let done = repo.prune_keeping(&keep).await?;
+            let done = repo.prune_keeping(&keep, &landed).await?;
             if json_out {
                 let v: Vec<_> = done
                     .iter()

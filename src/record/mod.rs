@@ -38,7 +38,8 @@ pub use batch::{BatchResult, BatchSpec, BatchSummary, Overlap, OverlapWith};
 pub use control::ControlRequest;
 pub use lock::TaskLock;
 pub use task::{
-    AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, SetupStep, TaskRecord, TaskState,
+    AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, LandHow, LandRecord, SetupStep,
+    TaskRecord, TaskState,
 };
 
 use crate::util::{create_private_dirs, ensure_private_dir, write_json_atomic};

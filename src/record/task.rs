@@ -218,6 +218,49 @@ pub struct TaskRecord {
     /// Answers given to its questions, oldest first.
     #[serde(default)]
     pub answers: Vec<AnswerRecord>,
+    /// When its work was last landed into a branch (`aicli land`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landed: Option<LandRecord>,
+}
+
+/// A task's work landed into a branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LandRecord {
+    /// The branch it landed into.
+    pub into: String,
+    /// How.
+    pub how: LandHow,
+    /// The task branch's head that landed: the branch holds no unlanded work while it
+    /// is still there.
+    pub head: String,
+    /// The target's head once it had landed.
+    pub commit: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// How a task's commits reach the target branch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LandHow {
+    /// A merge commit whose second parent is the task's branch (its commits kept).
+    #[default]
+    Merge,
+    /// One new commit with the task's whole change.
+    Squash,
+    /// The task's commits replayed one by one on the target.
+    Rebase,
+}
+
+impl LandHow {
+    /// `merge`, `squash`, `rebase`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LandHow::Merge => "merge",
+            LandHow::Squash => "squash",
+            LandHow::Rebase => "rebase",
+        }
+    }
 }
 
 /// Serializes a task spec without its prompt (a prompt can be megabytes; the record
@@ -242,6 +285,7 @@ impl TaskRecord {
             base_commit: None,
             attempts: Vec::new(),
             answers: Vec::new(),
+            landed: None,
         }
     }
 

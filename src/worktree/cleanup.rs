@@ -2,7 +2,7 @@
 //! ([`Repo::holds_work`]), removing one that holds none ([`Repo::cleanup`]), and listing
 //! and pruning every aicli worktree ([`Repo::list`], [`Repo::prune`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{
     BRANCH_PREFIX, Cleanup, Repo, Worktree, WorktreeError, WorktreeInfo, base_file, git,
@@ -158,6 +158,34 @@ impl Repo {
         self.delete_branch(wt).await
     }
 
+    /// Removes the worktree at `path` of a task whose work landed, and its branch,
+    /// unless the worktree holds changes made since: then why it is kept.
+    pub async fn remove_landed(
+        &self,
+        path: &Path,
+        branch: &str,
+    ) -> Result<Option<String>, WorktreeError> {
+        let wt = Worktree {
+            path: path.to_path_buf(),
+            branch: branch.to_owned(),
+            base: String::new(),
+        };
+        if let Some(s) = self.status(&wt).await?
+            && s.dirty > 0
+        {
+            return Ok(Some(dirty_reason(s.dirty)));
+        }
+        let lock = repo_lock(&self.root);
+        let _guard = lock.lock().await;
+        if path.exists() {
+            self.remove_clean(&wt).await?;
+        } else {
+            git(&self.root, &["worktree", "prune"]).await?;
+        }
+        self.delete_branch(&wt).await?;
+        Ok(None)
+    }
+
     /// `git worktree remove`, which refuses (and removes nothing) when the worktree has
     /// changes, untracked files included whatever `status.showUntrackedFiles` says. Not
     /// --force: a second safety net where aicli checked first. With the lock held.
@@ -235,15 +263,20 @@ impl Repo {
     /// Removes every aicli worktree that holds no work; returns what it did with each.
     #[cfg(feature = "test-helpers")]
     pub async fn prune(&self) -> Result<Vec<(WorktreeInfo, Cleanup)>, WorktreeError> {
-        self.prune_keeping(&std::collections::BTreeMap::new()).await
+        let none = std::collections::BTreeMap::new();
+        self.prune_keeping(&none, &none).await
     }
 
     /// [`Repo::prune`], keeping the worktrees in `keep` (path -> why), e.g. those of
     /// tasks that are blocked on a question or were interrupted: their sessions resume
-    /// there.
+    /// there; and removing those in `landed` (path -> the head that landed) whose branch
+    /// is still at that head: their commits are on the branch they landed into, by
+    /// whatever means (a squash or a rebase leaves no shared commit), and so hold no
+    /// unlanded work.
     pub async fn prune_keeping(
         &self,
         keep: &std::collections::BTreeMap<PathBuf, String>,
+        landed: &std::collections::BTreeMap<PathBuf, String>,
     ) -> Result<Vec<(WorktreeInfo, Cleanup)>, WorktreeError> {
         let mut out = Vec::new();
         for info in self.list().await? {
@@ -270,6 +303,14 @@ impl Repo {
                 ));
                 continue;
             };
+            if landed.get(&canonical).or_else(|| landed.get(&info.path)) == Some(&info.head) {
+                let outcome = match self.remove_landed(&info.path, &info.branch).await? {
+                    None => Cleanup::Removed,
+                    Some(reason) => Cleanup::Kept { reason },
+                };
+                out.push((info, outcome));
+                continue;
+            }
             let outcome = match (&info.base, &info.holds_work) {
                 (Some(base), None) => {
                     self.cleanup(&Worktree {

@@ -10,6 +10,7 @@ mod engine;
 mod example;
 mod guards;
 mod human;
+mod land;
 mod mcp;
 mod mcp_limits;
 mod mcp_tools;
