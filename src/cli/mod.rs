@@ -28,6 +28,7 @@ mod containers;
 mod countdown;
 mod demo;
 mod diff;
+mod discard;
 mod doctor;
 mod exit;
 mod fake;
@@ -133,6 +134,9 @@ pub enum Command {
     /// `--into BRANCH`: merge (default), `--squash` or `--rebase`; never over your
     /// uncommitted changes.
     Land(land::LandArgs),
+    /// Remove a task's worktree and branch, its work with them (says what is lost;
+    /// `--yes` when anything is).
+    Discard(discard::DiscardArgs),
     /// List aicli's worktrees, or prune those that hold no work.
     Worktrees {
         /// Print JSON.
@@ -381,6 +385,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runs { json, action } => runs::runs(config, repo, json, action),
         Command::Diff(a) => diff::diff(config, a, repo).await,
         Command::Land(a) => land::land(config, a, repo).await,
+        Command::Discard(a) => discard::discard(config, a, repo).await,
         Command::Worktrees { json, action } => {
             worktrees::worktrees(config, repo, json, action).await
         }

@@ -96,6 +96,10 @@ pub enum ActionKind {
     StartTask,
     /// `aicli batch` of a tasks file sent to the API.
     StartBatch,
+    /// `aicli land BATCH/TASK` or `aicli land BATCH`.
+    Land,
+    /// `aicli discard BATCH/TASK --yes`.
+    Discard,
 }
 
 /// Where an action is.
@@ -141,6 +145,27 @@ pub struct ActionView {
 pub struct AnswerRequest {
     /// The answer: an option's text, or free text. Not empty.
     pub text: String,
+}
+
+/// The body of `POST /api/batches/B/land` and `POST /api/batches/B/tasks/T/land` (it
+/// may be empty: a merge into the branch checked out in the repository).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LandRequest {
+    /// `merge` (default), `squash` or `rebase`.
+    pub how: crate::record::LandHow,
+    /// The branch to land into (default: the one checked out in the repository).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub into: Option<String>,
+}
+
+/// The body of `POST /api/batches/B/tasks/T/discard`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DiscardRequest {
+    /// Must be `true`: the caller was told what is lost (without it, the answer is 400
+    /// saying what).
+    pub confirm: bool,
 }
 
 /// `POST /api/tasks`: one task, as the page's form starts it.
@@ -411,6 +436,49 @@ pub(crate) fn answer(batch: &str, task: &str, text: &str) -> Command {
             "--json".to_owned(),
         ],
         stdin: Some(text.to_owned()),
+        temp_file: None,
+    }
+}
+
+/// The command for a land: `aicli land TARGET --json --HOW [--into BRANCH]` (TARGET a
+/// batch, or `BATCH/TASK`).
+pub(crate) fn land(batch: &str, task: Option<&str>, req: &LandRequest) -> Command {
+    let target = match task {
+        Some(t) => format!("{batch}/{t}"),
+        None => batch.to_owned(),
+    };
+    let mut args = vec![
+        "land".to_owned(),
+        target,
+        "--json".to_owned(),
+        format!("--{}", req.how.as_str()),
+    ];
+    if let Some(into) = &req.into {
+        args.extend(["--into".to_owned(), into.clone()]);
+    }
+    Command {
+        kind: ActionKind::Land,
+        batch_id: batch.to_owned(),
+        task_id: task.map(str::to_owned),
+        args,
+        stdin: None,
+        temp_file: None,
+    }
+}
+
+/// The command for a discard: `aicli discard BATCH/TASK --yes --json`.
+pub(crate) fn discard(batch: &str, task: &str) -> Command {
+    Command {
+        kind: ActionKind::Discard,
+        batch_id: batch.to_owned(),
+        task_id: Some(task.to_owned()),
+        args: vec![
+            "discard".to_owned(),
+            format!("{batch}/{task}"),
+            "--yes".to_owned(),
+            "--json".to_owned(),
+        ],
+        stdin: None,
         temp_file: None,
     }
 }

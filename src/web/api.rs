@@ -60,6 +60,10 @@ pub struct WebApi {
     pub answer_request: AnswerRequest,
     /// The body of `POST /api/tasks`.
     pub start_task_request: StartTaskRequest,
+    /// The body of `POST /api/batches/B/land` and `POST /api/batches/B/tasks/T/land`.
+    pub land_request: super::actions::LandRequest,
+    /// The body of `POST /api/batches/B/tasks/T/discard`.
+    pub discard_request: super::actions::DiscardRequest,
     /// The body of `POST /api/batches`: a tasks file.
     pub start_batch_request: crate::cli::tasks_file::TasksFile,
     /// 202 from an answer, a resume (`POST /api/batches/B/resume`) or a start.

@@ -287,6 +287,9 @@ pub(super) async fn batch(
         @if acts && !held && !open.is_empty() && w.actions.launcher().is_some() {
             button id="resume-batch" type="button" data-url={ "/api/batches/" (b) "/resume" } { "▶ Resume the batch" }
         }
+        @if acts && !held && w.actions.launcher().is_some() && view.tasks.iter().any(|t| t.state == crate::record::TaskState::Succeeded && t.branch.is_some()) {
+            button id="land-batch" type="button" data-what="land the batch" data-url={ "/api/batches/" (b) "/land" } { "⤵ Land the succeeded tasks" }
+        }
         table id="tasks" data-src={ "/api/batches/" (b) "/rows" } {
             thead { tr {
                 th { "Task" } th { "Provider" } th { "Runner" } th { "Status" }
@@ -324,6 +327,26 @@ pub(super) async fn batch(
     Ok(page(&format!("aicli batch {b}"), body).into_response())
 }
 
+/// What the task page offers to do with a task's work, when it has some and the page
+/// acts: land it (into the branch checked out in the repository, named) or discard it
+/// (saying what that loses).
+async fn delivery(
+    w: &super::Web,
+    batch: &crate::record::BatchRecord,
+    rec: &crate::record::TaskRecord,
+) -> Option<(String, String)> {
+    use crate::record::TaskState::{Queued, Running};
+    if w.actions.launcher().is_none() || rec.branch.is_none() || matches!(rec.state, Running | Queued) {
+        return None;
+    }
+    let repo = batch.spec().ok()?.repo;
+    let into = crate::deliver::land::current_branch(&repo)
+        .await
+        .unwrap_or_else(|| "the checked-out branch".to_owned());
+    let lost = crate::deliver::discard::lost(&repo, rec).await.ok()?;
+    Some((into, lost.describe()))
+}
+
 /// A task: its state, its question (answered from here), attempts, final response, diff,
 /// MCP calls and record files, and its transcript live.
 pub(super) async fn task(
@@ -343,6 +366,7 @@ pub(super) async fn task(
         .and_then(|r| r.question.as_ref())
         .filter(|_| rec.state == crate::record::TaskState::Blocked);
     let held = !rec.state.is_final() && crate::batch::held_elsewhere(&batch, &t);
+    let delivery = delivery(&w, &batch, &rec).await;
     let body = html! {
         p { a href={ "/batches/" (b) } { "← batch " (b) } }
         h1 { "Task " code { (t) } " — " span id="state" data-state=(rec.state.as_str()) data-src={ "/api/batches/" (b) "/tasks/" (t) "/row" } { (task_status(&rec)) } }
@@ -354,6 +378,11 @@ pub(super) async fn task(
             }
             @if held && !w.read_only {
                 button id="cancel-task" type="button" data-url={ "/api/batches/" (b) "/tasks/" (t) "/cancel" } { "⏹ Cancel the task" }
+            }
+            @if let Some((into, lost)) = &delivery {
+                button id="land-task" type="button" data-what="land" data-url={ "/api/batches/" (b) "/tasks/" (t) "/land" } { "⤵ Land into " (into) }
+                button id="discard-task" type="button" data-what="discard" data-url={ "/api/batches/" (b) "/tasks/" (t) "/discard" }
+                    data-confirm={ "Discard " (b) "/" (t) "? Its worktree and branch are removed, and with them " (lost) "." } { "🗑 Discard" }
             }
         }
         div id="details" {

@@ -7,7 +7,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::actions::{self, ActionKind, ActionStarted, AnswerRequest, Refused, StartTaskRequest};
+use super::actions::{
+    self, ActionKind, ActionStarted, AnswerRequest, DiscardRequest, LandRequest, Refused,
+    StartTaskRequest,
+};
 use super::api::{CancelView, open_task};
 use super::{Shared, Web, checked_id, not_found};
 use crate::record::TaskState;
@@ -102,6 +105,100 @@ pub(super) async fn resume(State(w): State<Shared>, Path(b): Path<String>) -> Re
     if let Err(m) = w.store.open_batch(&b) {
         return not_found(m);
     }
+    start_for_batch(&w, &b, actions::resume(&b))
+}
+
+/// `POST /api/batches/B/tasks/T/land`: `aicli land B/T`.
+pub(super) async fn land_task(
+    State(w): State<Shared>,
+    Path((b, t)): Path<(String, String)>,
+    body: String,
+) -> Response {
+    let (_, rec) = match open_task(&w, &b, &t) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    if matches!(rec.state, TaskState::Running | TaskState::Queued) {
+        return refused(
+            StatusCode::CONFLICT,
+            format!("{b}/{t} is {}: land it once it has ended", rec.state.as_str()),
+        );
+    }
+    match land_request(&body) {
+        Ok(req) => start_for_batch(&w, &b, actions::land(&b, Some(&t), &req)),
+        Err(m) => refused(StatusCode::BAD_REQUEST, m),
+    }
+}
+
+/// `POST /api/batches/B/land`: `aicli land B` (its succeeded tasks, in order).
+pub(super) async fn land_batch(State(w): State<Shared>, Path(b): Path<String>, body: String) -> Response {
+    let b = match checked_id(&b) {
+        Ok(b) => b.to_owned(),
+        Err(e) => return e.into_response(),
+    };
+    if let Err(m) = w.store.open_batch(&b) {
+        return not_found(m);
+    }
+    match land_request(&body) {
+        Ok(req) => start_for_batch(&w, &b, actions::land(&b, None, &req)),
+        Err(m) => refused(StatusCode::BAD_REQUEST, m),
+    }
+}
+
+/// A land's body: empty (a merge into the checked-out branch), or a [`LandRequest`]
+/// whose branch is a plain name; else why not (a 400's text).
+fn land_request(body: &str) -> Result<LandRequest, String> {
+    if body.trim().is_empty() {
+        return Ok(LandRequest::default());
+    }
+    let req: LandRequest =
+        serde_json::from_str(body).map_err(|e| format!("the land request: {e}"))?;
+    if let Some(into) = &req.into {
+        let ok = !into.is_empty()
+            && !into.starts_with(['-', '/', '.'])
+            && !into.contains("..")
+            && into.chars().all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c));
+        if !ok {
+            return Err(format!("into: not a branch name: {into:?}"));
+        }
+    }
+    Ok(req)
+}
+
+/// `POST /api/batches/B/tasks/T/discard` with `{"confirm": true}`: `aicli discard B/T
+/// --yes`. Without the confirmation, 400 saying what would be lost.
+pub(super) async fn discard(
+    State(w): State<Shared>,
+    Path((b, t)): Path<(String, String)>,
+    body: String,
+) -> Response {
+    let (batch, rec) = match open_task(&w, &b, &t) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    if matches!(rec.state, TaskState::Running | TaskState::Queued) {
+        return refused(
+            StatusCode::CONFLICT,
+            format!("{b}/{t} is {}: cancel it first", rec.state.as_str()),
+        );
+    }
+    let confirmed = serde_json::from_str::<DiscardRequest>(&body).is_ok_and(|r| r.confirm);
+    if !confirmed {
+        let repo = batch.spec().map(|s| s.repo).unwrap_or_default();
+        let lost = crate::deliver::discard::lost(&repo, &rec)
+            .await
+            .map(|l| l.describe())
+            .unwrap_or_else(|e| format!("(cannot tell: {e})"));
+        return refused(
+            StatusCode::BAD_REQUEST,
+            format!("discarding {b}/{t} loses {lost}: send {{\"confirm\": true}} to discard it"),
+        );
+    }
+    start_for_batch(&w, &b, actions::discard(&b, &t))
+}
+
+/// Starts `cmd` on batch `b` unless an action runs on it already (409).
+fn start_for_batch(w: &Web, b: &str, cmd: actions::Command) -> Response {
     if let Some(a) = w
         .actions
         .list()
@@ -113,7 +210,7 @@ pub(super) async fn resume(State(w): State<Shared>, Path(b): Path<String>) -> Re
             format!("batch {b} has an action running already (action {})", a.id),
         );
     }
-    start(&w, actions::resume(&b))
+    start(w, cmd)
 }
 
 pub(super) async fn start_task(State(w): State<Shared>, Json(req): Json<StartTaskRequest>) -> Response {

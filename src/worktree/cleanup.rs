@@ -186,6 +186,27 @@ impl Repo {
         Ok(None)
     }
 
+    /// Removes the worktree at `path` and its branch whatever they hold (`aicli
+    /// discard`, after saying what is lost): `worktree remove --force`, `branch -D`.
+    pub async fn discard(&self, path: &Path, branch: &str) -> Result<(), WorktreeError> {
+        let lock = repo_lock(&self.root);
+        let _guard = lock.lock().await;
+        if path.exists() {
+            let p = path.display().to_string();
+            git(&self.root, &["worktree", "remove", "--force", "--force", &p]).await?;
+        } else {
+            git(&self.root, &["worktree", "prune"]).await?;
+        }
+        let r = format!("refs/heads/{branch}");
+        if git(&self.root, &["rev-parse", "--verify", "--quiet", &r]).await.is_ok() {
+            git(&self.root, &["branch", "-D", branch]).await?;
+        }
+        if let Some(parent) = path.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+        Ok(())
+    }
+
     /// `git worktree remove`, which refuses (and removes nothing) when the worktree has
     /// changes, untracked files included whatever `status.showUntrackedFiles` says. Not
     /// --force: a second safety net where aicli checked first. With the lock held.

@@ -267,3 +267,38 @@ fn push_sends_the_result_or_the_task_branches_to_a_remote() {
     );
     assert_eq!(git(&bare, &["show", "main:a.txt"]), "a");
 }
+
+#[test]
+fn discard_says_what_it_loses_and_needs_yes_for_it() {
+    let s = setup();
+    let (code, b) = s.batch("dc", json!([edit("a", "a.txt", "a\n")]));
+    assert_eq!(code, Some(0), "{b}");
+    let wt = s.repo.path().join(".aicli/worktrees/dc/a");
+    std::fs::write(wt.join("later.txt"), "later\n").unwrap();
+    let out = s.cmd(&["discard", "dc/a"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("discarding dc/a would lose 1 commit not landed (+1 −0 in 1 file) and 1 uncommitted change"),
+        "{err}"
+    );
+    assert!(wt.join("later.txt").exists(), "nothing was removed");
+    let out = s.cmd(&["discard", "dc/a", "--yes"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!wt.exists());
+    assert_eq!(s.git(&["branch", "--list", "aicli/*"]), "");
+    // Landed work is not lost: nothing to confirm.
+    let (code, b) = s.batch("dl", json!([edit("b", "b.txt", "b\n")]));
+    assert_eq!(code, Some(0), "{b}");
+    let (code, text, err) = land(&s, &["dl/b", "--squash"]);
+    assert_eq!(code, Some(0), "{text}{err}");
+    let out = s.cmd(&["discard", "dl/b"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("lost: nothing"), "{text}");
+}

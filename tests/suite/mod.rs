@@ -30,4 +30,5 @@ mod web;
 #[macro_use]
 mod web_browser;
 mod web_browser_auth;
+mod web_browser_land;
 mod web_security;

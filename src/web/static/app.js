@@ -81,9 +81,15 @@
     var b = t.closest("button[data-url]");
     if (b) {
       ev.preventDefault();
-      var what = b.id === "resume-batch" ? "resume" : "cancel";
+      var what = b.getAttribute("data-what") || (b.id === "resume-batch" ? "resume" : "cancel");
+      // A button that loses work says what first; the server wants the confirmation too.
+      var ask = b.getAttribute("data-confirm"), body = null;
+      if (ask !== null) {
+        if (!window.confirm(ask)) { return; }
+        body = { confirm: true };
+      }
       b.disabled = true;
-      post(b.getAttribute("data-url"), null, what).then(function () { b.disabled = false; });
+      post(b.getAttribute("data-url"), body, what).then(function () { b.disabled = false; });
     }
   });
   function answer(form, text) {
