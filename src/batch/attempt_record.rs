@@ -82,6 +82,7 @@ impl Batch {
                 AttemptKind::Answer => {
                     "; the answer was not delivered: the task is still blocked on its question, answer it again"
                 }
+                AttemptKind::Resolve => "; the conflict was not handed to the agent: the task is as it was",
                 AttemptKind::Recover | AttemptKind::Run | AttemptKind::Retry => {
                     "; the task is still interrupted: `aicli resume` runs it again"
                 }

@@ -40,6 +40,9 @@ pub(crate) enum Why<'a> {
     },
     /// aicli stopped while the task ran.
     Recover,
+    /// Landing the task's work conflicts: `prompt` says where (its worktree holds the
+    /// target's changes merged, with conflict markers).
+    Resolve { prompt: &'a str },
 }
 
 impl Next {
@@ -104,6 +107,7 @@ impl Next {
         let kind = match why {
             Why::Answer { .. } => AttemptKind::Answer,
             Why::Recover => AttemptKind::Recover,
+            Why::Resolve { .. } => AttemptKind::Resolve,
         };
         match (session, resumable) {
             (Some(resume), true) => Next {
@@ -198,6 +202,7 @@ fn reason(why: Why<'_>) -> &'static str {
     match why {
         Why::Answer { .. } => "answer to a question",
         Why::Recover => "recovery after aicli was interrupted",
+        Why::Resolve { .. } => "resolving a conflict between its work and the branch it lands into",
     }
 }
 
@@ -211,6 +216,7 @@ fn resumed_prompt(rec: &TaskRecord, why: Why<'_>) -> String {
             "Your previous run was interrupted before it finished (the tool running you stopped). Continue the task where you left off. The task was:\n\n{}",
             rec.task.prompt
         ),
+        Why::Resolve { prompt } => prompt.to_owned(),
     }
 }
 
@@ -223,6 +229,10 @@ fn new_run_prompt(rec: &TaskRecord, why: Why<'_>) -> Option<String> {
             rec.task.prompt, question.question
         )),
         Why::Recover => None,
+        Why::Resolve { prompt } => Some(format!(
+            "{}\n\n---\nYou did this task before, and your work is in this directory's history. {prompt}",
+            rec.task.prompt
+        )),
     }
 }
 
@@ -244,6 +254,10 @@ fn new_run_reason(
         (Why::Recover, true, false) => {
             "recovery after aicli was interrupted; no session id had been recorded".to_owned()
         }
+        (Why::Resolve { .. }, false, _) => format!(
+            "resolving a conflict to land; provider {name} cannot resume a session, so a new run carries the task and the conflict"
+        ),
+        (Why::Resolve { .. }, true, false) => "resolving a conflict to land; no session id was recorded, so a new run carries the task and the conflict".to_owned(),
         (why, true, true) => reason(why).to_owned(),
     }
 }

@@ -10,6 +10,7 @@
 //! |---|---|
 //! | `new` | a new batch: ids, the spec, the records |
 //! | `answer` | answering a blocked task |
+//! | `resolve` | handing a land's conflict back to the task's session |
 //! | `recover` | resuming a batch whose aicli stopped: leftovers, forensics of unfinished attempts |
 //! | `continuation` | how an attempt continues what came before, and the prompts that say so |
 //! | `task` | [`TaskRun`] |
@@ -27,6 +28,7 @@ mod new;
 mod notify;
 pub mod pool;
 mod recover;
+mod resolve;
 mod settle;
 mod task;
 
@@ -39,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use answer::answer;
 pub(crate) use new::{check_prompt_size, new_batch};
 pub(crate) use recover::resume;
+pub(crate) use resolve::resolve;
 pub use control::CancelTarget;
 pub(crate) use control::{held_elsewhere, request_cancel};
 pub use settle::BlockedTask;

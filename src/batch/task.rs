@@ -41,12 +41,16 @@ pub(crate) struct TaskRun {
     /// The budget reservation of the attempt in flight: settled by its run, or, when the
     /// run panicked, by the attempt with what the run streamed.
     pub reservation: Option<std::sync::Arc<crate::budget::Reservation>>,
+    /// The task's state when this invocation took it (what a continuation that never
+    /// started leaves it in, when that is not implied by its kind).
+    pub state_before: TaskState,
 }
 
 impl TaskRun {
     /// A task of this invocation, held with `lock`, continuing as `next`.
     pub(crate) fn new(rec: TaskRecord, next: Next, lock: TaskLock) -> TaskRun {
         TaskRun {
+            state_before: rec.state,
             rec,
             next,
             origin: None,
@@ -89,9 +93,13 @@ impl TaskRun {
     }
 
     /// Whether a continuation of this kind that never started leaves the task as it
-    /// was (an answer: blocked with its question; a recovery: interrupted, resumable).
+    /// was (an answer: blocked with its question; a recovery: interrupted, resumable; a
+    /// resolution: as it was, its conflict unresolved).
     pub(crate) fn keeps_state_when_not_started(&self) -> bool {
-        matches!(self.next.kind, AttemptKind::Answer | AttemptKind::Recover)
+        matches!(
+            self.next.kind,
+            AttemptKind::Answer | AttemptKind::Recover | AttemptKind::Resolve
+        )
     }
 
     /// Takes back the attempt of a continuation that never started: its record, the
@@ -105,6 +113,7 @@ impl TaskRun {
                 }
                 TaskState::Blocked
             }
+            AttemptKind::Resolve => self.state_before,
             AttemptKind::Recover | AttemptKind::Run | AttemptKind::Retry => TaskState::Interrupted,
         };
         self.kept = true;

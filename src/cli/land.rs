@@ -43,9 +43,18 @@ pub struct LandArgs {
     /// is kept, and said).
     #[arg(long, conflicts_with = "branches_only")]
     prune: bool,
+    /// Hand each task that conflicts back to its agent: its session resumes in its
+    /// worktree, where the branch's changes are merged with conflict markers, to resolve
+    /// them; its resolution is committed and the land tried again, once.
+    #[arg(long, conflicts_with = "branches_only")]
+    resolve: bool,
     /// Print what happened as one JSON object.
     #[arg(long)]
     json: bool,
+    /// With --resolve: the fake model APIs the agents talk to (default: the ones the
+    /// batch ran against, if it did).
+    #[command(flatten)]
+    fake: super::fake::FakeApiArgs,
 }
 
 pub(super) async fn land(
@@ -56,7 +65,7 @@ pub(super) async fn land(
     let engine = engine(config_path)?;
     let repo = repo_dir(&r)?;
     let store = engine.store(&repo, r.runs_dir.as_deref());
-    let (batch, mut tasks, mut skipped) = pick(&store, &a.target)?;
+    let (batch, tasks, mut skipped) = pick(&store, &a.target)?;
     let spec = batch.spec().map_err(usage)?;
     if !spec.worktrees {
         return Err(usage(format!(
@@ -126,13 +135,26 @@ pub(super) async fn land(
         }
     }
     let mut notes = Vec::new();
+    if a.resolve {
+        let x = super::resolve::Resolving {
+            config_path,
+            r: &r,
+            repo: here,
+            batch: &batch,
+            how,
+            author: &author,
+            fake: a.fake,
+            json: a.json,
+        };
+        notes.extend(super::resolve::resolve(x, &mut report).await?);
+    }
     for l in &report.landed {
-        let Some(t) = tasks
-            .iter_mut()
-            .find(|t| format!("{}/{}", batch.batch_id(), t.task.id) == l.task)
-        else {
+        // Read again: a resolution ran attempts since.
+        let id = l.task.rsplit('/').next().unwrap_or_default();
+        let Ok(mut rec) = batch.task(id) else {
             continue;
         };
+        let t = &mut rec;
         t.landed = Some(LandRecord {
             into: report.target.clone(),
             how,

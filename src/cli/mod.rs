@@ -46,6 +46,7 @@ mod probe;
 mod progress;
 mod providers;
 mod record;
+mod resolve;
 mod resume;
 mod run;
 mod runs;

@@ -280,6 +280,26 @@ impl Engine {
         out
     }
 
+    /// Hands a conflict back to the agent that wrote the work: task `task_ref`'s CLI
+    /// session resumes in its worktree with `prompt` (a land's conflicted files and their
+    /// markers), as the task's next attempt (kind `resolve`), or a new run carrying the
+    /// task and the prompt when the session cannot be resumed. The attempt's work is
+    /// committed as every attempt's is.
+    pub async fn resolve(
+        &self,
+        store: &RunStore,
+        task_ref: &str,
+        prompt: &str,
+        live: LiveSender,
+        cancel: CancellationToken,
+    ) -> Result<SessionResult, EngineError> {
+        crate::batch::check_prompt_size(self, prompt.len())
+            .map_err(|m| EngineError::Refused(format!("the conflict's prompt for {task_ref}: {m}")))?;
+        let out = crate::batch::resolve(self, store, task_ref, prompt, live, cancel).await;
+        self.settle_runners().await;
+        out
+    }
+
     /// Finishes a batch whose aicli process died (or was cancelled): tasks with a final
     /// result stay as they are (a worktree they left is settled); tasks found running are
     /// marked `interrupted` (their partial output parsed and kept) and run again —

@@ -68,6 +68,9 @@ pub enum AttemptKind {
     Answer,
     /// A re-run after aicli itself was interrupted.
     Recover,
+    /// A resume to resolve the conflict between the task's work and the branch it lands
+    /// into (`aicli land --resolve`).
+    Resolve,
 }
 
 /// One CLI run of a task.

@@ -302,3 +302,141 @@ fn discard_says_what_it_loses_and_needs_yes_for_it() {
     );
     assert!(text.contains("lost: nothing"), "{text}");
 }
+
+/// `land --resolve` with each real CLI against the fake model API: a task's work
+/// conflicts with what the branch got meanwhile; the task's own session resumes in its
+/// worktree (the branch merged in, with markers), the fake's script for that turn
+/// rewrites the file, the resolution is committed and the work lands.
+#[test]
+fn resolve_hands_the_conflict_back_to_the_real_cli_s_session_and_lands_it() {
+    for (provider, settings) in [
+        ("claude", json!({"allowed_tools": ["Bash"]})),
+        ("codex", json!({"permission_mode": "accept_edits"})),
+        ("gemini", json!({"permission_mode": "bypass"})),
+    ] {
+        let s = setup();
+        let mut task = json!({"id": "t", "provider": provider, "prompt": "Rewrite shared.txt"});
+        for (k, v) in settings.as_object().unwrap() {
+            task[k] = v.clone();
+        }
+        let file = s.dir.path().join("tasks.json");
+        std::fs::write(&file, json!([task]).to_string()).unwrap();
+        let script = "--fake-api=shell:printf 'resolved\\n' > shared.txt";
+        let out = s
+            .cmd(&["batch", file.to_str().unwrap(), "--batch-id", "rs", script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{provider}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Meanwhile, main changes the same line.
+        std::fs::write(
+            s.repo.path().join("shared.txt"),
+            "first\n2\n3\n4\n5\n6\n7\n8\n",
+        )
+        .unwrap();
+        s.git(&["commit", "-qam", "main moves"]);
+        let (code, text, _) = land(&s, &["rs"]);
+        assert_eq!(code, Some(4), "{provider}: {text}");
+        assert!(
+            text.contains("conflicts with main on shared.txt"),
+            "{provider}: {text}"
+        );
+        let (code, text, err) = land(&s, &["rs", "--resolve"]);
+        assert_eq!(code, Some(0), "{provider}: {text}\n{err}");
+        assert!(
+            text.contains("rs/t: resolved by its agent, then landed"),
+            "{provider}: {text}"
+        );
+        assert_eq!(
+            read(s.repo.path(), "shared.txt"),
+            "resolved\n",
+            "{provider}"
+        );
+        assert_eq!(s.git(&["status", "--porcelain"]), "", "{provider}");
+        // The same session went on, with the conflict in its prompt.
+        let rec: Value =
+            serde_json::from_slice(&std::fs::read(s.runs().join("rs/tasks/t/task.json")).unwrap())
+                .unwrap();
+        let attempts = rec["attempts"].as_array().unwrap();
+        let last = attempts.last().unwrap();
+        assert_eq!(last["kind"], "resolve", "{provider}: {rec}");
+        let first_session = attempts[0]["result"]["session_id"].clone();
+        assert_eq!(
+            last["result"]["continuation"]["mode"], "resume",
+            "{provider}: {rec}"
+        );
+        assert_eq!(
+            last["result"]["continuation"]["session_id"], first_session,
+            "{provider}"
+        );
+        assert_eq!(rec["landed"]["into"], "main");
+        // The resolution is a merge commit on the task's branch, with aicli's trailers.
+        let branch = rec["branch"].as_str().unwrap();
+        assert_eq!(
+            s.git(&["log", "-1", "--format=%P", branch])
+                .split(' ')
+                .count(),
+            2,
+            "{provider}"
+        );
+        assert_eq!(
+            s.git(&[
+                "log",
+                "-1",
+                "--format=%(trailers:key=Aicli-Attempt,valueonly)",
+                branch
+            ]),
+            attempts.len().to_string()
+        );
+    }
+}
+
+/// An agent that leaves the markers: nothing lands, and the task's worktree and branch
+/// are as they were before `--resolve` (no merge in progress, no commit of markers).
+#[test]
+fn a_resolution_that_leaves_markers_is_undone() {
+    let s = setup();
+    let task = json!([{"id": "t", "provider": "codex", "prompt": "Rewrite shared.txt", "permission_mode": "accept_edits"}]);
+    let file = s.dir.path().join("tasks.json");
+    std::fs::write(&file, task.to_string()).unwrap();
+    let script = "--fake-api=shell:printf 'mine\\n' > shared.txt";
+    let out = s
+        .cmd(&["batch", file.to_str().unwrap(), "--batch-id", "mk", script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(
+        s.repo.path().join("shared.txt"),
+        "first\n2\n3\n4\n5\n6\n7\n8\n",
+    )
+    .unwrap();
+    s.git(&["commit", "-qam", "main moves"]);
+    let main = s.git(&["rev-parse", "main"]);
+    let branch_before = s.git(&["rev-parse", "aicli/mk/t"]);
+    // This turn's script does nothing to the file.
+    let (code, text, err) = land(&s, &["mk/t", "--resolve", "--fake-api=shell:true"]);
+    assert_eq!(code, Some(4), "{text}\n{err}");
+    assert!(
+        text.contains(
+            "mk/t: not resolved: conflict markers are left in shared.txt (its branch is as it was)"
+        ),
+        "{text}"
+    );
+    assert_eq!(s.git(&["rev-parse", "main"]), main);
+    assert_eq!(s.git(&["rev-parse", "aicli/mk/t"]), branch_before);
+    let wt = s.repo.path().join(".aicli/worktrees/mk/t");
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "");
+    assert!(
+        !wt.join(git(&wt, &["rev-parse", "--git-path", "MERGE_HEAD"]))
+            .exists(),
+        "no merge in progress"
+    );
+    assert_eq!(read(&wt, "shared.txt"), "mine\n");
+}
