@@ -440,3 +440,47 @@ fn a_resolution_that_leaves_markers_is_undone() {
     );
     assert_eq!(read(&wt, "shared.txt"), "mine\n");
 }
+
+/// The batch case: two tasks edit the same line; `land BATCH` lands the first and skips
+/// the second; `land BATCH --resolve` hands the second back (the stand-in CLI's resumed
+/// run writes its version of the file again, over the markers) and lands it too.
+#[test]
+fn resolve_makes_the_skipped_task_of_a_batch_land_too() {
+    let s = setup();
+    let (code, b) = s.batch(
+        "two",
+        json!([
+            edit("a", "shared.txt", "ONE\n2\n3\n4\n5\n6\n7\n8\n"),
+            edit("b", "shared.txt", "uno\n2\n3\n4\n5\n6\n7\n8\n")
+        ]),
+    );
+    assert_eq!(code, Some(0), "{b}");
+    assert_eq!(
+        b["overlaps"][0]["conflicts"],
+        json!(["shared.txt"]),
+        "the summary flagged them"
+    );
+    let (code, text, _) = land(&s, &["two"]);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(
+        text.contains("✘ two/b not landed: conflicts with main on shared.txt"),
+        "{text}"
+    );
+    assert_eq!(s.git(&["status", "--porcelain"]), "");
+    let (code, text, err) = land(&s, &["two", "--resolve"]);
+    assert_eq!(code, Some(0), "{text}\n{err}");
+    assert!(
+        text.contains("two/a not landed: already in main")
+            || text.contains("two/a not landed: already"),
+        "{text}"
+    );
+    assert!(
+        text.contains("two/b: resolved by its agent, then landed"),
+        "{text}"
+    );
+    assert_eq!(
+        read(s.repo.path(), "shared.txt"),
+        "uno\n2\n3\n4\n5\n6\n7\n8\n"
+    );
+    assert_eq!(s.git(&["status", "--porcelain"]), "");
+}
