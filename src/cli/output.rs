@@ -242,9 +242,9 @@ pub fn summary(r: &SessionResult, batch_id: Option<&str>, elapsed: Option<Durati
     if let Some(line) = work_line(r) {
         s.push_str(&format!("\n  {line}"));
         if r.work.as_ref().is_some_and(|w| w.head.is_some()) {
+            let t = task_ref(batch_id, &r.task_id);
             s.push_str(&format!(
-                "\n  review it with: aicli diff {}",
-                task_ref(batch_id, &r.task_id)
+                "\n  review it with: aicli diff {t} · take it home with: aicli land {t}"
             ));
         }
     }
