@@ -106,7 +106,7 @@ async fn deliver(engine: &Engine, spec: &BatchSpec, event: NotifyEvent, payload:
         if let Some(url) = &cfg.webhook {
             let token = match &cfg.webhook_token_env {
                 None => None,
-                Some(name) => match engine.source_env.get(name) {
+                Some(name) => match engine.own_env.get(name) {
                     Some(t) => Some(t.as_str()),
                     None => {
                         tracing::warn!(variable = %name, "engine.notify.webhook_token_env names a variable that is not set: the webhook is not called");

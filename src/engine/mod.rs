@@ -53,6 +53,9 @@ pub struct Engine {
     /// The environment a CLI's variables are taken from (aicli's own by default); a CLI
     /// gets only what [`crate::env::cli_env`] picks from it.
     pub(crate) source_env: BTreeMap<String, String>,
+    /// aicli's own environment, where its own secrets are read (the notify webhook's
+    /// token), whatever the CLIs' environment comes from (`--fake-api` replaces that).
+    pub(crate) own_env: Arc<BTreeMap<String, String>>,
     pub(crate) auth_precheck: bool,
     /// A fault to inject, for the guard tests (`test-helpers` only).
     #[cfg(feature = "test-helpers")]
@@ -75,6 +78,7 @@ impl Engine {
             agent_server: None,
             search_path: None,
             source_env: crate::env::process_env(),
+            own_env: Arc::new(crate::env::process_env()),
             auth_precheck,
             #[cfg(feature = "test-helpers")]
             #[cfg(feature = "test-helpers")]
@@ -111,6 +115,14 @@ impl Engine {
     /// Tests pass their own instead of changing the process environment.
     pub fn with_env(mut self, env: BTreeMap<String, String>) -> Engine {
         self.source_env = env;
+        self
+    }
+
+    /// aicli's own environment, where its own secrets are read (the process's by
+    /// default): the variable `engine.notify.webhook_token_env` names. No CLI sees it.
+    /// Tests pass their own instead of changing the process environment.
+    pub fn with_own_env(mut self, env: BTreeMap<String, String>) -> Engine {
+        self.own_env = Arc::new(env);
         self
     }
 

@@ -350,6 +350,7 @@ async fn notifications_reach_a_webhook_and_a_command_for_every_end() {
         "-c".into(),
         format!("cat >> '{}'; echo >> '{}'", out.display(), out.display()),
     ];
+    // aicli's own environment has the token; the CLIs' has none of it.
     let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
     env.insert("HOOK_TOKEN".into(), "s3cret".into());
     let engine = engine_with(
@@ -360,7 +361,7 @@ async fn notifications_reach_a_webhook_and_a_command_for_every_end() {
             Some(&fixture("claude", "text")),
         ))],
     )
-    .with_env(env)
+    .with_own_env(env)
     .with_agent_server(Asker::new(&[Some("Deploy now?"), None, None]));
     let failing = fixture("claude", "err401_retries1");
     let with_ext = |e: &str| failing.with_extension(e).display().to_string();
@@ -708,4 +709,44 @@ async fn the_ide_lockfile_belongs_to_one_run_at_a_time() {
         assert_eq!(v["ideName"], "aicli");
     }
     assert!(!lock.exists(), "removed when its run ended");
+}
+
+/// The webhook's token comes from aicli's own environment, with `--fake-api` too (which
+/// gives the CLIs an environment of their own): through the binary, a real codex task,
+/// the webhook gets `Authorization: Bearer <token>` for the task's end and the batch's,
+/// and the token is in no record file and not on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authenticated_webhook_is_called_from_the_binary_with_fake_apis() {
+    let (url, got) = flaky_webhook().await;
+    let repo = git_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = serde_json::json!({"notify": {"webhook": url, "webhook_token_env": "NT_TOKEN", "attempts": 3}});
+    let cfg = fake_cli_config_with(dir.path(), &[], engine);
+    let tasks = dir.path().join("tasks.json");
+    std::fs::write(&tasks, r#"[{"id": "t", "provider": "codex", "prompt": "say hi"}]"#).unwrap();
+    let secret = "nt-secret-7c1e55aa90";
+    let out = aicli_with(&cfg, &["batch", tasks.to_str().unwrap(), "--fake-api", "-v"])
+        .arg("--repo")
+        .arg(repo.path())
+        .env("NT_TOKEN", secret)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("names a variable that is not set"), "{err}");
+    assert!(!err.contains(secret), "the token is on stderr");
+    let got = got.lock().unwrap().clone();
+    let events: Vec<&str> = got.iter().map(|(_, v)| v["event"].as_str().unwrap()).collect();
+    assert!(events.contains(&"batch_finished"), "{events:?}");
+    for (auth, v) in &got {
+        assert_eq!(auth.as_deref(), Some(format!("Bearer {secret}").as_str()), "{v}");
+    }
+    for f in files_under(&repo.path().join(".aicli")) {
+        let bytes = std::fs::read(&f).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(secret),
+            "the token is in {}",
+            f.display()
+        );
+    }
 }
