@@ -77,7 +77,10 @@ impl FakeApis {
             if apis.iter().any(|a: &FakeApi| a.vendor() == *v) {
                 continue;
             }
-            apis.push(FakeApi::start_at(*v, script(*v), SocketAddr::new(bind, 0)).await?);
+            let api = FakeApi::start_at(*v, script(*v), SocketAddr::new(bind, 0)).await?;
+            // Every task's conversation follows the whole script, not the first alone.
+            api.per_conversation();
+            apis.push(api);
         }
         Ok(FakeApis { apis })
     }

@@ -159,6 +159,9 @@ struct Inner {
     script: Script,
     /// The script step the next model request gets.
     cursor: usize,
+    /// With [`FakeApi::per_conversation`]: the cursor of each conversation instead (by
+    /// [`conversation_key`]), so that every conversation follows the whole script.
+    conversations: Option<std::collections::HashMap<u64, usize>>,
     /// Requests so far.
     seq: u64,
     log: Vec<RecordedRequest>,
@@ -248,6 +251,7 @@ impl FakeApi {
             state: Mutex::new(Inner {
                 script,
                 cursor: 0,
+                conversations: None,
                 seq: 0,
                 log: Vec::new(),
             }),
@@ -314,6 +318,21 @@ impl FakeApi {
         let mut st = self.shared.lock();
         st.script = script;
         st.cursor = 0;
+        if let Some(c) = st.conversations.as_mut() {
+            c.clear();
+        }
+    }
+
+    /// Plays the script once per conversation instead of once in all: each CLI session
+    /// (Claude's `x-claude-code-session-id`, Codex's `session-id`, else the request's
+    /// first message, which holds the working directory) has its own cursor. For several
+    /// tasks against one fake, each doing what the script says; a resumed session goes
+    /// on where it was.
+    pub fn per_conversation(&self) {
+        let mut st = self.shared.lock();
+        if st.conversations.is_none() {
+            st.conversations = Some(Default::default());
+        }
     }
 
     /// Waits until at least `n` model requests have arrived and returns the whole log; or
@@ -585,7 +604,15 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 (RequestKind::Side, None, anthropic::render_side(&ctx))
             }
             Route::Model { model } => {
-                let (index, step) = st.script.step_at(st.cursor);
+                let key = st
+                    .conversations
+                    .is_some()
+                    .then(|| conversation_key(&parts.headers, &body));
+                let cursor = match (&st.conversations, key) {
+                    (Some(c), Some(k)) => c.get(&k).copied().unwrap_or(0),
+                    _ => st.cursor,
+                };
+                let (index, step) = st.script.step_at(cursor);
                 let ctx = Ctx {
                     seq,
                     usage,
@@ -595,7 +622,10 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 };
                 let rendered = render(vendor, &ctx, &step);
                 if rendered.advance {
-                    st.cursor += 1;
+                    match (st.conversations.as_mut(), key) {
+                        (Some(c), Some(k)) => *c.entry(k).or_insert(0) += 1,
+                        _ => st.cursor += 1,
+                    }
                 }
                 (RequestKind::Model, Some(index), rendered)
             }
@@ -703,6 +733,60 @@ async fn respond(shared: &Shared, seq: u64, reply: Reply, delay: Duration) -> Re
     response
 }
 
+/// Which conversation a model request belongs to: the CLI's session id where it sends
+/// one in a header, else the working directories its first message names (Gemini's
+/// session context: the rest of that message changes when a session is resumed: the
+/// listing, a temporary directory per run), else that whole first message without its
+/// cache markers.
+fn conversation_key(headers: &HeaderMap, body: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let session = ["x-claude-code-session-id", "session-id"]
+        .iter()
+        .find_map(|k| headers.get(*k).and_then(|v| v.to_str().ok()));
+    match session {
+        Some(s) => s.hash(&mut h),
+        None => {
+            let first = ["messages", "input", "contents"]
+                .iter()
+                .find_map(|k| body.get(*k).and_then(Value::as_array))
+                .and_then(|items| items.first())
+                .cloned()
+                .unwrap_or(Value::Null);
+            match workspace_lines(&first) {
+                Some(lines) => lines.hash(&mut h),
+                None => without_cache_markers(first).to_string().hash(&mut h),
+            }
+        }
+    }
+    h.finish()
+}
+
+fn without_cache_markers(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(k, _)| k != "cache_control")
+                .map(|(k, v)| (k, without_cache_markers(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(without_cache_markers).collect()),
+        v => v,
+    }
+}
+
+/// The `- PATH` lines under `Workspace Directories:` in a first message's text.
+fn workspace_lines(first: &Value) -> Option<String> {
+    let text = first.to_string().replace("\\n", "\n");
+    let start = text.find("Workspace Directories:")?;
+    let lines: Vec<&str> = text[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| l.trim_start().starts_with("- "))
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -735,5 +819,37 @@ mod tests {
             Some(("gemini-2.5-flash", "streamGenerateContent"))
         );
         assert_eq!(gemini_path("/v1beta/models"), None);
+    }
+
+    #[test]
+    fn a_conversation_is_its_session_id_else_its_workspace() {
+        let ctx = |dir: &str, listing: &str| {
+            serde_json::json!({"contents": [{"role": "user", "parts": [{"text": format!(
+                "<session_context>\nThe project's temporary directory is: /t/{listing}\n- **Workspace Directories:**\n  - {dir}\n- **Directory Structure:**\n{listing}\n"
+            )}]}]})
+        };
+        let none = HeaderMap::new();
+        let a1 = conversation_key(&none, &ctx("/w/a", "run-1"));
+        assert_eq!(
+            a1,
+            conversation_key(&none, &ctx("/w/a", "run-2 and more files")),
+            "resumed"
+        );
+        assert_ne!(
+            a1,
+            conversation_key(&none, &ctx("/w/b", "run-1")),
+            "another task"
+        );
+        let mut h = HeaderMap::new();
+        h.insert("session-id", HeaderValue::from_static("s-1"));
+        assert_eq!(
+            conversation_key(&h, &ctx("/w/a", "x")),
+            conversation_key(&h, &ctx("/w/b", "y"))
+        );
+        let msg = |c: Option<&str>| serde_json::json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": c}]}]});
+        assert_eq!(
+            conversation_key(&none, &msg(Some("ephemeral"))),
+            conversation_key(&none, &msg(None))
+        );
     }
 }

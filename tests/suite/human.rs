@@ -723,23 +723,37 @@ async fn an_authenticated_webhook_is_called_from_the_binary_with_fake_apis() {
     let engine = serde_json::json!({"notify": {"webhook": url, "webhook_token_env": "NT_TOKEN", "attempts": 3}});
     let cfg = fake_cli_config_with(dir.path(), &[], engine);
     let tasks = dir.path().join("tasks.json");
-    std::fs::write(&tasks, r#"[{"id": "t", "provider": "codex", "prompt": "say hi"}]"#).unwrap();
+    std::fs::write(
+        &tasks,
+        r#"[{"id": "t", "provider": "codex", "prompt": "say hi"}]"#,
+    )
+    .unwrap();
     let secret = "nt-secret-7c1e55aa90";
-    let out = aicli_with(&cfg, &["batch", tasks.to_str().unwrap(), "--fake-api", "-v"])
-        .arg("--repo")
-        .arg(repo.path())
-        .env("NT_TOKEN", secret)
-        .output()
-        .unwrap();
+    let out = aicli_with(
+        &cfg,
+        &["batch", tasks.to_str().unwrap(), "--fake-api", "-v"],
+    )
+    .arg("--repo")
+    .arg(repo.path())
+    .env("NT_TOKEN", secret)
+    .output()
+    .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("names a variable that is not set"), "{err}");
     assert!(!err.contains(secret), "the token is on stderr");
     let got = got.lock().unwrap().clone();
-    let events: Vec<&str> = got.iter().map(|(_, v)| v["event"].as_str().unwrap()).collect();
+    let events: Vec<&str> = got
+        .iter()
+        .map(|(_, v)| v["event"].as_str().unwrap())
+        .collect();
     assert!(events.contains(&"batch_finished"), "{events:?}");
     for (auth, v) in &got {
-        assert_eq!(auth.as_deref(), Some(format!("Bearer {secret}").as_str()), "{v}");
+        assert_eq!(
+            auth.as_deref(),
+            Some(format!("Bearer {secret}").as_str()),
+            "{v}"
+        );
     }
     for f in files_under(&repo.path().join(".aicli")) {
         let bytes = std::fs::read(&f).unwrap_or_default();

@@ -11,6 +11,7 @@ mod memory;
 mod newcomer;
 mod newuser;
 mod round3;
+mod round4;
 mod tools;
 
 use std::path::{Path, PathBuf};
