@@ -77,7 +77,7 @@ fn task_payload(
         p["question"] = json!(q.question);
         p["options"] = json!(q.options);
         p["asked_at"] = json!(q.asked_at);
-        p["answer_with"] = json!(format!("aicli answer {}/{} \"...\"", spec.batch_id, r.task_id));
+        p["answer_with"] = json!(format!("aicli answer {}/{} \"<your answer>\"", spec.batch_id, r.task_id));
     }
     if let Some(base) = &cfg.page_url {
         p["link"] = json!(format!(

@@ -41,7 +41,7 @@ pub(super) fn blocked(
             outln!("  options: {}", b.question.options.join(" / "));
         }
         outln!(
-            "  answer with: aicli answer {}/{} \"...\"",
+            "  answer with: aicli answer {}/{} \"<your answer>\"",
             b.batch_id,
             b.task_id
         );

@@ -257,7 +257,7 @@ pub fn summary(r: &SessionResult, batch_id: Option<&str>, elapsed: Option<Durati
             s.push_str(&format!("\n  options: {}", q.options.join(" / ")));
         }
         s.push_str(&format!(
-            "\n  answer with: aicli answer {} \"...\"",
+            "\n  answer with: aicli answer {} \"<your answer>\"",
             task_ref(batch_id, &r.task_id)
         ));
     }
@@ -489,7 +489,7 @@ pub fn batch_table(b: &BatchResult) -> String {
         .filter(|t| t.status == SessionStatus::Blocked)
     {
         out.push_str(&format!(
-            "\nanswer {} with: aicli answer {} \"...\"",
+            "\nanswer {} with: aicli answer {} \"<your answer>\"",
             r.task_id,
             task_ref(Some(&b.batch_id), &r.task_id)
         ));

@@ -285,6 +285,12 @@ impl Engine {
                 "the answer to {task_ref} is empty: give the text the agent should continue with"
             )));
         }
+        if is_placeholder(answer) {
+            return Err(EngineError::Refused(format!(
+                "the answer to {task_ref} is {:?}, the placeholder of the printed hint: write the answer itself, e.g. aicli answer {task_ref} \"Use Postgres\" (the question is still open)",
+                answer.trim()
+            )));
+        }
         crate::batch::check_prompt_size(self, answer.len())
             .map_err(|m| EngineError::Refused(format!("the answer to {task_ref}: {m}")))?;
         let out = crate::batch::answer(self, store, task_ref, answer, live, cancel).await;
@@ -343,4 +349,14 @@ pub async fn run_batch(
     engine
         .run_batch(tasks, options, tx, CancellationToken::new())
         .await
+}
+
+/// Whether `answer` is a placeholder a printed hint shows (`"..."`, `<your answer>`), not
+/// an answer: pasted as printed, it must not use the question up.
+fn is_placeholder(answer: &str) -> bool {
+    let a = answer.trim().trim_matches(['"', '\'', '`']).trim().to_lowercase();
+    matches!(
+        a.as_str(),
+        "..." | "…" | "<your answer>" | "your answer" | "<answer>" | "answer" | "<text>"
+    ) || a.chars().all(|c| c == '.' || c == '…') && !a.is_empty()
 }

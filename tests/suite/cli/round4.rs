@@ -54,3 +54,52 @@ fn every_task_of_a_fake_api_batch_follows_the_script() {
         }
     }
 }
+
+/// Item 2: the answer hint, pasted as printed, does not use the question up: the hints
+/// show `"<your answer>"`, and that or `"..."` is refused (exit 2), the task still
+/// blocked; a real answer then goes through.
+#[test]
+fn the_printed_answer_hint_is_not_taken_as_an_answer() {
+    let cli = Cli::new();
+    let asked = cli.dir.path().join("asked.json");
+    let q = r#"{"question": "Which database?", "options": ["Postgres", "SQLite"]}"#;
+    let tasks = serde_json::json!([{"id": "q", "prompt": "pick", "extra_args": ["--mcp-call", "ask_user", q, asked]}]);
+    let file = cli.file("tasks.json", &tasks.to_string());
+    let out = cli.run(&["batch", file.to_str().unwrap(), "--batch-id", "hint"]);
+    assert_code(&out, 3, "blocked");
+    let text = stdout(&out);
+    assert!(
+        text.contains(r#"aicli answer hint/q "<your answer>""#),
+        "{text}"
+    );
+    let blocked = stdout(&cli.run(&["blocked"]));
+    let hint = blocked
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("answer with: aicli answer "))
+        .unwrap_or_else(|| panic!("{blocked}"));
+    assert_eq!(hint, r#"hint/q "<your answer>""#);
+    for placeholder in ["<your answer>", "...", "…", "\"...\""] {
+        let out = cli.run(&["answer", "hint/q", placeholder]);
+        assert_code(&out, 2, placeholder);
+        assert!(
+            stderr(&out).contains("the placeholder of the printed hint"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let still = stdout(&cli.run(&["blocked", "--json"]));
+    assert!(still.contains("Which database?"), "still blocked: {still}");
+    let out = cli.run(&["answer", "hint/q", "Postgres"]);
+    assert_ne!(out.status.code(), Some(2), "{}", stderr(&out));
+    // Recorded once, the real one (the stand-in CLI asks again, as its script says).
+    let rec = std::fs::read_to_string(cli.repo.path().join(".aicli/runs/hint/tasks/q/task.json"))
+        .unwrap();
+    let rec: serde_json::Value = serde_json::from_str(&rec).unwrap();
+    let answers: Vec<&str> = rec["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["answer"].as_str().unwrap())
+        .collect();
+    assert_eq!(answers, ["Postgres"]);
+}
