@@ -17,8 +17,16 @@ use super::fake::FakeApiArgs;
 /// `aicli run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The prompt.
-    pub prompt: String,
+    /// The prompt; `-` reads it from stdin (it is then in no process's arguments, and
+    /// has no shell limit on its length).
+    #[arg(
+        required_unless_present = "prompt_file",
+        conflicts_with = "prompt_file"
+    )]
+    pub prompt: Option<String>,
+    /// Read the prompt from this file.
+    #[arg(long, value_name = "FILE")]
+    pub prompt_file: Option<std::path::PathBuf>,
     /// The provider (default: the config's default_provider).
     #[arg(long, short)]
     pub provider: Option<String>,
@@ -66,12 +74,54 @@ pub struct RunArgs {
     pub fake: FakeApiArgs,
 }
 
+/// The most of a prompt read from stdin or a file, bytes: past the engine's own limit
+/// (`engine.max_prompt_bytes`, which then refuses it, naming it), never unbounded.
+const MAX_PROMPT_READ: u64 = 64 << 20;
+
+/// The prompt: the argument, stdin for `-`, or `--prompt-file`.
+fn prompt_of(a: &RunArgs) -> anyhow::Result<String> {
+    use std::io::Read;
+    let usage = super::common::usage;
+    let (mut reader, what): (Box<dyn Read>, String) = match (&a.prompt, &a.prompt_file) {
+        (Some(p), None) if p != "-" => return Ok(p.clone()),
+        (Some(_), None) => (Box::new(std::io::stdin()), "the prompt on stdin".to_owned()),
+        (_, Some(f)) => {
+            let file = std::fs::File::open(f)
+                .map_err(|e| usage(format!("--prompt-file {}: {e}", f.display())))?;
+            (Box::new(file), format!("--prompt-file {}", f.display()))
+        }
+        (None, None) => {
+            return Err(usage(
+                "give the prompt, `-` (stdin) or --prompt-file FILE".to_owned(),
+            ));
+        }
+    };
+    let mut buf = Vec::new();
+    reader
+        .by_ref()
+        .take(MAX_PROMPT_READ + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| usage(format!("cannot read {what}: {e}")))?;
+    if buf.len() as u64 > MAX_PROMPT_READ {
+        return Err(usage(format!(
+            "{what} is over {} MiB",
+            MAX_PROMPT_READ >> 20
+        )));
+    }
+    let text = String::from_utf8(buf).map_err(|_| usage(format!("{what} is not UTF-8")))?;
+    if text.trim().is_empty() {
+        return Err(usage(format!("{what} is empty")));
+    }
+    Ok(text)
+}
+
 pub(super) async fn run(
     config_path: Option<&Path>,
     r: RepoArgs,
     a: RunArgs,
 ) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
+    let prompt = prompt_of(&a)?;
     let repo = task_repo(&r, !a.no_worktree).await?;
     let base = if a.no_worktree {
         None
@@ -90,7 +140,7 @@ pub(super) async fn run(
     let batch_id = crate::util::new_batch_id();
     let task = TaskSpec {
         id: format!("run-{}", batch_id.rsplit('-').next().unwrap_or("0")),
-        prompt: a.prompt.clone(),
+        prompt,
         model: a.model.clone(),
         max_turns: a.max_turns,
         max_budget_usd: a.budget,

@@ -103,3 +103,56 @@ fn the_printed_answer_hint_is_not_taken_as_an_answer() {
         .collect();
     assert_eq!(answers, ["Postgres"]);
 }
+
+/// Item 9: `aicli run -` reads the prompt from stdin and `--prompt-file` from a file, of
+/// any length a shell argument cannot carry (200 KiB here); `-` is never the prompt.
+#[test]
+fn run_takes_its_prompt_from_stdin_or_a_file() {
+    use std::io::Write;
+    let cli = Cli::new();
+    let long = format!("Refactor the parser.\n{}", "x".repeat(200 * 1024));
+    let prompt_of_newest = |cli: &Cli| {
+        let b = only_batch_newest(cli.repo.path());
+        let spec: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(b.join("batch.json")).unwrap()).unwrap();
+        spec["tasks"][0]["prompt"].as_str().unwrap().to_owned()
+    };
+    let mut child = cli
+        .command(&["run", "-", "--no-mcp"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(long.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_code(&out, 0, "run -");
+    assert_eq!(prompt_of_newest(&cli), long);
+    let file = cli.file("prompt.md", "From a file.\n");
+    let out = cli.run(&["run", "--prompt-file", file.to_str().unwrap(), "--no-mcp"]);
+    assert_code(&out, 0, "run --prompt-file");
+    assert_eq!(prompt_of_newest(&cli), "From a file.\n");
+    let out = cli.run(&["run", "--prompt-file", "/nonexistent/p.md"]);
+    assert_code(&out, 2, "a missing file");
+    assert!(
+        stderr(&out).contains("--prompt-file /nonexistent/p.md"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The newest batch directory of `repo`'s records.
+fn only_batch_newest(repo: &std::path::Path) -> std::path::PathBuf {
+    let mut all: Vec<_> = std::fs::read_dir(repo.join(".aicli/runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    all.sort();
+    all.pop().unwrap()
+}
