@@ -92,7 +92,8 @@ pub struct RepoArgs {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Install the pinned CLIs (claude, codex, gemini) into aicli's cache with npm.
+    /// Install the pinned CLIs (claude, codex, gemini) and ACP agents (claude-acp,
+    /// codex-acp, gemini-acp) into aicli's cache with npm.
     Install(install::InstallArgs),
     /// See aicli work, offline: the installed CLIs against built-in fake model APIs, in
     /// parallel, with a question answered.
@@ -175,7 +176,7 @@ pub enum Command {
     },
     /// Serve the run records as a web view (batches, tasks live, cancel) and a JSON API.
     Web(web::WebArgs),
-    /// List every blocked task across runs, with its question.
+    /// List every blocked task of this repository's batches, with its question.
     Blocked {
         /// Print JSON.
         #[arg(long)]

@@ -16,7 +16,8 @@ use super::{RepoArgs, load_config, output};
 pub enum RunsAction {
     /// Show one batch: its tasks, results, questions and answers.
     Show {
-        /// The batch id.
+        /// The batch id, or its end (its last 4 hex digits are enough when no other
+        /// batch ends so).
         id: String,
     },
 }
@@ -82,7 +83,27 @@ fn list(store: &RunStore, root: &Path, json_out: bool) -> anyhow::Result<ExitCod
 
 /// `aicli runs show ID`: one batch, its tasks, attempts, questions and answers.
 fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let b = store.open_batch(id).map_err(super::common::usage)?;
+    let b = match store.open_batch(id) {
+        Ok(b) => b,
+        Err(not_found) => {
+            let ending: Vec<_> = store
+                .list()
+                .into_iter()
+                .filter(|b| !id.is_empty() && b.batch_id().ends_with(id))
+                .collect();
+            match ending.as_slice() {
+                [one] => one.clone(),
+                [] => return Err(super::common::usage(not_found)),
+                several => {
+                    let ids: Vec<String> = several.iter().map(|b| b.batch_id()).collect();
+                    return Err(super::common::usage(format!(
+                        "'{id}' ends several batches: {}; name one",
+                        ids.join(", ")
+                    )));
+                }
+            }
+        }
+    };
     let spec = b.spec().map_err(anyhow::Error::msg)?;
     let tasks = b.tasks().map_err(anyhow::Error::msg)?;
     if json_out {

@@ -156,3 +156,42 @@ fn only_batch_newest(repo: &std::path::Path) -> std::path::PathBuf {
     all.sort();
     all.pop().unwrap()
 }
+
+/// Item 15 (smaller): `runs show` takes a batch id's end, and says which when it ends
+/// several; `install --help` names the ACP agents; `blocked --help` its scope.
+#[test]
+fn runs_show_takes_a_batch_id_s_end_and_the_help_says_what_is_true() {
+    let cli = Cli::new();
+    let file = cli.file("t.json", r#"[{"id": "a", "prompt": "p"}]"#);
+    for id in ["20261201-000000000-ab12", "20261201-000000001-cd12"] {
+        assert_code(
+            &cli.run(&[
+                "batch",
+                file.to_str().unwrap(),
+                "--batch-id",
+                id,
+                "--no-mcp",
+            ]),
+            0,
+            id,
+        );
+    }
+    let out = cli.run(&["runs", "show", "ab12"]);
+    assert_code(&out, 0, "a unique end");
+    assert!(
+        stdout(&out).starts_with("batch 20261201-000000000-ab12 "),
+        "{}",
+        stdout(&out)
+    );
+    let out = cli.run(&["runs", "show", "12"]);
+    assert_code(&out, 2, "an end of two batches");
+    assert!(
+        stderr(&out).contains("'12' ends several batches"),
+        "{}",
+        stderr(&out)
+    );
+    let help = stdout(&cli.run(&["install", "--help"]));
+    assert!(help.contains("ACP agents"), "{help}");
+    let help = stdout(&cli.run(&["blocked", "--help"]));
+    assert!(help.contains("this repository's batches"), "{help}");
+}
