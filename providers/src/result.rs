@@ -128,6 +128,13 @@ pub struct SessionResult {
     pub num_turns: Option<u32>,
     /// Tool invocations the agent made.
     pub tool_calls: u32,
+    /// Of those, the calls the CLI refused: denied by its permission mode, or a tool the
+    /// mode leaves out. A run with refusals did less than it was asked, whatever its
+    /// status says; `aicli` shows the count beside the status.
+    pub tool_calls_refused: u32,
+    /// Of those, the calls that ran and failed (an error result, a command's non-zero
+    /// exit where the CLI marks it an error).
+    pub tool_calls_failed: u32,
     /// Per-run token usage.
     pub canonical_usage: CanonicalUsage,
     /// `canonical_usage` split by model (side models and subagents included), where the
@@ -289,6 +296,8 @@ impl Default for SessionResult {
             duration_ms: 0,
             num_turns: None,
             tool_calls: 0,
+            tool_calls_refused: 0,
+            tool_calls_failed: 0,
             canonical_usage: CanonicalUsage::default(),
             usage_by_model: BTreeMap::new(),
             session_totals: None,
@@ -306,6 +315,18 @@ impl Default for SessionResult {
 }
 
 impl SessionResult {
+    /// `2 tool calls refused, 1 failed`: what the run's tools did not do; `None` when every
+    /// call ran and none failed.
+    pub fn tool_trouble(&self) -> Option<String> {
+        let calls = |n: u32| if n == 1 { "tool call" } else { "tool calls" };
+        match (self.tool_calls_refused, self.tool_calls_failed) {
+            (0, 0) => None,
+            (n, 0) => Some(format!("{n} {} refused", calls(n))),
+            (0, f) => Some(format!("{f} {} failed", calls(f))),
+            (n, f) => Some(format!("{n} {} refused, {f} failed", calls(n))),
+        }
+    }
+
     /// Marks the result failed with `kind` and `message` (keeping everything else).
     pub fn fail(&mut self, kind: ErrorKind, message: impl Into<String>) {
         self.status = SessionStatus::Failed;

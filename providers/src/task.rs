@@ -7,8 +7,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// How much the agent may do without asking, in vendor-neutral words. Each adapter maps
-/// it onto its CLI's flags (Claude `--permission-mode`, Codex `--sandbox`, Gemini
-/// `--approval-mode`).
+/// it onto its CLI's flags (Claude `--permission-mode` and sandbox settings, Codex
+/// `--sandbox`, Gemini `--approval-mode`); `docs/permissions.md` has the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionMode {
@@ -18,6 +18,12 @@ pub enum PermissionMode {
     Default,
     /// File edits inside the workspace are allowed; other actions follow the allowlist.
     AcceptEdits,
+    /// Edits and commands, confined: the CLI may change files only in its working
+    /// directory (and its own state and temporary files) and runs commands without
+    /// asking, inside its own sandbox (Claude Code's sandbox, Codex's workspace-write),
+    /// inside bubblewrap where the CLI has no sandbox that works here (Gemini), or in
+    /// its container under the Docker runner. The built-in entries' default.
+    Sandbox,
     /// Everything is allowed, no sandbox. Use only inside a container or a throwaway tree.
     Bypass,
 }
@@ -29,8 +35,24 @@ impl PermissionMode {
             PermissionMode::Plan => "plan",
             PermissionMode::Default => "default",
             PermissionMode::AcceptEdits => "accept_edits",
+            PermissionMode::Sandbox => "sandbox",
             PermissionMode::Bypass => "bypass",
         }
+    }
+
+    /// Every mode, in order from the least allowed to the most.
+    pub const ALL: [PermissionMode; 5] = [
+        PermissionMode::Plan,
+        PermissionMode::Default,
+        PermissionMode::AcceptEdits,
+        PermissionMode::Sandbox,
+        PermissionMode::Bypass,
+    ];
+
+    /// The mode named `s` (its serialized name; `-` may stand for `_`).
+    pub fn parse(s: &str) -> Option<PermissionMode> {
+        let s = s.replace('-', "_");
+        PermissionMode::ALL.into_iter().find(|m| m.as_str() == s)
     }
 }
 

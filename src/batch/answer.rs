@@ -32,11 +32,7 @@ pub(crate) async fn answer(
         .map_err(EngineError::Refused)?;
     let rec = record.task(&task_id).map_err(EngineError::NotFound)?;
     if rec.state != TaskState::Blocked {
-        return Err(EngineError::Refused(format!(
-            "task {}/{task_id} is not blocked (it is {}); only a blocked task can be answered",
-            record.batch_id(),
-            rec.state.as_str()
-        )));
+        return Err(not_blocked(&record, &task_id, rec.state));
     }
     let last = rec.latest_result().cloned().ok_or_else(|| {
         EngineError::Refused(format!("task {task_ref} is blocked but has no result"))
@@ -108,6 +104,26 @@ pub(super) fn options_for(spec: &BatchSpec, store: &RunStore) -> BatchOptions {
 /// The task an answer is for: `BATCH/TASK` exactly; a bare `TASK` is the blocked task of
 /// that id (the newest batch's when none is blocked, so the error says why), and an
 /// error listing them when several batches have it blocked.
+/// Whether `task_ref` can be answered now (it names one task, and that task is blocked):
+/// the check [`answer`] makes, for a caller that wants to refuse before it starts anything.
+pub(crate) fn check_answerable(store: &RunStore, task_ref: &str) -> Result<(), EngineError> {
+    let (record, task_id) = find_blocked(store, task_ref)?;
+    let rec = record.task(&task_id).map_err(EngineError::NotFound)?;
+    if rec.state != TaskState::Blocked {
+        return Err(not_blocked(&record, &task_id, rec.state));
+    }
+    Ok(())
+}
+
+/// The refusal of an answer to a task that is not blocked.
+fn not_blocked(record: &BatchRecord, task_id: &str, state: TaskState) -> EngineError {
+    EngineError::Refused(format!(
+        "task {}/{task_id} is not blocked (it is {}); only a blocked task can be answered",
+        record.batch_id(),
+        state.as_str()
+    ))
+}
+
 fn find_blocked(store: &RunStore, task_ref: &str) -> Result<(BatchRecord, String), EngineError> {
     let found = store.find_tasks(task_ref);
     if found.is_empty() {

@@ -117,14 +117,15 @@ fn check_tasks(
         if let Some((j, message)) = engine.config.unknown_mcp_grant(&t.mcp_tools) {
             return Err(invalid(t, format!("mcp_tools[{j}]: {message}")));
         }
-        match &t.provider {
+        let provider = match &t.provider {
             Some(p) => engine
                 .registry
                 .get(p)
-                .map(drop)
                 .map_err(|e| invalid(t, format!("provider: {e}")))?,
-            None => engine.registry.get(default_provider).map(drop)?,
+            None => engine.registry.get(default_provider)?,
         };
+        check_prompt_chars(provider.name(), provider.config().max_prompt_chars, &t.prompt)
+            .map_err(|m| invalid(t, format!("prompt: {m}")))?;
     }
     Ok(())
 }
@@ -136,6 +137,26 @@ pub(crate) fn check_prompt_size(engine: &Engine, len: usize) -> Result<(), Strin
     if len > cap {
         return Err(format!(
             "{len} bytes is over the limit of {cap} bytes (engine.max_prompt_bytes in the config)"
+        ));
+    }
+    Ok(())
+}
+
+/// A prompt is at most what its CLI takes (`max_prompt_chars` of its provider), when the
+/// CLI has a limit: refused here rather than by the CLI after it started.
+pub(crate) fn check_prompt_chars(provider: &str, limit: Option<u64>, prompt: &str) -> Result<(), String> {
+    let Some(limit) = limit else {
+        return Ok(());
+    };
+    // A prompt of no more bytes than the limit has no more characters.
+    if prompt.len() as u64 <= limit {
+        return Ok(());
+    }
+    let chars = prompt.chars().count() as u64;
+    if chars > limit {
+        return Err(format!(
+            "{chars} characters is over the {limit} that {provider}'s CLI takes \
+             (max_prompt_chars of provider {provider})"
         ));
     }
     Ok(())

@@ -208,12 +208,19 @@ impl Batch {
             Vec::new()
         });
         let mut results = Vec::new();
+        let mut task_costs = Vec::new();
         let (mut total, mut estimated, mut charged, mut unknown) = (0.0, 0.0, 0.0, 0);
         for mut rec in all {
             let (spent, unk) = rec.spent();
             total += spent;
             estimated += rec.estimated();
             charged += rec.charged();
+            task_costs.push(crate::record::TaskCost {
+                task_id: rec.task.id.clone(),
+                cost_usd: spent,
+                estimated_usd: rec.estimated(),
+                unknown: unk,
+            });
             if unk {
                 unknown += 1;
             }
@@ -245,6 +252,7 @@ impl Batch {
             budget_reserved_usd: self.budget.as_ref().map(|p| p.figures().peak_reserved),
             runs_dir: self.record.dir().to_path_buf(),
             overlaps: Vec::new(),
+            task_costs,
         }
     }
 }

@@ -41,6 +41,8 @@ pub(super) async fn answer(
         Some(_) => task.to_owned(),
         None => qualified(&store, task).unwrap_or_else(|| task.to_owned()),
     };
+    // Refused before anything is started or said (the fake API's note, say).
+    crate::batch::check_answerable(&store, &task_ref)?;
     let batch_id = task_ref.split_once('/').map(|(b, _)| b.to_owned());
     let docker = batch_id
         .as_deref()

@@ -54,6 +54,10 @@ pub struct BatchArgs {
     /// `runner`, the provider's and engine.runner).
     #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
     pub runner: Option<RunnerKind>,
+    /// The permission mode of tasks that name none (over the providers' own): plan,
+    /// default, accept_edits, sandbox or bypass (docs/permissions.md).
+    #[arg(long, value_name = "MODE", value_parser = super::common::parse_permission_mode)]
+    pub permission_mode: Option<crate::providers::PermissionMode>,
     /// Serve the web view of the repository's runs while the batch runs, on ADDR
     /// (default: loopback, a free port); its URL, with a one-time login token, is the
     /// first line on stderr.
@@ -80,7 +84,16 @@ pub(super) async fn batch(
         (Some(t), None) => t.clone(),
         (None, None) => return Err(usage("give a tasks file, or --resume BATCH_ID")),
     };
-    let file = TasksFile::load(&tasks_path).map_err(usage)?;
+    let mut file = TasksFile::load(&tasks_path).map_err(usage)?;
+    if let Some(mode) = a.permission_mode {
+        for t in file
+            .tasks
+            .iter_mut()
+            .filter(|t| t.permission_mode.is_none())
+        {
+            t.permission_mode = Some(mode);
+        }
+    }
     let r = match (&r.repo, &file.repo) {
         (None, Some(dir)) => RepoArgs {
             repo: Some(
@@ -94,7 +107,6 @@ pub(super) async fn batch(
         _ => r,
     };
     let repo = task_repo(&r, true).await?;
-    let base = worktree_base(&repo, a.include_uncommitted).await?;
     let cancel = CancellationToken::new();
     let runner = a.runner.or(file.runner);
     let docker = runner == Some(RunnerKind::Docker)
@@ -103,6 +115,14 @@ pub(super) async fn batch(
             .iter()
             .any(|t| t.runner == Some(RunnerKind::Docker));
     let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
+    // Warned about once the config and --fake-api are known good.
+    let base = match worktree_base(&repo, a.include_uncommitted).await {
+        Ok(b) => b,
+        Err(e) => {
+            running.stop();
+            return Err(e);
+        }
+    };
     // Every task is checked by the engine, once, before anything runs; its errors are
     // given with the file's name (below).
     let default = a

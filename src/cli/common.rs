@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::Engine;
 use crate::mcp::{McpServer, McpServerOptions};
-use crate::providers::{CommandSpec, RunnerKind, SessionResult, SessionStatus};
+use crate::providers::{CommandSpec, PermissionMode, RunnerKind, SessionResult, SessionStatus};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
@@ -352,6 +352,16 @@ pub(super) async fn installed_version(p: &crate::providers::SharedProvider) -> O
         .await
         .ok()?;
     p.parse_version(&out.stdout)
+}
+
+/// `--permission-mode`'s values.
+pub(super) fn parse_permission_mode(s: &str) -> Result<PermissionMode, String> {
+    PermissionMode::parse(s).ok_or_else(|| {
+        format!(
+            "'{s}' is not a permission mode: use {}",
+            PermissionMode::ALL.map(|m| m.as_str()).join(", ")
+        )
+    })
 }
 
 /// `--runner`'s values.

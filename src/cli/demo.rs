@@ -84,9 +84,11 @@ fn script(vendor: Vendor) -> Script {
     .with_answer()
 }
 
-/// The demo task of `provider` (`cli` is its CLI's name): tools allowed the way each
-/// CLI needs to run a shell command headless.
-fn task(provider: &str, vendor: Vendor) -> TaskSpec {
+/// The demo task of `provider` (`cli` is its CLI's name), in the default permission mode
+/// (`sandbox`: commands run confined to the worktree), or, where `confined` is false (no
+/// working bubblewrap, which Claude Code's sandbox and aicli's confinement of Gemini
+/// need), in `bypass`, which the demo says it does.
+fn task(provider: &str, vendor: Vendor, confined: bool) -> TaskSpec {
     let cli = vendor.cli_name();
     let mut t = TaskSpec {
         id: format!("{provider}-demo"),
@@ -97,13 +99,9 @@ fn task(provider: &str, vendor: Vendor) -> TaskSpec {
         ),
         ..TaskSpec::default()
     };
-    match vendor {
-        // Claude asks before running Bash unless it is allowed.
-        Vendor::Anthropic => t.allowed_tools = vec!["Bash".to_owned()],
-        // Codex's workspace-write sandbox.
-        Vendor::OpenAi => t.permission_mode = Some(PermissionMode::AcceptEdits),
-        // Gemini declares its shell tool to the model only in yolo mode.
-        Vendor::Gemini => t.permission_mode = Some(PermissionMode::Bypass),
+    // Codex's sandbox brings its own bubblewrap.
+    if !confined && vendor != Vendor::OpenAi {
+        t.permission_mode = Some(PermissionMode::Bypass);
     }
     t
 }
@@ -371,7 +369,16 @@ async fn first_batch(
     dir: &Path,
     cancel: &CancellationToken,
 ) -> anyhow::Result<BatchResult> {
-    let tasks: Vec<TaskSpec> = chosen.iter().map(|(n, v)| task(n, *v)).collect();
+    let confined = crate::providers::shared::confine::bubblewrap(None).is_some();
+    if !confined {
+        eprintln!(
+            "aicli demo: no working bubblewrap (bwrap) here, so claude and gemini cannot run \
+             commands confined (permission mode sandbox); the demo runs them in permission \
+             mode bypass, unconfined, in its scratch repository. apt install bubblewrap \
+             socat makes sandbox work."
+        );
+    }
+    let tasks: Vec<TaskSpec> = chosen.iter().map(|(n, v)| task(n, *v, confined)).collect();
     let mut opts = BatchOptions::new(dir);
     opts.max_parallel = Some(tasks.len());
     opts.timeout = Some(Duration::from_secs(180));

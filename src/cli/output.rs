@@ -210,7 +210,7 @@ pub fn task_ref(batch_id: Option<&str>, task_id: &str) -> String {
 /// The headline of a result: `✔ succeeded`, `⏸ blocked on a question`, `⏹ interrupted`,
 /// `✘ failed (kind): message`.
 fn headline(r: &SessionResult) -> String {
-    match r.status {
+    let head = match r.status {
         SessionStatus::Succeeded => "✔ succeeded".to_owned(),
         SessionStatus::Blocked => "⏸ blocked on a question".to_owned(),
         SessionStatus::Interrupted => "⏹ interrupted".to_owned(),
@@ -219,6 +219,10 @@ fn headline(r: &SessionResult) -> String {
             r.error_kind.map(|k| k.as_str()).unwrap_or("unknown"),
             r.error.clone().unwrap_or_default()
         ),
+    };
+    match r.tool_trouble() {
+        Some(t) => format!("{head} · ⚠ {t}"),
+        None => head,
     }
 }
 
@@ -238,6 +242,13 @@ pub fn summary(r: &SessionResult, batch_id: Option<&str>, elapsed: Option<Durati
     );
     if let Some(sid) = &r.session_id {
         s.push_str(&format!("\n  session {sid}"));
+    }
+    if r.tool_calls_refused > 0 {
+        s.push_str(
+            "\n  the CLI refused what its permission mode does not allow, and the task did \
+             less than asked: --permission-mode sandbox runs commands confined to the \
+             worktree, bypass runs them unconfined (docs/permissions.md)",
+        );
     }
     if let Some(line) = work_line(r) {
         s.push_str(&format!("\n  {line}"));
@@ -338,7 +349,7 @@ fn time_taken(r: &SessionResult, elapsed: Option<Duration>) -> String {
 fn totals(b: &BatchResult, interrupted: usize) -> String {
     let failed = b.n_failed.saturating_sub(interrupted);
     let mut out = format!(
-        "\n{} tasks: {} succeeded, {failed} failed, {} blocked{} · cost ${:.4}{}{}{} · {:.1}s",
+        "\n{} tasks: {} succeeded, {failed} failed, {} blocked{} · cost ${:.4}{}{} · {:.1}s",
         b.n_tasks,
         b.n_succeeded,
         b.n_blocked,
@@ -348,7 +359,6 @@ fn totals(b: &BatchResult, interrupted: usize) -> String {
             String::new()
         },
         b.total_cost_usd,
-        all_runs_note(b),
         if b.estimated_cost_usd > 0.0 {
             format!(" (~${:.4} of it estimated)", b.estimated_cost_usd)
         } else {
@@ -376,20 +386,23 @@ fn totals(b: &BatchResult, interrupted: usize) -> String {
     out
 }
 
-/// ` over all runs ($0.0007 in the last runs above)` when the batch's total, which
-/// counts every run of every task (a question's run and its answer's), is not what the
-/// table's "cost (last run)" column adds up to; empty when it is.
-fn all_runs_note(b: &BatchResult) -> String {
-    let last_runs: f64 = b.tasks.iter().filter_map(|t| t.cost_usd).sum();
-    if (b.total_cost_usd - last_runs).abs() < 0.000_05 {
-        return String::new();
+/// A task's cost over all its runs in the table, and where it comes from: `$0.0012`
+/// (reported), `~$0.0004` (estimated, all or part), `$0.0007 + ?` (a run of unknown cost).
+fn task_cost(c: &crate::record::TaskCost) -> (String, &'static str) {
+    let tilde = if c.estimated_usd > 0.0 { "~" } else { "" };
+    let figure = format!("{tilde}${:.4}", c.cost_usd);
+    match (c.unknown, c.estimated_usd > 0.0) {
+        (true, _) if c.cost_usd == 0.0 => ("unknown".to_owned(), "unknown"),
+        (true, _) => (format!("{figure} + ?"), "partly unknown"),
+        (false, false) => (figure, "reported"),
+        (false, true) if (c.cost_usd - c.estimated_usd).abs() < 1e-12 => (figure, "estimated"),
+        (false, true) => (figure, "partly estimated"),
     }
-    format!(" over all runs (${last_runs:.4} in the last runs above)")
 }
 
 /// The status word of a task in the table.
 fn status_word(r: &SessionResult) -> String {
-    match r.status {
+    let word = match r.status {
         SessionStatus::Succeeded => "ok".to_owned(),
         SessionStatus::Blocked => "blocked".to_owned(),
         SessionStatus::Interrupted => "interrupted".to_owned(),
@@ -397,6 +410,18 @@ fn status_word(r: &SessionResult) -> String {
             .error_kind
             .map(|k| k.as_str().to_owned())
             .unwrap_or_else(|| "failed".to_owned()),
+    };
+    let mut marks = Vec::new();
+    if r.tool_calls_refused > 0 {
+        marks.push(format!("{} refused", r.tool_calls_refused));
+    }
+    if r.tool_calls_failed > 0 {
+        marks.push(format!("{} failed", r.tool_calls_failed));
+    }
+    if marks.is_empty() {
+        word
+    } else {
+        format!("{word} ⚠ {}", marks.join(", "))
     }
 }
 
@@ -432,16 +457,7 @@ pub fn batch_table(b: &BatchResult) -> String {
     const COLS: usize = 10;
     let mut rows: Vec<[String; COLS]> = vec![
         [
-            "task",
-            "provider",
-            "status",
-            "in",
-            "out",
-            "cache",
-            "cost (last run)",
-            "source",
-            "time",
-            "detail",
+            "task", "provider", "status", "in", "out", "cache", "cost", "source", "time", "detail",
         ]
         .map(str::to_owned),
     ];
@@ -452,10 +468,19 @@ pub fn batch_table(b: &BatchResult) -> String {
                 Some(t) => t.short(),
                 None => format!("branch {b}"),
             },
-            (None, None, Some(e)) => first_line(e, 60),
+            // A failure's words whole enough to say why (the cause is often at the end).
+            (None, None, Some(e)) => first_line(e, 240),
             (None, None, None) => String::new(),
         };
         let u = &r.canonical_usage;
+        let task_cost = match b.task_costs.iter().find(|c| c.task_id == r.task_id) {
+            // No run spent anything it said (one that never started, say).
+            Some(c) if c.cost_usd == 0.0 && !c.unknown && r.cost_usd.is_none() => {
+                ("$0.0000".to_owned(), "nothing spent")
+            }
+            Some(c) => task_cost(c),
+            None => (cost(r), cost_source(r)),
+        };
         rows.push([
             r.task_id.clone(),
             r.provider.clone(),
@@ -463,8 +488,8 @@ pub fn batch_table(b: &BatchResult) -> String {
             u.input_tokens.to_string(),
             u.output_tokens.to_string(),
             (u.cache_read + u.cache_write).to_string(),
-            cost(r),
-            cost_source(r).to_owned(),
+            task_cost.0,
+            task_cost.1.to_owned(),
             format!("{:.1}s", r.duration_ms as f64 / 1000.0),
             detail,
         ]);

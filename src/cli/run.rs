@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::BatchOptions;
-use crate::providers::{RunnerKind, TaskSpec};
+use crate::providers::{PermissionMode, RunnerKind, TaskSpec};
 use anyhow::bail;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
@@ -70,6 +70,11 @@ pub struct RunArgs {
     /// engine.docker in the config). Default: the provider's, else engine.runner.
     #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
     pub runner: Option<RunnerKind>,
+    /// What the CLI may do without asking: plan, default, accept_edits, sandbox (edits and
+    /// commands, confined to the worktree; the default) or bypass (anything, unconfined).
+    /// docs/permissions.md has what each means for each CLI.
+    #[arg(long, value_name = "MODE", value_parser = super::common::parse_permission_mode)]
+    pub permission_mode: Option<PermissionMode>,
     #[command(flatten)]
     pub fake: FakeApiArgs,
 }
@@ -123,18 +128,26 @@ pub(super) async fn run(
     let started = std::time::Instant::now();
     let prompt = prompt_of(&a)?;
     let repo = task_repo(&r, !a.no_worktree).await?;
-    let base = if a.no_worktree {
-        None
-    } else {
-        Some(worktree_base(&repo, a.include_uncommitted).await?)
-    };
     let cancel = CancellationToken::new();
     let docker = a.runner == Some(RunnerKind::Docker);
+    // The config and --fake-api are checked (in starting the engine) before the
+    // repository's state is warned about.
     let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
     if let Some((_, m)) = running.engine.config().unknown_mcp_grant(&a.mcp_tool) {
         running.stop();
         return Err(super::common::usage(format!("--mcp-tool: {m}")));
     }
+    let base = if a.no_worktree {
+        None
+    } else {
+        match worktree_base(&repo, a.include_uncommitted).await {
+            Ok(b) => Some(b),
+            Err(e) => {
+                running.stop();
+                return Err(e);
+            }
+        }
+    };
     // Each run is a batch of its own; its task gets an id of its own too, so answers and
     // hints can name it alone.
     let batch_id = crate::util::new_batch_id();
@@ -146,6 +159,7 @@ pub(super) async fn run(
         max_budget_usd: a.budget,
         credentials: a.credential.clone(),
         mcp_tools: a.mcp_tool.clone(),
+        permission_mode: a.permission_mode,
         ..TaskSpec::default()
     };
     let mut opts = BatchOptions::new(repo);

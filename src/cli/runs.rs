@@ -166,6 +166,9 @@ fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> 
                     None => "did not finish".to_owned(),
                 }
             );
+            if let Some(trouble) = r.and_then(|r| r.tool_trouble()) {
+                outln!("    ⚠ {trouble}");
+            }
             if let Some(q) = r.and_then(|r| r.question.as_ref()) {
                 outln!("    asked: {}", q.question);
             }

@@ -315,6 +315,7 @@ pub(super) fn process_spec(
         cwd,
         files: Vec::new(),
         links: Vec::new(),
+        notices: Vec::new(),
     })
 }
 

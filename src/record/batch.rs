@@ -93,6 +93,25 @@ pub struct BatchResult {
     /// when none, or without worktrees).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overlaps: Vec<Overlap>,
+    /// What each task cost over all its runs (a question's run and its answer's, a run
+    /// cut off and its resume), in the order of `tasks`: the figures that add up to
+    /// `total_cost_usd`, `estimated_cost_usd` and `n_cost_unknown`.
+    #[serde(default)]
+    pub task_costs: Vec<TaskCost>,
+}
+
+/// What one task cost over all its runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct TaskCost {
+    /// The task.
+    pub task_id: String,
+    /// USD over its runs whose cost is known.
+    pub cost_usd: f64,
+    /// The part of it estimated from the config's prices.
+    pub estimated_usd: f64,
+    /// Whether a run's cost is unknown (`cost_usd` is then a lower bound).
+    pub unknown: bool,
 }
 
 /// A task's work and another's (or the target branch's) change the same files.

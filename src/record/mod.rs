@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 use aicli_providers::SessionResult;
 
-pub use batch::{BatchResult, BatchSpec, BatchSummary, Overlap, OverlapWith};
+pub use batch::{BatchResult, BatchSpec, BatchSummary, Overlap, OverlapWith, TaskCost};
 pub use control::ControlRequest;
 pub use lock::TaskLock;
 pub use task::{

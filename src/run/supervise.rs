@@ -44,6 +44,14 @@ pub(super) async fn supervise(
         spec.place.record_dir.as_deref(),
     );
     let mut w = Watch::new(spec, provider.decoder(&spec.parse_ctx), publisher, injected);
+    for notice in &launch.cmd.notices {
+        w.publisher
+            .injected(AgentEvent::synthetic(aicli_providers::EventKind::Log {
+                level: aicli_providers::LogLevel::Warning,
+                message: notice.clone(),
+                source: "aicli".to_owned(),
+            }));
+    }
     let handle = guards.process()?;
     if launch.cmd.stdin_open {
         // A two-way CLI is spoken to: its stdin stays open for what the decoder says.

@@ -349,9 +349,14 @@ impl TaskRow {
 /// A task's state in words, with its error's kind when it failed.
 pub(super) fn task_status(t: &TaskRecord) -> String {
     let w = state_words(t.state);
-    match t.latest_result().and_then(|r| r.error_kind) {
+    let r = t.latest_result();
+    let head = match r.and_then(|r| r.error_kind) {
         Some(k) if t.state == TaskState::Failed => format!("{w} ({})", k.as_str()),
         _ => w.to_owned(),
+    };
+    match r.and_then(|r| r.tool_trouble()) {
+        Some(trouble) => format!("{head} · ⚠ {trouble}"),
+        None => head,
     }
 }
 

@@ -121,6 +121,9 @@ pub struct AcpModes {
     /// For `accept_edits`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accept_edits: Option<AcpMode>,
+    /// For `sandbox`: a mode in which the agent confines its own commands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<AcpMode>,
     /// For `bypass`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bypass: Option<AcpMode>,
@@ -133,6 +136,7 @@ impl AcpModes {
             PermissionMode::Plan => self.plan.as_ref(),
             PermissionMode::Default => self.default.as_ref(),
             PermissionMode::AcceptEdits => self.accept_edits.as_ref(),
+            PermissionMode::Sandbox => self.sandbox.as_ref(),
             PermissionMode::Bypass => self.bypass.as_ref(),
         }
     }

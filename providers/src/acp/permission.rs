@@ -166,7 +166,10 @@ pub fn decide(
     };
     match (mode, class) {
         (PermissionMode::Bypass, _) => allow(options, "permission mode bypass".to_owned()),
-        (PermissionMode::Plan, Class::Read) | (PermissionMode::AcceptEdits, Class::Read) => allow(
+        (
+            PermissionMode::Plan | PermissionMode::AcceptEdits | PermissionMode::Sandbox,
+            Class::Read,
+        ) => allow(
             options,
             format!("permission mode {}: a read", mode.as_str()),
         ),
@@ -174,10 +177,14 @@ pub fn decide(
             options,
             "permission mode plan: nothing may change".to_owned(),
         ),
-        (PermissionMode::AcceptEdits, Class::Edit) => {
-            allow(options, "permission mode accept_edits: an edit".to_owned())
-        }
-        (PermissionMode::AcceptEdits, Class::Other) | (PermissionMode::Default, _) => ask(),
+        (PermissionMode::AcceptEdits | PermissionMode::Sandbox, Class::Edit) => allow(
+            options,
+            format!("permission mode {}: an edit", mode.as_str()),
+        ),
+        // In `sandbox` the agent's own mode confines what it runs; what it still asks
+        // about goes to a human, as in `accept_edits`.
+        (PermissionMode::AcceptEdits | PermissionMode::Sandbox, Class::Other)
+        | (PermissionMode::Default, _) => ask(),
     }
 }
 

@@ -63,8 +63,17 @@ impl ClaudeProvider {
             c.args(args::opt("--append-system-prompt", s));
         }
         let mode = task.permission_mode.unwrap_or(config.permission_mode);
-        if let Some(flag) = permission_mode_flag(mode) {
+        if let Some(flag) = permission_mode_flag(mode, ctx.in_container) {
             c.args(["--permission-mode", flag]);
+        }
+        if mode == PermissionMode::Sandbox && !ctx.in_container {
+            let file = FileSpec {
+                path: ctx.private_dir.join(SANDBOX_SETTINGS_FILE),
+                contents: SANDBOX_SETTINGS.to_owned(),
+                mode: 0o600,
+            };
+            c.args(["--settings".to_owned(), path_arg(&self.name, &file.path)?]);
+            c.files.push(file);
         }
         if let Some(id) = &task.resume_session_id {
             c.args(args::opt("--resume", id));
@@ -88,7 +97,9 @@ impl ClaudeProvider {
         if !disallowed.is_empty() {
             c.args(["--disallowedTools".to_owned()]).args(disallowed);
         }
-        if mode == PermissionMode::Bypass && ctx.is_root {
+        if (mode == PermissionMode::Bypass || (mode == PermissionMode::Sandbox && ctx.in_container))
+            && ctx.is_root
+        {
             // claude refuses to bypass permissions as root unless told it runs sandboxed.
             c.env("IS_SANDBOX", "1");
         }
@@ -99,12 +110,23 @@ impl ClaudeProvider {
     }
 }
 
-/// `--permission-mode` for a neutral mode (`None`: the CLI's default, no flag).
-fn permission_mode_flag(mode: PermissionMode) -> Option<&'static str> {
+/// The settings file `sandbox` adds, in the run's private directory.
+pub const SANDBOX_SETTINGS_FILE: &str = "claude-sandbox-settings.json";
+
+/// Claude Code's own sandbox, on (bubblewrap and socat on Linux): commands run without
+/// asking inside it, writes only in the working directory, never outside it (no
+/// `dangerouslyDisableSandbox` retry), and no start without it.
+const SANDBOX_SETTINGS: &str = r#"{"sandbox":{"enabled":true,"autoAllowBashIfSandboxed":true,"allowUnsandboxedCommands":false,"failIfUnavailable":true}}"#;
+
+/// `--permission-mode` for a neutral mode (`None`: the CLI's default, no flag). In a
+/// container `sandbox` bypasses: the container is the sandbox.
+fn permission_mode_flag(mode: PermissionMode, in_container: bool) -> Option<&'static str> {
     match mode {
         PermissionMode::Plan => Some("plan"),
         PermissionMode::Default => None,
         PermissionMode::AcceptEdits => Some("acceptEdits"),
+        PermissionMode::Sandbox if in_container => Some("bypassPermissions"),
+        PermissionMode::Sandbox => Some("acceptEdits"),
         PermissionMode::Bypass => Some("bypassPermissions"),
     }
 }

@@ -94,6 +94,9 @@ pub fn retry_kind(status: Option<u16>, word: Option<&str>) -> ErrorKind {
 /// What a `resume` of an unknown session prints (stderr and `errors[]`).
 pub const UNKNOWN_SESSION: &str = "No conversation found with session ID";
 
+/// What claude says (lowercased) when its sandbox is on and cannot start.
+pub const SANDBOX_UNAVAILABLE: &str = "sandbox required but unavailable";
+
 /// What claude prints when asked to bypass permissions as root without `IS_SANDBOX=1`.
 pub const ROOT_BYPASS: &str = "cannot be used with root/sudo privileges";
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::classify::{Outcome, ROOT_BYPASS, UNKNOWN_SESSION, verdict};
+use super::classify::{Outcome, ROOT_BYPASS, SANDBOX_UNAVAILABLE, UNKNOWN_SESSION, verdict};
 use super::decode::{ClaudeDecoder, Priced};
 use super::wire::{InitVerbatim, ModelUsage, ResultLine, ResultUsage, ResultVerbatim};
 use crate::decode::Events;
@@ -322,9 +322,18 @@ pub(super) fn finish(d: ClaudeDecoder, stderr: &str, exit: ExitStatus) -> Sessio
                 if !api_error {
                     r.response = last.result.clone().unwrap_or_default();
                 }
-                let message = match kind {
-                    ErrorKind::Auth => d.provider.auth_message(&message),
-                    _ => message,
+                let (kind, message) = match kind {
+                    ErrorKind::Auth => (kind, d.provider.auth_message(&message)),
+                    _ if message.to_lowercase().contains(SANDBOX_UNAVAILABLE) => (
+                        ErrorKind::NotInstalled,
+                        format!(
+                            "{message} (permission mode sandbox runs commands in Claude \
+                             Code's sandbox, which needs bubblewrap and socat on Linux; or \
+                             run with --runner docker, or choose --permission-mode \
+                             accept_edits or bypass)"
+                        ),
+                    ),
+                    _ => (kind, message),
                 };
                 if kind == ErrorKind::InvalidResume {
                     // The id names no session: do not offer it for a later resume.

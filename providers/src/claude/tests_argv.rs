@@ -148,6 +148,7 @@ fn argv_with_every_flag_and_the_prompt_on_stdin() {
                 mode: 0o600,
             }],
             links: vec![],
+            notices: Vec::new(),
         }
     );
 }

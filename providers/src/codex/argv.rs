@@ -2,10 +2,13 @@
 //! --skip-git-repo-check ... -- [<thread_id>] -`, the prompt on stdin.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use super::{CodexProvider, MCP_TOKEN_ENV};
 use crate::error::ProviderError;
-use crate::provider::{CommandSpec, LaunchContext, McpEndpoint, McpWiring};
+use crate::provider::{
+    BinaryLocation, CommandSpec, LaunchContext, LinkSpec, McpEndpoint, McpWiring,
+};
 use crate::shared::args;
 use crate::task::PermissionMode;
 
@@ -31,6 +34,9 @@ impl CodexProvider {
         c.args(["exec", "-C", workdir]);
         if let Some(sandbox) = sandbox_of(mode, ctx.in_container) {
             c.args(["--sandbox", sandbox]);
+            if sandbox != "danger-full-access" {
+                sandbox_helper(&mut c, ctx);
+            }
         }
         if task.resume_session_id.is_some() {
             c.args(["resume"]);
@@ -96,17 +102,82 @@ impl CodexProvider {
     }
 }
 
+/// The name Codex's sandbox runs its helper by, inside bubblewrap.
+const SANDBOX_HELPER: &str = "codex-linux-sandbox";
+
+/// Puts `codex-linux-sandbox` (a link to Codex's native binary, which acts on the name it
+/// is run by) first on the run's `PATH`. Measured with codex 0.171.0: where the system
+/// has its own `bwrap` (Debian's bubblewrap, which Claude Code's sandbox needs), Codex's
+/// sandbox runs it and has it exec the helper by name. Codex links the name itself under
+/// `CODEX_HOME`, but refuses to where that is under `/tmp` ("Refusing to create helper
+/// binaries under temporary dir"), and then every command fails with "bwrap: execvp
+/// codex-linux-sandbox: No such file or directory". Without a system `bwrap` Codex uses
+/// its bundled one and needs no help.
+/// Nothing is added when the native binary cannot be found next to the launcher.
+fn sandbox_helper(c: &mut CommandSpec, ctx: &LaunchContext<'_>) {
+    let BinaryLocation::Path(launcher) = ctx.binary else {
+        return;
+    };
+    let Some(native) = native_binary(launcher) else {
+        return;
+    };
+    let dir = ctx.private_dir.join("codex-path");
+    c.links.push(LinkSpec {
+        link: dir.join(SANDBOX_HELPER),
+        target: native,
+        create_target_dir: false,
+    });
+    let path = ctx
+        .env
+        .get("PATH")
+        .map(String::as_str)
+        .unwrap_or("/usr/bin:/bin");
+    c.env("PATH", format!("{}:{path}", dir.display()));
+}
+
+/// Codex's native executable for the command `launcher` names: the file itself when it
+/// is not npm's `codex.js`, else the platform package's `vendor/<target>/bin/codex`
+/// beside it (`node_modules/@openai/codex-<platform>`).
+fn native_binary(launcher: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(launcher).ok()?;
+    if real.extension().is_none_or(|e| e != "js") {
+        return Some(real);
+    }
+    // node_modules/@openai/codex/bin/codex.js -> node_modules/@openai
+    let scope = real.parent()?.parent()?.parent()?;
+    let mut found = None;
+    for entry in std::fs::read_dir(scope).ok()?.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with("codex-linux-") {
+            continue;
+        }
+        for target in std::fs::read_dir(entry.path().join("vendor"))
+            .ok()?
+            .flatten()
+        {
+            let bin = target.path().join("bin").join("codex");
+            if bin.is_file() {
+                found = Some(bin);
+            }
+        }
+    }
+    found
+}
+
 /// The `--sandbox` value for a permission mode (bypass uses its own flag). In a
 /// container Codex's sandbox cannot start (bubblewrap needs user namespaces, which the
 /// container's seccomp profile refuses: every command fails), and the container is the
-/// sandbox: `accept_edits` is `danger-full-access` there. `plan` stays `read-only`, so
-/// commands fail closed.
+/// sandbox: `accept_edits` and `sandbox` are `danger-full-access` there. `plan` stays
+/// `read-only`, so commands fail closed. Outside a container `accept_edits` and `sandbox`
+/// are the same: Codex's workspace-write runs commands without asking, confined.
 pub(crate) fn sandbox_of(mode: PermissionMode, in_container: bool) -> Option<&'static str> {
     match mode {
         PermissionMode::Plan => Some("read-only"),
         PermissionMode::Default | PermissionMode::Bypass => None,
-        PermissionMode::AcceptEdits if in_container => Some("danger-full-access"),
-        PermissionMode::AcceptEdits => Some("workspace-write"),
+        PermissionMode::AcceptEdits | PermissionMode::Sandbox if in_container => {
+            Some("danger-full-access")
+        }
+        PermissionMode::AcceptEdits | PermissionMode::Sandbox => Some("workspace-write"),
     }
 }
 

@@ -68,6 +68,19 @@ fn classify_unfinished(d: &CodexDecoder, stderr: &str, exit: ExitStatus) -> (Err
     {
         return (ErrorKind::InvalidResume, line.trim().to_owned());
     }
+    // Its own limits on the input (codex 0.171: "Input exceeds the maximum length of
+    // 1048576 characters. (code -32602), data: {\"input_error_code\":\"input_too_large\"…").
+    if let Some(line) = stderr
+        .lines()
+        .find(|l| l.contains("input_too_large") || l.contains("Input exceeds the maximum length"))
+    {
+        let line = line.trim();
+        let line = line.strip_prefix("Error: ").unwrap_or(line);
+        return (
+            ErrorKind::BadRequest,
+            format!("codex refused the prompt: {line}"),
+        );
+    }
     if let Some(line) = rejected_argv(stderr) {
         return (
             ErrorKind::BadRequest,

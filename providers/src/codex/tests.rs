@@ -205,6 +205,14 @@ fn in_a_container_accept_edits_needs_no_sandbox_of_codex() {
         sandbox_of(PermissionMode::AcceptEdits, false),
         Some("workspace-write")
     );
+    assert_eq!(
+        sandbox_of(PermissionMode::Sandbox, false),
+        Some("workspace-write")
+    );
+    assert_eq!(
+        sandbox_of(PermissionMode::Sandbox, true),
+        Some("danger-full-access")
+    );
     assert_eq!(sandbox_of(PermissionMode::Plan, true), Some("read-only"));
     assert_eq!(sandbox_of(PermissionMode::Bypass, true), None);
 }

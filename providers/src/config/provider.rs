@@ -60,6 +60,11 @@ pub struct ProviderConfig {
     /// Permission mode when a task names none.
     #[serde(default = "default_permission_mode")]
     pub permission_mode: PermissionMode,
+    /// The most characters (Unicode scalar values) the CLI takes as a prompt, where it
+    /// has a limit (codex 0.171: 1,048,576); aicli refuses a longer prompt before anything
+    /// runs, naming the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_prompt_chars: Option<u64>,
     /// The features this CLI supports.
     #[serde(default)]
     pub supports: Vec<Feature>,
@@ -119,7 +124,7 @@ fn default_version_argv() -> Vec<String> {
 }
 
 fn default_permission_mode() -> PermissionMode {
-    PermissionMode::AcceptEdits
+    PermissionMode::Sandbox
 }
 
 impl ProviderConfig {
@@ -146,6 +151,7 @@ impl ProviderConfig {
             allowed_tools: Vec::new(),
             disallowed_tools: Vec::new(),
             permission_mode: default_permission_mode(),
+            max_prompt_chars: None,
             supports: Vec::new(),
             env: BTreeMap::new(),
             env_passthrough: Vec::new(),

@@ -22,6 +22,11 @@ pub struct Tally {
     pub cli_version: Option<String>,
     /// Tool calls made.
     pub tool_calls: u32,
+    /// Tool calls the CLI refused (a [`EventKind::PermissionDenied`]), by call id where
+    /// given: a refusal and the error result that carries it count once.
+    pub refused: Vec<Option<String>>,
+    /// Tool calls that ran and failed (an error result of a call not refused).
+    pub tool_calls_failed: u32,
     /// Protocol events.
     pub protocol_errors: u32,
     /// Events that say something (everything but protocol, unknown, log, question).
@@ -72,6 +77,20 @@ impl Tally {
                 }
             }
             EventKind::ToolCall { .. } => self.tool_calls += 1,
+            EventKind::PermissionDenied { tool_call_id, .. } => {
+                if tool_call_id.is_none() || !self.refused.contains(tool_call_id) {
+                    self.refused.push(tool_call_id.clone());
+                }
+            }
+            EventKind::ToolResult {
+                id, is_error: true, ..
+            } if !self
+                .refused
+                .iter()
+                .any(|r| r.as_deref() == Some(id.as_str())) =>
+            {
+                self.tool_calls_failed += 1;
+            }
             EventKind::Error {
                 error_kind,
                 message,
@@ -115,8 +134,7 @@ impl Tally {
             | EventKind::Plan { .. }
             | EventKind::Subtask { .. }
             | EventKind::Hook { .. }
-            | EventKind::RateLimit { .. }
-            | EventKind::PermissionDenied { .. } => {}
+            | EventKind::RateLimit { .. } => {}
         }
         if counts {
             self.recognized += 1;
@@ -202,6 +220,8 @@ impl Tally {
             model: self.model.clone(),
             cli_version: self.cli_version.clone(),
             tool_calls: self.tool_calls,
+            tool_calls_refused: self.refused.len() as u32,
+            tool_calls_failed: self.tool_calls_failed,
             protocol_errors: self.protocol_errors,
             status: SessionStatus::Failed,
             ..SessionResult::default()

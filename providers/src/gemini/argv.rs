@@ -11,6 +11,14 @@ use super::{GEMINI_HOME, GeminiProvider, HOME_ENV};
 use crate::error::ProviderError;
 use crate::provider::{CommandSpec, LaunchContext, McpWiring};
 use crate::shared::args;
+use crate::task::PermissionMode;
+
+/// What a `sandbox` run says when nothing can confine Gemini here.
+const NO_SANDBOX: &str = "permission mode sandbox: nothing can confine gemini here (its own \
+    --sandbox needs a container image from its registry; bubblewrap (`bwrap`) is not \
+    installed or cannot start), so it may edit files but its shell commands are refused. \
+    --runner docker confines them in a container; --permission-mode bypass runs them \
+    unconfined";
 
 impl GeminiProvider {
     /// The command for `ctx.task`. Reads the user's `~/.gemini` (its listing and
@@ -47,7 +55,21 @@ impl GeminiProvider {
             c.args(args::opt("-m", &model));
         }
         let mode = task.permission_mode.unwrap_or(config.permission_mode);
-        c.args(["--approval-mode", approval_mode(mode)]);
+        // `sandbox`: in a container, the container confines; here, bubblewrap does
+        // (Gemini's own --sandbox needs a container image from its registry). Without
+        // either, edits only, and the run says so.
+        let bwrap = (mode == PermissionMode::Sandbox && !ctx.in_container)
+            .then(|| crate::shared::confine::bubblewrap(ctx.search_path))
+            .flatten();
+        let approval = match mode {
+            PermissionMode::Sandbox if ctx.in_container || bwrap.is_some() => "yolo",
+            PermissionMode::Sandbox => {
+                c.notices.push(NO_SANDBOX.to_owned());
+                "auto_edit"
+            }
+            m => approval_mode(m),
+        };
+        c.args(["--approval-mode", approval]);
         if let Some(id) = &task.resume_session_id {
             c.args(args::opt("--resume", id));
         }
@@ -73,6 +95,12 @@ impl GeminiProvider {
             ctx.env.get("HOME").map(Path::new),
         );
         c.wire(self.run_home(&settings, ctx.private_dir, user_home.as_deref())?);
+        if let Some(bwrap) = bwrap {
+            // Gemini's state (sessions, history) lives in the user's ~/.gemini, behind
+            // the run home's links.
+            let state: Vec<_> = c.links.iter().map(|l| l.target.clone()).collect();
+            crate::shared::confine::wrap(&mut c, bwrap, ctx.private_dir, &state);
+        }
         c.stdin = Some(task.prompt.clone());
         Ok(c)
     }

@@ -141,6 +141,15 @@ impl GeminiDecoder {
             Line::ToolResult(t) => {
                 self.in_response = false;
                 let is_error = t.status.as_str() != "success";
+                if let Some(e) = &t.error
+                    && let Some(tool) = refused_tool(&t.tool_id, e)
+                {
+                    out.push(EventKind::PermissionDenied {
+                        tool: tool.to_owned(),
+                        tool_call_id: Some(t.tool_id.clone()),
+                        message: e.message.clone(),
+                    });
+                }
                 let mut output = t.output.unwrap_or_default();
                 if output.is_empty()
                     && let Some(e) = &t.error
@@ -377,4 +386,27 @@ fn unix_millis(ts: &str) -> Option<i64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     Some(((days * 24 + h) * 60 + mi) * 60_000 + s * 1000 + millis)
+}
+
+/// The tool a failed call's error says Gemini refused, if it says so: a policy's refusal,
+/// or `tool_not_registered` for a tool Gemini has but leaves out of a headless run under
+/// its approval mode (the shell, writes, web fetches, MCP tools it does not trust). The
+/// tool's name is the call id's first part (`run_shell_command__run_shell_command_17…`).
+fn refused_tool<'a>(tool_id: &'a str, e: &wire::ErrorBody) -> Option<&'a str> {
+    /// Built-in tools that ask before they run, and so are left out when nobody can be
+    /// asked (gemini 0.61).
+    const ASKING: [&str; 6] = [
+        "run_shell_command",
+        "write_file",
+        "replace",
+        "web_fetch",
+        "google_web_search",
+        "save_memory",
+    ];
+    let tool = tool_id.split("__").next().unwrap_or(tool_id);
+    match e.kind.as_str() {
+        "permission_denied" | "policy_violation" | "reject" => Some(tool),
+        "tool_not_registered" if ASKING.contains(&tool) || tool.starts_with("mcp_") => Some(tool),
+        _ => None,
+    }
 }

@@ -22,7 +22,8 @@ pub(super) fn approval_mode(mode: PermissionMode) -> &'static str {
         PermissionMode::Plan => "plan",
         PermissionMode::Default => "default",
         PermissionMode::AcceptEdits => "auto_edit",
-        PermissionMode::Bypass => "yolo",
+        // Only where something else confines the run (the caller checks).
+        PermissionMode::Sandbox | PermissionMode::Bypass => "yolo",
     }
 }
 

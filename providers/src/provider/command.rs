@@ -136,6 +136,9 @@ pub struct CommandSpec {
     /// Symbolic links to create before starting (before the files, so a file may go
     /// into a directory made for links); removed with the files after the run.
     pub links: Vec<LinkSpec>,
+    /// What the user should know about how the CLI runs (a permission mode that cannot
+    /// confine it here, say): the engine shows each as a warning when the run starts.
+    pub notices: Vec<String>,
 }
 
 impl std::fmt::Debug for CommandSpec {
@@ -171,6 +174,7 @@ impl CommandSpec {
             cwd: cwd.to_path_buf(),
             files: Vec::new(),
             links: Vec::new(),
+            notices: Vec::new(),
         }
     }
 

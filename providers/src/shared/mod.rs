@@ -2,9 +2,11 @@
 //! task's arguments, environment and tool lists ([`args`]), the tables that turn API
 //! error types, HTTP statuses and error words into an [`crate::ErrorKind`]
 //! ([`errors`]), text helpers ([`text`]) and a run's own settings home
-//! ([`settings_home`]).
+//! ([`settings_home`]), and bubblewrap for a CLI with no sandbox of its own
+//! ([`confine`]).
 
 pub mod args;
+pub mod confine;
 pub mod errors;
 pub mod settings_home;
 pub mod text;

@@ -10,6 +10,7 @@ mod frictions;
 mod memory;
 mod newcomer;
 mod newuser;
+mod permissions;
 mod round3;
 mod round4;
 mod tools;

@@ -195,3 +195,119 @@ fn runs_show_takes_a_batch_id_s_end_and_the_help_says_what_is_true() {
     let help = stdout(&cli.run(&["blocked", "--help"]));
     assert!(help.contains("this repository's batches"), "{help}");
 }
+
+/// Item 4: a prompt over codex's own limit (1,048,576 characters) is refused before
+/// anything runs (exit 2, naming the limit, no record written); one at the limit runs; a
+/// refusal by the CLI itself is `bad_request` with its words, whole enough in the table
+/// to say why.
+#[test]
+fn a_prompt_over_the_cli_s_limit_is_refused_up_front_and_the_cli_s_refusal_is_named() {
+    let fx = super::super::support::fixture("codex", "input_too_large");
+    let cli = Cli::with_providers(serde_json::json!({
+        "bigcodex": {"adapter": "codex", "binary_path": super::super::support::fake_cli(),
+                     "extra_args": ["--replay", fx.with_extension("ndjson"), "--stderr-file",
+                                    fx.with_extension("stderr"), "--exit-file", fx.with_extension("exit")],
+                     "env": {"CODEX_API_KEY": "not-used"}},
+    }));
+    // Two-byte characters: over the limit in characters, not only in bytes.
+    let over = cli.file("over.txt", &"é".repeat(1_048_577));
+    let out = cli.run(&[
+        "run",
+        "-p",
+        "codex",
+        "--fake-api",
+        "--prompt-file",
+        over.to_str().unwrap(),
+    ]);
+    assert_code(&out, 2, "over codex's limit");
+    assert!(
+        stderr(&out).contains("1048577 characters is over the 1048576 that codex's CLI takes"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !cli.repo.path().join(".aicli/runs").exists()
+            || std::fs::read_dir(cli.repo.path().join(".aicli/runs"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "a refused prompt wrote a record"
+    );
+    let at = cli.file("at.txt", &"é".repeat(1_048_576));
+    let out = cli.run(&[
+        "run",
+        "-p",
+        "codex",
+        "--fake-api",
+        "--prompt-file",
+        at.to_str().unwrap(),
+    ]);
+    assert_code(&out, 0, "at codex's limit");
+    let tasks = serde_json::json!([{"id": "big", "provider": "bigcodex", "prompt": "p"}]);
+    let file = cli.file("tasks.json", &tasks.to_string());
+    let out = cli.run(&["batch", file.to_str().unwrap(), "--no-mcp"]);
+    let text = stdout(&out);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("big "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains("bad_request"), "{row}");
+    assert!(
+        row.contains("codex refused the prompt: turn/start: turn/start failed: Input exceeds the maximum length of 1048576 characters"),
+        "{row}"
+    );
+}
+
+/// Item 10: validate first, then warn. An answer to a finished task of a `--fake-api`
+/// batch is refused without the fake API's note; a bad `--fake-api` script or config in a
+/// repository with uncommitted changes is refused without the uncommitted-changes warning.
+#[test]
+fn refusals_come_before_notes_and_warnings() {
+    let cli = Cli::new();
+    let out = cli.run(&["run", "-p", "codex", "--fake-api", "hello"]);
+    assert_code(&out, 0, "a finished run");
+    let batch = std::fs::read_dir(cli.repo.path().join(".aicli/runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name()
+        .into_string()
+        .unwrap();
+    let task = format!("run-{}", batch.rsplit('-').next().unwrap());
+    let out = cli.run(&["answer", &format!("{batch}/{task}"), "yes"]);
+    assert_code(&out, 2, "an answer to a finished task");
+    let err = stderr(&out);
+    assert!(err.contains("is not blocked"), "{err}");
+    assert!(
+        !err.contains("fake model APIs"),
+        "a note before the refusal:\n{err}"
+    );
+    std::fs::write(cli.repo.path().join("dirty.txt"), "x").unwrap();
+    let tasks = cli.file("tasks.json", r#"[{"id": "t", "prompt": "hello"}]"#);
+    for args in [
+        vec!["run", "--fake-api=nonsense:1", "hello"],
+        vec!["batch", tasks.to_str().unwrap(), "--fake-api=nonsense:1"],
+    ] {
+        let out = cli.run(&args);
+        assert_code(&out, 2, &args.join(" "));
+        let err = stderr(&out);
+        assert!(
+            !err.contains("uncommitted changes"),
+            "{args:?}: a warning before the refusal:\n{err}"
+        );
+    }
+    let bad = cli.file("bad.json", "{\"providers\": 3}");
+    let out = Command::new(aicli_bin())
+        .args(["--config", bad.to_str().unwrap(), "run", "hello"])
+        .current_dir(cli.repo.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_code(&out, 2, "a bad config");
+    let err = stderr(&out);
+    assert!(
+        !err.contains("uncommitted changes"),
+        "a warning before the config's error:\n{err}"
+    );
+}
