@@ -51,7 +51,7 @@ pub(crate) use task::TaskRun;
 use crate::budget::BudgetPool;
 use crate::engine::{BatchOptions, Engine, EngineError, record_error};
 use crate::live::{BatchEvent, LiveSender};
-use crate::record::{BatchRecord, BatchResult, BatchSpec};
+use crate::record::{BatchRecord, BatchResult, BatchSpec, TaskState};
 use crate::run::RunOutcome;
 use crate::worktree::Repo;
 use pool::{Backoff, Control, PoolOwner};
@@ -222,10 +222,18 @@ impl PoolOwner<TaskRun> for Settler {
         self.batch.after_a_run()
     }
 
-    fn on_never_started(&mut self, task: TaskRun, _why: Control) {
+    fn on_never_started(&mut self, mut task: TaskRun, _why: Control) {
         let b = self.batch.clone();
         if !b.budget.as_ref().is_some_and(|p| p.is_spent()) {
-            // Cancelled: the task stays queued in its record, so a resume runs it.
+            // Cancelled: a queued task is `interrupted` (with no attempt), as the tasks cut
+            // off are, so every view says the one word for what `aicli resume` finishes;
+            // a continuation's task (blocked, interrupted) stays as it was.
+            if task.rec.state == TaskState::Queued {
+                task.rec.state = TaskState::Interrupted;
+                if let Err(e) = b.record.write_task(&task.rec, crate::record::Write::Progress) {
+                    tracing::warn!(task = %task.id(), error = %e, "cannot record a task that never started as interrupted");
+                }
+            }
             return;
         }
         self.settling

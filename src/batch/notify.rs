@@ -41,6 +41,7 @@ pub(super) async fn batch_ended(engine: &Engine, spec: &BatchSpec, result: &Batc
         "n_tasks": result.n_tasks,
         "n_succeeded": result.n_succeeded,
         "n_failed": result.n_failed,
+        "n_interrupted": result.n_interrupted,
         "n_blocked": result.n_blocked,
         "total_cost_usd": result.total_cost_usd,
         "wall_clock_ms": result.wall_clock_ms,

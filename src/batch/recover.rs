@@ -40,7 +40,12 @@ pub(crate) async fn resume(
     let mut plan = Vec::new();
     for mut rec in recs {
         let lock = locks.remove(&rec.task.id);
-        match rec.state {
+        // Interrupted before it started (cut off while queued): run from the start.
+        let state = match rec.state {
+            TaskState::Interrupted if rec.attempts.is_empty() => TaskState::Queued,
+            s => s,
+        };
+        match state {
             TaskState::Blocked => continue,
             TaskState::Succeeded | TaskState::Failed => {
                 // Settled before aicli stopped, but not its worktree (held above when

@@ -227,7 +227,15 @@ impl Batch {
             // Moved out of the record, not copied: a batch holds one copy of each answer.
             let latest = rec.attempts.iter_mut().rev().find_map(|a| a.result.take());
             let mut r = latest.unwrap_or_else(|| {
-                SessionResult::not_started(&rec.provider, ErrorKind::Cancelled, "never started")
+                let mut r = SessionResult::not_started(
+                    &rec.provider,
+                    ErrorKind::Cancelled,
+                    "never started (aicli resume runs it)",
+                );
+                if rec.state == TaskState::Interrupted {
+                    r.status = SessionStatus::Interrupted;
+                }
+                r
             });
             r.task_id = rec.task.id;
             results.push(r);
@@ -239,7 +247,8 @@ impl Batch {
             timestamp: self.spec.created_at.clone(),
             n_tasks: results.len(),
             n_succeeded: count(SessionStatus::Succeeded),
-            n_failed: count(SessionStatus::Failed) + count(SessionStatus::Interrupted),
+            n_failed: count(SessionStatus::Failed),
+            n_interrupted: count(SessionStatus::Interrupted),
             n_blocked: count(SessionStatus::Blocked),
             tasks: results,
             total_cost_usd: total,

@@ -346,8 +346,8 @@ fn time_taken(r: &SessionResult, elapsed: Option<Duration>) -> String {
 
 /// The batch's totals line: the tasks by outcome, the cost of all its runs, the time,
 /// what is left of a budget.
-fn totals(b: &BatchResult, interrupted: usize) -> String {
-    let failed = b.n_failed.saturating_sub(interrupted);
+fn totals(b: &BatchResult) -> String {
+    let (failed, interrupted) = (b.n_failed, b.n_interrupted);
     let mut out = format!(
         "\n{} tasks: {} succeeded, {failed} failed, {} blocked{} · cost ${:.4}{}{} · {:.1}s",
         b.n_tasks,
@@ -495,12 +495,8 @@ pub fn batch_table(b: &BatchResult) -> String {
         ]);
     }
     let mut out = columns(&rows, &[false; COLS]);
-    let interrupted = b
-        .tasks
-        .iter()
-        .filter(|t| t.status == SessionStatus::Interrupted)
-        .count();
-    out.push_str(&totals(b, interrupted));
+    let interrupted = b.n_interrupted;
+    out.push_str(&totals(b));
     for r in &b.tasks {
         if let Some(note) = r.work.as_ref().and_then(|w| w.note()) {
             out.push_str(&format!("\n{}: {note}", r.task_id));
@@ -521,7 +517,8 @@ pub fn batch_table(b: &BatchResult) -> String {
     }
     if interrupted > 0 {
         out.push_str(&format!(
-            "\ninterrupted: finish the batch with `aicli resume {}`",
+            "\ninterrupted: {} (cut off, or never started); finish them with `aicli resume {}`",
+            crate::util::count(interrupted as u64, "task", "tasks"),
             b.batch_id
         ));
     }

@@ -59,10 +59,15 @@ fn list(store: &RunStore, root: &Path, json_out: bool) -> anyhow::Result<ExitCod
     }
     let mut table = vec![
         [
-            "batch", "started", "provider", "tasks", "ok", "fail", "blkd", "cost",
+            "batch", "started", "provider", "tasks", "ok", "fail", "blkd", "intr", "cost",
         ]
         .map(str::to_owned),
     ];
+    let to_resume: Vec<String> = rows
+        .iter()
+        .filter(|s| s.n_interrupted > 0)
+        .map(|s| s.batch_id.clone())
+        .collect();
     for s in rows {
         table.push([
             s.batch_id,
@@ -72,12 +77,17 @@ fn list(store: &RunStore, root: &Path, json_out: bool) -> anyhow::Result<ExitCod
             s.n_succeeded.to_string(),
             s.n_failed.to_string(),
             s.n_blocked.to_string(),
+            s.n_interrupted.to_string(),
             format!("${:.4}", s.cost_usd),
         ]);
     }
     // Text columns to the left, numbers to the right.
-    let right = [false, false, false, true, true, true, true, true];
+    let right = [false, false, false, true, true, true, true, true, true];
     outln!("{}", output::columns(&table, &right).trim_end());
+    // What `aicli resume` would finish.
+    for b in to_resume {
+        outln!("intr: interrupted tasks; finish them with `aicli resume {b}`");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

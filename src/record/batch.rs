@@ -59,6 +59,10 @@ pub struct BatchResult {
     pub n_succeeded: usize,
     /// Tasks that failed.
     pub n_failed: usize,
+    /// Tasks interrupted (Ctrl-C, a cancel, aicli's death): cut off while they ran, or
+    /// never started. `aicli resume` finishes them.
+    #[serde(default)]
+    pub n_interrupted: usize,
     /// Tasks blocked on a question.
     pub n_blocked: usize,
     /// USD spent over all attempts of all tasks, counting known costs (reported by the
@@ -188,6 +192,8 @@ pub struct BatchSummary {
     pub n_failed: usize,
     /// Blocked.
     pub n_blocked: usize,
+    /// Interrupted: what `aicli resume` finishes.
+    pub n_interrupted: usize,
     /// Not finished (queued, running, interrupted).
     pub n_unfinished: usize,
     /// Known cost.

@@ -423,6 +423,7 @@ impl BatchRecord {
             n_succeeded: count(TaskState::Succeeded),
             n_failed: count(TaskState::Failed),
             n_blocked: count(TaskState::Blocked),
+            n_interrupted: count(TaskState::Interrupted),
             n_unfinished: spec.tasks.len()
                 - count(TaskState::Succeeded)
                 - count(TaskState::Failed)

@@ -243,7 +243,8 @@ fn status_words(s: &crate::record::BatchSummary) -> String {
         (s.n_succeeded, "✔", "succeeded"),
         (s.n_failed, "✖", "failed"),
         (s.n_blocked, "⏸", "blocked"),
-        (s.n_unfinished, "…", "unfinished"),
+        (s.n_interrupted, "⏹", "interrupted"),
+        (s.n_unfinished - s.n_interrupted, "…", "unfinished"),
     ] {
         if n > 0 {
             parts.push(format!("{icon} {n} {word}"));

@@ -107,7 +107,11 @@ async fn a_task_then_the_batch_of_another_process_are_cancelled_through_the_reco
     }
     let result: serde_json::Value =
         serde_json::from_slice(&std::fs::read(b.join("result.json")).unwrap()).unwrap();
-    assert_eq!(result["n_failed"], 3, "{result}");
+    assert_eq!(
+        (&result["n_failed"], &result["n_interrupted"]),
+        (&serde_json::json!(1), &serde_json::json!(2)),
+        "a failed, b and c are interrupted: {result}"
+    );
     let control = std::fs::read_to_string(b.join("control.ndjson")).unwrap();
     assert_eq!(control.lines().count(), 2, "{control}");
 

@@ -375,13 +375,21 @@ async fn cancelling_a_batch_stops_running_and_queued_tasks() {
         "a user's cancel leaves the task for `aicli resume`"
     );
     assert_eq!(r.tasks[1].error_kind, Some(ErrorKind::Cancelled));
-    assert_eq!(r.tasks[1].error.as_deref(), Some("never started"));
+    assert_eq!(
+        r.tasks[1].error.as_deref(),
+        Some("never started (aicli resume runs it)")
+    );
+    assert_eq!(r.tasks[1].status, SessionStatus::Interrupted);
+    assert_eq!((r.n_failed, r.n_interrupted), (0, 2));
     assert_all_gone(&pids, Duration::from_secs(2)).await;
-    // The queued task stays queued in its record, so a resume would run it.
+    // The queued task is interrupted in its record, with no attempt, so a resume runs it
+    // from the start.
     let rec = RunStore::new(repo.path().join(".aicli/runs"))
         .open_batch(&r.batch_id)
         .unwrap();
-    assert_eq!(rec.task("queued").unwrap().state, TaskState::Queued);
+    let queued = rec.task("queued").unwrap();
+    assert_eq!(queued.state, TaskState::Interrupted);
+    assert!(queued.attempts.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -311,3 +311,99 @@ fn refusals_come_before_notes_and_warnings() {
         "a warning before the config's error:\n{err}"
     );
 }
+
+/// Item 3: after Ctrl-C, one word and one count in every view. Two tasks cut off while
+/// they ran and two that never started are all `interrupted`: in the summary (and none
+/// `failed` or `cancelled`), the batch result's `n_interrupted` (and `n_failed` 0), the
+/// records (`runs show`), `aicli runs` (its `intr` column and the resume it needs); and
+/// `aicli resume` finishes all four.
+#[test]
+fn an_interrupted_batch_says_interrupted_everywhere_and_runs_says_what_resume_finishes() {
+    let cli = Cli::new();
+    let fx = super::super::support::fixture("claude", "text");
+    let slow = |id: &str| {
+        serde_json::json!({"id": id, "prompt": format!("task {id}"), "extra_args": [
+            "--replay", fx.with_extension("ndjson"), "--stderr-file", fx.with_extension("stderr"),
+            "--exit-file", fx.with_extension("exit"), "--line-delay-ms", "1500"]})
+    };
+    let tasks = cli.file(
+        "tasks.json",
+        &serde_json::json!({"max_parallel": 2, "tasks": [slow("s1"), slow("s2"), slow("q1"), slow("q2")]})
+            .to_string(),
+    );
+    let child = cli
+        .command(&[
+            "batch",
+            tasks.to_str().unwrap(),
+            "--no-mcp",
+            "--batch-id",
+            "intr",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tasks_dir = cli.repo.path().join(".aicli/runs/intr/tasks");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !["s1", "s2"].iter().all(|t| {
+        std::fs::metadata(tasks_dir.join(t).join("events.ndjson")).is_ok_and(|m| m.len() > 0)
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never got going"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_code(&out, 5, "an interrupted batch");
+    let text = stdout(&out);
+    assert!(
+        text.contains("4 tasks: 0 succeeded, 0 failed, 0 blocked, 4 interrupted"),
+        "{text}"
+    );
+    for t in ["q1", "q2"] {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{t} ")))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            row.contains("interrupted") && !row.contains("cancelled"),
+            "{row}"
+        );
+    }
+    assert!(text.contains("interrupted: 4 tasks"), "{text}");
+    let result: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(cli.repo.path().join(".aicli/runs/intr/result.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (&result["n_failed"], &result["n_interrupted"]),
+        (&serde_json::json!(0), &serde_json::json!(4)),
+        "{result}"
+    );
+    let shown = stdout(&cli.run(&["runs", "show", "intr"]));
+    assert!(!shown.contains("queued"), "{shown}");
+    let listed = stdout(&cli.run(&["runs"]));
+    let header = listed.lines().next().unwrap();
+    assert!(header.contains("intr"), "{listed}");
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with("intr "))
+        .unwrap_or_else(|| panic!("{listed}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    // batch, started, provider, tasks, ok, fail, blkd, intr, cost
+    assert_eq!(cells[cells.len() - 2], "4", "{listed}");
+    assert!(listed.contains("aicli resume intr"), "{listed}");
+    let json = json_lines(&cli.run(&["runs", "--json"]));
+    assert_eq!(json[0][0]["n_interrupted"], 4, "{json:?}");
+    let out = cli.run(&["resume", "intr", "--no-mcp"]);
+    assert_code(&out, 0, "the resume");
+    assert!(stdout(&out).contains("4 succeeded"), "{}", stdout(&out));
+    let listed = stdout(&cli.run(&["runs"]));
+    assert!(!listed.contains("aicli resume"), "{listed}");
+}
