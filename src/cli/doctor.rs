@@ -99,15 +99,51 @@ pub(super) async fn doctor(
     // ones are problems only when the config runs tasks in containers.
     let (images, docker_note) = super::image::doctor_reports(&config, &reg).await;
     let uses_docker = crate::runner::docker::config_uses_docker(&config);
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let node = super::npm::node_on(&super::probe::search_path(), &env).await;
     let mut problems = Vec::new();
     let rows: Vec<Value> = probes
         .iter()
-        .map(|pr| row(pr, &fixtures, &images, uses_docker, &mut problems))
+        .map(|pr| {
+            row(
+                pr,
+                &fixtures,
+                &images,
+                uses_docker,
+                node.as_ref().map(|(_, v)| v.as_str()),
+                &mut problems,
+            )
+        })
         .collect();
+    let sandbox = crate::providers::shared::confine::bubblewrap(Some(&super::probe::search_path()));
     if json_out {
         outln!("{}", serde_json::to_string(&rows)?);
     } else {
         print_rows(&rows, &fixtures, docker_note.as_deref());
+        match &node {
+            Some((path, v)) => {
+                outln!("node: {v} ({})", path.display());
+            }
+            None => {
+                outln!("node: none on PATH (the npm CLIs run on Node.js)");
+            }
+        }
+        match &sandbox {
+            Some(b) => {
+                outln!(
+                    "sandbox: bubblewrap works ({}): permission mode sandbox confines claude and gemini",
+                    b.display()
+                );
+            }
+            None => {
+                outln!(
+                    "sandbox: warning: no working bubblewrap (bwrap): permission mode sandbox, the default, fails claude's runs and refuses gemini's commands; apt install bubblewrap socat (docs/permissions.md)"
+                );
+            }
+        }
+    }
+    if sandbox.is_none() {
+        problems.push("no working bubblewrap (bwrap) for permission mode sandbox".to_owned());
     }
     if strict && !problems.is_empty() {
         eprintln!(
@@ -130,6 +166,7 @@ fn row(
     fixtures: &Fixtures,
     images: &[(String, ImageReport)],
     uses_docker: bool,
+    node: Option<&str>,
     problems: &mut Vec<String>,
 ) -> Value {
     let p = &pr.provider;
@@ -164,6 +201,20 @@ fn row(
             recorded.join(", ")
         ));
     }
+    let engines = pr
+        .binary
+        .as_ref()
+        .ok()
+        .and_then(|b| engines_node(b, &p.config().package));
+    if let (Some(range), Some(v)) = (&engines, node)
+        && super::npm::satisfies(v, range) == Some(false)
+    {
+        warnings.push(format!(
+            "{} {} needs Node.js {range} (its package's engines.node), and the node on PATH is {v}: it may not run; install a Node.js that fits (https://nodejs.org)",
+            p.config().package,
+            installed.as_deref().unwrap_or("")
+        ));
+    }
     let mine: Vec<&ImageReport> = images
         .iter()
         .filter(|(n, _)| n == p.name())
@@ -190,8 +241,30 @@ fn row(
         "pinned_version": pinned,
         "fixtures_dir": fixtures.dir,
         "fixtures_version": recorded,
+        "engines_node": engines,
         "warnings": warnings,
     })
+}
+
+/// The `engines.node` of npm package `package` that `binary` belongs to: the first
+/// `package.json` named `package` above the binary's real path.
+fn engines_node(binary: &crate::providers::BinaryLocation, package: &str) -> Option<String> {
+    let crate::providers::BinaryLocation::Path(p) = binary else {
+        return None;
+    };
+    let real = std::fs::canonicalize(p).ok()?;
+    for dir in real.ancestors().skip(1) {
+        let manifest = dir.join("package.json");
+        if let Ok(v) = crate::util::read_json::<Value>(&manifest)
+            && v["name"] == package
+        {
+            return v["engines"]["node"].as_str().map(str::to_owned);
+        }
+        if dir.file_name().is_some_and(|n| n == "node_modules") {
+            return None;
+        }
+    }
+    None
 }
 
 /// The rows as text, after where the fixtures are and (once) why images were not

@@ -28,6 +28,9 @@ async fn the_prompt_is_on_stdin_never_in_the_command_line() {
         config.engine.mcp.enabled = false;
         let p = config.providers.get_mut(vendor).unwrap();
         p.binary_path = Some(fake_cli());
+        // The fake CLI writes its pid and stdin under the test's temporary directory,
+        // outside the worktree: `sandbox` (gemini's in bubblewrap) would refuse that.
+        p.permission_mode = aicli::providers::PermissionMode::AcceptEdits;
         p.extra_args = [
             "--record-stdin",
             &stdin_file.display().to_string(),

@@ -407,3 +407,39 @@ fn an_interrupted_batch_says_interrupted_everywhere_and_runs_says_what_resume_fi
     let listed = stdout(&cli.run(&["runs"]));
     assert!(!listed.contains("aicli resume"), "{listed}");
 }
+
+/// Item 15: `doctor` says which Node.js is on the PATH, warns for a pinned CLI whose
+/// package's `engines.node` it does not meet (claude needs >=22), and says whether
+/// permission mode sandbox can confine here.
+#[test]
+fn doctor_warns_when_node_is_older_than_a_cli_needs_and_says_whether_sandbox_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let doctor = |node_version: &str| {
+        let bin = dir.path().join(node_version);
+        std::fs::create_dir_all(&bin).unwrap();
+        let node = bin.join("node");
+        std::fs::write(&node, format!("#!/bin/sh\necho {node_version}\n")).unwrap();
+        std::fs::set_permissions(&node, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+        let out = Command::new(aicli_bin())
+            .arg("doctor")
+            .env("PATH", path)
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_code(&out, 0, "aicli doctor");
+        stdout(&out)
+    };
+    let old = doctor("v20.20.2");
+    assert!(old.contains("node: v20.20.2"), "{old}");
+    assert!(
+        old.contains("@anthropic-ai/claude-code 2.1.332 needs Node.js >=22.0.0 (its package's engines.node), and the node on PATH is v20.20.2"),
+        "{old}"
+    );
+    assert!(old.contains("sandbox: bubblewrap works"), "{old}");
+    let new = doctor("v22.11.0");
+    assert!(!new.contains("needs Node.js"), "{new}");
+}
