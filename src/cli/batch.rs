@@ -220,5 +220,9 @@ async fn serve_web(
         .await
         .map_err(usage)?;
     eprintln!("{}", server.url());
+    eprintln!(
+        "aicli batch --web: the URL above is the web view while the batch runs (it logs one browser in, once; `aicli web --link` prints a fresh one); {}",
+        super::web::token_line(&server)
+    );
     Ok(server)
 }

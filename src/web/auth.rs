@@ -19,6 +19,12 @@ pub(crate) const COOKIE_TLS: &str = "__Host-aicli_session";
 pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 /// Browser sessions at most; the oldest goes when one more logs in.
 const MAX_SESSIONS: usize = 64;
+/// Unused login tokens at most (the one printed at start and those minted since, by
+/// `aicli web --link` or `POST /api/login-links`); the oldest goes when one more is made.
+const MAX_LOGIN_TOKENS: usize = 16;
+/// How long a minted login token is good for (the one printed at start has no limit:
+/// it is the server's own, shown once).
+pub(crate) const LOGIN_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// 32 random bytes, hex.
 pub(crate) fn new_token() -> String {
@@ -49,7 +55,8 @@ pub(crate) enum Caller {
 /// The server's credentials.
 #[derive(Debug)]
 pub(crate) struct Auth {
-    login: Mutex<Option<String>>,
+    /// Unused one-time login tokens, with when each expires (`None`: never).
+    login: Mutex<Vec<(String, Option<std::time::Instant>)>>,
     api: String,
     sessions: Mutex<Vec<Session>>,
     /// Served over TLS: the cookie is `Secure` and `__Host-`.
@@ -70,7 +77,7 @@ impl Auth {
     /// server speaks HTTPS.
     pub(crate) fn new(tls: bool) -> Auth {
         Auth {
-            login: Mutex::new(Some(new_token())),
+            login: Mutex::new(vec![(new_token(), None)]),
             api: new_token(),
             sessions: Mutex::new(Vec::new()),
             tls,
@@ -81,9 +88,27 @@ impl Auth {
         if self.tls { COOKIE_TLS } else { COOKIE }
     }
 
-    /// The one-time login token (for the URL printed at start), while unused.
+    /// The one-time login token printed at start, while unused.
     pub(crate) fn login_token(&self) -> Option<String> {
-        self.login.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let login = self.login.lock().unwrap_or_else(|e| e.into_inner());
+        login
+            .iter()
+            .find(|(_, expires)| expires.is_none())
+            .map(|(t, _)| t.clone())
+    }
+
+    /// A new one-time login token, good for [`LOGIN_TOKEN_TTL`]: a fresh link for
+    /// another browser or device while the server runs.
+    pub(crate) fn mint_login_token(&self) -> String {
+        let t = new_token();
+        let mut login = self.login.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        login.retain(|(_, e)| e.is_none_or(|e| e > now));
+        if login.len() >= MAX_LOGIN_TOKENS {
+            login.remove(0);
+        }
+        login.push((t.clone(), Some(now + LOGIN_TOKEN_TTL)));
+        t
     }
 
     /// The API token.
@@ -91,13 +116,21 @@ impl Auth {
         &self.api
     }
 
-    /// Exchanges the one-time login token for a new session (once: the token is spent).
+    /// Exchanges an unused, unexpired login token for a new session (once: the token is
+    /// spent).
     pub(crate) fn log_in(&self, token: &str) -> Option<Session> {
-        let mut login = self.login.lock().unwrap_or_else(|e| e.into_inner());
-        if !login.as_deref().is_some_and(|l| same(l, token)) {
-            return None;
+        {
+            let mut login = self.login.lock().unwrap_or_else(|e| e.into_inner());
+            let now = std::time::Instant::now();
+            // Every token is compared (in constant time), whichever matches.
+            let mut found = None;
+            for (i, (t, expires)) in login.iter().enumerate() {
+                if same(t, token) && expires.is_none_or(|e| e > now) {
+                    found = Some(i);
+                }
+            }
+            login.remove(found?);
         }
-        *login = None;
         let s = Session {
             id: new_token(),
             csrf: new_token(),
@@ -174,6 +207,24 @@ fn bearer(v: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minted_login_tokens_each_work_once_and_the_first_stays_usable() {
+        let a = Auth::new(false);
+        let first = a.login_token().unwrap();
+        let phone = a.mint_login_token();
+        let desktop = a.mint_login_token();
+        assert!(a.log_in(&phone).is_some());
+        assert!(a.log_in(&phone).is_none(), "a minted token works once");
+        assert!(a.log_in(&desktop).is_some());
+        assert_eq!(a.login_token().as_deref(), Some(first.as_str()));
+        assert!(a.log_in(&first).is_some());
+        assert!(a.log_in("0").is_none());
+        for _ in 0..MAX_LOGIN_TOKENS + 3 {
+            a.mint_login_token();
+        }
+        assert_eq!(a.login.lock().unwrap().len(), MAX_LOGIN_TOKENS);
+    }
 
     #[test]
     fn the_login_token_works_once_and_a_post_needs_the_csrf_token() {

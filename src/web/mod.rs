@@ -93,6 +93,8 @@ pub struct WebServer {
     addr: SocketAddr,
     url: String,
     api_token: String,
+    /// The server file (removed when dropped), when it could be written.
+    server_file: Option<tempfile::TempPath>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
     state: Shared,
@@ -171,11 +173,23 @@ impl WebServer {
             tls.clone(),
         ));
         let url = format!("{origin}/login?token={login}");
+        let server_file = write_server_file(&ServerFile {
+            runs_dir: std::fs::canonicalize(shared.store.root())
+                .unwrap_or_else(|_| shared.store.root().to_path_buf()),
+            addr,
+            origin: origin.clone(),
+            tls: tls.is_some(),
+            pid: std::process::id(),
+            api_token: api_token.clone(),
+        })
+        .map_err(|e| tracing::warn!(error = %e, "cannot write the web view's server file"))
+        .ok();
         tracing::info!(%addr, token = %&login[..8], "web view listening");
         Ok(WebServer {
             addr,
             url,
             api_token,
+            server_file,
             stop,
             task,
             state: shared,
@@ -195,6 +209,12 @@ impl WebServer {
     /// The token for `Authorization: Bearer` (scripts, other tools).
     pub fn api_token(&self) -> &str {
         &self.api_token
+    }
+
+    /// The server file ([`ServerFile`], 0600) that holds the API token, when it was
+    /// written; removed when the server stops.
+    pub fn server_file(&self) -> Option<&std::path::Path> {
+        self.server_file.as_deref()
     }
 
     /// A page that logs a browser in without the token in any process's arguments (for
@@ -225,7 +245,8 @@ impl WebServer {
 
     /// Stops serving, and stops the commands the page started (as Ctrl-C would: their
     /// runs stop and their records are kept), waiting for them.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
+        self.server_file.take();
         self.state.lock_login_page().take();
         self.stop.cancel();
         let _ = self.task.await;
@@ -274,6 +295,7 @@ fn router(state: Shared) -> Router {
         .route("/batches/{batch}/tasks/{task}", get(pages::task))
         .route("/batches/{batch}/tasks/{task}/files/{name}", get(api::file))
         .route("/api/session", get(api::session))
+        .route("/api/login-links", post(login_link))
         .route("/api/actions", get(api::actions))
         .route("/api/actions/{id}", get(api::action))
         .route("/api/tasks", post(post::start_task))
@@ -374,7 +396,7 @@ fn log_in(w: &Web, headers: &HeaderMap, token: &str, posted: bool) -> Response {
     let refused = || {
         (
             StatusCode::UNAUTHORIZED,
-            "this login link was used already or is wrong: restart `aicli web` for a new one",
+            "this login link was used already, has expired or is wrong: `aicli web --link` in the repository prints a fresh one",
         )
             .into_response()
     };
@@ -406,6 +428,71 @@ fn log_in(w: &Web, headers: &HeaderMap, token: &str, posted: bool) -> Response {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
+}
+
+/// `POST /api/login-links`: a fresh one-time login link (good for ten minutes), for a
+/// caller already in (the API token, or a browser session with its CSRF token): another
+/// device or browser gets in without restarting the server.
+async fn login_link(State(w): State<Shared>) -> Response {
+    let token = w.auth.mint_login_token();
+    axum::Json(serde_json::json!({
+        "url": format!("{}/login?token={token}", w.origin),
+        "expires_in_secs": auth::LOGIN_TOKEN_TTL.as_secs(),
+    }))
+    .into_response()
+}
+
+/// The directory of the running web views' server files (this user's: 0700):
+/// `$XDG_RUNTIME_DIR/aicli-web-<uid>`, else the same under the temporary directory.
+pub fn server_files_dir() -> std::path::PathBuf {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    base.join(format!("aicli-web-{}", nix::unistd::getuid()))
+}
+
+/// What a running web view writes about itself for `aicli web --link` and scripts (a
+/// file of this user's alone, 0600, removed when the server stops).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ServerFile {
+    /// The run records it serves (the runs directory, canonical).
+    pub runs_dir: std::path::PathBuf,
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// Its page's origin (`http://aicli-….localhost:PORT`).
+    pub origin: String,
+    /// Served over TLS.
+    pub tls: bool,
+    /// The serving process.
+    pub pid: u32,
+    /// The API token (`Authorization: Bearer`).
+    pub api_token: String,
+}
+
+/// Writes `f` as `<dir>/<port>.json`, 0600 in a 0700 directory.
+fn write_server_file(f: &ServerFile) -> std::io::Result<tempfile::TempPath> {
+    let dir = server_files_dir();
+    crate::util::create_private_dirs(&dir)?;
+    check_private_dir(&dir)?;
+    let path = dir.join(format!("{}.json", f.addr.port()));
+    let text = serde_json::to_string_pretty(f).map_err(std::io::Error::other)?;
+    crate::util::write_private_file(&path, &text, 0o600)?;
+    tempfile::TempPath::try_from_path(path)
+}
+
+/// Refuses `dir` unless this user owns it and nobody else may enter it (a directory of
+/// that name someone else made in a shared temporary directory).
+pub fn check_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(dir)?;
+    if !m.is_dir() || m.uid() != nix::unistd::getuid().as_raw() || m.mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of this user's alone (0700)",
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// An id from a URL: letters, digits, `.`, `_` and `-`, not starting with `.` (so never

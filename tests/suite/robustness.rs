@@ -541,7 +541,7 @@ async fn r10_of_two_concurrent_answers_one_is_refused() {
 }
 
 /// R11: aicli killed between `git worktree add` and the task.json write that records the
-/// worktree (simulated: a queued task whose worktree and branch exist, as that moment
+/// worktree (simulated: a task that never started whose worktree and branch exist, as that moment
 /// leaves them). `resume` then fails the task for good: "a branch named ... already exists".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r11_resume_after_a_kill_right_after_worktree_add() {
@@ -562,7 +562,8 @@ async fn r11_resume_after_a_kill_right_after_worktree_add() {
             .task("t")
             .unwrap()
             .state,
-        TaskState::Queued
+        // Cancelled before it started: interrupted, with no attempt (resume runs it).
+        TaskState::Interrupted
     );
     // What `Repo::add_worktree` had done when aicli died.
     let path = repo

@@ -389,3 +389,108 @@ fn batch_web_on_a_non_loopback_address_says_what_serves_it() {
     );
     assert!(!runs.exists(), "nothing ran");
 }
+
+/// Issue 37, item 8: a running web view hands out fresh one-time login links
+/// (`aicli web --link`: each logs one browser in, once), so a second device needs no
+/// restart; the normal output says where the API token is, a 0600 file that goes when
+/// the server stops.
+#[tokio::test]
+async fn web_link_prints_fresh_one_time_links_and_the_token_file_is_named() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    let cfg = fake_cli_config(dir.path(), &[]);
+    let repo = git_repo();
+    let runs = dir.path().join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    let aicli = |args: &[&str]| {
+        let mut c = aicli_with(&cfg, args);
+        c.arg("--repo")
+            .arg(repo.path())
+            .arg("--runs-dir")
+            .arg(&runs)
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .stdin(std::process::Stdio::null());
+        c
+    };
+    let mut server = aicli(&["web"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let first = first.trim().to_owned();
+    let mut err = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("0600") {
+        assert!(err.read_line(&mut said).unwrap() > 0, "{said}");
+    }
+    let file = said
+        .split_once("\"api_token\" in ")
+        .and_then(|(_, r)| r.split_once(", 0600"))
+        .map(|(p, _)| PathBuf::from(p))
+        .unwrap_or_else(|| panic!("no token file named: {said}"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let f: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let base = format!("http://{}", f["addr"].as_str().unwrap());
+    let api = reqwest::Client::new()
+        .get(format!("{base}/api/batches"))
+        .bearer_auth(f["api_token"].as_str().unwrap());
+    assert_eq!(status_of(api).await, 200);
+    // The page's own host name resolves to the server, as a browser resolves *.localhost.
+    let own = first
+        .strip_prefix("http://")
+        .and_then(|r| r.split_once(':'))
+        .map(|(h, _)| h.to_owned())
+        .unwrap();
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .resolve(&own, f["addr"].as_str().unwrap().parse().unwrap())
+        .build()
+        .unwrap();
+    let log_in = |url: String| {
+        let browser = browser.clone();
+        async move {
+            let r = browser.get(url).send().await.unwrap();
+            (r.status().as_u16(), r.headers().contains_key("set-cookie"))
+        }
+    };
+    let links: Vec<String> = (0..2)
+        .map(|_| {
+            let out = aicli(&["web", "--link"]).output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        })
+        .collect();
+    assert_ne!(links[0], links[1]);
+    for link in &links {
+        assert!(link.starts_with(&format!("http://{own}:")), "{link}");
+        let (status, cookie) = log_in(link.clone()).await;
+        assert!((300..400).contains(&status) && cookie, "{link}: {status}");
+        assert_eq!(log_in(link.clone()).await.0, 401, "a link works once");
+    }
+    // The first link still works, once, as before.
+    let (status, cookie) = log_in(first.clone()).await;
+    assert!((300..400).contains(&status) && cookie, "{status}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    server.wait().unwrap();
+    assert!(!file.exists(), "the token file outlived the server");
+    let out = aicli(&["web", "--link"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no web view is running for"),
+        "{out:?}"
+    );
+}
