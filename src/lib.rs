@@ -93,3 +93,14 @@ pub use aicli_providers as providers;
 pub fn cli_main() -> std::process::ExitCode {
     cli::main()
 }
+
+/// The Rust snippets of the README, compiled (and run, where not `no_run`) by
+/// `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+/// The Rust snippets of `docs/configuration.md`, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/configuration.md")]
+pub struct ConfigurationDoctests;
