@@ -101,9 +101,6 @@ pub(super) fn options_for(spec: &BatchSpec, store: &RunStore) -> BatchOptions {
     o
 }
 
-/// The task an answer is for: `BATCH/TASK` exactly; a bare `TASK` is the blocked task of
-/// that id (the newest batch's when none is blocked, so the error says why), and an
-/// error listing them when several batches have it blocked.
 /// Whether `task_ref` can be answered now (it names one task, and that task is blocked):
 /// the check [`answer`] makes, for a caller that wants to refuse before it starts anything.
 pub(crate) fn check_answerable(store: &RunStore, task_ref: &str) -> Result<(), EngineError> {
@@ -124,6 +121,9 @@ fn not_blocked(record: &BatchRecord, task_id: &str, state: TaskState) -> EngineE
     ))
 }
 
+/// The task an answer is for: `BATCH/TASK` exactly; a bare `TASK` is the blocked task of
+/// that id (the newest batch's when none is blocked, so the error says why), and an
+/// error listing them when several batches have it blocked.
 fn find_blocked(store: &RunStore, task_ref: &str) -> Result<(BatchRecord, String), EngineError> {
     let found = store.find_tasks(task_ref);
     if found.is_empty() {

@@ -212,13 +212,14 @@ impl Batch {
         let (mut total, mut estimated, mut charged, mut unknown) = (0.0, 0.0, 0.0, 0);
         for mut rec in all {
             let (spent, unk) = rec.spent();
+            let estimated_usd = rec.estimated();
             total += spent;
-            estimated += rec.estimated();
+            estimated += estimated_usd;
             charged += rec.charged();
             task_costs.push(crate::record::TaskCost {
                 task_id: rec.task.id.clone(),
                 cost_usd: spent,
-                estimated_usd: rec.estimated(),
+                estimated_usd,
                 unknown: unk,
             });
             if unk {

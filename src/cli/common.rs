@@ -328,11 +328,7 @@ pub(super) fn print_batch(b: &crate::BatchResult, json_out: bool) -> anyhow::Res
 /// A batch's exit code: 5 when tasks were interrupted (Ctrl-C), else 4 when some
 /// failed, else 3 when some are blocked, else 0.
 pub(super) fn batch_code(b: &crate::BatchResult) -> u8 {
-    let interrupted = b
-        .tasks
-        .iter()
-        .any(|t| t.status == SessionStatus::Interrupted);
-    if interrupted {
+    if b.n_interrupted > 0 {
         INTERRUPTED
     } else if b.n_failed > 0 {
         SOME_FAILED

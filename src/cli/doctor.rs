@@ -100,7 +100,8 @@ pub(super) async fn doctor(
     let (images, docker_note) = super::image::doctor_reports(&config, &reg).await;
     let uses_docker = crate::runner::docker::config_uses_docker(&config);
     let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    let node = super::npm::node_on(&super::probe::search_path(), &env).await;
+    let search_path = super::probe::search_path();
+    let node = super::npm::node_on(&search_path, &env).await;
     let mut problems = Vec::new();
     let rows: Vec<Value> = probes
         .iter()
@@ -115,7 +116,7 @@ pub(super) async fn doctor(
             )
         })
         .collect();
-    let sandbox = crate::providers::shared::confine::bubblewrap(Some(&super::probe::search_path()));
+    let sandbox = crate::providers::shared::confine::bubblewrap(Some(&search_path));
     if json_out {
         outln!("{}", serde_json::to_string(&rows)?);
     } else {

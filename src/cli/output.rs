@@ -386,12 +386,17 @@ fn totals(b: &BatchResult) -> String {
     out
 }
 
-/// A task's cost over all its runs in the table, and where it comes from: `$0.0012`
-/// (reported), `~$0.0004` (estimated, all or part), `$0.0007 + ?` (a run of unknown cost).
-fn task_cost(c: &crate::record::TaskCost) -> (String, &'static str) {
+/// A task's cost over all its runs in the table (`latest` is its last run's result), and
+/// where it comes from: `$0.0012` (reported), `~$0.0004` (estimated, all or part),
+/// `$0.0007 + ?` (a run of unknown cost), `$0.0000` when no run spent anything it said
+/// (one that never started, say).
+fn task_cost(c: &crate::record::TaskCost, latest: &SessionResult) -> (String, &'static str) {
     let tilde = if c.estimated_usd > 0.0 { "~" } else { "" };
     let figure = format!("{tilde}${:.4}", c.cost_usd);
     match (c.unknown, c.estimated_usd > 0.0) {
+        (false, false) if c.cost_usd == 0.0 && latest.cost_usd.is_none() => {
+            (figure, "nothing spent")
+        }
         (true, _) if c.cost_usd == 0.0 => ("unknown".to_owned(), "unknown"),
         (true, _) => (format!("{figure} + ?"), "partly unknown"),
         (false, false) => (figure, "reported"),
@@ -474,11 +479,7 @@ pub fn batch_table(b: &BatchResult) -> String {
         };
         let u = &r.canonical_usage;
         let task_cost = match b.task_costs.iter().find(|c| c.task_id == r.task_id) {
-            // No run spent anything it said (one that never started, say).
-            Some(c) if c.cost_usd == 0.0 && !c.unknown && r.cost_usd.is_none() => {
-                ("$0.0000".to_owned(), "nothing spent")
-            }
-            Some(c) => task_cost(c),
+            Some(c) => task_cost(c, r),
             None => (cost(r), cost_source(r)),
         };
         rows.push([

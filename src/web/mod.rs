@@ -228,10 +228,7 @@ impl WebServer {
             .auth
             .login_token()
             .ok_or_else(|| std::io::Error::other("the login token was used already"))?;
-        let dir = std::env::var_os("XDG_RUNTIME_DIR")
-            .map(std::path::PathBuf::from)
-            .filter(|d| d.is_dir())
-            .unwrap_or_else(std::env::temp_dir);
+        let dir = runtime_dir();
         let mut f = tempfile::Builder::new()
             .prefix("aicli-web-login-")
             .suffix(".html")
@@ -442,14 +439,18 @@ async fn login_link(State(w): State<Shared>) -> Response {
     .into_response()
 }
 
-/// The directory of the running web views' server files (this user's: 0700):
-/// `$XDG_RUNTIME_DIR/aicli-web-<uid>`, else the same under the temporary directory.
-pub fn server_files_dir() -> std::path::PathBuf {
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
+/// Where this user's runtime files go: `$XDG_RUNTIME_DIR`, else the temporary directory.
+fn runtime_dir() -> std::path::PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
         .map(std::path::PathBuf::from)
         .filter(|d| d.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
-    base.join(format!("aicli-web-{}", nix::unistd::getuid()))
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// The directory of the running web views' server files (this user's: 0700):
+/// `aicli-web-<uid>` in [`runtime_dir`].
+pub fn server_files_dir() -> std::path::PathBuf {
+    runtime_dir().join(format!("aicli-web-{}", nix::unistd::getuid()))
 }
 
 /// What a running web view writes about itself for `aicli web --link` and scripts (a

@@ -63,7 +63,8 @@ impl ClaudeProvider {
             c.args(args::opt("--append-system-prompt", s));
         }
         let mode = task.permission_mode.unwrap_or(config.permission_mode);
-        if let Some(flag) = permission_mode_flag(mode, ctx.in_container) {
+        let flag = permission_mode_flag(mode, ctx.in_container);
+        if let Some(flag) = flag {
             c.args(["--permission-mode", flag]);
         }
         if mode == PermissionMode::Sandbox && !ctx.in_container {
@@ -97,9 +98,7 @@ impl ClaudeProvider {
         if !disallowed.is_empty() {
             c.args(["--disallowedTools".to_owned()]).args(disallowed);
         }
-        if (mode == PermissionMode::Bypass || (mode == PermissionMode::Sandbox && ctx.in_container))
-            && ctx.is_root
-        {
+        if flag == Some(BYPASS) && ctx.is_root {
             // claude refuses to bypass permissions as root unless told it runs sandboxed.
             c.env("IS_SANDBOX", "1");
         }
@@ -118,6 +117,9 @@ pub const SANDBOX_SETTINGS_FILE: &str = "claude-sandbox-settings.json";
 /// `dangerouslyDisableSandbox` retry), and no start without it.
 const SANDBOX_SETTINGS: &str = r#"{"sandbox":{"enabled":true,"autoAllowBashIfSandboxed":true,"allowUnsandboxedCommands":false,"failIfUnavailable":true}}"#;
 
+/// Claude's mode that asks nothing (as root it needs `IS_SANDBOX=1`).
+const BYPASS: &str = "bypassPermissions";
+
 /// `--permission-mode` for a neutral mode (`None`: the CLI's default, no flag). In a
 /// container `sandbox` bypasses: the container is the sandbox.
 fn permission_mode_flag(mode: PermissionMode, in_container: bool) -> Option<&'static str> {
@@ -125,9 +127,9 @@ fn permission_mode_flag(mode: PermissionMode, in_container: bool) -> Option<&'st
         PermissionMode::Plan => Some("plan"),
         PermissionMode::Default => None,
         PermissionMode::AcceptEdits => Some("acceptEdits"),
-        PermissionMode::Sandbox if in_container => Some("bypassPermissions"),
+        PermissionMode::Sandbox if in_container => Some(BYPASS),
         PermissionMode::Sandbox => Some("acceptEdits"),
-        PermissionMode::Bypass => Some("bypassPermissions"),
+        PermissionMode::Bypass => Some(BYPASS),
     }
 }
 

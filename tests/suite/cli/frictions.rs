@@ -2,25 +2,9 @@
 //! real `aicli` binary: output, exit codes, input checks, records.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use super::super::support::{fixture, git};
 use super::*;
-
-/// A task replaying `scenario` of Claude's fixtures (overrides the provider's replay).
-fn replaying(id: &str, scenario: &str, more: &[&str]) -> serde_json::Value {
-    let fx = fixture("claude", scenario);
-    let mut args = vec![
-        "--replay".to_owned(),
-        fx.with_extension("ndjson").display().to_string(),
-        "--stderr-file".to_owned(),
-        fx.with_extension("stderr").display().to_string(),
-        "--exit-file".to_owned(),
-        fx.with_extension("exit").display().to_string(),
-    ];
-    args.extend(more.iter().map(|s| (*s).to_owned()));
-    serde_json::json!({"id": id, "prompt": format!("task {id}"), "extra_args": args})
-}
 
 /// Spawns `aicli ARGS` with its stdout closed before it writes anything: every write
 /// hits a broken pipe.
@@ -375,30 +359,13 @@ fn f13_f14_ctrl_c_says_interrupted_parse_agrees_and_resume_finishes_with_known_c
         .unwrap();
     // Interrupt once both have printed their first line (their session ids).
     let runs = cli.repo.path().join(".aicli/runs");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(Instant::now() < deadline, "the batch never got going");
-        std::thread::sleep(Duration::from_millis(100));
-        let started = std::fs::read_dir(&runs)
+    interrupt_once(&child, || {
+        std::fs::read_dir(&runs)
             .ok()
             .and_then(|mut d| d.next())
             .and_then(Result::ok)
-            .map(|b| {
-                ["slow1", "slow2"].iter().all(|t| {
-                    std::fs::metadata(b.path().join("tasks").join(t).join("events.ndjson"))
-                        .is_ok_and(|m| m.len() > 0)
-                })
-            })
-            .unwrap_or(false);
-        if started {
-            break;
-        }
-    }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+            .is_some_and(|b| printed(&b.path().join("tasks"), &["slow1", "slow2"]))
+    });
     let out = child.wait_with_output().unwrap();
     assert_code(&out, 5, "an interrupted batch");
     let batch = only_batch(cli.repo.path());

@@ -136,6 +136,52 @@ pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A task replaying `scenario` of Claude's fixtures (overrides the provider's replay).
+pub fn replaying(id: &str, scenario: &str, more: &[&str]) -> serde_json::Value {
+    let fx = fixture("claude", scenario);
+    let mut args = vec![
+        "--replay".to_owned(),
+        fx.with_extension("ndjson").display().to_string(),
+        "--stderr-file".to_owned(),
+        fx.with_extension("stderr").display().to_string(),
+        "--exit-file".to_owned(),
+        fx.with_extension("exit").display().to_string(),
+    ];
+    args.extend(more.iter().map(|s| (*s).to_owned()));
+    serde_json::json!({"id": id, "prompt": format!("task {id}"), "extra_args": args})
+}
+
+/// Whether `repo` holds no batch record (a refused command started nothing).
+pub fn no_batches(repo: &Path) -> bool {
+    std::fs::read_dir(repo.join(".aicli/runs")).map_or(true, |mut d| d.next().is_none())
+}
+
+/// Whether each of `tasks` under `tasks_dir` has printed something (its events file is
+/// not empty).
+pub fn printed(tasks_dir: &Path, tasks: &[&str]) -> bool {
+    tasks.iter().all(|t| {
+        std::fs::metadata(tasks_dir.join(t).join("events.ndjson")).is_ok_and(|m| m.len() > 0)
+    })
+}
+
+/// Sends `child` (an `aicli` command) SIGINT, as Ctrl-C would, once `started` holds
+/// (polled every 100 ms, for at most 30 s).
+pub fn interrupt_once(child: &std::process::Child, started: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !started() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never got going"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+}
+
 /// The repository's only batch id (panics when there is not exactly one).
 pub fn only_batch(repo: &Path) -> String {
     let runs: Vec<_> = std::fs::read_dir(repo.join(".aicli/runs"))

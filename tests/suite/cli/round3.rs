@@ -26,11 +26,7 @@ fn bad_budgets_and_time_limits_are_refused_before_anything_is_written() {
             started.elapsed()
         );
         assert!(
-            !cli.repo.path().join(".aicli/runs").exists()
-                || std::fs::read_dir(cli.repo.path().join(".aicli/runs"))
-                    .unwrap()
-                    .next()
-                    .is_none(),
+            no_batches(cli.repo.path()),
             "aicli {args:?} wrote a run record"
         );
     };

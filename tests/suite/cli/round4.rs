@@ -226,11 +226,7 @@ fn a_prompt_over_the_cli_s_limit_is_refused_up_front_and_the_cli_s_refusal_is_na
         stderr(&out)
     );
     assert!(
-        !cli.repo.path().join(".aicli/runs").exists()
-            || std::fs::read_dir(cli.repo.path().join(".aicli/runs"))
-                .unwrap()
-                .next()
-                .is_none(),
+        no_batches(cli.repo.path()),
         "a refused prompt wrote a record"
     );
     let at = cli.file("at.txt", &"é".repeat(1_048_576));
@@ -266,14 +262,7 @@ fn refusals_come_before_notes_and_warnings() {
     let cli = Cli::new();
     let out = cli.run(&["run", "-p", "codex", "--fake-api", "hello"]);
     assert_code(&out, 0, "a finished run");
-    let batch = std::fs::read_dir(cli.repo.path().join(".aicli/runs"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .file_name()
-        .into_string()
-        .unwrap();
+    let batch = only_batch(cli.repo.path());
     let task = format!("run-{}", batch.rsplit('-').next().unwrap());
     let out = cli.run(&["answer", &format!("{batch}/{task}"), "yes"]);
     assert_code(&out, 2, "an answer to a finished task");
@@ -320,12 +309,7 @@ fn refusals_come_before_notes_and_warnings() {
 #[test]
 fn an_interrupted_batch_says_interrupted_everywhere_and_runs_says_what_resume_finishes() {
     let cli = Cli::new();
-    let fx = super::super::support::fixture("claude", "text");
-    let slow = |id: &str| {
-        serde_json::json!({"id": id, "prompt": format!("task {id}"), "extra_args": [
-            "--replay", fx.with_extension("ndjson"), "--stderr-file", fx.with_extension("stderr"),
-            "--exit-file", fx.with_extension("exit"), "--line-delay-ms", "1500"]})
-    };
+    let slow = |id: &str| replaying(id, "text", &["--line-delay-ms", "1500"]);
     let tasks = cli.file(
         "tasks.json",
         &serde_json::json!({"max_parallel": 2, "tasks": [slow("s1"), slow("s2"), slow("q1"), slow("q2")]})
@@ -344,21 +328,7 @@ fn an_interrupted_batch_says_interrupted_everywhere_and_runs_says_what_resume_fi
         .spawn()
         .unwrap();
     let tasks_dir = cli.repo.path().join(".aicli/runs/intr/tasks");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !["s1", "s2"].iter().all(|t| {
-        std::fs::metadata(tasks_dir.join(t).join("events.ndjson")).is_ok_and(|m| m.len() > 0)
-    }) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the batch never got going"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+    interrupt_once(&child, || printed(&tasks_dir, &["s1", "s2"]));
     let out = child.wait_with_output().unwrap();
     assert_code(&out, 5, "an interrupted batch");
     let text = stdout(&out);

@@ -132,14 +132,7 @@ fn wrong_grants_and_tool_configs_are_usage_errors_naming_where() {
         tasks.display()
     );
     assert!(stderr(&out).contains(&want), "{}", stderr(&out));
-    assert!(
-        !cli.repo.path().join(".aicli/runs").exists()
-            || std::fs::read_dir(cli.repo.path().join(".aicli/runs"))
-                .unwrap()
-                .next()
-                .is_none(),
-        "a batch was started"
-    );
+    assert!(no_batches(cli.repo.path()), "a batch was started");
 
     // A config whose tool takes a built-in's name, lacks a command, or has a bad schema.
     for (tool, path, what) in [
