@@ -69,9 +69,14 @@ pub struct DockerConfig {
     /// The engines tasks are spread over, by free capacity. Empty: one engine from
     /// `DOCKER_HOST` (with `DOCKER_TLS_VERIFY` / `DOCKER_CERT_PATH`), else the local socket.
     pub hosts: Vec<DockerHostConfig>,
-    /// The image per provider. A provider not named here runs in
-    /// `aicli/<provider>:<pinned version>`, which `aicli image build <provider>` makes.
+    /// The image per provider. A provider not named here runs in the image of its npm
+    /// package, `<image_repository>/<package>:<pinned version>` (`aicli/google-gemini-cli:0.61.0`,
+    /// shared by every entry of that package), which `aicli image build <provider>`
+    /// makes, and `run` and `batch` build when an engine lacks it.
     pub images: BTreeMap<String, String>,
+    /// The repository part of the images aicli names and builds (`aicli`): a registry
+    /// path such as `registry.example.com/team/aicli` works too.
+    pub image_repository: String,
     /// The image `aicli image build` starts from when none is given: a glibc Linux with a
     /// shell (`local/base` is the debootstrap rootfs of `setup-docker-engine.sh`).
     pub base_image: String,
@@ -103,6 +108,7 @@ impl Default for DockerConfig {
         DockerConfig {
             hosts: Vec::new(),
             images: BTreeMap::new(),
+            image_repository: "aicli".to_owned(),
             base_image: "local/base".to_owned(),
             memory_mb: 4096,
             cpus: 2.0,
@@ -112,6 +118,27 @@ impl Default for DockerConfig {
             deb_cache: None,
         }
     }
+}
+
+/// Whether `r` can prefix an image name: `/`-separated parts of lowercase letters, digits
+/// and `.`, `_`, `-` (starting and ending alphanumeric), the first part possibly a
+/// registry host with a `:port`.
+fn valid_repository(r: &str) -> bool {
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
+            && p.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && p.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    r.split('/')
+        .enumerate()
+        .all(|(i, p)| match p.split_once(':') {
+            Some((host, port)) if i == 0 && r.contains('/') => {
+                part_ok(host) && !port.is_empty() && port.chars().all(|c| c.is_ascii_digit())
+            }
+            _ => part_ok(p),
+        })
 }
 
 /// One Docker engine.
@@ -166,6 +193,45 @@ pub struct DockerTls {
 }
 
 impl DockerConfig {
+    /// The image `provider` (configured as `p`) runs in: `images.<provider>`, else its
+    /// npm package's image (`<image_repository>/<package without @, / as ->:<version>`,
+    /// `-slim` after the version when installed without optional dependencies), else
+    /// (no package) `<image_repository>/<provider>:<version>`; `latest` when unpinned.
+    pub fn image_for(&self, provider: &str, p: &crate::ProviderConfig) -> String {
+        if let Some(i) = self.images.get(provider) {
+            return i.clone();
+        }
+        let name = if p.package.is_empty() {
+            provider
+        } else {
+            p.package.as_str()
+        };
+        let name: String = name
+            .trim_start_matches('@')
+            .chars()
+            .map(|c| match c.to_ascii_lowercase() {
+                c @ ('a'..='z' | '0'..='9' | '.' | '_' | '-') => c,
+                _ => '-',
+            })
+            .collect();
+        let version: String = p
+            .version
+            .as_deref()
+            .unwrap_or("latest")
+            .chars()
+            .map(|c| match c {
+                'A'..='Z' | 'a'..='z' | '0'..='9' | '.' | '_' | '-' => c,
+                _ => '_',
+            })
+            .collect();
+        let slim = if p.npm_omit_optional && !p.package.is_empty() {
+            "-slim"
+        } else {
+            ""
+        };
+        format!("{}/{name}:{version}{slim}", self.image_repository)
+    }
+
     /// Checks what types cannot; errors name the JSON path (under `engine.docker`).
     pub fn check(&self) -> Result<(), (String, String)> {
         if !(self.cpus.is_finite() && self.cpus >= 0.0) {
@@ -176,6 +242,15 @@ impl DockerConfig {
         }
         if self.pids_limit < 0 {
             return Err(("pids_limit".into(), "must not be negative".into()));
+        }
+        if !valid_repository(&self.image_repository) {
+            return Err((
+                "image_repository".into(),
+                format!(
+                    "'{}' is not an image repository: lowercase letters, digits, `.`, `_` and `-` in `/`-separated parts (a registry host may carry a `:port`)",
+                    self.image_repository
+                ),
+            ));
         }
         if self.network_mode.trim().is_empty() {
             return Err(("network_mode".into(), "must not be empty".into()));
@@ -321,5 +396,49 @@ mod tests {
         assert!(!h.is_remote());
         assert_eq!(RunnerKind::parse("docker"), Some(RunnerKind::Docker));
         assert_eq!(RunnerKind::parse("k8s"), None);
+    }
+
+    /// Entries of one npm package share its image; an override, a slim install, a
+    /// package-less provider and the repository each change the name as documented.
+    #[test]
+    fn images_are_named_by_package() {
+        let builtin = crate::AiCliConfig::builtin().unwrap();
+        let d = &builtin.engine.docker;
+        let image = |name: &str| d.image_for(name, &builtin.providers[name]);
+        let gemini = image("gemini");
+        assert_eq!(
+            gemini,
+            format!(
+                "aicli/google-gemini-cli:{}",
+                builtin.providers["gemini"].version.as_deref().unwrap()
+            )
+        );
+        assert_eq!(image("gemini-acp"), gemini);
+        assert!(image("claude").starts_with("aicli/anthropic-ai-claude-code:"));
+        assert!(
+            image("claude-acp").ends_with("-slim"),
+            "{}",
+            image("claude-acp")
+        );
+        let mut own = builtin.providers["gemini"].clone();
+        own.package = String::new();
+        own.version = Some("1.0+build".into());
+        let mut c = d.clone();
+        c.image_repository = "registry.example.com:5000/team/aicli".into();
+        assert_eq!(c.check(), Ok(()));
+        assert_eq!(
+            c.image_for("mine", &own),
+            "registry.example.com:5000/team/aicli/mine:1.0_build"
+        );
+        c.images.insert("mine".into(), "my/image:1".into());
+        assert_eq!(c.image_for("mine", &own), "my/image:1");
+        for bad in ["", "Aicli", "aicli/", "-x", "a:1"] {
+            c.image_repository = bad.into();
+            assert_eq!(
+                c.check().map_err(|(p, _)| p),
+                Err("image_repository".to_owned()),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -39,7 +39,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use answer::{answer, check_answerable};
-pub(crate) use new::{check_prompt_size, new_batch};
+pub(crate) use new::{check_prompt_size, container_providers, new_batch};
 pub(crate) use recover::resume;
 pub(crate) use resolve::resolve;
 pub use control::CancelTarget;

@@ -22,14 +22,7 @@ pub(crate) async fn new_batch(
     live: LiveSender,
     cancel: CancellationToken,
 ) -> Result<BatchResult, EngineError> {
-    if tasks.is_empty() {
-        return Err(EngineError::NoTasks);
-    }
-    let default_provider = opts
-        .provider
-        .clone()
-        .unwrap_or_else(|| engine.config.default_provider.clone());
-    check_tasks(engine, &mut tasks, &opts, &default_provider)?;
+    let default_provider = checked(engine, &mut tasks, &opts)?;
     let (root, base) = workdir_root(&opts).await?;
     let runs_dir = engine.runs_dir(&root, opts.runs_dir.as_deref());
     let spec = BatchSpec {
@@ -85,6 +78,45 @@ pub(crate) async fn new_batch(
     super::execute(engine, spec, record, runs, opts, live, cancel)
         .await
         .map(|e| e.result)
+}
+
+/// `tasks` checked (see [`check_tasks`]), or no task; returns the default provider.
+fn checked(
+    engine: &Engine,
+    tasks: &mut [TaskSpec],
+    opts: &BatchOptions,
+) -> Result<String, EngineError> {
+    if tasks.is_empty() {
+        return Err(EngineError::NoTasks);
+    }
+    let default_provider = opts
+        .provider
+        .clone()
+        .unwrap_or_else(|| engine.config.default_provider.clone());
+    check_tasks(engine, tasks, opts, &default_provider)?;
+    Ok(default_provider)
+}
+
+/// The names of the providers whose tasks of `tasks` run in containers, once `opts`
+/// and every task are checked as a new batch checks them (nothing is written).
+pub(crate) fn container_providers(
+    engine: &Engine,
+    tasks: &[TaskSpec],
+    opts: &BatchOptions,
+) -> Result<BTreeSet<String>, EngineError> {
+    opts.validate()?;
+    let mut tasks = tasks.to_vec();
+    let default_provider = checked(engine, &mut tasks, opts)?;
+    let mut out = BTreeSet::new();
+    for t in &tasks {
+        let p = engine
+            .registry
+            .get(t.provider.as_deref().unwrap_or(&default_provider))?;
+        if engine.runner_kind(t, &p) == aicli_providers::RunnerKind::Docker {
+            out.insert(p.name().to_owned());
+        }
+    }
+    Ok(out)
 }
 
 /// Each task checked once, before anything is written: an id (assigned when missing,

@@ -141,6 +141,16 @@ pub(super) async fn batch(
     opts.fake_api = a.fake.script.clone();
     opts.base_ref = base;
     opts.batch_id = a.batch_id.clone();
+    // A container's image that an engine lacks is built first, once the tasks are known
+    // good.
+    let prepared = match running.engine.container_providers(&file.tasks, &opts) {
+        Ok(c) => super::image::build_missing(running.engine.config(), &c).await,
+        Err(e) => Err(file_error(e, &a, &tasks_path)),
+    };
+    if let Err(e) = prepared {
+        running.stop();
+        return Err(e);
+    }
     let (tx, rx) = crate::live::channel(crate::live::DEFAULT_QUEUE_BYTES);
     ctrl_c_cancels(cancel.clone(), false);
     let providers: Vec<String> = file
@@ -160,14 +170,21 @@ pub(super) async fn batch(
     }
     running.stop();
     let _ = display.await;
+    let result = result.map_err(|e| file_error(e, &a, &tasks_path))?;
+    print_batch(&result, a.json)
+}
+
+/// A batch's error in the words of what gave the wrong value: a batch option names its
+/// flag when the flag gave it, else the tasks file's key; a task's error names its JSON
+/// path in the file (the engine's says `task N (id)`).
+fn file_error(e: crate::EngineError, a: &BatchArgs, tasks_path: &Path) -> anyhow::Error {
     let from_flags = [
         ("budget_usd", a.budget.is_some(), "--budget"),
         ("max_parallel", a.max_parallel.is_some(), "--max-parallel"),
         ("timeout", a.timeout.is_some(), "--timeout"),
         ("idle_timeout", a.idle_timeout.is_some(), "--idle-timeout"),
     ];
-    let result = result.map_err(|e| match e {
-        // A batch option names its flag when the flag gave it, else the tasks file's key.
+    match e {
         crate::EngineError::InvalidOption { option, message } => {
             match from_flags
                 .iter()
@@ -177,7 +194,6 @@ pub(super) async fn batch(
                 None => usage(format!("{}: {option}: {message}", tasks_path.display())),
             }
         }
-        // A task's error names its JSON path in the file (the engine's says `task N (id)`).
         crate::EngineError::InvalidTask { index, message, .. } => usage(format!(
             "{}: at tasks[{}].{message}",
             tasks_path.display(),
@@ -185,8 +201,7 @@ pub(super) async fn batch(
         )),
         crate::EngineError::NoTasks => usage(format!("{}: {e}", tasks_path.display())),
         other => other.into(),
-    })?;
-    print_batch(&result, a.json)
+    }
 }
 
 /// The web view of the batch's repository, served while the batch runs (`--web`); its

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use crate::cli::npm::{self, Pin};
 use crate::providers::{AiCliConfig, ProviderRegistry};
 use crate::runner::DockerRunner;
+use crate::runner::docker::hosts::Host;
 use crate::runner::docker::image::{self, BuildSpec, ImageReport};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
@@ -13,8 +14,8 @@ use clap::{Args, Subcommand};
 /// `aicli image ...`.
 #[derive(Debug, Subcommand)]
 pub enum ImageAction {
-    /// Build each provider's image (the pinned CLI plus node and git) on the Docker
-    /// engines; every provider when none is named.
+    /// Build the providers' images (one per npm package: the pinned CLI plus node and
+    /// git) on the Docker engines; every provider when none is named.
     Build(BuildArgs),
 }
 
@@ -63,21 +64,11 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
     for name in &names {
         reg.get(name)?;
     }
-    // The caches `aicli install` uses: $AICLI_CLI_CACHE, else $AICLI_CACHE_DIR/npm, …
-    let npm_dir = a
-        .npm_cache
-        .clone()
-        .unwrap_or_else(crate::cache::cli_cache_dir);
-    let deb_cache = config
-        .engine
-        .docker
-        .deb_cache
-        .clone()
-        .unwrap_or_else(|| crate::cache::cache_dir().join("debs"));
+    let caches = Caches::of(config, a.npm_cache.clone());
     eprintln!(
         "aicli image build: the pinned CLIs from {}, Debian packages cached in {}",
-        npm_dir.display(),
-        deb_cache.display()
+        caches.npm.display(),
+        caches.debs.display()
     );
     let env = std::env::vars().collect();
     let runner = DockerRunner::connect(&config.engine.docker, &env)
@@ -96,36 +87,163 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
         );
     }
     // After the engines answered: without one, there is no point installing 1 GB.
-    install_pins(config, &names, &npm_dir).await?;
+    install_pins(config, &names, &caches.npm).await?;
+    let base = a
+        .base
+        .clone()
+        .unwrap_or_else(|| config.engine.docker.base_image.clone());
     let mut built = Vec::new();
-    for name in &names {
+    for (_, users) in by_image(config, &names) {
         for h in &hosts {
-            let base = a
-                .base
-                .clone()
-                .unwrap_or_else(|| config.engine.docker.base_image.clone());
-            let spec =
-                BuildSpec::for_provider(config, name, &npm_dir, &deb_cache, &base)?.forced(a.force);
-            let host = h.name.clone();
-            let quiet = a.json;
-            let progress = move |line: &str| {
-                if !quiet {
-                    eprintln!("[{host}] {line}");
-                }
-            };
-            let b = image::build(&h.docker, &spec, &progress)
-                .await
-                .with_context(|| format!("building the image of {name} on {}", h.name))?;
+            let b = build_on(config, &users, h, &caches, &base, a.force, a.json).await?;
             if !a.json {
-                println!("{}: {} on {} ({})", name, b.tag, h.name, b.cli_version);
+                // Every entry of the config that runs in it, named or not.
+                let all: Vec<String> = config
+                    .providers
+                    .iter()
+                    .filter(|(n, p)| config.engine.docker.image_for(n, p) == b.tag)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                println!(
+                    "{}: {} on {} ({})",
+                    all.join(", "),
+                    b.tag,
+                    h.name,
+                    b.cli_version
+                );
             }
-            built.push(serde_json::json!({"provider": name, "host": h.name, "image": b}));
+            for name in &users {
+                built.push(serde_json::json!({"provider": name, "host": h.name, "image": b}));
+            }
         }
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&built)?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the pinned CLIs and the Debian packages an image is made of are kept.
+struct Caches {
+    npm: PathBuf,
+    debs: PathBuf,
+}
+
+impl Caches {
+    /// `aicli install`'s npm cache ($AICLI_CLI_CACHE, else <aicli cache>/npm) unless
+    /// `npm` is given, and engine.docker.deb_cache, else <aicli cache>/debs.
+    fn of(config: &AiCliConfig, npm: Option<PathBuf>) -> Caches {
+        Caches {
+            npm: npm.unwrap_or_else(crate::cache::cli_cache_dir),
+            debs: config
+                .engine
+                .docker
+                .deb_cache
+                .clone()
+                .unwrap_or_else(|| crate::cache::cache_dir().join("debs")),
+        }
+    }
+}
+
+/// `names` grouped by the image they run in (entries of one npm package share it), in
+/// the order given.
+fn by_image(config: &AiCliConfig, names: &[String]) -> Vec<(String, Vec<String>)> {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for name in names {
+        let Some(p) = config.providers.get(name) else {
+            continue;
+        };
+        let tag = config.engine.docker.image_for(name, p);
+        match groups.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, users)) => users.push(name.clone()),
+            None => groups.push((tag, vec![name.clone()])),
+        }
+    }
+    groups
+}
+
+/// Builds the image of `users` (providers sharing it; the first one's entry says what
+/// goes in) on engine `h`, its progress on stderr unless `quiet`.
+async fn build_on(
+    config: &AiCliConfig,
+    users: &[String],
+    h: &Host,
+    caches: &Caches,
+    base: &str,
+    force: bool,
+    quiet: bool,
+) -> anyhow::Result<image::Built> {
+    let name = &users[0];
+    let spec =
+        BuildSpec::for_provider(config, name, &caches.npm, &caches.debs, base)?.forced(force);
+    let host = h.name.clone();
+    let progress = move |line: &str| {
+        if !quiet {
+            eprintln!("[{host}] {line}");
+        }
+    };
+    image::build(&h.docker, &spec, &progress)
+        .await
+        .with_context(|| format!("building the image of {} on {}", users.join(", "), h.name))
+}
+
+/// Before tasks of `providers` run in containers: builds each image aicli names (not
+/// one of engine.docker.images) that a connected engine lacks, saying so, with its
+/// progress on stderr. No engine answering is left to the runs to report.
+pub(super) async fn build_missing(
+    config: &AiCliConfig,
+    providers: &std::collections::BTreeSet<String>,
+) -> anyhow::Result<()> {
+    let ours: Vec<String> = providers
+        .iter()
+        .filter(|n| {
+            config
+                .providers
+                .get(*n)
+                .is_some_and(|p| !p.package.is_empty())
+                && !config.engine.docker.images.contains_key(*n)
+        })
+        .cloned()
+        .collect();
+    if ours.is_empty() {
+        return Ok(());
+    }
+    let env = std::env::vars().collect();
+    let Ok(runner) = DockerRunner::connect(&config.engine.docker, &env).await else {
+        return Ok(());
+    };
+    let mut missing = Vec::new();
+    for (tag, users) in by_image(config, &ours) {
+        for h in runner.hosts() {
+            match h.docker.inspect_image(&tag).await {
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => missing.push((tag.clone(), users.clone(), h.clone())),
+                Err(e) => bail!(
+                    "cannot inspect image {tag} on docker host '{}': {e}",
+                    h.name
+                ),
+                Ok(_) => {}
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let caches = Caches::of(config, None);
+    let names: Vec<String> = missing.iter().flat_map(|(_, u, _)| u.clone()).collect();
+    install_pins(config, &names, &caches.npm).await?;
+    for (tag, users, h) in missing {
+        eprintln!(
+            "aicli: image {tag} (for {}) is not on docker host '{}': building it now, once (`aicli image build` builds ahead of time)",
+            users.join(", "),
+            h.name
+        );
+        let base = &config.engine.docker.base_image;
+        let b = build_on(config, &users, &h, &caches, base, false, false).await?;
+        eprintln!("aicli: built {} on {} ({})", b.tag, h.name, b.cli_version);
+    }
+    Ok(())
 }
 
 /// Installs the pinned CLIs of `names` that `npm_dir` lacks, as `aicli install` does

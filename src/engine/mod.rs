@@ -238,6 +238,17 @@ impl Engine {
         out
     }
 
+    /// Checks `opts` and `tasks` as [`Engine::run_batch`] does first (nothing is written
+    /// or run) and names the providers whose tasks would run in containers: what a
+    /// caller prepares (their images) before the batch starts.
+    pub fn container_providers(
+        &self,
+        tasks: &[TaskSpec],
+        opts: &BatchOptions,
+    ) -> Result<std::collections::BTreeSet<String>, EngineError> {
+        crate::batch::container_providers(self, tasks, opts)
+    }
+
     /// Waits for the runners' clean-ups of dropped placements (see [`Runner::settle`]),
     /// so that nothing of a batch outlives the call that ran it.
     async fn settle_runners(&self) {

@@ -132,8 +132,7 @@ pub async fn provider_image(docker: &Docker, config: &AiCliConfig, provider: &st
         .await;
     let mut built = built.lock().await;
     let p = &config.providers[provider];
-    let tag =
-        aicli::runner::docker::image_name(&config.engine.docker, provider, p.version.as_deref());
+    let tag = config.engine.docker.image_for(provider, p);
     if built.contains_key(&tag) || docker.inspect_image(&tag).await.is_ok() {
         built.insert(tag.clone(), tag.clone());
         return tag;

@@ -141,14 +141,9 @@ impl DockerRunner {
         &self.hosts
     }
 
-    /// The image `provider` runs in: `engine.docker.images.<name>`, else
-    /// `aicli/<name>:<pinned version>`.
+    /// The image `provider` runs in ([`DockerConfig::image_for`]).
     pub fn image_for(config: &DockerConfig, provider: &SharedProvider) -> String {
-        image_name(
-            config,
-            provider.name(),
-            provider.config().version.as_deref(),
-        )
+        config.image_for(provider.name(), provider.config())
     }
 
     /// `PATH` of `image` on host `idx`, checking that it is there.
@@ -204,15 +199,6 @@ pub fn container_hosts(config: &DockerConfig) -> Vec<String> {
     v.sort();
     v.dedup();
     v
-}
-
-/// `engine.docker.images.<name>`, else `aicli/<name>:<version>` (`latest` unpinned).
-pub fn image_name(config: &DockerConfig, provider: &str, version: Option<&str>) -> String {
-    config
-        .images
-        .get(provider)
-        .cloned()
-        .unwrap_or_else(|| format!("aicli/{provider}:{}", version.unwrap_or("latest")))
 }
 
 /// Copies the user's login files (`files`, relative to `user_home`) into `task_home`,

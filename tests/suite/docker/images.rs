@@ -106,11 +106,7 @@ async fn image_build_on_a_named_base_and_doctor_reports_the_cli_inside() {
         let want_image = if p == "gemini" {
             tag.clone()
         } else {
-            aicli::runner::docker::image_name(
-                &builtin.engine.docker,
-                p,
-                builtin.providers[p].version.as_deref(),
-            )
+            builtin.engine.docker.image_for(p, &builtin.providers[p])
         };
         assert_eq!(images[0]["image"], want_image.as_str(), "{p}");
         assert_eq!(images[0]["host"], "local", "{p}");
@@ -145,6 +141,111 @@ async fn image_build_on_a_named_base_and_doctor_reports_the_cli_inside() {
             .any(|w| w.as_str().unwrap_or_default().contains("no-such-image")),
         "{gemini:#}"
     );
+}
+
+/// Issue 37 item 12: the entries of one npm package share one image, and `run` builds a
+/// missing one on first use, with its progress. `aicli image build gemini` makes the
+/// image gemini-acp runs in too (it says so); with the image gone, `aicli run --runner
+/// docker -p gemini` builds it before the run and the run succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_image_per_package_built_on_first_use() {
+    let Some(docker) = support::local_engine("one_image_per_package").await else {
+        return;
+    };
+    let builtin = AiCliConfig::builtin().unwrap();
+    let pinned = builtin.providers["gemini"].version.clone().unwrap();
+    // A repository of the test's own: its tags are no other test's.
+    let repository = format!(
+        "aicli-test-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let tag = format!("{repository}/google-gemini-cli:{pinned}");
+    let removed = scopeguard(&docker, &tag);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("aicli.json");
+    let c = serde_json::json!({"engine": {"docker": {
+        "hosts": [{"name": "local", "url": "unix:///var/run/docker.sock"}],
+        "image_repository": repository
+    }}});
+    std::fs::write(&config, c.to_string()).unwrap();
+    let repo = crate::suite::support::git_repo();
+    let run = |provider: &str| {
+        Command::new(env!("CARGO_BIN_EXE_aicli"))
+            .arg("--config")
+            .arg(&config)
+            .args(["run", "--runner", "docker", "--fake-api", "--json", "-p"])
+            .args([provider, "Say hello"])
+            .current_dir(repo.path())
+            .env_remove("DOCKER_HOST")
+            .stdin(Stdio::null())
+            .output()
+            .expect("aicli runs")
+    };
+    let building = "is not on docker host 'local': building it now";
+
+    let out = aicli(&config, &["image", "build", "gemini"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("gemini, gemini-acp: {tag} on local ({pinned})"),
+        "{}",
+        text(&out)
+    );
+    let out = run("gemini-acp");
+    assert!(
+        out.status.success(),
+        "gemini-acp in gemini's image: {}",
+        text(&out)
+    );
+    assert!(!text(&out).contains(building), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Hello from the fake Gemini API."),
+        "{}",
+        text(&out)
+    );
+
+    docker
+        .remove_image(
+            &tag,
+            None::<bollard::query_parameters::RemoveImageOptions>,
+            None,
+        )
+        .await
+        .expect("the image goes");
+    let out = run("gemini");
+    assert!(out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("aicli: image {tag} (for gemini) {building}")),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        err.contains(&format!("aicli: built {tag} on local ({pinned})")),
+        "{err}"
+    );
+    assert!(
+        err.lines().any(|l| l.starts_with("[local] ")),
+        "the build's progress: {err}"
+    );
+    let labels = docker
+        .inspect_image(&tag)
+        .await
+        .expect("built on first use")
+        .config
+        .and_then(|c| c.labels)
+        .unwrap_or_default();
+    assert_eq!(
+        labels.get("dev.aicli.image.cli"),
+        Some(&format!("@google/gemini-cli@{pinned}"))
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Hello from the fake Gemini API."),
+        "{}",
+        text(&out)
+    );
+    support::assert_no_container_for_repo(&docker, repo.path()).await;
+    drop(removed);
 }
 
 /// Removes the image `tag` when dropped (the test's image, whatever happens).

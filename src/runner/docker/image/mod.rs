@@ -9,7 +9,8 @@
 //!    CLIs are installed and tested with) and git from Debian packages downloaded on
 //!    this machine (with `apt-get --download-only` against the base's own package list,
 //!    cached), and the user `aicli` (uid 1000).
-//! 2. **provider** (`aicli/<provider>:<version>`): the pinned CLI's npm package and its
+//! 2. **package** (`aicli/<npm package>:<version>`, shared by every provider entry of the
+//!    package: gemini and gemini-acp run in one): the pinned CLI's npm package and its
 //!    dependency closure, copied from aicli's npm cache into `/opt/aicli/node_modules`,
 //!    its executable linked into `/opt/aicli/bin` (first on `PATH`), checked with
 //!    `--version` inside.
@@ -43,8 +44,6 @@ pub const USER_ID: u32 = 1000;
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Where the CLIs live in a provider image.
 pub const CLI_ROOT: &str = "/opt/aicli";
-/// Label: the provider an image is for.
-pub const LABEL_PROVIDER: &str = "dev.aicli.image.provider";
 /// Label: `package@version` of the CLI inside.
 pub const LABEL_CLI: &str = "dev.aicli.image.cli";
 /// Label: the image it was built from.
@@ -55,7 +54,7 @@ pub(super) const MIN_NODE_MAJOR: u32 = 20;
 /// What to build.
 #[derive(Debug, Clone)]
 pub struct BuildSpec {
-    /// The provider's name.
+    /// The provider whose entry it is built from (for advice).
     pub provider: String,
     /// The CLI's npm package.
     pub package: String,
@@ -224,7 +223,7 @@ impl BuildSpec {
             version: p.version.clone(),
             binary_name: p.binary_name.clone(),
             base: base.to_owned(),
-            tag: super::image_name(&config.engine.docker, name, p.version.as_deref()),
+            tag: config.engine.docker.image_for(name, p),
             npm_dir: prefix_of(p, npm_cache),
             search_path: std::env::var("PATH").unwrap_or_default(),
             deb_cache: deb_cache.to_path_buf(),
@@ -342,7 +341,6 @@ pub async fn build(
     };
     let path = format!("{CLI_ROOT}/bin:{DEFAULT_PATH}");
     let mut labels = HashMap::from([
-        (LABEL_PROVIDER.to_owned(), spec.provider.clone()),
         (LABEL_CLI.to_owned(), cli.clone()),
         (LABEL_BASE.to_owned(), spec.base.clone()),
     ]);
