@@ -278,20 +278,33 @@ pub(super) async fn batch(
         .iter()
         .any(|t| crate::batch::held_elsewhere(&rec, t));
     let acts = !w.read_only;
+    // The batch's end is recorded when no task runs or waits and its result holds every
+    // task's latest result (a resume rewrites it as it ends).
+    let ended = rec.result().is_some_and(|r| {
+        view.tasks.iter().all(|t| {
+            use crate::record::TaskState::{Queued, Running};
+            !matches!(t.state, Queued | Running)
+                && t.latest_result()
+                    .is_none_or(|l| r.tasks.iter().any(|x| x.task_id == t.task.id && x == l))
+        })
+    });
     let body = html! {
         p { a href="/" { "← batches" } }
         h1 { "Batch " code { (b) } }
         div id="action" role="status" aria-live="polite" {}
-        @if acts && held {
-            button id="cancel-batch" type="button" data-url={ "/api/batches/" (b) "/cancel" } { "⏹ Cancel the batch" }
+        div id="controls" {
+            @if acts && held {
+                button id="cancel-batch" type="button" data-url={ "/api/batches/" (b) "/cancel" } { "⏹ Cancel the batch" }
+            }
+            @if acts && !held && !open.is_empty() && w.actions.launcher().is_some() {
+                button id="resume-batch" type="button" data-url={ "/api/batches/" (b) "/resume" } { "▶ Resume the batch" }
+            }
+            @if acts && !held && w.actions.launcher().is_some() && view.tasks.iter().any(|t| t.state == crate::record::TaskState::Succeeded && t.branch.is_some()) {
+                button id="land-batch" type="button" data-what="land the batch" data-url={ "/api/batches/" (b) "/land" } { "⤵ Land the succeeded tasks" }
+            }
         }
-        @if acts && !held && !open.is_empty() && w.actions.launcher().is_some() {
-            button id="resume-batch" type="button" data-url={ "/api/batches/" (b) "/resume" } { "▶ Resume the batch" }
-        }
-        @if acts && !held && w.actions.launcher().is_some() && view.tasks.iter().any(|t| t.state == crate::record::TaskState::Succeeded && t.branch.is_some()) {
-            button id="land-batch" type="button" data-what="land the batch" data-url={ "/api/batches/" (b) "/land" } { "⤵ Land the succeeded tasks" }
-        }
-        table id="tasks" data-src={ "/api/batches/" (b) "/rows" } {
+        // `data-ended`: the page's script stops fetching its buttons and overlaps.
+        table id="tasks" data-src={ "/api/batches/" (b) "/rows" } data-ended=(ended) {
             thead { tr {
                 th { "Task" } th { "Provider" } th { "Runner" } th { "Status" }
                 th.num.wide { "Tokens in / out / cache" } th.num { "Cost" } th { "Last" }
@@ -311,14 +324,16 @@ pub(super) async fn batch(
                 }
             }
         }
-        @if let Some(result) = rec.result().filter(|r| !r.overlaps.is_empty()) {
-            section id="overlaps" {
-                h2 { "Overlaps (" (result.overlaps.len()) ")" }
-                ul {
-                    @for o in &result.overlaps {
-                        li data-conflict=(!o.conflicts.is_empty()) {
-                            @if o.conflicts.is_empty() { "↔ " } @else { "⚠ " }
-                            (o.describe())
+        div id="ends" {
+            @if let Some(result) = rec.result().filter(|r| !r.overlaps.is_empty()) {
+                section id="overlaps" {
+                    h2 { "Overlaps (" (result.overlaps.len()) ")" }
+                    ul {
+                        @for o in &result.overlaps {
+                            li data-conflict=(!o.conflicts.is_empty()) {
+                                @if o.conflicts.is_empty() { "↔ " } @else { "⚠ " }
+                                (o.describe())
+                            }
                         }
                     }
                 }
@@ -371,7 +386,7 @@ pub(super) async fn task(
     let body = html! {
         p { a href={ "/batches/" (b) } { "← batch " (b) } }
         h1 { "Task " code { (t) } " — " span id="state" data-state=(rec.state.as_str()) data-src={ "/api/batches/" (b) "/tasks/" (t) "/row" } { (task_status(&rec)) } }
-        p { (rec.provider) @if let Some(br) = &rec.branch { " · branch " code { (br) } } " · " (cost(last)) " · " (tokens(last)) " tokens" }
+        p id="summary" { (rec.provider) @if let Some(br) = &rec.branch { " · branch " code { (br) } } " · " (cost(last)) " · " (tokens(last)) " tokens" }
         div id="action" role="status" aria-live="polite" {}
         div id="controls" {
             @if let Some(q) = question {

@@ -31,4 +31,5 @@ mod web;
 mod web_browser;
 mod web_browser_auth;
 mod web_browser_land;
+mod web_browser_live;
 mod web_security;

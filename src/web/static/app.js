@@ -176,13 +176,34 @@
       return r.json();
     });
   }
-  // The batch page: its rows, every 2 s (the server's words and figures, as text).
+  // Parts of this page (by id) replaced by their state in a fresh copy of it; resolves to
+  // the fresh document.
+  function refreshParts(ids) {
+    return fetch(location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.text(); })
+      .then(function (html) {
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        ids.forEach(function (id) {
+          var now = document.getElementById(id), fresh = doc.getElementById(id);
+          if (now && fresh) { now.replaceWith(document.adoptNode(fresh)); }
+        });
+        return doc;
+      });
+  }
+
+  // The batch page: its rows every 2 s (the server's words and figures, as text), for as
+  // long as it is open (a batch can be resumed from elsewhere). When a task's state
+  // changes, and after its tasks are done until the batch's end is recorded, its buttons
+  // and its overlaps are fetched again too.
   var tasks = document.getElementById("tasks");
   if (tasks) {
-    var refreshRows = function () {
+    var states = null, ended = tasks.getAttribute("data-ended") === "true";
+    setInterval(function () {
       get(tasks.getAttribute("data-src")).then(function (rows) {
-        var done = true;
+        var done = true, now = [];
         rows.forEach(function (r) {
+          now.push(r.id + "=" + r.state);
+          if (["queued", "running"].indexOf(r.state) >= 0) { done = false; }
           var row = tasks.querySelector('tr[data-task="' + CSS.escape(r.id) + '"]');
           if (!row) { return; }
           var st = row.querySelector("td.status");
@@ -192,32 +213,38 @@
           row.querySelector("td.tokens").textContent = r.tokens;
           row.querySelector("td.cost").textContent = r.cost;
           row.querySelector("td.last").textContent = r.last;
-          if (["queued", "running"].indexOf(r.state) >= 0) { done = false; }
         });
-        if (done) { clearInterval(rowTimer); }
+        now = now.join(" ");
+        var changed = states !== null && states !== now;
+        states = now;
+        if (changed) { ended = false; }
+        if (!changed && !(done && !ended)) { return; }
+        return refreshParts(["controls", "ends"]).then(function (doc) {
+          var fresh = doc.getElementById("tasks");
+          ended = done && !!fresh && fresh.getAttribute("data-ended") === "true";
+        });
       }).catch(function () {});
-    };
-    var rowTimer = setInterval(refreshRows, 2000);
+    }, 2000);
   }
 
-  // The task page: its row every 2 s; on a change of state, the page's details and
-  // controls are fetched again (the transcript stays as it is).
+  // The task page: its row every 2 s. When a figure of it changes, the page's summary
+  // and details are fetched again; when its state changes, its controls too (not
+  // before: an answer being written there stays). The transcript stays as it is.
   var state = document.getElementById("state");
   if (state) {
+    var figures = null;
     setInterval(function () {
       get(state.getAttribute("data-src")).then(function (r) {
         state.textContent = r.status;
-        if (state.getAttribute("data-state") === r.state) { return; }
-        state.setAttribute("data-state", r.state);
-        return fetch(location.href, { credentials: "same-origin" })
-          .then(function (r) { return r.text(); })
-          .then(function (html) {
-            var doc = new DOMParser().parseFromString(html, "text/html");
-            ["details", "controls"].forEach(function (id) {
-              var now = document.getElementById(id), fresh = doc.getElementById(id);
-              if (now && fresh) { now.replaceWith(document.adoptNode(fresh)); }
-            });
-          });
+        var now = JSON.stringify([r.state, r.status, r.runner, r.tokens, r.cost]);
+        if (figures === now) { return; }
+        figures = now;
+        var parts = ["summary", "details"];
+        if (state.getAttribute("data-state") !== r.state) {
+          state.setAttribute("data-state", r.state);
+          parts.push("controls");
+        }
+        return refreshParts(parts);
       }).catch(function () {});
     }, 2000);
   }
