@@ -80,7 +80,7 @@ pub use live::{BatchEvent, LiveReceiver, LiveSender, RecvError, channel as live_
 pub use mcp::{McpServer, McpServerOptions};
 pub use record::{
     AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, BatchRecord, BatchResult, BatchSpec,
-    BatchSummary, RunStore, SessionRun, TaskRecord, TaskState, Write,
+    BatchSummary, RunStore, SessionRun, TaskGist, TaskRecord, TaskState, Write,
 };
 pub use runner::{DockerRunner, LocalRunner, Placement, RunHandle, Runner};
 pub use tokio_util::sync::CancellationToken;

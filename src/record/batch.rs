@@ -198,4 +198,37 @@ pub struct BatchSummary {
     pub n_unfinished: usize,
     /// Known cost.
     pub cost_usd: f64,
+    /// Its first tasks ([`SUMMARY_TASKS`] at most, in order; `n_tasks` counts them all):
+    /// what the batch is about.
+    pub tasks: Vec<TaskGist>,
+}
+
+/// The most tasks a [`BatchSummary`] names.
+pub const SUMMARY_TASKS: usize = 5;
+
+/// A task in a few words: its id and the start of its prompt.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct TaskGist {
+    /// The task's id.
+    pub id: String,
+    /// Its prompt's first line, cut at [`GIST_CHARS`] characters (`…` marks a cut).
+    pub prompt: String,
+}
+
+/// The most characters of a prompt a [`TaskGist`] keeps.
+pub const GIST_CHARS: usize = 80;
+
+impl TaskGist {
+    /// `id` with the first line of `prompt`, cut at [`GIST_CHARS`].
+    pub fn of(id: &str, prompt: &str) -> TaskGist {
+        let line = prompt.trim().lines().next().unwrap_or("").trim();
+        let mut cut: String = line.chars().take(GIST_CHARS).collect();
+        if cut.len() < line.len() || prompt.trim().lines().nth(1).is_some() {
+            cut.push('…');
+        }
+        TaskGist {
+            id: id.to_owned(),
+            prompt: cut,
+        }
+    }
 }

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 use aicli_providers::SessionResult;
 
-pub use batch::{BatchResult, BatchSpec, BatchSummary, Overlap, OverlapWith, TaskCost};
+pub use batch::{BatchResult, BatchSpec, BatchSummary, Overlap, OverlapWith, TaskCost, TaskGist};
 pub use control::ControlRequest;
 pub use lock::TaskLock;
 pub use task::{
@@ -429,6 +429,12 @@ impl BatchRecord {
                 - count(TaskState::Failed)
                 - count(TaskState::Blocked),
             cost_usd: tasks.iter().map(|t| t.spent().0).sum(),
+            tasks: spec
+                .tasks
+                .iter()
+                .take(batch::SUMMARY_TASKS)
+                .map(|t| batch::TaskGist::of(&t.id, &t.prompt))
+                .collect(),
         })
     }
 }

@@ -28,6 +28,7 @@ mod auth;
 mod events;
 mod pages;
 mod post;
+mod icons;
 mod server_file;
 mod views;
 
@@ -290,6 +291,7 @@ fn router(state: Shared) -> Router {
         .route("/", get(pages::index))
         .route("/static/app.css", get(pages::css))
         .route("/static/app.js", get(pages::js))
+        .route("/static/icons/{file}", get(icons::serve))
         .route("/batches/{batch}", get(pages::batch))
         .route("/batches/{batch}/tasks/{task}", get(pages::task))
         .route("/batches/{batch}/tasks/{task}/files/{name}", get(api::file))

@@ -8,12 +8,13 @@ use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
 use super::Shared;
+use super::icons::icon;
 use super::views::{TaskRow, cost, task_status, tokens};
 
 /// The stylesheet: readable at a phone's width (390 px) and on a desktop.
 const CSS: &str = r#"
 body { font: 15px/1.4 system-ui, sans-serif; margin: 0 auto; max-width: 72rem; padding: 0.75rem; }
-h1 { font-size: 1.3rem; } h2 { font-size: 1.1rem; margin-top: 1.5rem; }
+h1 { font-size: 1.3rem; overflow-wrap: anywhere; } h2 { font-size: 1.1rem; margin-top: 1.5rem; }
 table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: 0.35rem 0.5rem; border-bottom: 1px solid #ddd; vertical-align: top; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -36,7 +37,14 @@ details pre { margin: 0.2rem 0; }
 td.last { max-width: 24rem; overflow-wrap: anywhere; color: #333; }
 td.runner { max-width: 12rem; overflow-wrap: anywhere; color: #555; font-size: 0.9em; }
 @media (max-width: 40rem) { .wide { display: none; } th, td { padding: 0.3rem 0.25rem; } td.last { max-width: 10rem; } }
+.gist { color: #444; font-size: 0.9em; overflow-wrap: anywhere; }
+.gist li { margin: 0.1rem 0; } ul.gist { margin: 0.2rem 0 0; padding-left: 1.1rem; }
+span.count { white-space: nowrap; }
 @media (max-width: 40rem) {
+  table#batches thead { display: none; }
+  table#batches tr { display: block; border-bottom: 1px solid #ddd; padding: 0.3rem 0; }
+  table#batches td { display: inline-block; border: 0; vertical-align: top; }
+  table#batches td.batch { display: block; }
   table#tasks thead { display: none; }
   table#tasks tr { display: block; border-bottom: 1px solid #ddd; padding: 0.3rem 0; }
   table#tasks td { display: inline-block; border: 0; vertical-align: top; }
@@ -45,7 +53,9 @@ td.runner { max-width: 12rem; overflow-wrap: anywhere; color: #555; font-size: 0
 "#;
 
 pub(super) async fn css() -> Response {
-    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], CSS).into_response()
+    static ALL: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| format!("{CSS}{}", super::icons::css()));
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], ALL.as_str()).into_response()
 }
 
 /// The page's one script, embedded in the binary.
@@ -121,7 +131,7 @@ pub(super) async fn index(State(w): State<Shared>) -> Markup {
             div id="action" role="status" aria-live="polite" {}
             section id="blocked" data-src="/api/blocked" {
                 @if !blocked.is_empty() {
-                    h2 { "⏸ Waiting for an answer (" (blocked.len()) ")" }
+                    h2 { (icon("pause")) "Waiting for an answer (" (blocked.len()) ")" }
                 }
                 @for b in &blocked {
                     div.blocked {
@@ -146,12 +156,15 @@ pub(super) async fn index(State(w): State<Shared>) -> Markup {
                     } }
                     tbody {
                         @for s in &batches {
-                            tr {
-                                td { a href={ "/batches/" (s.batch_id) } { code { (s.batch_id) } } }
+                            tr data-batch=(s.batch_id) {
+                                td.batch {
+                                    a href={ "/batches/" (s.batch_id) } { code { (s.batch_id) } }
+                                    (task_gists(s))
+                                }
                                 td.wide { (s.created_at) }
                                 td { (s.provider) }
-                                td { (status_words(s)) }
-                                td.num { "$" (format!("{:.4}", s.cost_usd)) }
+                                td.status { (status_words(s)) }
+                                td.num.spent { "$" (format!("{:.4}", s.cost_usd)) }
                             }
                         }
                     }
@@ -237,23 +250,40 @@ fn start_forms(w: &super::Web) -> Markup {
 }
 
 /// A batch's status in words and icons (never colour alone).
-fn status_words(s: &crate::record::BatchSummary) -> String {
-    let mut parts = Vec::new();
-    for (n, icon, word) in [
-        (s.n_succeeded, "✔", "succeeded"),
-        (s.n_failed, "✖", "failed"),
-        (s.n_blocked, "⏸", "blocked"),
-        (s.n_interrupted, "⏹", "interrupted"),
-        (s.n_unfinished - s.n_interrupted, "…", "unfinished"),
-    ] {
-        if n > 0 {
-            parts.push(format!("{icon} {n} {word}"));
+/// What a batch is about: its first tasks, each its id and the start of its prompt, and
+/// how many more.
+fn task_gists(s: &crate::record::BatchSummary) -> Markup {
+    let more = s.n_tasks.saturating_sub(s.tasks.len());
+    html! {
+        ul.gist {
+            @for t in &s.tasks {
+                li { code { (t.id) } ": " (t.prompt) }
+            }
+            @if more > 0 { li { "and " (more) " more" } }
         }
     }
-    if parts.is_empty() {
-        format!("{} tasks", s.n_tasks)
-    } else {
-        parts.join(", ")
+}
+
+/// A batch's tasks by state, each count with its state's icon and word.
+fn status_words(s: &crate::record::BatchSummary) -> Markup {
+    let parts: Vec<(usize, &str, &str)> = [
+        (s.n_succeeded, "check", "succeeded"),
+        (s.n_failed, "cross", "failed"),
+        (s.n_blocked, "pause", "blocked"),
+        (s.n_interrupted, "stop", "interrupted"),
+        (s.n_unfinished - s.n_interrupted, "wait", "unfinished"),
+    ]
+    .into_iter()
+    .filter(|(n, _, _)| *n > 0)
+    .collect();
+    html! {
+        @if parts.is_empty() {
+            (s.n_tasks) " tasks"
+        }
+        @for (i, (n, i_name, word)) in parts.iter().enumerate() {
+            @if i > 0 { ", " }
+            span.count { (icon(i_name)) (n) " " (word) }
+        }
     }
 }
 
@@ -294,13 +324,13 @@ pub(super) async fn batch(
         div id="action" role="status" aria-live="polite" {}
         div id="controls" {
             @if acts && held {
-                button id="cancel-batch" type="button" data-url={ "/api/batches/" (b) "/cancel" } { "⏹ Cancel the batch" }
+                button id="cancel-batch" type="button" data-url={ "/api/batches/" (b) "/cancel" } { (icon("stop")) "Cancel the batch" }
             }
             @if acts && !held && !open.is_empty() && w.actions.launcher().is_some() {
-                button id="resume-batch" type="button" data-url={ "/api/batches/" (b) "/resume" } { "▶ Resume the batch" }
+                button id="resume-batch" type="button" data-url={ "/api/batches/" (b) "/resume" } { (icon("play")) "Resume the batch" }
             }
             @if acts && !held && w.actions.launcher().is_some() && view.tasks.iter().any(|t| t.state == crate::record::TaskState::Succeeded && t.branch.is_some()) {
-                button id="land-batch" type="button" data-what="land the batch" data-url={ "/api/batches/" (b) "/land" } { "⤵ Land the succeeded tasks" }
+                button id="land-batch" type="button" data-what="land the batch" data-url={ "/api/batches/" (b) "/land" } { (icon("land")) "Land the succeeded tasks" }
             }
         }
         // `data-ended`: the page's script stops fetching its buttons and overlaps.
@@ -316,7 +346,7 @@ pub(super) async fn batch(
                         td { a href={ "/batches/" (b) "/tasks/" (row.id) } { (row.id) } }
                         td { (t.provider) }
                         td.runner { (row.runner) }
-                        td.status data-state=(row.state.as_str()) { (row.status) }
+                        td.status.st data-state=(row.state.as_str()) { (row.status) }
                         td.num.wide.tokens { (row.tokens) }
                         td.num.cost { (row.cost) }
                         td.last { (row.last) }
@@ -331,7 +361,7 @@ pub(super) async fn batch(
                     ul {
                         @for o in &result.overlaps {
                             li data-conflict=(!o.conflicts.is_empty()) {
-                                @if o.conflicts.is_empty() { "↔ " } @else { "⚠ " }
+                                @if o.conflicts.is_empty() { (icon("overlap")) } @else { (icon("warn")) }
                                 (o.describe())
                             }
                         }
@@ -385,20 +415,20 @@ pub(super) async fn task(
     let delivery = delivery(&w, &batch, &rec).await;
     let body = html! {
         p { a href={ "/batches/" (b) } { "← batch " (b) } }
-        h1 { "Task " code { (t) } " — " span id="state" data-state=(rec.state.as_str()) data-src={ "/api/batches/" (b) "/tasks/" (t) "/row" } { (task_status(&rec)) } }
+        h1 { "Task " code { (t) } " — " span.st id="state" data-state=(rec.state.as_str()) data-src={ "/api/batches/" (b) "/tasks/" (t) "/row" } { (task_status(&rec)) } }
         p id="summary" { (rec.provider) @if let Some(br) = &rec.branch { " · branch " code { (br) } } " · " (cost(last)) " · " (tokens(last)) " tokens" }
         div id="action" role="status" aria-live="polite" {}
         div id="controls" {
             @if let Some(q) = question {
-                div.blocked { "⏸ The agent asks:" (answer_form(&b, &t, q, acts)) }
+                div.blocked { (icon("pause")) "The agent asks:" (answer_form(&b, &t, q, acts)) }
             }
             @if held && !w.read_only {
-                button id="cancel-task" type="button" data-url={ "/api/batches/" (b) "/tasks/" (t) "/cancel" } { "⏹ Cancel the task" }
+                button id="cancel-task" type="button" data-url={ "/api/batches/" (b) "/tasks/" (t) "/cancel" } { (icon("stop")) "Cancel the task" }
             }
             @if let Some((into, lost)) = &delivery {
-                button id="land-task" type="button" data-what="land" data-url={ "/api/batches/" (b) "/tasks/" (t) "/land" } { "⤵ Land into " (into) }
+                button id="land-task" type="button" data-what="land" data-url={ "/api/batches/" (b) "/tasks/" (t) "/land" } { (icon("land")) "Land into " (into) }
                 button id="discard-task" type="button" data-what="discard" data-url={ "/api/batches/" (b) "/tasks/" (t) "/discard" }
-                    data-confirm={ "Discard " (b) "/" (t) "? Its worktree and branch are removed, and with them " (lost) "." } { "🗑 Discard" }
+                    data-confirm={ "Discard " (b) "/" (t) "? Its worktree and branch are removed, and with them " (lost) "." } { (icon("discard")) "Discard" }
             }
         }
         div id="details" {
@@ -442,7 +472,7 @@ pub(super) async fn task(
                             @for c in &calls {
                                 tr.mcp-call {
                                     td { code { (c.tool) } }
-                                    td { @if c.ok { "✔ " } @else { "✖ " } span.q { (c.result) } }
+                                    td { @if c.ok { (icon("check")) } @else { (icon("cross")) } span.q { (c.result) } }
                                     td.num { (c.duration_ms) }
                                     td.wide { (c.at) }
                                 }

@@ -309,7 +309,8 @@ pub struct TaskRow {
     /// Where it runs or ran: its latest attempt's place (`local`, `docker <engine>
     /// (<image>)`), else the runner it will get (`local`, `docker`).
     pub runner: String,
-    /// Its state in words with an icon, with its error's kind when it failed.
+    /// Its state in words, with its error's kind when it failed and its refused or failed
+    /// tool calls (the pages draw the state's icon from `state`).
     pub status: String,
     /// Tokens in / out / cache of its latest result.
     pub tokens: String,
@@ -348,7 +349,8 @@ impl TaskRow {
 
 /// A task's state in words, with its error's kind when it failed.
 pub(super) fn task_status(t: &TaskRecord) -> String {
-    let w = state_words(t.state);
+    // The pages draw the state's icon beside its word: never colour alone.
+    let w = t.state.as_str();
     let r = t.latest_result();
     let head = match r.and_then(|r| r.error_kind) {
         Some(k) if t.state == TaskState::Failed => format!("{w} ({})", k.as_str()),
@@ -368,20 +370,6 @@ pub(super) fn tokens(r: Option<&aicli_providers::SessionResult>) -> String {
         format!("{} / {} / {}", u.input_tokens, u.output_tokens, u.cache_read + u.cache_write)
     })
     .unwrap_or_default()
-}
-
-
-/// A task's state as a word with an icon (never colour alone).
-pub(super) fn state_words(s: TaskState) -> &'static str {
-    use TaskState::*;
-    match s {
-        Queued => "… queued",
-        Running => "▶ running",
-        Succeeded => "✔ succeeded",
-        Failed => "✖ failed",
-        Blocked => "⏸ blocked",
-        Interrupted => "⏹ interrupted",
-    }
 }
 
 

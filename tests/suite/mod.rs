@@ -32,4 +32,5 @@ mod web_browser;
 mod web_browser_auth;
 mod web_browser_land;
 mod web_browser_live;
+mod web_browser_phone;
 mod web_security;

@@ -80,7 +80,9 @@ async fn tasks_that_edit_the_same_line_are_flagged_before_anyone_merges() {
         .await
         .unwrap();
     assert!(
-        page.contains(r#"<li data-conflict="true">⚠ a and b conflict on shared.txt</li>"#),
+        page.contains(
+            r#"<li data-conflict="true"><span class="i i-warn" aria-hidden="true"></span>a and b conflict on shared.txt</li>"#
+        ),
         "{page}"
     );
 }

@@ -347,7 +347,10 @@ async fn the_web_view_serves_another_process_s_batch_live_and_safely() {
     );
     assert!(!xss_page.contains("<img") && !xss_page.contains("<script>alert"));
     let task_page = get_page(format!("/batches/{id}/tasks/a")).await;
-    assert!(task_page.contains("✔ succeeded"), "{task_page}");
+    assert!(
+        task_page.contains(r#"id="state" data-state="succeeded""#),
+        "{task_page}"
+    );
     assert!(
         task_page.contains("Hello from the fake Anthropic API."),
         "the response"

@@ -38,10 +38,15 @@
           if (v.state === "running") { return; }
           clearInterval(poll);
           var link = document.getElementById("action-batch");
-          var words = { succeeded: "✔ done", blocked: "⏸ asks again", failed: "✖ failed" };
-          say(what + " (action " + v.id + "): " + (words[v.state] || v.state) +
-            (v.exit_code === null ? "" : " (exit " + v.exit_code + ")") +
-            (v.state === "failed" && v.output ? "\n" + v.output : ""));
+          var words = { succeeded: ["check", "done"], blocked: ["pause", "asks again"], failed: ["cross", "failed"] };
+          var w = words[v.state] || [null, v.state];
+          say(what + " (action " + v.id + "): ");
+          if (box && w[0]) { var i = el("span", "i i-" + w[0]); i.setAttribute("aria-hidden", "true"); box.appendChild(i); }
+          if (box) {
+            box.appendChild(document.createTextNode(w[1] +
+              (v.exit_code === null ? "" : " (exit " + v.exit_code + ")") +
+              (v.state === "failed" && v.output ? "\n" + v.output : "")));
+          }
           if (link && box) { box.appendChild(document.createTextNode(" ")); box.appendChild(link); }
         })
         .catch(function () {});
@@ -141,7 +146,7 @@
       case "assistant_text": return ["text", ev.text];
       case "thinking": return ["thinking", ev.text || ""];
       case "tool_call": return ["tool", (ev.name || "") + " " + JSON.stringify(ev.input || {})];
-      case "tool_result": return [ev.is_error ? "result ✖" : "result", String(ev.output || "")];
+      case "tool_result": return [ev.is_error ? "result (error)" : "result", String(ev.output || "")];
       case "error": return ["error " + (ev.error_kind || ""), ev.message || ""];
       case "question": return ["question", (ev.question || "") + (ev.options && ev.options.length ? "  [" + ev.options.join(" · ") + "]" : "")];
       case "final": return ["final", (ev.success ? "succeeded" : "failed") + (ev.text ? ": " + ev.text : "")];

@@ -115,7 +115,8 @@ async fn run_runner_docker_fake_api_works_offline_for_all_three_clis() {
         rows[0]["runner"].as_str().unwrap().starts_with("docker "),
         "{rows}"
     );
-    assert_eq!(rows[0]["status"], "✔ succeeded", "{rows}");
+    assert_eq!(rows[0]["status"], "succeeded", "{rows}");
+    assert_eq!(rows[0]["state"], "succeeded", "{rows}");
     let finals = |evs: &[(String, serde_json::Value)]| {
         evs.iter().filter(|(_, v)| v["type"] == "final").count()
     };
