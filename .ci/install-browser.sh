@@ -6,11 +6,13 @@
 #
 #   chromium       /usr/bin/chromium (run headless, --no-sandbox as root)
 #   chromedriver   /usr/bin/chromedriver (package chromium-driver, the same version)
-#   fonts          Liberation, DejaVu and Symbola (the page's ⏸ ⏹ icons), so pages and
-#                  screenshots have real glyphs
+#   fonts          Liberation and DejaVu, so pages and screenshots have real glyphs (the
+#                  icons are the server's SVGs: no symbol or emoji font is needed)
+#   fontconfig     fc-list, with which tests/suite/web_browser_phone.rs checks that every
+#                  character the pages print is in DejaVu Sans
 set -euo pipefail
 
-packages=(chromium chromium-driver fonts-liberation fonts-dejavu-core fonts-symbola)
+packages=(chromium chromium-driver fonts-liberation fonts-dejavu-core fontconfig)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
