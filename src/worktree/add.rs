@@ -32,30 +32,15 @@ impl Repo {
                 stderr: e.to_string(),
             })?;
         }
-        let p = path.display().to_string();
-        // A new branch first (the usual case); git refuses, changing nothing, when the
-        // branch exists. The files are checked out after the repository's lock is
-        // released (the worktree's metadata is whole by then): other tasks' worktree
-        // commands need not wait for them. Not with a post-checkout hook, which only
-        // `worktree add` itself runs as it should.
-        let later = !self.has_post_checkout_hook().await;
-        let mut args = vec!["worktree", "add", "--quiet"];
-        if later {
-            args.push("--no-checkout");
-        }
-        args.extend(["-b", branch, &p, &base]);
-        let made = {
-            let lock = repo_lock(&self.root);
-            let _guard = lock.lock().await;
-            git(&self.root, &args).await
+        let made = match super::fast::Layout::of(self).await {
+            // The usual layout: aicli writes what `worktree add` would, beside other tasks.
+            Some(layout) => {
+                let lock = repo_lock(&self.root);
+                let _shared = lock.read().await;
+                self.add_unlocked(&layout, branch, path, &base).await
+            }
+            None => self.add_with_git(branch, path, &base).await,
         };
-        if made.is_ok() && later {
-            git(
-                path,
-                &["reset", "--hard", "--quiet", "--no-recurse-submodules"],
-            )
-            .await?;
-        }
         if let Err(e) = made {
             if !self.branch_exists(branch).await {
                 return Err(e);
@@ -89,9 +74,36 @@ impl Repo {
         })
     }
 
+    /// `git worktree add -b`, under the repository's lock. The files are checked out
+    /// after the lock is released (the worktree's metadata is whole by then), except with
+    /// a post-checkout hook, which only `worktree add` itself runs as it should. git
+    /// refuses, changing nothing, when the branch exists.
+    async fn add_with_git(&self, branch: &str, path: &Path, base: &str) -> Result<(), WorktreeError> {
+        let p = path.display().to_string();
+        let later = !self.has_post_checkout_hook().await;
+        let mut args = vec!["worktree", "add", "--quiet"];
+        if later {
+            args.push("--no-checkout");
+        }
+        args.extend(["-b", branch, &p, base]);
+        {
+            let lock = repo_lock(&self.root);
+            let _guard = lock.write().await;
+            git(&self.root, &args).await?;
+        }
+        if later {
+            git(
+                path,
+                &["reset", "--hard", "--quiet", "--no-recurse-submodules"],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Whether the repository has an executable post-checkout hook (where
     /// `core.hooksPath` puts it, if set); asked once per repository and process.
-    async fn has_post_checkout_hook(&self) -> bool {
+    pub(super) async fn has_post_checkout_hook(&self) -> bool {
         use std::collections::HashMap;
         use std::sync::{Arc, Mutex, OnceLock};
         type Cells = Mutex<HashMap<std::path::PathBuf, Arc<tokio::sync::OnceCell<bool>>>>;
@@ -135,7 +147,7 @@ impl Repo {
         if !there {
             let p = path.display().to_string();
             let lock = repo_lock(&self.root);
-            let _guard = lock.lock().await;
+            let _guard = lock.write().await;
             git(&self.root, &["worktree", "prune"]).await?;
             git(&self.root, &["worktree", "add", "--quiet", &p, branch]).await?;
         }

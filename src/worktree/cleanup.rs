@@ -24,7 +24,7 @@ impl Repo {
             Some(s) if s.unchanged => Ok(None),
             _ => {
                 let lock = repo_lock(&self.root);
-                let _guard = lock.lock().await;
+                let _guard = lock.write().await;
                 self.unshared_commits(wt).await
             }
         }
@@ -120,11 +120,36 @@ impl Repo {
 
     /// Removes `wt` and its branch when it holds no work; keeps it otherwise.
     pub async fn cleanup(&self, wt: &Worktree) -> Result<Cleanup, WorktreeError> {
+        if wt.path.is_dir()
+            && unchanged_on_disk(wt)
+            && let Some(layout) = super::fast::Layout::of(self).await
+        {
+            // No commits of its own: `git status` says whether it holds changes, then
+            // aicli removes it beside other tasks' removals.
+            match self.status(wt).await? {
+                Some(s) if s.dirty > 0 => {
+                    return Ok(Cleanup::Kept {
+                        reason: dirty_reason(s.dirty),
+                    });
+                }
+                Some(s) if s.unchanged => {
+                    let lock = repo_lock(&self.root);
+                    let _shared = lock.read().await;
+                    if self.remove_unlocked(&layout, wt).await? {
+                        if let Some(parent) = wt.path.parent() {
+                            let _ = std::fs::remove_dir(parent);
+                        }
+                        return Ok(Cleanup::Removed);
+                    }
+                }
+                _ => {}
+            }
+        }
         if wt.path.is_dir() && unchanged_on_disk(wt) {
             // No commits of its own: whether it holds changes is git's check as it
             // removes it (below), no `git status` of ours first.
             let lock = repo_lock(&self.root);
-            let _guard = lock.lock().await;
+            let _guard = lock.write().await;
             return match self.remove_clean(wt).await {
                 Ok(()) => self.delete_branch(wt).await,
                 Err(e) => match self.status(wt).await? {
@@ -144,7 +169,7 @@ impl Repo {
             });
         }
         let lock = repo_lock(&self.root);
-        let _guard = lock.lock().await;
+        let _guard = lock.write().await;
         if !status.is_some_and(|s| s.unchanged)
             && let Some(reason) = self.unshared_commits(wt).await?
         {
@@ -176,7 +201,7 @@ impl Repo {
             return Ok(Some(dirty_reason(s.dirty)));
         }
         let lock = repo_lock(&self.root);
-        let _guard = lock.lock().await;
+        let _guard = lock.write().await;
         if path.exists() {
             self.remove_clean(&wt).await?;
         } else {
@@ -190,7 +215,7 @@ impl Repo {
     /// discard`, after saying what is lost): `worktree remove --force`, `branch -D`.
     pub async fn discard(&self, path: &Path, branch: &str) -> Result<(), WorktreeError> {
         let lock = repo_lock(&self.root);
-        let _guard = lock.lock().await;
+        let _guard = lock.write().await;
         if path.exists() {
             let p = path.display().to_string();
             git(&self.root, &["worktree", "remove", "--force", "--force", &p]).await?;
@@ -351,7 +376,7 @@ impl Repo {
             out.push((info, outcome));
         }
         let lock = repo_lock(&self.root);
-        let _guard = lock.lock().await;
+        let _guard = lock.write().await;
         let _ = git(&self.root, &["worktree", "prune"]).await;
         Ok(out)
     }

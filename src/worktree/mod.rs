@@ -3,9 +3,10 @@
 //! Each task runs in `<repo>/.aicli/worktrees/<batch>/<task>` on a new branch
 //! `aicli/<batch>/<task>` made from a base commit (HEAD by default). The base commit is
 //! kept in the worktree's private git directory (`.git/worktrees/<name>/aicli-base`) so a
-//! later `prune` knows it. Commands that change the repository (add, remove, branch -D)
-//! run one at a time per repository: git locks `.git/config` and refs, and parallel
-//! tasks would otherwise collide. Cleanup never destroys work: a worktree with uncommitted changes (untracked
+//! later `prune` knows it. Tasks make and remove their worktrees side by side, each
+//! touching only its own files and branch ([`fast`]); where the repository's layout
+//! needs git's own commands (and for git's commands that change or read every branch)
+//! they run one at a time per repository. Cleanup never destroys work: a worktree with uncommitted changes (untracked
 //! files included) or with commits that no other branch holds is kept and reported; a
 //! clean, unchanged one is removed together with its branch.
 
@@ -18,6 +19,7 @@ use crate::util::{PRIVATE_FILE_MODE, ensure_private_dir, write_private_file};
 
 mod add;
 mod cleanup;
+mod fast;
 mod placement;
 
 pub use placement::place_task;
@@ -256,15 +258,19 @@ pub(crate) async fn git_output_capped(
     }
 }
 
-/// One lock per repository for commands that change it.
-pub(crate) fn repo_lock(root: &Path) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+/// One lock per repository: git's worktree and branch commands that change it take it
+/// alone (`write`), so do the commands that read every branch while branches may go;
+/// aicli's own worktree adds and removals ([`fast`]) share it (`read`): each touches only
+/// its own files and ref.
+pub(crate) fn repo_lock(root: &Path) -> std::sync::Arc<tokio::sync::RwLock<()>> {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex, OnceLock};
-    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    type Locks = Mutex<HashMap<PathBuf, Arc<tokio::sync::RwLock<()>>>>;
+    static LOCKS: OnceLock<Locks> = OnceLock::new();
     let locks = LOCKS.get_or_init(|| Mutex::new(HashMap::new()));
     match locks.lock() {
         Ok(mut m) => m.entry(root.to_path_buf()).or_default().clone(),
-        Err(_) => Arc::new(tokio::sync::Mutex::new(())),
+        Err(_) => Arc::new(tokio::sync::RwLock::new(())),
     }
 }
 
@@ -364,3 +370,5 @@ impl Repo {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod fast_tests;

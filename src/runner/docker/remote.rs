@@ -291,7 +291,7 @@ pub async fn apply_bundle(ws: &Path, bundle: &Path, tag: &str) -> Result<(), Doc
     .map_err(|e| fail("cannot find the repository", e))?;
     {
         let lock = crate::worktree::repo_lock(Path::new(&root));
-        let _guard = lock.lock().await;
+        let _guard = lock.write().await;
         git(
             ws,
             &[
