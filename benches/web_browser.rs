@@ -17,13 +17,13 @@
 //! event holding `bench line K` arrives; in the page a `MutationObserver` on `#events`
 //! notes `performance.timeOrigin + performance.now()` (the same wall clock) when the
 //! `<li>` holding it is added. Reported side by side, p50 / p95 / p99 / max: the write,
-//! write → SSE client, write → DOM, and DOM / SSE at each quantile (each stream looks
-//! at the file on its own 100 ms clock, so single lines' arrivals differ by the clocks'
-//! phase; the distributions compare). Every line must arrive at both, once.
+//! write → SSE client, write → DOM, and DOM / SSE at each quantile. Every line must
+//! arrive at both, once.
 //!
-//! What the figures hold: the server's look at the file (every 100 ms while it has
-//! nothing new, `src/web/events.rs`), decoding, SSE over loopback; for the DOM also the
-//! page's parse and DOM insert. Not paint (the observer runs before the next frame).
+//! What the figures hold: the server's wake-up (its inotify watch on the task's
+//! directory, `src/web/watch.rs`) and look at the file, decoding, SSE over loopback; for
+//! the DOM also the page's parse and DOM insert. Not paint (the observer runs before the
+//! next frame).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
@@ -364,8 +364,7 @@ async fn main() {
         println!("{r}");
     }
     println!();
-    // Each stream has its own look at the file every 100 ms, so a line's two arrivals
-    // differ by the two clocks' phase: the distributions compare, single lines do not.
+    // Both streams are woken by the same change: the DOM's extra is the browser's.
     println!(
         "DOM / SSE client: p50 {:.2}x, p95 {:.2}x, p99 {:.2}x; SSE client / the write at p50: {:.0}x",
         d[0] / s[0],

@@ -293,6 +293,7 @@ pub(super) async fn task_events(
         w.engine.registry().clone(),
         w.engine.config().engine.line_cap_bytes,
         after,
+        w.watch.clone(),
     );
     // It ends when the server stops (a stream never ends on its own: a finished task
     // may be resumed), so a stopping server is not held open by a page left open.

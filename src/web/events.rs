@@ -16,6 +16,11 @@
 //!
 //! The record is the buffer: a reader that falls behind only makes this stream's own
 //! producer wait (its queue is bounded), never the run, which writes the record anyway.
+//!
+//! The producer looks at the record when the kernel says the task's directory changed
+//! (the server's inotify watch, [`super::watch`]: a line appended, a file replaced), and
+//! every 15 s besides; where the directory cannot be watched (not made yet, no
+//! inotify), every 100 ms.
 
 use std::convert::Infallible;
 use std::io::{Read, Seek, SeekFrom};
@@ -27,8 +32,12 @@ use tokio::sync::mpsc;
 
 use crate::record::{AnswerRecord, AttemptRecord, BatchRecord, TaskRecord, files};
 
-/// How often the record is looked at for new lines.
+/// How often the record is looked at for new lines when its directory cannot be watched.
 const POLL: Duration = Duration::from_millis(100);
+/// How often it is looked at anyway when it is watched: a guard against a change the
+/// kernel did not report (the watch's end and a lost event queue are reported, and
+/// wake the stream), rare enough that open pages on finished tasks cost next to nothing.
+const WATCHED_POLL: Duration = Duration::from_secs(15);
 /// Read at most this much of the record at once.
 const CHUNK: usize = 1 << 20;
 /// Events queued for a client at most.
@@ -74,17 +83,24 @@ impl Cursor {
     }
 }
 
-/// Starts the stream of task `task` of `batch`, after `after` when given.
+/// Starts the stream of task `task` of `batch`, after `after` when given, woken by
+/// `watch`.
 pub(crate) fn stream(
     batch: BatchRecord,
     task: String,
     registry: ProviderRegistry,
     line_cap: usize,
     after: Option<Cursor>,
+    watch: super::watch::DirWatch,
 ) -> mpsc::Receiver<Result<Event, Infallible>> {
     let (tx, rx) = mpsc::channel(QUEUE);
     tokio::spawn(async move {
         let mut p = Producer {
+            wake: Wake {
+                dir: batch.task_dir(&task),
+                watch,
+                sub: None,
+            },
             batch,
             task,
             registry,
@@ -118,6 +134,32 @@ struct Producer {
     /// The task's record as last read (once per look at the files).
     rec: Option<TaskRecord>,
     tx: mpsc::Sender<Result<Event, Infallible>>,
+    wake: Wake,
+}
+
+/// What wakes a producer: the server's watch on the task's directory, else the poll.
+struct Wake {
+    dir: std::path::PathBuf,
+    watch: super::watch::DirWatch,
+    sub: Option<super::watch::Subscription>,
+}
+
+impl Wake {
+    /// Until the directory changes (or the poll's time is up).
+    async fn wait(&mut self) {
+        if !self.sub.as_ref().is_some_and(super::watch::Subscription::live) {
+            self.sub = self.watch.subscribe(&self.dir);
+        }
+        match &self.sub {
+            Some(sub) => {
+                tokio::select! {
+                    _ = sub.changed() => {}
+                    _ = tokio::time::sleep(WATCHED_POLL) => {}
+                }
+            }
+            None => tokio::time::sleep(POLL).await,
+        }
+    }
 }
 
 /// The client has gone.
@@ -157,7 +199,7 @@ impl Producer {
         if start == 0 {
             tokio::select! {
                 _ = self.tx.closed() => return Err(Gone),
-                _ = tokio::time::sleep(POLL) => {}
+                _ = self.wake.wait() => {}
             }
         }
         Ok(())
@@ -220,7 +262,7 @@ impl Producer {
                 break;
             }
             if more.is_empty() {
-                tokio::time::sleep(POLL).await;
+                self.wake.wait().await;
                 if self.tx.is_closed() {
                     return Err(Gone);
                 }

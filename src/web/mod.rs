@@ -31,6 +31,7 @@ mod post;
 mod icons;
 mod server_file;
 mod views;
+mod watch;
 
 pub use actions::Launcher;
 pub use api::WebApi;
@@ -158,6 +159,7 @@ impl WebServer {
             actions: actions::Actions::new(launcher),
             last_lines: views::LastLines::default(),
             read_only: opts.read_only,
+            watch: watch::DirWatch::start(stop.clone()),
             stop: stop.clone(),
         });
         let app = router(state.clone());
@@ -275,6 +277,8 @@ pub(crate) struct Web {
     /// Fires when the server stops: every event stream ends then, so that the
     /// connections' graceful shutdown does not wait for them forever.
     stop: CancellationToken,
+    /// The task directories the event streams follow.
+    watch: watch::DirWatch,
 }
 
 type Shared = Arc<Web>;
