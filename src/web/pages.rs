@@ -11,46 +11,9 @@ use super::Shared;
 use super::icons::icon;
 use super::views::{TaskRow, cost, task_status, tokens};
 
-/// The stylesheet: readable at a phone's width (390 px) and on a desktop.
-const CSS: &str = r#"
-body { font: 15px/1.4 system-ui, sans-serif; margin: 0 auto; max-width: 72rem; padding: 0.75rem; }
-h1 { font-size: 1.3rem; overflow-wrap: anywhere; } h2 { font-size: 1.1rem; margin-top: 1.5rem; }
-table { border-collapse: collapse; width: 100%; }
-th, td { text-align: left; padding: 0.35rem 0.5rem; border-bottom: 1px solid #ddd; vertical-align: top; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.blocked { border-left: 4px solid #b36b00; padding: 0.4rem 0.6rem; margin: 0.5rem 0; background: #fff8ec; }
-.q, .text, pre { white-space: pre-wrap; overflow-wrap: anywhere; }
-#events { list-style: none; padding: 0; } #events li { border-bottom: 1px solid #eee; padding: 0.25rem 0; }
-.kind { display: inline-block; min-width: 6rem; font-weight: 600; margin-right: 0.5rem; }
-code { overflow-wrap: anywhere; }
-form.answer, form.start { margin: 0.5rem 0; display: grid; gap: 0.4rem; max-width: 40rem; }
-textarea { font: inherit; width: 100%; box-sizing: border-box; min-height: 3.5rem; }
-button { font: inherit; padding: 0.35rem 0.8rem; margin: 0.1rem 0.25rem 0.1rem 0; min-height: 2.4rem; cursor: pointer; }
-input, select { font: inherit; padding: 0.25rem; }
-#action { white-space: pre-wrap; overflow-wrap: anywhere; }
-#action:not(:empty) { border: 1px solid #bbb; padding: 0.4rem 0.6rem; margin: 0.5rem 0; }
-pre.diff { background: #f6f8fa; padding: 0.5rem; overflow-x: auto; white-space: pre; }
-pre.diff .add { background: #e6ffec; } pre.diff .del { background: #ffebe9; }
-pre.diff .file { font-weight: 700; } pre.diff .hunk { color: #555; }
-pre.diff span { display: block; }
-details pre { margin: 0.2rem 0; }
-td.last { max-width: 24rem; overflow-wrap: anywhere; color: #333; }
-td.runner { max-width: 12rem; overflow-wrap: anywhere; color: #555; font-size: 0.9em; }
-@media (max-width: 40rem) { .wide { display: none; } th, td { padding: 0.3rem 0.25rem; } td.last { max-width: 10rem; } }
-.gist { color: #444; font-size: 0.9em; overflow-wrap: anywhere; }
-.gist li { margin: 0.1rem 0; } ul.gist { margin: 0.2rem 0 0; padding-left: 1.1rem; }
-span.count { white-space: nowrap; }
-@media (max-width: 40rem) {
-  table#batches thead { display: none; }
-  table#batches tr { display: block; border-bottom: 1px solid #ddd; padding: 0.3rem 0; }
-  table#batches td { display: inline-block; border: 0; vertical-align: top; }
-  table#batches td.batch { display: block; }
-  table#tasks thead { display: none; }
-  table#tasks tr { display: block; border-bottom: 1px solid #ddd; padding: 0.3rem 0; }
-  table#tasks td { display: inline-block; border: 0; vertical-align: top; }
-  table#tasks td.last { display: block; max-width: none; overflow-wrap: anywhere; }
-}
-"#;
+/// The stylesheet: readable at a phone's width (390 px) and on a desktop (the icons'
+/// rules are added to it, [`super::icons::css`]).
+const CSS: &str = include_str!("static/app.css");
 
 pub(super) async fn css() -> Response {
     static ALL: std::sync::LazyLock<String> =
