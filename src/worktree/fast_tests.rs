@@ -194,6 +194,39 @@ async fn many_at_once_leave_nothing_behind() {
     assert_eq!(run(&r, &["worktree", "prune", "--dry-run", "--verbose"]), "");
 }
 
+/// One batch's 40 tasks, as a batch runs them: their branches share `refs/heads/aicli/b/`
+/// (git makes and removes that directory as refs come and go), and half are removed
+/// while the other half are still being made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn one_batch_s_tasks_come_and_go_side_by_side() {
+    let dir = repo_with_a_file();
+    let r = dir.path().to_path_buf();
+    let repo = Repo::open(&r).await.unwrap();
+    let base = repo.resolve("HEAD").await.unwrap();
+    let task = |i: usize| {
+        let (repo, r, base) = (repo.clone(), r.clone(), base.clone());
+        async move {
+            let p = r.join(format!(".aicli/worktrees/b/t{i}"));
+            let wt = repo.add_worktree(&format!("aicli/b/t{i}"), &p, &base).await?;
+            assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "a\n");
+            repo.cleanup(&wt).await
+        }
+    };
+    let ends = futures_util::future::join_all((0..40).map(task)).await;
+    for (i, e) in ends.into_iter().enumerate() {
+        assert_eq!(e.unwrap_or_else(|e| panic!("t{i}: {e}")), Cleanup::Removed);
+    }
+    assert!(run(&r, &["branch", "--list", "aicli/*"]).is_empty());
+    assert_eq!(
+        run(&r, &["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1
+    );
+    assert!(!r.join(".aicli/worktrees/b").exists());
+    run(&r, &["fsck", "--no-progress"]);
+}
+
 /// A packed branch is deleted by git (`packed-refs` is rewritten under the lock); a
 /// repository with `extensions.worktreeConfig` gets git's own `worktree add`: the
 /// results are the same.
