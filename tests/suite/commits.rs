@@ -74,6 +74,22 @@ impl Setup {
     pub(crate) fn git(&self, args: &[&str]) -> String {
         git(self.repo.path(), args)
     }
+
+    /// `aicli web` on the repository and its runs directory.
+    pub(crate) fn web(&self) -> crate::support::browser::Web {
+        crate::support::browser::Web::start(
+            std::path::Path::new(env!("CARGO_BIN_EXE_aicli")),
+            &self.cfg,
+            self.repo.path(),
+            &self.runs(),
+            &[],
+        )
+    }
+
+    /// The state of task `task` of batch `batch`, as recorded ("" before its record).
+    pub(crate) fn state(&self, batch: &str, task: &str) -> String {
+        task_state(&self.runs().join(batch), task).unwrap_or_default()
+    }
 }
 
 fn task<'a>(b: &'a Value, id: &str) -> &'a Value {

@@ -186,11 +186,15 @@ pub fn wait_for_batch(
     }
 }
 
+/// The record (`task.json`) of task `id` of the batch in directory `batch`, once written.
+pub fn task_record(batch: &Path, id: &str) -> Option<serde_json::Value> {
+    let path = batch.join("tasks").join(id).join("task.json");
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
 /// The recorded state of task `id` of the batch in directory `batch`, once written.
 pub fn task_state(batch: &Path, id: &str) -> Option<String> {
-    let path = batch.join("tasks").join(id).join("task.json");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    v["state"].as_str().map(str::to_owned)
+    task_record(batch, id)?["state"].as_str().map(str::to_owned)
 }
 
 /// Whether the CLI of task `id` of the batch in directory `batch` has printed.

@@ -5,12 +5,10 @@
 //! checked POST, as every action is; the API refuses a discard without its
 //! confirmation. Skips (loudly) without Chromium unless `AICLI_REQUIRE_BROWSER` is set.
 
-use std::path::Path;
-
 use serde_json::json;
 
 use super::commits::Setup;
-use crate::support::browser::{DESKTOP, Driver, Web};
+use crate::support::browser::{DESKTOP, Driver};
 
 /// The action box, once the action it follows has ended: its text.
 async fn action_done(b: &crate::support::browser::Browser, what: &str) -> String {
@@ -37,13 +35,7 @@ async fn land_and_discard_from_the_page() {
     assert_eq!(code, Some(0), "{b}");
     let (code, b) = s.batch("wb", json!([write("d"), write("e")]));
     assert_eq!(code, Some(0), "{b}");
-    let web = Web::start(
-        Path::new(env!("CARGO_BIN_EXE_aicli")),
-        &s.cfg,
-        s.repo.path(),
-        &s.runs(),
-        &[],
-    );
+    let web = s.web();
     let br = driver.session(DESKTOP).await;
     br.goto(&web.url).await;
     br.wait_for("the index", "h1").await;

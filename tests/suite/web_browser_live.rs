@@ -3,14 +3,13 @@
 //! show the final state, cost, tokens and diff once it ends, and no Cancel button, with
 //! no reload. Skips (loudly) without Chromium unless `AICLI_REQUIRE_BROWSER` is set.
 
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::commits::Setup;
-use crate::support::browser::{DESKTOP, Driver, POLL, Stopped, Web, until};
+use crate::support::browser::{DESKTOP, Driver, POLL, Stopped, until};
 
 /// How long a page may lag behind the record: its script polls every 2 s.
 const FOLLOWS: Duration = Duration::from_secs(15);
@@ -24,19 +23,7 @@ fn text_of(css: &str) -> String {
 }
 
 fn record(s: &Setup, batch: &str, task: &str) -> Option<Value> {
-    let f = s
-        .runs()
-        .join(batch)
-        .join("tasks")
-        .join(task)
-        .join("task.json");
-    serde_json::from_slice(&std::fs::read(f).ok()?).ok()
-}
-
-fn state(s: &Setup, batch: &str, task: &str) -> String {
-    record(s, batch, task)
-        .and_then(|v| v["state"].as_str().map(str::to_owned))
-        .unwrap_or_default()
+    crate::suite::support::task_record(&s.runs().join(batch), task)
 }
 
 /// The cost words the pages use for a result of `cost` USD reported by the CLI.
@@ -73,18 +60,12 @@ async fn open_pages_show_the_end_of_their_task_and_batch_without_a_reload() {
             .expect("aicli batch starts"),
     );
     let err = || std::fs::read_to_string(s.dir.path().join("lv.err")).unwrap_or_default();
-    let web = Web::start(
-        Path::new(env!("CARGO_BIN_EXE_aicli")),
-        &s.cfg,
-        s.repo.path(),
-        &s.runs(),
-        &[],
-    );
+    let web = s.web();
     let br = driver.session(DESKTOP).await;
     br.goto(&web.url).await;
     br.wait_for("the index", "h1").await;
     until("both tasks run", POLL, || {
-        state(&s, "lv", "a") == "running" && state(&s, "lv", "b") == "running"
+        s.state("lv", "a") == "running" && s.state("lv", "b") == "running"
     })
     .await;
 
@@ -103,7 +84,7 @@ async fn open_pages_show_the_end_of_their_task_and_batch_without_a_reload() {
     br.client.switch_to_window(task_tab).await.unwrap();
     std::fs::write(go("a"), "").unwrap();
     until("task a succeeds", POLL, || {
-        state(&s, "lv", "a") == "succeeded"
+        s.state("lv", "a") == "succeeded"
     })
     .await;
     let rec = record(&s, "lv", "a").unwrap();

@@ -11,24 +11,10 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::commits::Setup;
 use crate::support::browser::{Browser, Driver, PHONE, POLL, Stopped, Web, stop, until};
-
-fn state(s: &Setup, batch: &str, task: &str) -> String {
-    let f = s
-        .runs()
-        .join(batch)
-        .join("tasks")
-        .join(task)
-        .join("task.json");
-    std::fs::read(f)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .and_then(|v| v["state"].as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
 
 /// Whether DejaVu Sans has `c` (fontconfig's `fc-list`, which Chromium's fonts come
 /// through).
@@ -141,9 +127,9 @@ async fn at_phone_width_nothing_scrolls_sideways_and_every_icon_renders() {
     let b1 = "mixed-states-of-a-long-batch-name";
     assert_eq!(
         [
-            state(&s, b1, "add-tests"),
-            state(&s, b1, "document-api"),
-            state(&s, b1, "rename-parser")
+            s.state(b1, "add-tests"),
+            s.state(b1, "document-api"),
+            s.state(b1, "rename-parser")
         ],
         ["succeeded", "failed", "blocked"],
         "{}",
@@ -164,10 +150,10 @@ async fn at_phone_width_nothing_scrolls_sideways_and_every_icon_renders() {
             .spawn()
             .unwrap(),
     );
-    until("slow runs", POLL, || state(&s, "cut", "slow") == "running").await;
+    until("slow runs", POLL, || s.state("cut", "slow") == "running").await;
     stop(&mut cut.0, Duration::from_secs(30));
     assert_eq!(
-        [state(&s, "cut", "slow"), state(&s, "cut", "later")],
+        [s.state("cut", "slow"), s.state("cut", "later")],
         ["interrupted", "interrupted"]
     );
 
@@ -246,7 +232,7 @@ async fn at_phone_width_nothing_scrolls_sideways_and_every_icon_renders() {
             let what = format!("task {batch}/{t}");
             check_page(&b, &what).await;
             let states = check_state_icons(&b, &what).await;
-            assert_eq!(states, [state(&s, batch, t)], "{what}");
+            assert_eq!(states, [s.state(batch, t)], "{what}");
         }
     }
     // The blocked task's page: the question's icon, drawn.
