@@ -4,6 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use super::fast::Way;
 use super::{Repo, Worktree, WorktreeError, base_file, git, repo_lock};
 use crate::util::{PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, create_private_dirs, write_private_file};
 
@@ -32,14 +33,17 @@ impl Repo {
                 stderr: e.to_string(),
             })?;
         }
-        let made = match super::fast::Layout::of(self).await {
+        let made = match Way::of(self).await {
             // The usual layout: aicli writes what `worktree add` would, beside other tasks.
-            Some(layout) => {
+            Way::Fast(layout) => {
                 let lock = repo_lock(&self.root);
                 let _shared = lock.read().await;
                 self.add_unlocked(&layout, branch, path, &base).await
             }
-            None => self.add_with_git(branch, path, &base).await,
+            Way::Git { post_checkout_hook } => {
+                self.add_with_git(branch, path, &base, post_checkout_hook)
+                    .await
+            }
         };
         if let Err(e) = made {
             if !self.branch_exists(branch).await {
@@ -78,9 +82,15 @@ impl Repo {
     /// after the lock is released (the worktree's metadata is whole by then), except with
     /// a post-checkout hook, which only `worktree add` itself runs as it should. git
     /// refuses, changing nothing, when the branch exists.
-    async fn add_with_git(&self, branch: &str, path: &Path, base: &str) -> Result<(), WorktreeError> {
+    async fn add_with_git(
+        &self,
+        branch: &str,
+        path: &Path,
+        base: &str,
+        post_checkout_hook: bool,
+    ) -> Result<(), WorktreeError> {
         let p = path.display().to_string();
-        let later = !self.has_post_checkout_hook().await;
+        let later = !post_checkout_hook;
         let mut args = vec!["worktree", "add", "--quiet"];
         if later {
             args.push("--no-checkout");
@@ -99,32 +109,6 @@ impl Repo {
             .await?;
         }
         Ok(())
-    }
-
-    /// Whether the repository has an executable post-checkout hook (where
-    /// `core.hooksPath` puts it, if set); asked once per repository and process.
-    pub(super) async fn has_post_checkout_hook(&self) -> bool {
-        use std::collections::HashMap;
-        use std::sync::{Arc, Mutex, OnceLock};
-        type Cells = Mutex<HashMap<std::path::PathBuf, Arc<tokio::sync::OnceCell<bool>>>>;
-        static HOOKS: OnceLock<Cells> = OnceLock::new();
-        let cell = match HOOKS.get_or_init(Cells::default).lock() {
-            Ok(mut m) => m.entry(self.root.clone()).or_default().clone(),
-            Err(_) => Arc::default(),
-        };
-        // When git cannot say, as if there were one: `worktree add` runs it, if any.
-        *cell
-            .get_or_init(|| async {
-                let path = git(
-                    &self.root,
-                    &["rev-parse", "--git-path", "hooks/post-checkout"],
-                )
-                .await;
-                path.map_or(true, |p| {
-                    crate::proc::spawn::is_executable(&self.root.join(p))
-                })
-            })
-            .await
     }
 
     /// Whether `refs/heads/<branch>` exists.

@@ -120,10 +120,8 @@ impl Repo {
 
     /// Removes `wt` and its branch when it holds no work; keeps it otherwise.
     pub async fn cleanup(&self, wt: &Worktree) -> Result<Cleanup, WorktreeError> {
-        if wt.path.is_dir()
-            && unchanged_on_disk(wt)
-            && let Some(layout) = super::fast::Layout::of(self).await
-        {
+        let unchanged = wt.path.is_dir() && unchanged_on_disk(wt);
+        if unchanged && let super::fast::Way::Fast(layout) = super::fast::Way::of(self).await {
             // No commits of its own: `git status` says whether it holds changes, then
             // aicli removes it beside other tasks' removals.
             match self.status(wt).await? {
@@ -145,7 +143,7 @@ impl Repo {
                 _ => {}
             }
         }
-        if wt.path.is_dir() && unchanged_on_disk(wt) {
+        if unchanged {
             // No commits of its own: whether it holds changes is git's check as it
             // removes it (below), no `git status` of ours first.
             let lock = repo_lock(&self.root);

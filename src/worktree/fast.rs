@@ -17,7 +17,7 @@
 //!   crash between leaves what `git worktree prune` cleans), then its branch by `git
 //!   update-ref -d` with the commit it must still be at.
 //!
-//! The usual layout only ([`Layout::of`]): a non-bare repository whose `.git` is a
+//! The usual layout only ([`Way::of`]): a non-bare repository whose `.git` is a
 //! directory, refs in files (not reftable), no `extensions.worktreeConfig`, no sparse
 //! checkout, no post-checkout hook; and a branch that is not in `packed-refs` (deleting
 //! one rewrites that file, which tasks would contend for). Elsewhere git does it, under
@@ -37,47 +37,84 @@ pub(super) struct Layout {
 const SLOW_CONFIG: &str =
     r"^(extensions\.refstorage|extensions\.worktreeconfig|core\.sparsecheckout|core\.bare)$";
 
-impl Layout {
-    /// The fast path's layout of `repo`, or `None` where git must do the work itself;
-    /// looked at once per repository and process.
-    pub(super) async fn of(repo: &Repo) -> Option<Layout> {
+/// How a repository's worktrees are made and removed: by aicli, in the usual layout, or
+/// by git's own commands (which run a post-checkout hook, when there is one, only as
+/// `worktree add` itself).
+#[derive(Debug, Clone)]
+pub(super) enum Way {
+    /// aicli writes and deletes git's files, side by side with other tasks.
+    Fast(Layout),
+    /// git does it, under the repository's lock.
+    Git {
+        /// Whether the repository has a post-checkout hook.
+        post_checkout_hook: bool,
+    },
+}
+
+impl Way {
+    /// The way of `repo`, looked at once per repository and process.
+    pub(super) async fn of(repo: &Repo) -> Way {
         use std::collections::HashMap;
         use std::sync::{Arc, Mutex, OnceLock};
-        type Cells = Mutex<HashMap<PathBuf, Arc<tokio::sync::OnceCell<Option<Layout>>>>>;
-        static LAYOUTS: OnceLock<Cells> = OnceLock::new();
-        let cell = match LAYOUTS.get_or_init(Cells::default).lock() {
+        type Cells = Mutex<HashMap<PathBuf, Arc<tokio::sync::OnceCell<Way>>>>;
+        static WAYS: OnceLock<Cells> = OnceLock::new();
+        let cell = match WAYS.get_or_init(Cells::default).lock() {
             Ok(mut m) => m.entry(repo.root.clone()).or_default().clone(),
-            Err(_) => return None,
+            Err(_) => Arc::default(),
         };
-        cell.get_or_init(|| Layout::look(repo)).await.clone()
+        cell.get_or_init(|| Way::look(repo)).await.clone()
     }
 
-    async fn look(repo: &Repo) -> Option<Layout> {
+    async fn look(repo: &Repo) -> Way {
+        let post_checkout_hook = has_post_checkout_hook(repo).await;
         let common = repo.root.join(".git");
-        if !common.is_dir() || repo.has_post_checkout_hook().await {
-            return None;
+        if post_checkout_hook || !common.is_dir() || uncommon_config(repo).await {
+            return Way::Git { post_checkout_hook };
         }
-        // `--get-regexp` exits 1 when nothing matches: the usual case.
-        let out = super::git_output(
-            &repo.root,
-            &["config", "--get-regexp", SLOW_CONFIG],
-            &[0, 1],
-        )
-        .await
-        .ok()?;
-        let slow = String::from_utf8_lossy(&out).lines().any(|l| {
-            let (key, value) = l.split_once(' ').unwrap_or((l, ""));
-            match key {
-                "core.bare" | "core.sparsecheckout" | "extensions.worktreeconfig" => {
-                    value.trim() == "true"
-                }
-                "extensions.refstorage" => value.trim() != "files",
-                _ => true,
-            }
-        });
-        (!slow).then_some(Layout { common })
+        Way::Fast(Layout { common })
     }
+}
 
+/// Whether the repository has an executable post-checkout hook (where `core.hooksPath`
+/// puts it, if set). When git cannot say, as if there were one: `worktree add` runs it,
+/// if any.
+async fn has_post_checkout_hook(repo: &Repo) -> bool {
+    let path = git(
+        &repo.root,
+        &["rev-parse", "--git-path", "hooks/post-checkout"],
+    )
+    .await;
+    path.map_or(true, |p| {
+        crate::proc::spawn::is_executable(&repo.root.join(p))
+    })
+}
+
+/// Whether the configuration sends the repository to git's own commands ([`SLOW_CONFIG`];
+/// also when git cannot say).
+async fn uncommon_config(repo: &Repo) -> bool {
+    // `--get-regexp` exits 1 when nothing matches: the usual case.
+    let Ok(out) = super::git_output(
+        &repo.root,
+        &["config", "--get-regexp", SLOW_CONFIG],
+        &[0, 1],
+    )
+    .await
+    else {
+        return true;
+    };
+    String::from_utf8_lossy(&out).lines().any(|l| {
+        let (key, value) = l.split_once(' ').unwrap_or((l, ""));
+        match key {
+            "core.bare" | "core.sparsecheckout" | "extensions.worktreeconfig" => {
+                value.trim() == "true"
+            }
+            "extensions.refstorage" => value.trim() != "files",
+            _ => true,
+        }
+    })
+}
+
+impl Layout {
     /// Whether `packed-refs` holds `refs/heads/<branch>`.
     fn packed(&self, branch: &str) -> bool {
         let want = format!(" refs/heads/{branch}");

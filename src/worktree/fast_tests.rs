@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::fast::Layout;
+use super::fast::Way;
 use super::*;
 
 fn run(dir: &Path, args: &[&str]) -> String {
@@ -53,7 +53,7 @@ async fn git_sees_aicli_s_worktrees_as_its_own() {
     let dir = repo_with_a_file();
     let r = dir.path();
     let repo = Repo::open(r).await.unwrap();
-    assert!(Layout::of(&repo).await.is_some(), "the usual layout");
+    assert!(matches!(Way::of(&repo).await, Way::Fast(_)), "the usual layout");
     let ours = r.join(".aicli/worktrees/b1/t");
     let wt = repo.add_worktree("aicli/b1/t", &ours, "HEAD").await.unwrap();
     // git's own, for the comparison: same last component, so git names it `t1`.
@@ -247,11 +247,42 @@ async fn packed_branches_and_other_layouts_go_through_git() {
     let r = dir.path();
     run(r, &["config", "extensions.worktreeConfig", "true"]);
     let repo = Repo::open(r).await.unwrap();
-    assert!(Layout::of(&repo).await.is_none());
+    assert!(matches!(
+        Way::of(&repo).await,
+        Way::Git {
+            post_checkout_hook: false
+        }
+    ));
     let p = r.join(".aicli/worktrees/b/t");
     let wt = repo.add_worktree("aicli/b/t", &p, "HEAD").await.unwrap();
     assert!(listed(r, &p).is_some());
     assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "a\n");
+    assert_eq!(repo.cleanup(&wt).await.unwrap(), Cleanup::Removed);
+    assert!(listed(r, &p).is_none());
+}
+
+/// With a post-checkout hook, `git worktree add` makes the worktree (it runs the hook
+/// as it should: in the new worktree, once checked out).
+#[tokio::test]
+async fn a_post_checkout_hook_is_run_by_git_s_own_add() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = repo_with_a_file();
+    let r = dir.path();
+    let hook = r.join(".git/hooks/post-checkout");
+    std::fs::create_dir_all(hook.parent().unwrap()).unwrap();
+    std::fs::write(&hook, "#!/bin/sh\ncat a.txt > hooked.txt\n").unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let repo = Repo::open(r).await.unwrap();
+    assert!(matches!(
+        Way::of(&repo).await,
+        Way::Git {
+            post_checkout_hook: true
+        }
+    ));
+    let p = r.join(".aicli/worktrees/b/t");
+    let wt = repo.add_worktree("aicli/b/t", &p, "HEAD").await.unwrap();
+    assert_eq!(std::fs::read_to_string(p.join("hooked.txt")).unwrap(), "a\n");
+    std::fs::remove_file(p.join("hooked.txt")).unwrap();
     assert_eq!(repo.cleanup(&wt).await.unwrap(), Cleanup::Removed);
     assert!(listed(r, &p).is_none());
 }
