@@ -141,12 +141,9 @@ pub(super) async fn batch(
     opts.fake_api = a.fake.script.clone();
     opts.base_ref = base;
     opts.batch_id = a.batch_id.clone();
-    // A container's image that an engine lacks is built first, once the tasks are known
-    // good.
-    let prepared = match running.engine.container_providers(&file.tasks, &opts) {
-        Ok(c) => super::image::build_missing(running.engine.config(), &c).await,
-        Err(e) => Err(file_error(e, &a, &tasks_path)),
-    };
+    let prepared = running
+        .prepare_images(&file.tasks, &opts, |e| file_error(e, &a, &tasks_path))
+        .await;
     if let Err(e) = prepared {
         running.stop();
         return Err(e);

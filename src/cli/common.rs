@@ -229,6 +229,22 @@ pub(super) struct Running {
 }
 
 impl Running {
+    /// Before a new batch of `tasks` starts: builds the images its containers need and an
+    /// engine lacks ([`super::image::build_missing`]), once the options and the tasks are
+    /// known good (an error of theirs in `invalid`'s words).
+    pub async fn prepare_images(
+        &self,
+        tasks: &[crate::providers::TaskSpec],
+        opts: &crate::BatchOptions,
+        invalid: impl FnOnce(crate::EngineError) -> anyhow::Error,
+    ) -> anyhow::Result<()> {
+        let containers = self
+            .engine
+            .container_providers(tasks, opts)
+            .map_err(invalid)?;
+        super::image::build_missing(self.engine.config(), &containers).await
+    }
+
     /// Stops the MCP server and the fakes.
     pub fn stop(self) {
         if let Some(s) = self.mcp {

@@ -93,17 +93,17 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| config.engine.docker.base_image.clone());
     let mut built = Vec::new();
-    for (_, users) in by_image(config, &names) {
+    for (tag, users) in by_image(config, &names) {
+        // Every entry of the config that runs in it, named or not.
+        let all: Vec<&str> = config
+            .providers
+            .iter()
+            .filter(|(n, p)| config.engine.docker.image_for(n, p) == tag)
+            .map(|(n, _)| n.as_str())
+            .collect();
         for h in &hosts {
             let b = build_on(config, &users, h, &caches, &base, a.force, a.json).await?;
             if !a.json {
-                // Every entry of the config that runs in it, named or not.
-                let all: Vec<String> = config
-                    .providers
-                    .iter()
-                    .filter(|(n, p)| config.engine.docker.image_for(n, p) == b.tag)
-                    .map(|(n, _)| n.clone())
-                    .collect();
                 println!(
                     "{}: {} on {} ({})",
                     all.join(", "),

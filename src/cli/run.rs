@@ -174,14 +174,9 @@ pub(super) async fn run(
     if let Some(b) = base {
         opts.base_ref = b;
     }
-    // A container's image that an engine lacks is built first, once the task is known good.
-    let prepared = match running
-        .engine
-        .container_providers(std::slice::from_ref(&task), &opts)
-    {
-        Ok(c) => super::image::build_missing(running.engine.config(), &c).await,
-        Err(e) => Err(e.into()),
-    };
+    let prepared = running
+        .prepare_images(std::slice::from_ref(&task), &opts, Into::into)
+        .await;
     if let Err(e) = prepared {
         running.stop();
         return Err(e);
