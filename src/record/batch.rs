@@ -221,9 +221,10 @@ pub const GIST_CHARS: usize = 80;
 impl TaskGist {
     /// `id` with the first line of `prompt`, cut at [`GIST_CHARS`].
     pub fn of(id: &str, prompt: &str) -> TaskGist {
-        let line = prompt.trim().lines().next().unwrap_or("").trim();
+        let mut lines = prompt.trim().lines();
+        let line = lines.next().unwrap_or("").trim();
         let mut cut: String = line.chars().take(GIST_CHARS).collect();
-        if cut.len() < line.len() || prompt.trim().lines().nth(1).is_some() {
+        if cut.len() < line.len() || lines.next().is_some() {
             cut.push('…');
         }
         TaskGist {

@@ -42,6 +42,14 @@ const STATES: &[(&str, &str)] = &[
     ("interrupted", "stop"),
 ];
 
+/// The icon of task state `state` (its name in records).
+pub(super) fn of_state(state: crate::record::TaskState) -> &'static str {
+    STATES
+        .iter()
+        .find(|(s, _)| *s == state.as_str())
+        .map_or("wait", |(_, i)| i)
+}
+
 /// `GET /static/icons/NAME.svg`.
 pub(super) async fn serve(Path(file): Path<String>) -> Response {
     let Some(d) = file
@@ -99,6 +107,11 @@ mod tests {
         for (state, icon) in STATES {
             assert!(ICONS.iter().any(|(n, _)| n == icon), "{state}: {icon}");
         }
+        use crate::record::TaskState::*;
+        for s in [Queued, Running, Succeeded, Failed, Blocked, Interrupted] {
+            assert!(STATES.iter().any(|(n, _)| *n == s.as_str()), "{s:?}");
+        }
+        assert_eq!(of_state(Blocked), "pause");
         let css = css();
         for (name, _) in ICONS {
             assert!(css.contains(&format!("url(/static/icons/{name}.svg)")));

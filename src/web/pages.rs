@@ -212,7 +212,6 @@ fn start_forms(w: &super::Web) -> Markup {
     }
 }
 
-/// A batch's status in words and icons (never colour alone).
 /// What a batch is about: its first tasks, each its id and the start of its prompt, and
 /// how many more.
 fn task_gists(s: &crate::record::BatchSummary) -> Markup {
@@ -227,14 +226,17 @@ fn task_gists(s: &crate::record::BatchSummary) -> Markup {
     }
 }
 
-/// A batch's tasks by state, each count with its state's icon and word.
+/// A batch's tasks by state, each count with its state's icon and word (never colour
+/// alone); the queued and running ones as "unfinished".
 fn status_words(s: &crate::record::BatchSummary) -> Markup {
+    use super::icons::of_state;
+    use crate::record::TaskState::{Blocked, Failed, Interrupted, Queued, Succeeded};
     let parts: Vec<(usize, &str, &str)> = [
-        (s.n_succeeded, "check", "succeeded"),
-        (s.n_failed, "cross", "failed"),
-        (s.n_blocked, "pause", "blocked"),
-        (s.n_interrupted, "stop", "interrupted"),
-        (s.n_unfinished - s.n_interrupted, "wait", "unfinished"),
+        (s.n_succeeded, of_state(Succeeded), "succeeded"),
+        (s.n_failed, of_state(Failed), "failed"),
+        (s.n_blocked, of_state(Blocked), "blocked"),
+        (s.n_interrupted, of_state(Interrupted), "interrupted"),
+        (s.n_unfinished - s.n_interrupted, of_state(Queued), "unfinished"),
     ]
     .into_iter()
     .filter(|(n, _, _)| *n > 0)
