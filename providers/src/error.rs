@@ -47,11 +47,16 @@ pub enum ErrorKind {
     Protocol,
     /// A failure with no better classification.
     Unknown,
+    /// A subscription's usage limit (Claude's five-hour or weekly limit, a ChatGPT
+    /// plan's, a Gemini quota with a retry time): nothing runs on the account until the
+    /// reset, given in the result's `usage_limit`. aicli parks the task until then and
+    /// resumes its session; it is the last word only when the task cannot wait.
+    UsageLimit,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 16] = [
+    pub const ALL: [ErrorKind; 17] = [
         ErrorKind::Auth,
         ErrorKind::RateLimit,
         ErrorKind::Overloaded,
@@ -68,6 +73,7 @@ impl ErrorKind {
         ErrorKind::Crashed,
         ErrorKind::Protocol,
         ErrorKind::Unknown,
+        ErrorKind::UsageLimit,
     ];
 
     /// Whether running the same task again later may succeed without anyone changing
@@ -75,6 +81,7 @@ impl ErrorKind {
     pub fn is_retryable(self) -> bool {
         match self {
             ErrorKind::RateLimit
+            | ErrorKind::UsageLimit
             | ErrorKind::Overloaded
             | ErrorKind::ServerError
             | ErrorKind::Network => true,
@@ -98,7 +105,8 @@ impl ErrorKind {
     pub fn is_backoff(self) -> bool {
         match self {
             ErrorKind::RateLimit | ErrorKind::Overloaded => true,
-            ErrorKind::Auth
+            ErrorKind::UsageLimit
+            | ErrorKind::Auth
             | ErrorKind::ServerError
             | ErrorKind::Network
             | ErrorKind::BadRequest
@@ -134,6 +142,7 @@ impl ErrorKind {
             ErrorKind::Crashed => "crashed",
             ErrorKind::Protocol => "protocol",
             ErrorKind::Unknown => "unknown",
+            ErrorKind::UsageLimit => "usage_limit",
         }
     }
 
@@ -348,7 +357,8 @@ mod tests {
                 "not_installed",
                 "crashed",
                 "protocol",
-                "unknown"
+                "unknown",
+                "usage_limit"
             ]
         );
         for k in ErrorKind::ALL {
@@ -368,7 +378,8 @@ mod tests {
                 ErrorKind::RateLimit,
                 ErrorKind::Overloaded,
                 ErrorKind::ServerError,
-                ErrorKind::Network
+                ErrorKind::Network,
+                ErrorKind::UsageLimit
             ]
         );
         assert!(ErrorKind::RateLimit.is_backoff());

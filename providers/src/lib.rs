@@ -119,7 +119,8 @@ pub use provider::{
 pub use registry::ProviderRegistry;
 pub use result::{
     AnsweredQuestion, AttemptWork, Continuation, ContinuationMode, DiffStat, LeftOut,
-    LeftOutReason, ParseContext, PendingQuestion, SessionResult, SessionStatus, SessionTotals,
+    LeftOutReason, ParseContext, PendingQuestion, ResetSource, SessionResult, SessionStatus,
+    SessionTotals, UsageLimit,
 };
 pub use task::{PermissionMode, TaskSpec, check_budget};
 pub use usage::{CanonicalUsage, Cost, CostSource, LiveSpend, ModelPrice, PriceTable};

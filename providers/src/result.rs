@@ -157,12 +157,42 @@ pub struct SessionResult {
     pub cli_version: Option<String>,
     /// Lines that broke the protocol (malformed, over-long, wrong vendor).
     pub protocol_errors: u32,
+    /// The subscription's usage limit the run met, with its reset, when `error_kind` is
+    /// `usage_limit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_limit: Option<UsageLimit>,
     /// Vendor facts with no neutral field (Claude `terminal_reason`, denials, ...).
     pub provider_data: Value,
     /// What aicli committed of this run's work on the task's branch (absent when the
     /// task has no worktree, or commits are off).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub work: Option<AttemptWork>,
+}
+
+/// A subscription's usage limit a run met.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct UsageLimit {
+    /// When it resets, Unix seconds, when known (clamped to the next 8 days).
+    pub resets_at: Option<i64>,
+    /// Which window, when known: Claude's `five_hour`, `seven_day`, ...; Gemini's `daily`.
+    pub window: Option<String>,
+    /// Where the reset came from.
+    pub source: ResetSource,
+}
+
+/// Where a usage limit's reset came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResetSource {
+    /// A structured field the CLI printed (Claude's `rate_limit_event`).
+    Field,
+    /// The CLI's words ("try again at 10:36 PM", "Please retry in 12s"), or the rule the
+    /// words point to (Gemini's daily quota resets at midnight Pacific time).
+    Text,
+    /// Nothing says when.
+    #[default]
+    Unknown,
 }
 
 /// An attempt's work, committed on the task's branch when the run ended.
@@ -308,6 +338,7 @@ impl Default for SessionResult {
             continuation: None,
             cli_version: None,
             protocol_errors: 0,
+            usage_limit: None,
             provider_data: Value::Null,
             work: None,
         }

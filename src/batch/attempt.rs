@@ -269,8 +269,16 @@ impl Batch {
             server: server.clone(),
             scope: self.scope(&run_task, &place),
         });
+        let mut limits = engine.limits(&self.opts, &run_task);
+        if let Some(deadline) = task.deadline {
+            // A parked task's timeout went on while it waited.
+            let left = deadline
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            limits.timeout = limits.timeout.min(left.max(std::time::Duration::from_secs(1)));
+        }
         RunSpec {
-            limits: engine.limits(&self.opts, &run_task),
+            limits,
             parse_ctx: ParseContext {
                 model: provider.model_for(&run_task),
                 prior,

@@ -10,7 +10,7 @@ use aicli_providers::{ErrorKind, SessionResult, SharedProvider};
 use super::{Batch, TaskRun};
 use crate::budget::Reservation;
 use crate::live::BatchEvent;
-use crate::record::{AttemptBudget, AttemptKind, AttemptRecord, TaskState, Write};
+use crate::record::{AttemptBudget, AttemptKind, AttemptRecord, ParkRecord, TaskState, Write};
 use crate::run::RunOutcome;
 use crate::util::now_rfc3339;
 
@@ -54,6 +54,7 @@ impl Batch {
             setup: Vec::new(),
         });
         task.rec.state = TaskState::Running;
+        task.rec.parked = None;
         if n == 1
             && let Some(a) = task.answer.take()
         {
@@ -83,6 +84,7 @@ impl Batch {
                     "; the answer was not delivered: the task is still blocked on its question, answer it again"
                 }
                 AttemptKind::Resolve => "; the conflict was not handed to the agent: the task is as it was",
+                AttemptKind::Unpark => "; the task is still parked: `aicli resume` continues its session",
                 AttemptKind::Recover | AttemptKind::Run | AttemptKind::Retry => {
                     "; the task is still interrupted: `aicli resume` runs it again"
                 }
@@ -97,11 +99,25 @@ impl Batch {
         self.task_cancels.final_if_cancelled(task.id(), &mut outcome.result);
         let id = task.id().to_owned();
         let (events_end, stderr_end) = (self.record.events_len(&id), self.record.stderr_len(&id));
-        let state = if outcome.result.error_kind.is_some_and(|k| k.is_backoff()) {
+        // A usage limit parks the task at once, so that every view says so (the pool
+        // then decides whether it waits).
+        let retry = &self.engine.config.engine.retry;
+        let park = (retry.max_parks > 0)
+            .then(|| {
+                ParkRecord::of(
+                    &outcome.result,
+                    std::time::Duration::from_secs(retry.unknown_reset_secs),
+                )
+            })
+            .flatten();
+        let state = if park.is_some() {
+            TaskState::Parked
+        } else if outcome.result.error_kind.is_some_and(|k| k.is_backoff()) {
             TaskState::Queued
         } else {
             TaskState::of(&outcome.result)
         };
+        task.rec.parked = park;
         if let Some(a) = task.rec.attempts.last_mut() {
             a.finished_at = Some(now_rfc3339());
             a.events_end = Some(events_end);

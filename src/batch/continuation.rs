@@ -43,6 +43,8 @@ pub(crate) enum Why<'a> {
     /// Landing the task's work conflicts: `prompt` says where (its worktree holds the
     /// target's changes merged, with conflict markers).
     Resolve { prompt: &'a str },
+    /// The provider's usage limit stopped the last run, and has reset.
+    UsageLimit,
 }
 
 impl Next {
@@ -108,6 +110,7 @@ impl Next {
             Why::Answer { .. } => AttemptKind::Answer,
             Why::Recover => AttemptKind::Recover,
             Why::Resolve { .. } => AttemptKind::Resolve,
+            Why::UsageLimit => AttemptKind::Unpark,
         };
         match (session, resumable) {
             (Some(resume), true) => Next {
@@ -155,6 +158,7 @@ impl Next {
                 }
             }
             (AttemptKind::Recover, _) => Why::Recover,
+            (AttemptKind::Unpark, _) => Why::UsageLimit,
             _ => return None,
         };
         Some(Next {
@@ -203,6 +207,7 @@ fn reason(why: Why<'_>) -> &'static str {
         Why::Answer { .. } => "answer to a question",
         Why::Recover => "recovery after aicli was interrupted",
         Why::Resolve { .. } => "resolving a conflict between its work and the branch it lands into",
+        Why::UsageLimit => "the provider's usage limit reset",
     }
 }
 
@@ -217,6 +222,10 @@ fn resumed_prompt(rec: &TaskRecord, why: Why<'_>) -> String {
             rec.task.prompt
         ),
         Why::Resolve { prompt } => prompt.to_owned(),
+        Why::UsageLimit => format!(
+            "Your previous run stopped at the provider's usage limit, which has now reset. Continue the task where you left off. The task was:\n\n{}",
+            rec.task.prompt
+        ),
     }
 }
 
@@ -228,7 +237,7 @@ fn new_run_prompt(rec: &TaskRecord, why: Why<'_>) -> Option<String> {
             "{}\n\n---\nWhile working on this task you asked the user: {}\nThe user answered: {answer}\n\nContinue the task with this answer.",
             rec.task.prompt, question.question
         )),
-        Why::Recover => None,
+        Why::Recover | Why::UsageLimit => None,
         Why::Resolve { prompt } => Some(format!(
             "{}\n\n---\nYou did this task before, and your work is in this directory's history. {prompt}",
             rec.task.prompt
@@ -258,6 +267,13 @@ fn new_run_reason(
             "resolving a conflict to land; provider {name} cannot resume a session, so a new run carries the task and the conflict"
         ),
         (Why::Resolve { .. }, true, false) => "resolving a conflict to land; no session id was recorded, so a new run carries the task and the conflict".to_owned(),
+        (Why::UsageLimit, false, _) if provider.supports(aicli_providers::Feature::Resume) => {
+            format!("the provider's usage limit reset; {name} saved no turn of the session it stopped (its only request met the limit), so a new run carries the task")
+        }
+        (Why::UsageLimit, false, _) => {
+            format!("the provider's usage limit reset; provider {name} cannot resume a session, so a new run carries the task")
+        }
+        (Why::UsageLimit, true, false) => "the provider's usage limit reset; no session id was recorded, so a new run carries the task".to_owned(),
         (why, true, true) => reason(why).to_owned(),
     }
 }

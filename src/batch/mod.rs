@@ -26,6 +26,7 @@ mod continuation;
 mod control;
 mod new;
 mod notify;
+mod park;
 pub mod pool;
 mod recover;
 mod resolve;
@@ -212,6 +213,33 @@ impl PoolOwner<TaskRun> for Settler {
             delay_ms: b.delay.as_millis() as u64,
             parallelism: b.parallelism,
             reason: b.reason.clone(),
+        });
+    }
+
+    fn account(&self, task: &TaskRun) -> String {
+        task.rec.provider.clone()
+    }
+
+    fn parked_until(&self, task: &TaskRun) -> Option<std::time::SystemTime> {
+        let park = task.rec.parked.as_ref()?;
+        (task.rec.state == TaskState::Parked).then(|| park.until())
+    }
+
+    async fn on_park(
+        &mut self,
+        task: &mut TaskRun,
+        outcome: &mut RunOutcome,
+        parks: u32,
+    ) -> Option<std::time::SystemTime> {
+        self.batch.park(task, outcome, parks).await
+    }
+
+    fn on_parallelism(&mut self, account: &str, limit: usize, max: usize) {
+        tracing::info!(provider = account, limit, max, "parallelism changed");
+        self.batch.live.send(BatchEvent::Parallelism {
+            provider: Arc::from(account),
+            limit,
+            max,
         });
     }
 

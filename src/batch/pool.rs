@@ -2,14 +2,22 @@
 //! and backs off under rate limits. The tasks are the owner's: each goes into its
 //! attempt and comes back out with the outcome.
 //!
-//! When an attempt ends with an error kind that means "slow down" (`rate_limit`,
-//! `overloaded`), the pool (1) waits before starting anything new — exponential with
-//! jitter, or until the reset time the CLI gave, whichever is later —, (2) halves its
-//! effective parallelism, and (3) puts the task back at the head of the queue, up to
-//! `max_attempts` attempts in all. Parallelism grows back by one after each run of
-//! successes as long as the current limit. Other errors are not retried.
+//! Everything that slows down holds for an account (a provider, [`PoolOwner::account`]),
+//! so that one vendor's limits do not stop another's tasks:
+//! - When an attempt ends with an error kind that means "slow down" (`rate_limit`,
+//!   `overloaded`), the pool (1) starts nothing new on the account for a while —
+//!   exponential with jitter, or until the reset time the CLI gave, whichever is later
+//!   —, (2) halves the account's parallelism, and (3) puts the task back at the head of
+//!   the queue, up to `max_attempts` attempts in all. The parallelism grows back by one
+//!   after each run of successes as long as the current limit.
+//! - When an attempt meets a usage limit (`usage_limit`), the owner parks the task
+//!   ([`PoolOwner::on_park`]): it goes back to the head of the queue and nothing starts
+//!   on its account until the reset; then its continuation (the same session) runs
+//!   first. Parks do not count as attempts; `max_parks` of them at most.
+//!
+//! Other errors are not retried.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::time::Duration;
 
@@ -55,6 +63,24 @@ pub trait PoolOwner<T: Send>: Send {
     async fn on_done(&mut self, task: T, outcome: RunOutcome) -> Control;
     /// A queued task will never start (the batch was cancelled, or the budget spent).
     fn on_never_started(&mut self, task: T, why: Control);
+    /// The account `task` runs on: back-offs, parallelism and usage limits hold for an
+    /// account (a provider), not for the whole pool.
+    fn account(&self, task: &T) -> String;
+    /// When a task handed to the pool is still parked at its account's usage limit (a
+    /// batch resumed while it waited): nothing starts on the account before then.
+    fn parked_until(&self, task: &T) -> Option<std::time::SystemTime>;
+    /// An attempt of `task` met its account's usage limit, for the `parks`-th time: the
+    /// owner prepares the task's continuation and says until when it waits (its account
+    /// waits with it), or `None` when it cannot wait (it may then change the outcome,
+    /// which [`PoolOwner::on_done`] gets next).
+    async fn on_park(
+        &mut self,
+        task: &mut T,
+        outcome: &mut RunOutcome,
+        parks: u32,
+    ) -> Option<std::time::SystemTime>;
+    /// An account's parallelism changed (lowered by a back-off, or grown back).
+    fn on_parallelism(&mut self, account: &str, limit: usize, max: usize);
 }
 
 /// The delay before attempt `attempt + 1`: `base * 2^(attempt-1)`, capped, with ±25%
@@ -82,55 +108,146 @@ fn wants_backoff(r: &SessionResult) -> bool {
     r.error_kind.is_some_and(|k| k.is_backoff())
 }
 
+fn met_usage_limit(r: &SessionResult) -> bool {
+    r.error_kind == Some(aicli_providers::ErrorKind::UsageLimit)
+}
+
+/// A task in the queue.
+struct Queued<T> {
+    task: T,
+    /// The attempt it starts as (parks do not count).
+    attempt: u32,
+    /// How often it parked in this pool.
+    parks: u32,
+    /// Its account ([`PoolOwner::account`]).
+    account: String,
+}
+
+/// One account's state: its parallelism (halved on a back-off, grown back by one after
+/// as many successes), what runs on it, and until when nothing starts on it (a back-off
+/// or a usage limit).
+struct Account {
+    limit: usize,
+    running: usize,
+    successes: usize,
+    hold: Option<tokio::time::Instant>,
+}
+
 /// The pool's loop state.
 struct Pool<T> {
     max_parallel: usize,
-    limit: usize,
-    queue: VecDeque<(T, u32)>,
-    gate: Option<tokio::time::Instant>,
-    successes: usize,
+    queue: VecDeque<Queued<T>>,
+    accounts: HashMap<String, Account>,
     stop: Option<Control>,
 }
 
 impl<T: Send + 'static> Pool<T> {
-    /// Decides what follows an attempt's end: a retry after a back-off, or the task's
-    /// end; adjusts the parallelism either way.
+    fn account(&mut self, name: &str) -> &mut Account {
+        let max = self.max_parallel;
+        self.accounts.entry(name.to_owned()).or_insert(Account {
+            limit: max,
+            running: 0,
+            successes: 0,
+            hold: None,
+        })
+    }
+
+    /// Holds `account` until `until` (the later of this and any hold it has).
+    fn hold(&mut self, account: &str, until: tokio::time::Instant) {
+        let a = self.account(account);
+        a.hold = Some(a.hold.map_or(until, |h| h.max(until)));
+    }
+
+    /// The first queued task that may start now: its account neither held nor at its
+    /// parallelism (FIFO among the others).
+    fn next_startable(&mut self, now: tokio::time::Instant) -> Option<Queued<T>> {
+        for a in self.accounts.values_mut() {
+            if a.hold.is_some_and(|h| now >= h) {
+                a.hold = None;
+            }
+        }
+        let accounts = &self.accounts;
+        let i = self.queue.iter().position(|q| {
+            accounts
+                .get(&q.account)
+                .is_none_or(|a| a.hold.is_none() && a.running < a.limit)
+        })?;
+        self.queue.remove(i)
+    }
+
+    /// When the earliest hold of a queued task's account ends.
+    fn next_release(&self) -> Option<tokio::time::Instant> {
+        self.queue
+            .iter()
+            .filter_map(|q| self.accounts.get(&q.account)?.hold)
+            .min()
+    }
+
+    /// Decides what follows an attempt's end: a park until its usage limit resets, a
+    /// retry after a back-off, or the task's end; adjusts the account's parallelism.
     async fn ended(
         &mut self,
-        mut task: T,
-        attempt: u32,
-        outcome: RunOutcome,
+        ended: Queued<T>,
+        mut outcome: RunOutcome,
         retry: &RetryConfig,
         owner: &mut dyn PoolOwner<T>,
         cancelled: bool,
     ) -> Control {
-        let retry_it = self.stop.is_none()
-            && !cancelled
-            && wants_backoff(&outcome.result)
-            && attempt < retry.max_attempts;
+        let Queued {
+            mut task,
+            attempt,
+            parks,
+            account,
+        } = ended;
+        self.account(&account).running -= 1;
+        let going_on = self.stop.is_none() && !cancelled;
+        if going_on && met_usage_limit(&outcome.result) && parks < retry.max_parks {
+            if let Some(until) = owner.on_park(&mut task, &mut outcome, parks + 1).await {
+                let wait = until
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default();
+                self.hold(&account, tokio::time::Instant::now() + wait);
+                self.queue.push_front(Queued {
+                    task,
+                    attempt,
+                    parks: parks + 1,
+                    account,
+                });
+                return Control::Continue;
+            }
+            return owner.on_done(task, outcome).await;
+        }
+        let retry_it = going_on && wants_backoff(&outcome.result) && attempt < retry.max_attempts;
         if !retry_it {
             if outcome.result.success {
-                self.successes += 1;
-                if self.successes >= self.limit && self.limit < self.max_parallel {
-                    self.limit += 1;
-                    self.successes = 0;
+                let max = self.max_parallel;
+                let a = self.account(&account);
+                a.successes += 1;
+                if a.successes >= a.limit && a.limit < max {
+                    a.limit += 1;
+                    a.successes = 0;
+                    let limit = a.limit;
+                    owner.on_parallelism(&account, limit, max);
                 }
             }
             return owner.on_done(task, outcome).await;
         }
-        self.limit = (self.limit / 2).max(1);
-        self.successes = 0;
+        let a = self.account(&account);
+        a.limit = (a.limit / 2).max(1);
+        a.successes = 0;
+        let limit = a.limit;
+        let max = self.max_parallel;
+        owner.on_parallelism(&account, limit, max);
         let now_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
         let delay = backoff_delay(retry, attempt, outcome.reset_at, now_unix);
-        let until = tokio::time::Instant::now() + delay;
-        self.gate = Some(self.gate.map_or(until, |g| g.max(until)));
+        self.hold(&account, tokio::time::Instant::now() + delay);
         let backoff = Backoff {
             attempt,
             delay,
-            parallelism: self.limit,
+            parallelism: limit,
             reason: format!(
                 "{}: {}",
                 outcome
@@ -142,7 +259,12 @@ impl<T: Send + 'static> Pool<T> {
             ),
         };
         owner.on_retry(&mut task, &outcome, &backoff);
-        self.queue.push_front((task, attempt + 1));
+        self.queue.push_front(Queued {
+            task,
+            attempt: attempt + 1,
+            parks,
+            account,
+        });
         Control::Continue
     }
 }
@@ -164,49 +286,68 @@ pub async fn run<T, F, Fut>(
     let max_parallel = max_parallel.max(1);
     let mut pool = Pool {
         max_parallel,
-        limit: max_parallel,
-        queue: tasks.into_iter().map(|t| (t, 1)).collect(),
-        gate: None,
-        successes: 0,
+        queue: VecDeque::new(),
+        accounts: HashMap::new(),
         stop: None,
     };
-    let mut running: JoinSet<(T, u32, RunOutcome)> = JoinSet::new();
+    for task in tasks {
+        let account = owner.account(&task);
+        // A task parked before (a resumed batch) waits for its reset first.
+        if let Some(until) = owner.parked_until(&task) {
+            let wait = until
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            pool.hold(&account, tokio::time::Instant::now() + wait);
+        }
+        pool.queue.push_back(Queued {
+            task,
+            attempt: 1,
+            parks: 0,
+            account,
+        });
+    }
+    let mut running: JoinSet<(Queued<()>, T, RunOutcome)> = JoinSet::new();
     let run_cancel = cancel.child_token();
     loop {
         if cancel.is_cancelled() && pool.stop.is_none() {
             pool.stop = Some(Control::CancelRunning);
         }
-        if pool.gate.is_some_and(|g| tokio::time::Instant::now() >= g) {
-            pool.gate = None;
-        }
-        while pool.stop.is_none() && pool.gate.is_none() && running.len() < pool.limit {
-            let Some((task, attempt)) = pool.queue.pop_front() else {
+        while pool.stop.is_none() && running.len() < pool.max_parallel {
+            let Some(q) = pool.next_startable(tokio::time::Instant::now()) else {
                 break;
             };
-            let fut = start(task, attempt, run_cancel.child_token());
+            pool.account(&q.account).running += 1;
+            let fut = start(q.task, q.attempt, run_cancel.child_token());
+            let slot = Queued {
+                task: (),
+                attempt: q.attempt,
+                parks: q.parks,
+                account: q.account,
+            };
             running.spawn(async move {
                 let (task, outcome) = fut.await;
-                (task, attempt, outcome)
+                (slot, task, outcome)
             });
         }
         if let Some(why) = pool.stop {
-            for (task, _) in pool.queue.drain(..) {
-                owner.on_never_started(task, why);
+            for q in pool.queue.drain(..) {
+                owner.on_never_started(q.task, why);
             }
         }
         if running.is_empty() && (pool.queue.is_empty() || pool.stop.is_some()) {
             break;
         }
-        let gate_sleep = async {
-            match pool.gate {
-                Some(g) if !pool.queue.is_empty() => tokio::time::sleep_until(g).await,
-                _ => std::future::pending().await,
+        let release = pool.next_release();
+        let hold_sleep = async {
+            match release {
+                Some(h) => tokio::time::sleep_until(h).await,
+                None => std::future::pending().await,
             }
         };
         tokio::select! {
             joined = running.join_next(), if !running.is_empty() => {
                 let Some(joined) = joined else { continue };
-                let (task, attempt, outcome) = match joined {
+                let (slot, task, outcome) = match joined {
                     Ok(v) => v,
                     Err(e) => {
                         // The attempt catches its run's panics: this is the attempt's own
@@ -215,8 +356,14 @@ pub async fn run<T, F, Fut>(
                         continue;
                     }
                 };
+                let ended = Queued {
+                    task,
+                    attempt: slot.attempt,
+                    parks: slot.parks,
+                    account: slot.account,
+                };
                 let control = pool
-                    .ended(task, attempt, outcome, retry, owner, cancel.is_cancelled())
+                    .ended(ended, outcome, retry, owner, cancel.is_cancelled())
                     .await;
                 match control {
                     Control::Continue => {}
@@ -229,7 +376,7 @@ pub async fn run<T, F, Fut>(
                     }
                 }
             }
-            _ = gate_sleep => {}
+            _ = hold_sleep => {}
             _ = cancel.cancelled(), if pool.stop.is_none() => {
                 pool.stop = Some(Control::CancelRunning);
             }
@@ -238,113 +385,5 @@ pub async fn run<T, F, Fut>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::{Arc, Mutex};
-
-    struct Recorder {
-        ended: Vec<(usize, u32)>,
-    }
-
-    #[async_trait::async_trait]
-    impl PoolOwner<(usize, u32)> for Recorder {
-        fn on_retry(&mut self, task: &mut (usize, u32), _: &RunOutcome, _: &Backoff) {
-            self.ended.push(*task);
-            task.1 += 1;
-        }
-        async fn on_done(&mut self, task: (usize, u32), _: RunOutcome) -> Control {
-            self.ended.push(task);
-            Control::Continue
-        }
-        fn on_never_started(&mut self, _: (usize, u32), _: Control) {}
-    }
-
-    fn outcome(kind: Option<aicli_providers::ErrorKind>) -> RunOutcome {
-        let mut r = SessionResult::default();
-        match kind {
-            Some(k) => r.fail(k, "x"),
-            None => r.succeed(),
-        }
-        RunOutcome {
-            result: r,
-            reset_at: None,
-            argv: Vec::new(),
-            place: None,
-            started: true,
-            budget: None,
-            setup: Vec::new(),
-            scaffold: Vec::new(),
-        }
-    }
-
-    #[tokio::test]
-    async fn tasks_start_in_fifo_order_and_only_backoff_kinds_are_retried() {
-        let started = Arc::new(Mutex::new(Vec::new()));
-        let s2 = started.clone();
-        let mut owner = Recorder { ended: Vec::new() };
-        let retry = RetryConfig {
-            max_attempts: 3,
-            base_delay_ms: 1,
-            max_delay_ms: 2,
-        };
-        run(
-            (0..5).map(|i| (i, 1)).collect(),
-            2,
-            &retry,
-            move |task: (usize, u32), a, _cancel| {
-                let i = task.0;
-                s2.lock().unwrap().push((i, a));
-                async move {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    let o = match (i, a) {
-                        (1, 1) => outcome(Some(aicli_providers::ErrorKind::RateLimit)),
-                        (3, _) => outcome(Some(aicli_providers::ErrorKind::Auth)),
-                        _ => outcome(None),
-                    };
-                    (task, o)
-                }
-            },
-            &mut owner,
-            CancellationToken::new(),
-        )
-        .await;
-        let started = started.lock().unwrap().clone();
-        // FIFO: first attempts in index order; the retry of task 1 goes to the head.
-        let firsts: Vec<usize> = started
-            .iter()
-            .filter(|(_, a)| *a == 1)
-            .map(|(i, _)| *i)
-            .collect();
-        assert_eq!(firsts, [0, 1, 2, 3, 4]);
-        assert!(
-            started.contains(&(1, 2)),
-            "rate-limited task retried: {started:?}"
-        );
-        assert!(
-            !started.contains(&(3, 2)),
-            "auth failure not retried: {started:?}"
-        );
-        assert_eq!(owner.ended.len(), 6);
-    }
-
-    #[test]
-    fn backoff_grows_caps_and_honours_reset_times() {
-        let cfg = RetryConfig {
-            max_attempts: 5,
-            base_delay_ms: 1000,
-            max_delay_ms: 5000,
-        };
-        for (attempt, base) in [(1, 1000u64), (2, 2000), (3, 4000), (4, 5000), (9, 5000)] {
-            let d = backoff_delay(&cfg, attempt, None, 0).as_millis() as u64;
-            assert!(
-                d >= base * 3 / 4 && d <= base * 5 / 4,
-                "attempt {attempt}: {d}"
-            );
-        }
-        let d = backoff_delay(&cfg, 1, Some(1_000_060), 1_000_000);
-        assert!(d >= Duration::from_secs(60), "{d:?}");
-        // A reset time in the past does not delay.
-        let d = backoff_delay(&cfg, 1, Some(10), 1_000_000);
-        assert!(d <= Duration::from_millis(1250), "{d:?}");
-    }
-}
+#[path = "pool_tests.rs"]
+mod tests;

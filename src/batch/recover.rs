@@ -63,6 +63,21 @@ pub(crate) async fn resume(
                 t.origin = origin;
                 plan.push(t);
             }
+            TaskState::Parked => {
+                // Waiting for a usage limit when aicli stopped: it waits out what is
+                // left of it, then its session goes on (its run had ended: nothing to
+                // settle).
+                let Some(lock) = lock else { continue };
+                let provider = engine.registry.get(&rec.provider)?;
+                let last = rec.latest_result().cloned();
+                let next = Next::continuing(&rec, last.as_ref(), &provider, Why::UsageLimit);
+                let deadline = rec.parked.as_ref().and_then(|p| p.deadline_unix).map(|d| {
+                    std::time::UNIX_EPOCH + std::time::Duration::from_secs(d.max(0) as u64)
+                });
+                let mut t = TaskRun::new(rec, next, lock);
+                t.deadline = deadline;
+                plan.push(t);
+            }
             TaskState::Running | TaskState::Interrupted => {
                 let Some(lock) = lock else { continue };
                 let provider = engine.registry.get(&rec.provider)?;

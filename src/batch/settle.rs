@@ -74,6 +74,7 @@ impl Batch {
                 a.result = Some(result.clone());
             }
             task.rec.state = state;
+            task.rec.parked = None;
             task.persist(&self.record, Write::Settled).await;
         }
         if task.kept
@@ -238,6 +239,10 @@ impl Batch {
                 }
                 r
             });
+            // Still parked (the batch stopped while it waited): `aicli resume` goes on.
+            if rec.state == TaskState::Parked {
+                r.status = SessionStatus::Interrupted;
+            }
             r.task_id = rec.task.id;
             results.push(r);
         }

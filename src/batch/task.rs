@@ -41,6 +41,10 @@ pub(crate) struct TaskRun {
     /// The budget reservation of the attempt in flight: settled by its run, or, when the
     /// run panicked, by the attempt with what the run streamed.
     pub reservation: Option<std::sync::Arc<crate::budget::Reservation>>,
+    /// When the task's timeout ends while it is parked at a usage limit, and for the run
+    /// that continues it: the timeout counts from the start of the run that met the
+    /// limit, through the wait.
+    pub deadline: Option<SystemTime>,
     /// The task's state when this invocation took it (what a continuation that never
     /// started leaves it in, when that is not implied by its kind).
     pub state_before: TaskState,
@@ -60,6 +64,7 @@ impl TaskRun {
             lock: Some(lock),
             worktree_lock: None,
             reservation: None,
+            deadline: None,
         }
     }
 
@@ -98,7 +103,7 @@ impl TaskRun {
     pub(crate) fn keeps_state_when_not_started(&self) -> bool {
         matches!(
             self.next.kind,
-            AttemptKind::Answer | AttemptKind::Recover | AttemptKind::Resolve
+            AttemptKind::Answer | AttemptKind::Recover | AttemptKind::Resolve | AttemptKind::Unpark
         )
     }
 
@@ -114,6 +119,7 @@ impl TaskRun {
                 TaskState::Blocked
             }
             AttemptKind::Resolve => self.state_before,
+            AttemptKind::Unpark => TaskState::Parked,
             AttemptKind::Recover | AttemptKind::Run | AttemptKind::Retry => TaskState::Interrupted,
         };
         self.kept = true;

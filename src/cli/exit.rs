@@ -46,7 +46,7 @@ impl Failure {
 /// `auth` 10, `rate_limit` 11, `overloaded` 12, `server_error` 13, `bad_request` 14,
 /// `network` 15, `max_turns` 16, `budget` 17, `invalid_resume` 18, `permission` 19,
 /// `timeout` 20, `cancelled` 21, `not_installed` 22, `crashed` 23, `protocol` 24,
-/// `unknown` 25.
+/// `unknown` 25, `usage_limit` 26.
 pub fn kind_code(kind: ErrorKind) -> u8 {
     match kind {
         ErrorKind::Auth => 10,
@@ -65,6 +65,7 @@ pub fn kind_code(kind: ErrorKind) -> u8 {
         ErrorKind::Crashed => 23,
         ErrorKind::Protocol => 24,
         ErrorKind::Unknown => 25,
+        ErrorKind::UsageLimit => 26,
     }
 }
 

@@ -19,8 +19,9 @@ pub struct FakeApiArgs {
     /// Point the CLIs at aicli's built-in fake model APIs on loopback (no key, no
     /// network; each CLI gets its own HOME under <repo>/.aicli/fake-api-home). SCRIPT
     /// says what the fake model does: text (default), text:TEXT, shell:COMMAND,
-    /// mcp:SERVER/TOOL, ask:QUESTION|OPTION|OPTION, tool:NAME:JSON, error:STATUS, drop;
-    /// add ;delay=MS to pace the stream.
+    /// mcp:SERVER/TOOL, ask:QUESTION|OPTION|OPTION, tool:NAME:JSON, error:STATUS, drop,
+    /// limit:SECONDS (the account is over its usage limit until SECONDS after the first
+    /// request, then the default text); add ;delay=MS to pace the stream.
     #[arg(
         long = "fake-api",
         value_name = "SCRIPT",
@@ -84,8 +85,12 @@ pub fn script(spec: &str) -> anyhow::Result<Script> {
                 .with_context(|| format!("'{spec}': expected error:STATUS (an HTTP status)"))?,
         ),
         ("drop", None) => Script::drop_mid_stream(),
+        ("limit", Some(s)) => Script::usage_limit(std::time::Duration::from_secs(
+            s.parse()
+                .with_context(|| format!("'{spec}': expected limit:SECONDS (a whole number)"))?,
+        )),
         _ => bail!(
-            "'{spec}': expected text, text:TEXT, shell:COMMAND, mcp:SERVER/TOOL, ask:QUESTION|OPTION|OPTION, tool:NAME:JSON, error:STATUS or drop"
+            "'{spec}': expected text, text:TEXT, shell:COMMAND, mcp:SERVER/TOOL, ask:QUESTION|OPTION|OPTION, tool:NAME:JSON, error:STATUS, drop or limit:SECONDS"
         ),
     })
 }

@@ -124,7 +124,10 @@ impl FakeApis {
                 continue;
             };
             let url = base_url(api);
-            let mut options = WiringOptions::default();
+            let mut options = WiringOptions {
+                subscription: api.plays_subscription(),
+                ..WiringOptions::default()
+            };
             if let Some(m) = p
                 .default_model
                 .clone()

@@ -247,6 +247,21 @@ impl Display {
                     delay_ms as f64 / 1000.0
                 ));
             }
+            BatchEvent::Parallelism {
+                provider,
+                limit,
+                max,
+            } => {
+                let _ = self
+                    .mp
+                    .println(format!("aicli: {provider}: parallelism {limit} of {max}"));
+            }
+            BatchEvent::Parked {
+                task_id, status, ..
+            } => {
+                self.drop_line(&task_id);
+                let _ = self.mp.println(format!("⏸ {task_id} {status}"));
+            }
             BatchEvent::TaskBlocked { task_id, question } => {
                 let _ = self
                     .mp

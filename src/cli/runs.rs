@@ -65,7 +65,7 @@ fn list(store: &RunStore, root: &Path, json_out: bool) -> anyhow::Result<ExitCod
     ];
     let to_resume: Vec<String> = rows
         .iter()
-        .filter(|s| s.n_interrupted > 0)
+        .filter(|s| s.n_interrupted + s.n_parked > 0)
         .map(|s| s.batch_id.clone())
         .collect();
     for s in rows {
@@ -77,7 +77,7 @@ fn list(store: &RunStore, root: &Path, json_out: bool) -> anyhow::Result<ExitCod
             s.n_succeeded.to_string(),
             s.n_failed.to_string(),
             s.n_blocked.to_string(),
-            s.n_interrupted.to_string(),
+            (s.n_interrupted + s.n_parked).to_string(),
             format!("${:.4}", s.cost_usd),
         ]);
     }
@@ -86,7 +86,7 @@ fn list(store: &RunStore, root: &Path, json_out: bool) -> anyhow::Result<ExitCod
     outln!("{}", output::columns(&table, &right).trim_end());
     // What `aicli resume` would finish.
     for b in to_resume {
-        outln!("intr: interrupted tasks; finish them with `aicli resume {b}`");
+        outln!("intr: interrupted or parked tasks; finish them with `aicli resume {b}`");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -150,6 +150,9 @@ fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> 
             "  prompt: {}",
             crate::providers::shared::text::truncate_chars(&t.task.prompt, 120)
         );
+        if let (crate::record::TaskState::Parked, Some(p)) = (t.state, &t.parked) {
+            outln!("  {}", p.describe(&t.provider));
+        }
         let calls = crate::mcp::read_calls(&b, &t.task.id);
         for at in &t.attempts {
             let r = at.result.as_ref();

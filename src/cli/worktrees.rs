@@ -45,6 +45,7 @@ fn by_records(
             let why = match t.state {
                 TaskState::Blocked => "blocked on a question (answer it with aicli answer",
                 TaskState::Interrupted => "interrupted (finish it with aicli resume",
+                TaskState::Parked => "parked at a usage limit (it goes on with aicli resume",
                 TaskState::Running | TaskState::Queued => "not finished (aicli resume",
                 TaskState::Succeeded | TaskState::Failed => continue,
             };
@@ -52,6 +53,7 @@ fn by_records(
             let reason = match t.state {
                 TaskState::Blocked => format!("{why} {}/{} \"...\")", b.batch_id(), t.task.id),
                 TaskState::Interrupted
+                | TaskState::Parked
                 | TaskState::Running
                 | TaskState::Queued
                 | TaskState::Succeeded

@@ -53,6 +53,28 @@ pub enum BatchEvent {
         /// Why.
         reason: String,
     },
+    /// A task met its provider's usage limit: it waits until the reset (with the
+    /// provider's other queued tasks), then its session resumes.
+    Parked {
+        /// The task.
+        task_id: Arc<str>,
+        /// Its provider.
+        provider: Arc<str>,
+        /// When the limit resets, Unix seconds.
+        until_unix: i64,
+        /// "parked until 14:00 (claude five_hour limit)".
+        status: String,
+    },
+    /// A provider's parallelism changed: lowered by a back-off (transient 429/529), or
+    /// grown back by one after as many successes.
+    Parallelism {
+        /// The provider.
+        provider: Arc<str>,
+        /// Its tasks that may run at once from now on.
+        limit: usize,
+        /// The batch's parallelism, which it grows back to.
+        max: usize,
+    },
     /// A task ended blocked on a question to a human.
     TaskBlocked {
         /// The task.
@@ -85,9 +107,10 @@ impl BatchEvent {
             | BatchEvent::Agent { task_id, .. }
             | BatchEvent::TaskSpend { task_id, .. }
             | BatchEvent::Backoff { task_id, .. }
+            | BatchEvent::Parked { task_id, .. }
             | BatchEvent::TaskBlocked { task_id, .. }
             | BatchEvent::TaskFinished { task_id, .. } => Some(task_id),
-            BatchEvent::BudgetSpent { .. } => None,
+            BatchEvent::BudgetSpent { .. } | BatchEvent::Parallelism { .. } => None,
         }
     }
 }

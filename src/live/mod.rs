@@ -173,6 +173,8 @@ impl Subscriber {
             }
             BatchEvent::TaskStarted { .. }
             | BatchEvent::Backoff { .. }
+            | BatchEvent::Parked { .. }
+            | BatchEvent::Parallelism { .. }
             | BatchEvent::TaskBlocked { .. }
             | BatchEvent::TaskFinished { .. }
             | BatchEvent::BudgetSpent { .. } => {}
@@ -225,10 +227,12 @@ fn approx_bytes(event: &BatchEvent) -> usize {
             BASE + result.response.len() + result.error.as_ref().map_or(0, String::len)
         }
         BatchEvent::Backoff { reason, .. } => BASE + reason.len(),
+        BatchEvent::Parked { status, .. } => BASE + status.len(),
         BatchEvent::TaskBlocked { question, .. } => {
             BASE + question.question.len() + question.options.iter().map(String::len).sum::<usize>()
         }
         BatchEvent::TaskStarted { .. }
+        | BatchEvent::Parallelism { .. }
         | BatchEvent::TaskSpend { .. }
         | BatchEvent::BudgetSpent { .. } => BASE,
     }

@@ -194,7 +194,11 @@ pub struct BatchSummary {
     pub n_blocked: usize,
     /// Interrupted: what `aicli resume` finishes.
     pub n_interrupted: usize,
-    /// Not finished (queued, running, interrupted).
+    /// Parked at a usage limit, waiting for its reset (`aicli resume` goes on with them
+    /// when the batch stopped meanwhile).
+    #[serde(default)]
+    pub n_parked: usize,
+    /// Not finished (queued, running, interrupted, parked).
     pub n_unfinished: usize,
     /// Known cost.
     pub cost_usd: f64,

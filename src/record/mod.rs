@@ -38,8 +38,8 @@ pub use batch::{BatchResult, BatchSpec, BatchSummary, Overlap, OverlapWith, Task
 pub use control::ControlRequest;
 pub use lock::TaskLock;
 pub use task::{
-    AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, LandHow, LandRecord, SetupStep,
-    TaskRecord, TaskState,
+    AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, LandHow, LandRecord, ParkRecord,
+    SetupStep, TaskRecord, TaskState, local_clock,
 };
 
 use crate::util::{create_private_dirs, ensure_private_dir, write_json_atomic};
@@ -424,6 +424,7 @@ impl BatchRecord {
             n_failed: count(TaskState::Failed),
             n_blocked: count(TaskState::Blocked),
             n_interrupted: count(TaskState::Interrupted),
+            n_parked: count(TaskState::Parked),
             n_unfinished: spec.tasks.len()
                 - count(TaskState::Succeeded)
                 - count(TaskState::Failed)

@@ -22,6 +22,9 @@ pub enum TaskState {
     Blocked,
     /// Found running after aicli died; to be re-run.
     Interrupted,
+    /// Waiting for its provider's usage limit to reset (see [`TaskRecord::parked`]); its
+    /// session then resumes.
+    Parked,
 }
 
 impl TaskState {
@@ -29,7 +32,10 @@ impl TaskState {
     pub fn is_final(self) -> bool {
         match self {
             TaskState::Succeeded | TaskState::Failed | TaskState::Blocked => true,
-            TaskState::Queued | TaskState::Running | TaskState::Interrupted => false,
+            TaskState::Queued
+            | TaskState::Running
+            | TaskState::Interrupted
+            | TaskState::Parked => false,
         }
     }
 
@@ -42,6 +48,7 @@ impl TaskState {
             TaskState::Failed => "failed",
             TaskState::Blocked => "blocked",
             TaskState::Interrupted => "interrupted",
+            TaskState::Parked => "parked",
         }
     }
 
@@ -71,6 +78,8 @@ pub enum AttemptKind {
     /// A resume to resolve the conflict between the task's work and the branch it lands
     /// into (`aicli land --resolve`).
     Resolve,
+    /// A resume of the session a usage limit stopped, once the limit reset.
+    Unpark,
 }
 
 /// One CLI run of a task.
@@ -224,6 +233,82 @@ pub struct TaskRecord {
     /// When its work was last landed into a branch (`aicli land`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub landed: Option<LandRecord>,
+    /// Until when it waits for a usage limit (state `parked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<ParkRecord>,
+}
+
+/// A task parked at its provider's usage limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ParkRecord {
+    /// When the limit resets and the task's session resumes (RFC 3339).
+    pub until: String,
+    /// The same, Unix seconds.
+    pub until_unix: i64,
+    /// The window the provider named (`five_hour`, `seven_day`, `daily`), when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// The provider's words about the limit.
+    pub message: String,
+    /// When the task's timeout ends (Unix seconds): it counts while the task waits, from
+    /// the start of the run that met the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_unix: Option<i64>,
+}
+
+impl ParkRecord {
+    /// The park of a run that met a usage limit (`None` for any other result): until its
+    /// reset, or `unknown_reset` from now when the CLI did not say.
+    pub fn of(result: &SessionResult, unknown_reset: std::time::Duration) -> Option<ParkRecord> {
+        if result.error_kind != Some(aicli_providers::ErrorKind::UsageLimit) {
+            return None;
+        }
+        let now = jiff::Timestamp::now().as_second();
+        let limit = result.usage_limit.clone().unwrap_or_default();
+        let until = limit
+            .resets_at
+            .unwrap_or(now.saturating_add(unknown_reset.as_secs() as i64))
+            .max(now);
+        Some(ParkRecord {
+            until: jiff::Timestamp::from_second(until)
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+            until_unix: until,
+            window: limit.window,
+            message: result.error.clone().unwrap_or_default(),
+            deadline_unix: None,
+        })
+    }
+
+    /// When the limit resets, as a [`std::time::SystemTime`].
+    pub fn until(&self) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.until_unix.max(0) as u64)
+    }
+
+    /// "parked until 14:00 (claude five_hour limit)": the reset in the viewer's local
+    /// time (with the date when it is not today).
+    pub fn describe(&self, provider: &str) -> String {
+        let what = match &self.window {
+            Some(w) => format!("{provider} {w} limit"),
+            None => format!("{provider} usage limit"),
+        };
+        format!("parked until {} ({what})", local_clock(self.until_unix))
+    }
+}
+
+/// `14:00`, or `Dec 8 14:00` when not today, in the local time zone.
+pub fn local_clock(unix: i64) -> String {
+    let Ok(t) = jiff::Timestamp::from_second(unix) else {
+        return unix.to_string();
+    };
+    let zone = jiff::tz::TimeZone::system();
+    let at = t.to_zoned(zone.clone());
+    let today = jiff::Timestamp::now().to_zoned(zone).date();
+    if at.date() == today {
+        at.strftime("%H:%M").to_string()
+    } else {
+        at.strftime("%b %-d %H:%M").to_string()
+    }
 }
 
 /// A task's work landed into a branch.
@@ -289,6 +374,7 @@ impl TaskRecord {
             attempts: Vec::new(),
             answers: Vec::new(),
             landed: None,
+            parked: None,
         }
     }
 

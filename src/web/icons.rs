@@ -40,6 +40,7 @@ const STATES: &[(&str, &str)] = &[
     ("failed", "cross"),
     ("blocked", "pause"),
     ("interrupted", "stop"),
+    ("parked", "wait"),
 ];
 
 /// The icon of task state `state` (its name in records).
@@ -108,7 +109,7 @@ mod tests {
             assert!(ICONS.iter().any(|(n, _)| n == icon), "{state}: {icon}");
         }
         use crate::record::TaskState::*;
-        for s in [Queued, Running, Succeeded, Failed, Blocked, Interrupted] {
+        for s in [Queued, Running, Succeeded, Failed, Blocked, Interrupted, Parked] {
             assert!(STATES.iter().any(|(n, _)| *n == s.as_str()), "{s:?}");
         }
         assert_eq!(of_state(Blocked), "pause");

@@ -230,13 +230,14 @@ fn task_gists(s: &crate::record::BatchSummary) -> Markup {
 /// alone); the queued and running ones as "unfinished".
 fn status_words(s: &crate::record::BatchSummary) -> Markup {
     use super::icons::of_state;
-    use crate::record::TaskState::{Blocked, Failed, Interrupted, Queued, Succeeded};
+    use crate::record::TaskState::{Blocked, Failed, Interrupted, Parked, Queued, Succeeded};
     let parts: Vec<(usize, &str, &str)> = [
         (s.n_succeeded, of_state(Succeeded), "succeeded"),
         (s.n_failed, of_state(Failed), "failed"),
         (s.n_blocked, of_state(Blocked), "blocked"),
         (s.n_interrupted, of_state(Interrupted), "interrupted"),
-        (s.n_unfinished - s.n_interrupted, of_state(Queued), "unfinished"),
+        (s.n_parked, of_state(Parked), "parked"),
+        (s.n_unfinished - s.n_interrupted - s.n_parked, of_state(Queued), "unfinished"),
     ]
     .into_iter()
     .filter(|(n, _, _)| *n > 0)

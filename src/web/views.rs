@@ -350,6 +350,9 @@ impl TaskRow {
 /// A task's state in words, with its error's kind when it failed.
 pub(super) fn task_status(t: &TaskRecord) -> String {
     // The pages draw the state's icon beside its word: never colour alone.
+    if let (TaskState::Parked, Some(p)) = (t.state, &t.parked) {
+        return p.describe(&t.provider);
+    }
     let w = t.state.as_str();
     let r = t.latest_result();
     let head = match r.and_then(|r| r.error_kind) {

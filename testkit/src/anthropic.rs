@@ -141,6 +141,10 @@ fn tool_call(ctx: &Ctx<'_>, preamble: Option<&str>, name: &str, input: Value) ->
 fn error_type(reply: &ErrorReply) -> (&'static str, &'static str) {
     match (reply.flavor, reply.http_status(Vendor::Anthropic)) {
         (ErrorFlavor::InvalidApiKey, _) | (_, 401) => ("authentication_error", "invalid x-api-key"),
+        (ErrorFlavor::UsageLimit { .. }, _) => (
+            "rate_limit_error",
+            "This request would exceed your account's rate limit. Please try again later.",
+        ),
         (_, 400) => (
             "invalid_request_error",
             "messages: text content blocks must be non-empty",
@@ -175,6 +179,26 @@ pub(crate) fn error(reply: &ErrorReply) -> Reply {
     let mut headers = Vec::new();
     if let Some(secs) = reply.retry_after_secs() {
         headers.push(("retry-after".to_owned(), secs.to_string()));
+    }
+    if let ErrorFlavor::UsageLimit { resets_at } = reply.flavor {
+        // What the API sends a subscription over its five-hour window.
+        let reset = resets_at.to_string();
+        for (name, value) in [
+            ("status", "rejected"),
+            ("reset", &reset),
+            ("representative-claim", "five_hour"),
+            ("5h-status", "rejected"),
+            ("5h-reset", &reset),
+            ("5h-utilization", "1.0"),
+            ("overage-status", "rejected"),
+            ("overage-disabled-reason", "out_of_credits"),
+            ("fallback", "available"),
+        ] {
+            headers.push((
+                format!("anthropic-ratelimit-unified-{name}"),
+                value.to_owned(),
+            ));
+        }
     }
     if reply.flavor == ErrorFlavor::InvalidApiKey || reply.status == 401 {
         headers.push(("x-should-retry".to_owned(), "false".to_owned()));
@@ -405,6 +429,12 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
             )
         }
         Step::Hang => Rendered::done(Reply::Hang, "hang"),
+        Step::UsageLimit(left) => render(
+            ctx,
+            &Step::Error(ErrorReply::usage_limit(
+                std::time::SystemTime::now() + *left,
+            )),
+        ),
         Step::WithAnswer(_) => render(ctx, &step.answered(ctx.body)),
     }
 }

@@ -98,16 +98,21 @@ fn error_parts(ctx: &Ctx<'_>, reply: &ErrorReply) -> (&'static str, String, Vec<
             }));
             ("INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.".to_owned())
         }
+        (ErrorFlavor::UsageLimit { .. }, _) => {
+            // A free-tier quota with the time left until it resets (not the daily one:
+            // Gemini CLI reports that one without its reset).
+            details.push(free_tier_quota("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", &ctx.model));
+            let left = reply.retry_after.unwrap_or_default().as_secs_f64();
+            (
+                "RESOURCE_EXHAUSTED",
+                format!(
+                    "You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.\n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 250, model: {}\nPlease retry in {left:.3}s.",
+                    ctx.model
+                ),
+            )
+        }
         (ErrorFlavor::QuotaExhausted, _) => {
-            details.push(json!({
-                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
-                "violations": [{
-                    "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
-                    "quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
-                    "quotaDimensions": {"location": "global", "model": ctx.model},
-                    "quotaValue": "250"
-                }]
-            }));
+            details.push(free_tier_quota("GenerateRequestsPerDayPerProjectPerModel-FreeTier", &ctx.model));
             ("RESOURCE_EXHAUSTED", "You exceeded your current quota, please check your plan and billing details.".to_owned())
         }
         (_, 400) => ("INVALID_ARGUMENT", "Request contains an invalid argument.".to_owned()),
@@ -128,6 +133,19 @@ fn error_parts(ctx: &Ctx<'_>, reply: &ErrorReply) -> (&'static str, String, Vec<
         details.push(json!({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": format!("{secs}s")}));
     }
     (status, message, details)
+}
+
+/// The `QuotaFailure` detail of the free tier's quota `quota_id` on `model`.
+fn free_tier_quota(quota_id: &str, model: &str) -> Value {
+    json!({
+        "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+        "violations": [{
+            "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+            "quotaId": quota_id,
+            "quotaDimensions": {"location": "global", "model": model},
+            "quotaValue": "250"
+        }]
+    })
 }
 
 fn error_body(ctx: &Ctx<'_>, reply: &ErrorReply) -> Value {
@@ -283,6 +301,12 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
             )
         }
         Step::Hang => Rendered::done(Reply::Hang, "hang"),
+        Step::UsageLimit(left) => render(
+            ctx,
+            &Step::Error(ErrorReply::usage_limit(
+                std::time::SystemTime::now() + *left,
+            )),
+        ),
         Step::WithAnswer(_) => render(ctx, &step.answered(ctx.body)),
     }
 }

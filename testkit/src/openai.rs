@@ -194,6 +194,11 @@ fn error_parts(ctx: &Ctx<'_>, reply: &ErrorReply) -> (&'static str, Value, Strin
                 "Incorrect API key provided: {key}. You can find your API key at https://platform.openai.com/account/api-keys."
             ),
         ),
+        (ErrorFlavor::UsageLimit { .. }, _) => (
+            "usage_limit_reached",
+            Value::Null,
+            "The usage limit has been reached".to_owned(),
+        ),
         (ErrorFlavor::QuotaExhausted, _) => (
             "insufficient_quota",
             json!("insufficient_quota"),
@@ -247,10 +252,20 @@ pub(crate) fn error(ctx: &Ctx<'_>, reply: &ErrorReply) -> Reply {
     if let Some(secs) = reply.retry_after_secs() {
         headers.push(("retry-after".to_owned(), secs.to_string()));
     }
+    let mut body = json!({"message": message, "type": kind, "param": null, "code": code});
+    if let (ErrorFlavor::UsageLimit { resets_at }, Some(b)) = (reply.flavor, body.as_object_mut()) {
+        // What the ChatGPT backend sends a plan over its limit.
+        b.insert("plan_type".to_owned(), json!("plus"));
+        b.insert("resets_at".to_owned(), json!(resets_at));
+        b.insert(
+            "resets_in_seconds".to_owned(),
+            json!(reply.retry_after_secs().unwrap_or(0)),
+        );
+    }
     Reply::Json {
         status: reply.http_status(Vendor::OpenAi),
         headers,
-        body: json!({"error": {"message": message, "type": kind, "param": null, "code": code}}),
+        body: json!({ "error": body }),
     }
 }
 
@@ -418,6 +433,12 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
         }
         Step::StreamError(reply) => stream_error(ctx, reply),
         Step::Hang => Rendered::done(Reply::Hang, "hang"),
+        Step::UsageLimit(left) => render(
+            ctx,
+            &Step::Error(ErrorReply::usage_limit(
+                std::time::SystemTime::now() + *left,
+            )),
+        ),
         Step::WithAnswer(_) => render(ctx, &step.answered(ctx.body)),
     }
 }

@@ -91,6 +91,17 @@ pub enum ErrorFlavor {
     /// instead of retrying 10 times over ~4 minutes). Anthropic has no such error and
     /// answers a plain `rate_limit_error`.
     QuotaExhausted,
+    /// A subscription's usage limit, over until `resets_at` (Unix seconds), in the shape
+    /// the real service sends it (see [`Step::UsageLimit`]): Anthropic 429
+    /// `rate_limit_error` with the `anthropic-ratelimit-unified-*` headers saying
+    /// `rejected` and the reset; OpenAI 429 `usage_limit_reached` with `resets_at` and
+    /// `resets_in_seconds`; Gemini 429 `RESOURCE_EXHAUSTED` with a free-tier
+    /// `QuotaFailure` and a `RetryInfo` `retryDelay` until the reset ("Please retry in
+    /// 5.000s").
+    UsageLimit {
+        /// When the limit is over, Unix seconds.
+        resets_at: u64,
+    },
 }
 
 /// An HTTP error answer, rendered in the vendor's error JSON.
@@ -138,6 +149,24 @@ impl ErrorReply {
         }
     }
 
+    /// The usage-limit answer of an account whose limit is over at `until` (see
+    /// [`ErrorFlavor::UsageLimit`]), with a retry hint of the time left.
+    pub fn usage_limit(until: std::time::SystemTime) -> ErrorReply {
+        let now = std::time::SystemTime::now();
+        let left = until.duration_since(now).unwrap_or_default();
+        let epoch = until
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        ErrorReply {
+            status: 429,
+            message: None,
+            retry_after: Some(left),
+            flavor: ErrorFlavor::UsageLimit {
+                resets_at: epoch.as_secs() + u64::from(epoch.subsec_nanos() > 0),
+            },
+        }
+    }
+
     /// Sets the message.
     pub fn with_message(mut self, message: impl Into<String>) -> ErrorReply {
         self.message = Some(message.into());
@@ -155,7 +184,7 @@ impl ErrorReply {
         match (self.flavor, vendor) {
             (ErrorFlavor::InvalidApiKey, Vendor::Gemini) => 400,
             (ErrorFlavor::InvalidApiKey, Vendor::Anthropic | Vendor::OpenAi) => 401,
-            (ErrorFlavor::QuotaExhausted, _) => 429,
+            (ErrorFlavor::QuotaExhausted | ErrorFlavor::UsageLimit { .. }, _) => 429,
             (ErrorFlavor::Plain, _) => self.status,
         }
     }
@@ -225,6 +254,13 @@ pub enum Step {
     /// Accept the request and never answer (for timeout tests). The connection stays open
     /// until the fake is dropped.
     Hang,
+    /// The account is over a subscription's usage limit for this long from the first
+    /// request that meets this step: until then every model request gets the vendor's
+    /// usage-limit answer ([`ErrorFlavor::UsageLimit`], whose reset and retry hint count
+    /// down to that moment) and the cursor stays; the first request after it takes the
+    /// next step. The moment is shared by every conversation of the fake, as an account's
+    /// limit is.
+    UsageLimit(Duration),
     /// This step with each [`ANSWER_PLACEHOLDER`] in its text, shell command or tool
     /// input replaced by the user's answer the request carries: the rest of the line
     /// after [`ANSWER_MARKER`] in the latest message that has it (aicli's prompt for an
@@ -289,6 +325,7 @@ impl Step {
             | Step::Error(_)
             | Step::DropMidStream
             | Step::StreamError(_)
+            | Step::UsageLimit(_)
             | Step::Hang => self.clone(),
         }
     }
@@ -404,6 +441,12 @@ impl Script {
     /// Answer 429 with a `retry-after` hint.
     pub fn rate_limited(retry_after: Duration) -> Script {
         Script::error_reply(ErrorReply::status(429).with_retry_after(retry_after))
+    }
+
+    /// The account is over its usage limit for `resets_in` from the first request, then
+    /// the script goes on (see [`Step::UsageLimit`]).
+    pub fn usage_limit(resets_in: Duration) -> Script {
+        Script::from_step(Step::UsageLimit(resets_in))
     }
 
     /// Answer with this error.

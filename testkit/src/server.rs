@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::render::{Ctx, Rendered, Reply};
-use crate::script::{Script, Step};
+use crate::script::{ErrorReply, Script, Step};
 use crate::wiring::{CliWiring, WiringOptions};
 use crate::{FakeApiError, Vendor, anthropic, gemini, openai, sse};
 
@@ -162,9 +162,35 @@ struct Inner {
     /// With [`FakeApi::per_conversation`]: the cursor of each conversation instead (by
     /// [`conversation_key`]), so that every conversation follows the whole script.
     conversations: Option<std::collections::HashMap<u64, usize>>,
+    /// When the usage limit of each [`Step::UsageLimit`] (by step index) is over: set by
+    /// the first request that meets the step.
+    limits: std::collections::HashMap<usize, std::time::SystemTime>,
     /// Requests so far.
     seq: u64,
     log: Vec<RecordedRequest>,
+}
+
+impl Inner {
+    /// The step for a request at `cursor`, with a [`Step::UsageLimit`] resolved: while
+    /// its limit holds, the usage-limit error (which does not advance); once it is over,
+    /// the step after it. The last value is how far the cursor moves before the step's own
+    /// advance (`None`: not at all, the limit holds).
+    fn usage_limit(&mut self, cursor: usize) -> (usize, Step, Option<usize>) {
+        let (index, step) = self.script.step_at(cursor);
+        let Step::UsageLimit(left) = step else {
+            return (index, step, Some(0));
+        };
+        let now = std::time::SystemTime::now();
+        let until = *self.limits.entry(index).or_insert(now + left);
+        if now < until {
+            return (index, Step::Error(ErrorReply::usage_limit(until)), None);
+        }
+        match self.script.step_at(cursor + 1) {
+            // The limit was the last step: what follows it is the default text.
+            (next, Step::UsageLimit(_)) => (next, Step::DefaultText, Some(1)),
+            (next, step) => (next, step, Some(1)),
+        }
+    }
 }
 
 impl Shared {
@@ -252,6 +278,7 @@ impl FakeApi {
                 script,
                 cursor: 0,
                 conversations: None,
+                limits: std::collections::HashMap::new(),
                 seq: 0,
                 log: Vec::new(),
             }),
@@ -374,9 +401,25 @@ impl FakeApi {
         self.wiring_with(&WiringOptions::default())
     }
 
-    /// How to point this fake's CLI at it.
+    /// How to point this fake's CLI at it. A script with a usage limit signs Claude in
+    /// as a subscription (see [`WiringOptions::subscription`]).
     pub fn wiring_with(&self, options: &WiringOptions) -> CliWiring {
-        CliWiring::for_fake(self.vendor(), &self.base_url(), options)
+        let options = WiringOptions {
+            subscription: options.subscription || self.plays_subscription(),
+            ..options.clone()
+        };
+        CliWiring::for_fake(self.vendor(), &self.base_url(), &options)
+    }
+
+    /// Whether the script has a usage limit, which only a subscription meets (see
+    /// [`WiringOptions::subscription`]).
+    pub fn plays_subscription(&self) -> bool {
+        self.shared
+            .lock()
+            .script
+            .steps()
+            .iter()
+            .any(|s| matches!(s, Step::UsageLimit(_)))
     }
 
     /// Stops the server: hanging answers end, open connections get up to one second to
@@ -612,7 +655,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                     (Some(c), Some(k)) => c.get(&k).copied().unwrap_or(0),
                     _ => st.cursor,
                 };
-                let (index, step) = st.script.step_at(cursor);
+                let (index, step, passed) = st.usage_limit(cursor);
                 let ctx = Ctx {
                     seq,
                     usage,
@@ -621,11 +664,10 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                     body: &body,
                 };
                 let rendered = render(vendor, &ctx, &step);
-                if rendered.advance {
-                    match (st.conversations.as_mut(), key) {
-                        (Some(c), Some(k)) => *c.entry(k).or_insert(0) += 1,
-                        _ => st.cursor += 1,
-                    }
+                let moves = passed.map_or(0, |p| p + usize::from(rendered.advance));
+                match (st.conversations.as_mut(), key) {
+                    (Some(c), Some(k)) => *c.entry(k).or_insert(0) += moves,
+                    _ => st.cursor += moves,
                 }
                 (RequestKind::Model, Some(index), rendered)
             }

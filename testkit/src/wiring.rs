@@ -30,6 +30,13 @@ pub struct WiringOptions {
     pub api_key: Option<String>,
     /// Codex only: the provider's `stream_idle_timeout_ms` (Codex default 300 s).
     pub stream_idle_timeout: Option<Duration>,
+    /// Claude only: sign in as a subscription (a `CLAUDE_CODE_OAUTH_TOKEN`, as `claude
+    /// setup-token` makes) instead of with an API key. Claude reads the
+    /// `anthropic-ratelimit-unified-*` headers of a subscription only, so this is how a
+    /// fake's usage limit reaches it (its `rate_limit_event` lines, "You've hit your
+    /// 5-hour limit"). [`crate::FakeApi::wiring_with`] sets it for a script with a
+    /// [`crate::Step::UsageLimit`].
+    pub subscription: bool,
 }
 
 impl WiringOptions {
@@ -88,10 +95,20 @@ impl CliWiring {
         match vendor {
             Vendor::Anthropic => {
                 set("ANTHROPIC_BASE_URL", base_url);
-                set(
-                    "ANTHROPIC_API_KEY",
-                    options.api_key.as_deref().unwrap_or("sk-ant-fake-key"),
-                );
+                if options.subscription {
+                    set(
+                        "CLAUDE_CODE_OAUTH_TOKEN",
+                        options
+                            .api_key
+                            .as_deref()
+                            .unwrap_or("sk-ant-oat01-fake-token"),
+                    );
+                } else {
+                    set(
+                        "ANTHROPIC_API_KEY",
+                        options.api_key.as_deref().unwrap_or("sk-ant-fake-key"),
+                    );
+                }
                 // The one that matters: stops `HEAD /api/hello` and the DNS lookup of
                 // api.anthropic.com. The others are belt and braces.
                 set("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");

@@ -408,7 +408,10 @@ impl Decoder for AcpDecoder {
     }
 
     fn finish(self: Box<Self>, stderr: &str, exit: ExitStatus) -> SessionResult {
-        super::result::finish(*self, stderr, exit)
+        let rejected = self.tally.rejected.clone();
+        let mut r = super::result::finish(*self, stderr, exit);
+        crate::decode::settle_usage_limit(&mut r, rejected.as_ref());
+        r
     }
 
     fn connect(&mut self, launch: &crate::provider::LaunchContext<'_>) -> Vec<AgentEvent> {

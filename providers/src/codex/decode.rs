@@ -415,6 +415,9 @@ impl Decoder for CodexDecoder {
     }
 
     fn finish(self: Box<Self>, stderr: &str, exit: ExitStatus) -> SessionResult {
-        super::result::finish(*self, stderr, exit)
+        let rejected = self.tally.rejected.clone();
+        let mut r = super::result::finish(*self, stderr, exit);
+        crate::decode::settle_usage_limit(&mut r, rejected.as_ref());
+        r
     }
 }

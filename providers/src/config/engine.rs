@@ -173,6 +173,13 @@ pub struct RetryConfig {
     pub base_delay_ms: u64,
     /// Longest back-off delay, milliseconds (a reset time the CLI gives may be later).
     pub max_delay_ms: u64,
+    /// How often a task may park at its provider's usage limit in one invocation before
+    /// it fails with `usage_limit` (a limit that is still on after its reset parks it
+    /// again). 0: never park; a usage limit fails the task at once.
+    pub max_parks: u32,
+    /// How long a task parks when the CLI does not say when its usage limit resets,
+    /// seconds.
+    pub unknown_reset_secs: u64,
 }
 
 impl Default for RetryConfig {
@@ -181,6 +188,8 @@ impl Default for RetryConfig {
             max_attempts: 3,
             base_delay_ms: 2000,
             max_delay_ms: 120_000,
+            max_parks: 5,
+            unknown_reset_secs: 1800,
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 pub use simple::SimpleDecoder;
 pub use stdin::{STDIN_RECORD_KEY, StdinMessage, stdin_record};
-pub use tally::Tally;
+pub use tally::{Tally, settle_usage_limit};
 
 use crate::event::{AgentEvent, EventKind};
 use crate::provider::LaunchContext;

@@ -160,6 +160,7 @@ where
                 r.fail(k, m);
             }
         }
+        super::tally::settle_usage_limit(&mut r, self.tally.rejected.as_ref());
         r
     }
 }

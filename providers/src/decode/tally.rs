@@ -49,6 +49,9 @@ pub struct Tally {
     pub finals: u32,
     /// Usage given in [`EventKind::Usage`] events so far, by model (`None`: unnamed).
     pub reported: BTreeMap<Option<String>, CanonicalUsage>,
+    /// The last rate-limit state the CLI reported as `rejected`: its reset (Unix
+    /// seconds) and window, where given.
+    pub rejected: Option<(Option<i64>, Option<String>)>,
 }
 
 impl Tally {
@@ -133,8 +136,16 @@ impl Tally {
             | EventKind::Usage { .. }
             | EventKind::Plan { .. }
             | EventKind::Subtask { .. }
-            | EventKind::Hook { .. }
-            | EventKind::RateLimit { .. } => {}
+            | EventKind::Hook { .. } => {}
+            EventKind::RateLimit {
+                status,
+                resets_at,
+                limit_type,
+            } => {
+                if status == "rejected" {
+                    self.rejected = Some((*resets_at, limit_type.clone()));
+                }
+            }
         }
         if counts {
             self.recognized += 1;
@@ -314,5 +325,27 @@ fn set(slot: &mut Option<(ErrorKind, String)>, kind: ErrorKind, message: &str) {
             m.push_str(message);
         }
         None => *slot = Some((kind, message.to_owned())),
+    }
+}
+
+/// Makes a run that failed at a subscription's usage limit say so: `usage_limit` with
+/// its reset (see [`crate::shared::usage_limit`]), instead of the plain rate limit (or
+/// unknown failure) the vendor's classification found. `rejected` is the tally's.
+pub fn settle_usage_limit(r: &mut SessionResult, rejected: Option<&(Option<i64>, Option<String>)>) {
+    let candidate = matches!(
+        r.error_kind,
+        Some(ErrorKind::RateLimit | ErrorKind::Unknown | ErrorKind::UsageLimit)
+    );
+    if r.success || !candidate {
+        return;
+    }
+    let rejected = rejected.map(|(t, w)| (*t, w.as_deref()));
+    let text = r.error.as_deref().unwrap_or_default();
+    let local = jiff::tz::TimeZone::system();
+    if let Some(limit) =
+        crate::shared::usage_limit::detect(rejected, text, jiff::Timestamp::now(), &local)
+    {
+        r.error_kind = Some(ErrorKind::UsageLimit);
+        r.usage_limit = Some(limit);
     }
 }

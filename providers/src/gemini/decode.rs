@@ -348,7 +348,10 @@ impl Decoder for GeminiDecoder {
     }
 
     fn finish(self: Box<Self>, stderr: &str, exit: ExitStatus) -> SessionResult {
-        super::result::finish(*self, stderr, exit)
+        let rejected = self.tally.rejected.clone();
+        let mut r = super::result::finish(*self, stderr, exit);
+        crate::decode::settle_usage_limit(&mut r, rejected.as_ref());
+        r
     }
 }
 

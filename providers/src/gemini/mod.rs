@@ -144,6 +144,17 @@ impl AiCliProvider for GeminiProvider {
         Box::new(GeminiDecoder::new(self.clone(), ctx.clone()))
     }
 
+    /// Gemini saves a session once a model turn of it succeeded: a run whose only request
+    /// failed (a usage limit at the first request) left none to resume ("No previous
+    /// sessions found"), so its continuation is a new run.
+    fn resumable(&self, last: &crate::result::SessionResult) -> bool {
+        let no_turn = last.canonical_usage.request_count == 0
+            && last.canonical_usage.output_tokens == 0
+            && last.tool_calls == 0
+            && last.response.is_empty();
+        self.supports(crate::provider::Feature::Resume) && !no_turn
+    }
+
     /// Exit code 41, or Gemini's "Please set an Auth method" (or its other auth-setup
     /// refusals) on stderr.
     fn detect_auth_error(&self, stderr: &str, exit: ExitStatus) -> Option<String> {

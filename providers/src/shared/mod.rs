@@ -10,3 +10,4 @@ pub mod confine;
 pub mod errors;
 pub mod settings_home;
 pub mod text;
+pub mod usage_limit;

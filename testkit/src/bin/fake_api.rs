@@ -1,7 +1,7 @@
 //! `aicli-fake-api`: run one fake model API by hand and watch the requests.
 //!
 //! ```text
-//! aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS [--error-message TEXT] | --drop | --hang] [--log FILE]
+//! aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS [--error-message TEXT] | --limit SECS | --drop | --hang] [--log FILE]
 //! ```
 //!
 //! Prints the base URL and the env/args that point the vendor's CLI at it, then one line
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use aicli_testkit::{ErrorReply, FakeApi, Script, Vendor};
 
-const USAGE: &str = "usage: aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS [--error-message TEXT] | --drop | --hang] [--log FILE]";
+const USAGE: &str = "usage: aicli-fake-api <anthropic|openai|gemini> [--port N] [--text TEXT | --shell CMD | --mcp SERVER/TOOL | --error STATUS [--error-message TEXT] | --limit SECS | --drop | --hang] [--log FILE]";
 
 fn parse(args: &[String]) -> Result<(Vendor, u16, Script, Option<String>), String> {
     let vendor = args
@@ -58,6 +58,10 @@ fn parse(args: &[String]) -> Result<(Vendor, u16, Script, Option<String>), Strin
                 .then_quote_tool_result();
             }
             "--log" => log = Some(value.clone()),
+            "--limit" => {
+                let secs: u64 = value.parse().map_err(|e| format!("--limit: {e}"))?;
+                script = Script::usage_limit(Duration::from_secs(secs));
+            }
             "--error" => error = Some(value.parse().map_err(|e| format!("--error: {e}"))?),
             "--error-message" => error_message = Some(value.clone()),
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),

@@ -252,3 +252,87 @@ async fn unknown_paths_are_logged_404s() {
     assert_eq!(log[0].kind, RequestKind::Other);
     assert_eq!(log[0].status, 404);
 }
+
+/// A usage limit holds every request (the cursor stays) until its reset, in each vendor's
+/// shape with the reset counting down; the first request after it gets the next step.
+#[tokio::test]
+async fn a_usage_limit_answers_in_each_vendors_shape_until_its_reset() {
+    let limit = Duration::from_millis(1500);
+    for vendor in [Vendor::Anthropic, Vendor::OpenAi, Vendor::Gemini] {
+        let fake = FakeApi::start(vendor, Script::usage_limit(limit).then_text("after"))
+            .await
+            .unwrap();
+        assert!(fake.plays_subscription());
+        assert_eq!(
+            fake.wiring().env.contains_key("CLAUDE_CODE_OAUTH_TOKEN"),
+            vendor == Vendor::Anthropic
+        );
+        let url = match vendor {
+            Vendor::Anthropic => format!("{}/v1/messages?beta=true", fake.base_url()),
+            Vendor::OpenAi => format!("{}/v1/responses", fake.base_url()),
+            Vendor::Gemini => format!(
+                "{}/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+                fake.base_url()
+            ),
+        };
+        let body = json!({"model": "gemini-2.5-flash", "stream": true, "messages": [], "input": [], "contents": []});
+        let began = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        for _ in 0..2 {
+            let resp = post(&url, body.clone()).await;
+            assert_eq!(resp.status(), 429, "{vendor}");
+            let headers = resp.headers().clone();
+            let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+            assert!((1..=2).contains(&retry), "{vendor}: retry-after {retry}");
+            let v: Value = resp.json().await.unwrap();
+            match vendor {
+                Vendor::Anthropic => {
+                    assert_eq!(headers["anthropic-ratelimit-unified-status"], "rejected");
+                    assert_eq!(
+                        headers["anthropic-ratelimit-unified-representative-claim"],
+                        "five_hour"
+                    );
+                    let reset: u64 = headers["anthropic-ratelimit-unified-reset"]
+                        .to_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    assert!(reset >= began && reset <= began + 3, "{reset} vs {began}");
+                    assert_eq!(v["error"]["type"], "rate_limit_error");
+                }
+                Vendor::OpenAi => {
+                    assert_eq!(v["error"]["type"], "usage_limit_reached", "{v}");
+                    assert!(
+                        v["error"]["resets_in_seconds"].as_u64().unwrap() <= 2,
+                        "{v}"
+                    );
+                    assert!(v["error"]["resets_at"].as_u64().unwrap() >= began, "{v}");
+                }
+                Vendor::Gemini => {
+                    assert_eq!(v["error"]["status"], "RESOURCE_EXHAUSTED", "{v}");
+                    let details = v["error"]["details"].as_array().unwrap();
+                    assert!(
+                        details
+                            .iter()
+                            .any(|d| d["@type"] == "type.googleapis.com/google.rpc.RetryInfo"),
+                        "{v}"
+                    );
+                    assert!(
+                        v["error"]["message"]
+                            .as_str()
+                            .unwrap()
+                            .contains("Please retry in"),
+                        "{v}"
+                    );
+                }
+            }
+        }
+        tokio::time::sleep(limit).await;
+        let resp = post(&url, body.clone()).await;
+        assert_eq!(resp.status(), 200, "{vendor}: after the reset");
+        let steps: Vec<Option<usize>> = fake.model_requests().iter().map(|r| r.step).collect();
+        assert_eq!(steps, [Some(0), Some(0), Some(1)], "{vendor}");
+    }
+}

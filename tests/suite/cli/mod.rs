@@ -14,6 +14,7 @@ mod permissions;
 mod round3;
 mod round4;
 mod tools;
+mod usage_limit;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

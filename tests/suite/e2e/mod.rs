@@ -35,6 +35,7 @@ mod codex;
 mod commits;
 mod gemini;
 mod timing;
+mod usage_limit;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

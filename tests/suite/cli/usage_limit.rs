@@ -1,0 +1,141 @@
+//! A usage limit as a user meets it, through the binary with the real claude: a batch
+//! killed with SIGKILL while its task is parked keeps the reset in its record, and
+//! `aicli resume` waits out what is left of it before the session goes on; a reset after
+//! the task's timeout ends the task at once, as a timeout.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{Cli, assert_code, json_lines, kill_9, stderr};
+
+/// The only task's record of the only batch, once it exists.
+fn task_record(cli: &Cli, task: &str) -> Option<(String, Value)> {
+    let runs = cli.repo.path().join(".aicli/runs");
+    std::fs::read_dir(runs).ok()?.flatten().find_map(|e| {
+        let text =
+            std::fs::read_to_string(e.path().join("tasks").join(task).join("task.json")).ok()?;
+        let v: Value = serde_json::from_str(&text).ok()?;
+        Some((e.file_name().to_string_lossy().into_owned(), v))
+    })
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_parked_task_keeps_its_reset_across_a_kill_and_resume_goes_on_after_it() {
+    let cli = Cli::new();
+    let tasks = cli.file(
+        "tasks.json",
+        r#"{"provider": "claude", "tasks": [{"id": "p", "prompt": "Say done."}]}"#,
+    );
+    let mut child = cli
+        .command(&[
+            "batch",
+            tasks.to_str().expect("path"),
+            "--fake-api=limit:15",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("aicli batch");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (batch, parked) = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the task never parked: {:?}",
+            task_record(&cli, "p")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        if let Some((b, rec)) = task_record(&cli, "p")
+            && rec["state"] == "parked"
+        {
+            break (b, rec);
+        }
+    };
+    kill_9(&mut child);
+    let until = parked["parked"]["until_unix"]
+        .as_i64()
+        .expect("parked.until_unix");
+    assert!(until > unix_now(), "the reset is ahead: {parked}");
+    let session = parked["attempts"][0]["result"]["session_id"].clone();
+    assert!(session.is_string(), "{parked}");
+
+    // `runs show` says so while nobody runs it.
+    let out = cli.run(&["runs", "show", &batch]);
+    assert_code(&out, 0, "aicli runs show");
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        shown.contains("parked until") && shown.contains("claude five_hour limit"),
+        "{shown}"
+    );
+
+    // A new fake, with no limit: only the recorded reset holds the task back.
+    let out = cli.run(&[
+        "resume",
+        &batch,
+        "--fake-api=text:Done after the reset.",
+        "--json",
+    ]);
+    assert_code(&out, 0, "aicli resume");
+    let b = json_lines(&out)
+        .pop()
+        .unwrap_or_else(|| panic!("no result: {}", stderr(&out)));
+    let t = &b["tasks"][0];
+    assert_eq!(t["status"], "succeeded", "{t}");
+    assert_eq!(t["response"], "Done after the reset.", "{t}");
+    assert_eq!(t["continuation"]["mode"], "resume", "{t}");
+    assert_eq!(t["session_id"], session, "the parked session went on: {t}");
+    let (_, rec) = task_record(&cli, "p").expect("the record");
+    let attempts = rec["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 2, "{rec}");
+    assert_eq!(attempts[1]["kind"], "unpark", "{rec}");
+    let started = attempts[1]["started_at"].as_str().unwrap_or_default();
+    let started = humantime::parse_rfc3339_weak(started)
+        .expect("started_at")
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    assert!(
+        started >= until,
+        "the session went on at {started}, before the reset {until}"
+    );
+    assert!(rec.get("parked").is_none_or(Value::is_null), "{rec}");
+}
+
+#[test]
+fn a_reset_after_the_timeout_ends_the_task_at_once_as_a_timeout() {
+    let cli = Cli::new();
+    let began = Instant::now();
+    let out = cli.run(&[
+        "run",
+        "-p",
+        "claude",
+        "--fake-api=limit:3600",
+        "--timeout",
+        "120",
+        "--json",
+        "Say done.",
+    ]);
+    assert_code(&out, 20, "aicli run (timeout)");
+    assert!(
+        began.elapsed() < Duration::from_secs(100),
+        "it did not wait: {:?}",
+        began.elapsed()
+    );
+    let r = json_lines(&out)
+        .pop()
+        .unwrap_or_else(|| panic!("no result: {}", stderr(&out)));
+    assert_eq!(r["error_kind"], "timeout", "{r}");
+    let error = r["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("claude usage limit resets at")
+            && error.contains("after the task's timeout"),
+        "{error}"
+    );
+}
