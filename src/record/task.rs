@@ -535,3 +535,44 @@ mod tests {
         assert_eq!(rec.spent(), (0.25, true));
     }
 }
+
+#[cfg(test)]
+mod park_tests {
+    use super::*;
+    use aicli_providers::{ErrorKind, ResetSource, UsageLimit};
+    use std::time::Duration;
+
+    fn limited(resets_at: Option<i64>, window: Option<&str>) -> SessionResult {
+        let mut r = SessionResult::default();
+        r.fail(ErrorKind::UsageLimit, "You've hit your 5-hour limit");
+        r.usage_limit = Some(UsageLimit {
+            resets_at,
+            window: window.map(str::to_owned),
+            source: ResetSource::Field,
+        });
+        r
+    }
+
+    #[test]
+    fn a_usage_limit_parks_until_its_reset_and_says_so() {
+        let now = jiff::Timestamp::now().as_second();
+        let p = ParkRecord::of(&limited(Some(now + 3600), Some("five_hour")), Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("a park"));
+        assert_eq!(p.until_unix, now + 3600);
+        assert_eq!(p.until, jiff::Timestamp::from_second(now + 3600).map(|t| t.to_string()).unwrap_or_default());
+        let clock = local_clock(now + 3600);
+        assert_eq!(p.describe("claude"), format!("parked until {clock} (claude five_hour limit)"));
+        // No reset said: the configured wait; a reset in the past: now.
+        let p = ParkRecord::of(&limited(None, None), Duration::from_secs(60)).unwrap_or_else(|| panic!("a park"));
+        assert!((now + 59..=now + 61).contains(&p.until_unix), "{p:?}");
+        assert!(p.describe("codex").ends_with("(codex usage limit)"), "{}", p.describe("codex"));
+        let p = ParkRecord::of(&limited(Some(now - 100), None), Duration::from_secs(60)).unwrap_or_else(|| panic!("a park"));
+        assert!(p.until_unix >= now, "{p:?}");
+        // Any other failure does not park.
+        let mut r = SessionResult::default();
+        r.fail(ErrorKind::RateLimit, "slow down");
+        assert_eq!(ParkRecord::of(&r, Duration::from_secs(60)), None);
+        // Another day's reset names its date.
+        assert!(local_clock(now + 3 * 86_400).contains(' '), "{}", local_clock(now + 3 * 86_400));
+    }
+}
