@@ -153,6 +153,9 @@ pub struct DockerHostConfig {
     /// Client certificates for a TLS engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<DockerTls>,
+    /// How `ssh` reaches an `ssh://` engine beyond the user's own ssh configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<DockerSsh>,
     /// Whether the engine shares no filesystem with aicli: the worktree is uploaded and
     /// the work comes back as a git bundle. Default: `false` for `unix://`, else `true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -178,6 +181,25 @@ impl DockerHostConfig {
     pub fn is_remote(&self) -> bool {
         self.remote.unwrap_or(!self.url.starts_with("unix://"))
     }
+}
+
+/// The `ssh` options of an `ssh://` engine. aicli runs the system's `ssh` with
+/// `BatchMode=yes` (never a prompt) and `docker system dial-stdio` on the other side, so
+/// the remote account needs the `docker` CLI, and `DOCKER_HOST` there when its engine is
+/// not the default one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct DockerSsh {
+    /// The private key to log in with (`ssh -i`, and no other key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity_file: Option<PathBuf>,
+    /// The known-hosts file that holds the host's key (`UserKnownHostsFile`); the host
+    /// must be in it (`StrictHostKeyChecking=yes`). Default: ssh's own files and setting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub known_hosts: Option<PathBuf>,
+    /// An ssh configuration file instead of `~/.ssh/config` (`ssh -F`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<PathBuf>,
 }
 
 /// TLS client material for a Docker engine.
@@ -303,6 +325,23 @@ impl DockerConfig {
             if h.max_containers == Some(0) {
                 return Err((at("max_containers"), "must be at least 1".into()));
             }
+            if h.ssh.is_some() && !h.url.starts_with("ssh://") {
+                return Err((at("ssh"), format!("'{}' is not an ssh:// engine", h.url)));
+            }
+            if let Some(ssh) = &h.ssh {
+                for (field, path) in [
+                    ("identity_file", &ssh.identity_file),
+                    ("known_hosts", &ssh.known_hosts),
+                    ("config", &ssh.config),
+                ] {
+                    if let Some(p) = path.as_ref().filter(|p| !p.is_file()) {
+                        return Err((
+                            at(&format!("ssh.{field}")),
+                            format!("{} is not a file", p.display()),
+                        ));
+                    }
+                }
+            }
             if h.is_remote() && h.mcp_address.is_none() {
                 return Err((
                     at("mcp_address"),
@@ -340,6 +379,7 @@ mod tests {
             name: name.into(),
             url: url.into(),
             tls: None,
+            ssh: None,
             remote: None,
             max_containers: None,
             mcp_address: None,
@@ -384,6 +424,32 @@ mod tests {
         c.user = Some("1000:1000".into());
         c.cpus = -1.0;
         assert_eq!(c.check().map_err(|(p, _)| p), Err("cpus".to_owned()));
+    }
+
+    #[test]
+    fn ssh_options_belong_to_an_ssh_engine_and_name_files_that_exist() {
+        let mut c = DockerConfig::default();
+        let mut h = host("far", "tcp://10.0.0.2:2376");
+        h.mcp_address = Some("10.0.0.1".into());
+        h.ssh = Some(DockerSsh::default());
+        c.hosts = vec![h];
+        assert_eq!(
+            c.check().map_err(|(p, _)| p),
+            Err("hosts[0].ssh".to_owned())
+        );
+        c.hosts[0].url = "ssh://me@far:2222".into();
+        assert_eq!(c.check(), Ok(()));
+        c.hosts[0].ssh = Some(DockerSsh {
+            identity_file: Some("/nonexistent/id".into()),
+            ..DockerSsh::default()
+        });
+        assert_eq!(
+            c.check(),
+            Err((
+                "hosts[0].ssh.identity_file".to_owned(),
+                "/nonexistent/id is not a file".to_owned()
+            ))
+        );
     }
 
     #[test]

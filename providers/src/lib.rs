@@ -108,7 +108,7 @@ pub use config::{
     McpLimits, NotifyConfig, NotifyEvent, ProviderConfig,
 };
 pub use decode::{Decoder, ExitStatus, Line, STDIN_RECORD_KEY, StdinMessage, Tally};
-pub use docker_config::{DockerConfig, DockerHostConfig, DockerTls, RunnerKind};
+pub use docker_config::{DockerConfig, DockerHostConfig, DockerSsh, DockerTls, RunnerKind};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
 pub use mcp_tools::{InputSchema, McpToolConfig, McpUpstreamConfig};

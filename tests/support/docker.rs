@@ -21,6 +21,7 @@ pub fn local_host() -> DockerHostConfig {
         name: "local".into(),
         url: "unix:///var/run/docker.sock".into(),
         tls: None,
+        ssh: None,
         remote: None,
         max_containers: None,
         mcp_address: None,

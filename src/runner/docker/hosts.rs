@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use aicli_providers::{DockerConfig, DockerHostConfig, DockerTls};
+use aicli_providers::{DockerConfig, DockerHostConfig, DockerSsh, DockerTls};
 use bollard::Docker;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -55,7 +55,7 @@ impl Host {
             url: cfg.url.clone(),
             message,
         };
-        let docker = client(&cfg.url, cfg.tls.as_ref()).map_err(&at)?;
+        let docker = client(&cfg.url, cfg.tls.as_ref(), cfg.ssh.as_ref()).map_err(&at)?;
         let docker = docker
             .negotiate_version()
             .await
@@ -173,6 +173,7 @@ pub fn configured_hosts(
         remote: Some(!url.starts_with("unix://")).filter(|r| *r),
         url,
         tls,
+        ssh: None,
         max_containers: None,
         mcp_address: None,
         mcp_bind: None,
@@ -180,13 +181,13 @@ pub fn configured_hosts(
 }
 
 /// A client for `url` (unix, tcp/http, https or tcp with TLS material, ssh).
-fn client(url: &str, tls: Option<&DockerTls>) -> Result<Docker, String> {
+fn client(url: &str, tls: Option<&DockerTls>, ssh: Option<&DockerSsh>) -> Result<Docker, String> {
     let v = bollard::API_DEFAULT_VERSION;
     let t = REQUEST_TIMEOUT.as_secs();
     let docker = if let Some(path) = url.strip_prefix("unix://") {
         Docker::connect_with_unix(path, t, v)
     } else if url.starts_with("ssh://") {
-        Docker::connect_with_ssh(url, t, v, None)
+        return super::ssh::client(url, ssh, t);
     } else if let Some(tls) =
         tls.filter(|_| url.starts_with("tcp://") || url.starts_with("https://"))
     {
@@ -341,11 +342,11 @@ mod tests {
             key: "/nonexistent/key.pem".into(),
         };
         assert_eq!(
-            client("tcp://127.0.0.1:1", Some(&tls)).err(),
+            client("tcp://127.0.0.1:1", Some(&tls), None).err(),
             Some("TLS ca file /nonexistent/ca.pem does not exist".to_owned())
         );
-        assert!(client("https://127.0.0.1:1", None).is_err());
-        assert!(client("tcp://127.0.0.1:1", None).is_ok());
+        assert!(client("https://127.0.0.1:1", None, None).is_err());
+        assert!(client("tcp://127.0.0.1:1", None, None).is_ok());
         assert_eq!(
             first_host("172.17.0.0/16"),
             Some(IpAddr::from([172, 17, 0, 1]))

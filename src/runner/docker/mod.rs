@@ -32,6 +32,7 @@ pub mod leftovers;
 pub mod paths;
 pub mod placement;
 pub mod remote;
+mod ssh;
 pub mod tarball;
 
 pub use hosts::Host;

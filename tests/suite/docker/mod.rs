@@ -4,6 +4,7 @@
 //!
 //! `local.rs`: the fake CLI in containers on the local engine (workspace, scaffolding,
 //! cancel, timeout, leftovers); `remote.rs`: a second, strictly remote engine;
+//! `ssh.rs`: that engine behind a real sshd, as an `ssh://` engine;
 //! `clis.rs`: the three real CLIs in containers against the fake model APIs;
 //! `confined.rs`: what those CLIs can do from inside their containers (user,
 //! capabilities, writable places, the engine's socket, who owns their files);
@@ -24,5 +25,7 @@ mod mcp;
 mod prompt;
 mod remote;
 pub mod remote_engine;
+mod ssh;
+pub mod sshd;
 pub mod support;
 mod tools;

@@ -178,6 +178,7 @@ impl RemoteEngine {
             name: name.into(),
             url: self.url.clone(),
             tls: Some(self.tls.clone()),
+            ssh: None,
             remote: Some(true),
             max_containers: None,
             mcp_address: Some(self.gateway.to_string()),

@@ -229,6 +229,20 @@ impl DockerSetup {
         }
     }
 
+    /// Containers on `remote` only, reached through `sshd` (`ssh://`).
+    pub fn on_ssh(
+        local: Docker,
+        remote: Arc<super::remote_engine::RemoteEngine>,
+        sshd: &super::sshd::Sshd,
+    ) -> DockerSetup {
+        DockerSetup {
+            local,
+            hosts: vec![sshd.host("ssh")],
+            gateway: remote.gateway,
+            remote: Some(remote),
+        }
+    }
+
     /// The provider's image where the containers run.
     pub async fn prepare(&self, config: &AiCliConfig, provider: &str) {
         let tag = provider_image(&self.local, config, provider).await;
