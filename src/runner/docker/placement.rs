@@ -341,6 +341,11 @@ impl Placement for DockerPlacement {
         env.insert("PATH".to_owned(), self.spec.image_path.clone());
         env.entry("LANG".to_owned())
             .or_insert_with(|| "C.UTF-8".to_owned());
+        // This machine's time zone, so that a time the CLI prints in words (codex's "try
+        // again at 10:36 PM") means what aicli reads it as.
+        if let Some(zone) = jiff::tz::TimeZone::system().iana_name() {
+            env.entry("TZ".to_owned()).or_insert_with(|| zone.to_owned());
+        }
         env
     }
 
