@@ -213,6 +213,7 @@ impl Batch {
     /// The task's working directory (its worktree, made on its first attempt), with the
     /// hold on it that keeps `aicli worktrees prune` away.
     async fn place_worktree(&self, task: &mut TaskRun) -> Result<std::path::PathBuf, String> {
+        self.take_prepared(task).await;
         let dir = match &self.repo {
             None => return Ok(self.spec.repo.clone()),
             Some(repo) => {

@@ -28,6 +28,7 @@ mod new;
 mod notify;
 mod park;
 pub mod pool;
+mod prepare;
 mod recover;
 mod resolve;
 mod settle;
@@ -81,6 +82,8 @@ pub(crate) struct Batch {
     task_cancels: control::TaskCancels,
     /// The author of the work's commits, read from the repository once.
     author: tokio::sync::OnceCell<aicli_providers::CommitAuthor>,
+    /// Worktrees being made ahead of their tasks' first attempts.
+    prepared: prepare::Prepared,
 }
 
 /// What [`execute`] gives back: the batch's result from its records, and the results of
@@ -129,6 +132,7 @@ pub(crate) async fn execute(
         kept: Default::default(),
         task_cancels: Default::default(),
         author: tokio::sync::OnceCell::new(),
+        prepared: Default::default(),
     });
     let watching = CancellationToken::new();
     let watcher = tokio::spawn(control::watch(
@@ -250,22 +254,13 @@ impl PoolOwner<TaskRun> for Settler {
         self.batch.after_a_run()
     }
 
-    fn on_never_started(&mut self, mut task: TaskRun, _why: Control) {
+    fn on_never_started(&mut self, task: TaskRun, _why: Control) {
         let b = self.batch.clone();
-        if !b.budget.as_ref().is_some_and(|p| p.is_spent()) {
-            // Cancelled: a queued task is `interrupted` (with no attempt), as the tasks cut
-            // off are, so every view says the one word for what `aicli resume` finishes;
-            // a continuation's task (blocked, interrupted) stays as it was.
-            if task.rec.state == TaskState::Queued {
-                task.rec.state = TaskState::Interrupted;
-                if let Err(e) = b.record.write_task(&task.rec, crate::record::Write::Progress) {
-                    tracing::warn!(task = %task.id(), error = %e, "cannot record a task that never started as interrupted");
-                }
-            }
-            return;
-        }
-        self.settling
-            .spawn(async move { b.never_started_for_budget(task).await });
+        self.settling.spawn(b.never_started(task));
+    }
+
+    fn upcoming(&mut self, task: &TaskRun) {
+        self.batch.prepare(task);
     }
 }
 

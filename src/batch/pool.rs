@@ -81,6 +81,12 @@ pub trait PoolOwner<T: Send>: Send {
     ) -> Option<std::time::SystemTime>;
     /// An account's parallelism changed (lowered by a back-off, or grown back).
     fn on_parallelism(&mut self, account: &str, limit: usize, max: usize);
+    /// `task` waits near the head of the queue (among the next `max_parallel`): the
+    /// owner may prepare what its attempt needs first (its worktree), so that it starts
+    /// at once when its turn comes. Called again on later rounds; default: nothing.
+    fn upcoming(&mut self, task: &T) {
+        let _ = task;
+    }
 }
 
 /// The delay before attempt `attempt + 1`: `base * 2^(attempt-1)`, capped, with ±25%
@@ -333,6 +339,9 @@ pub async fn run<T, F, Fut>(
             for q in pool.queue.drain(..) {
                 owner.on_never_started(q.task, why);
             }
+        }
+        for q in pool.queue.iter().take(pool.max_parallel) {
+            owner.upcoming(&q.task);
         }
         if running.is_empty() && (pool.queue.is_empty() || pool.stop.is_some()) {
             break;

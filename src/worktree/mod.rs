@@ -22,7 +22,7 @@ mod cleanup;
 mod fast;
 mod placement;
 
-pub use placement::place_task;
+pub use placement::{place_task, prepare_task};
 
 /// The branch prefix of every branch aicli makes.
 pub const BRANCH_PREFIX: &str = "aicli/";

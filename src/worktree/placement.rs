@@ -4,9 +4,9 @@
 //! CLIs find a session from the directory it ran in): the same worktree while it is
 //! kept, its branch and work included, else a new worktree at the same path.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use super::{BRANCH_PREFIX, Repo};
+use super::{BRANCH_PREFIX, Repo, Worktree};
 use crate::record::{BatchSpec, SessionRun, TaskRecord};
 
 /// The worktree of batch `batch`'s task `task` in `repo`.
@@ -50,13 +50,30 @@ pub async fn place_task(
             ),
         }
     }
-    let branch = format!("{BRANCH_PREFIX}{}/{}", spec.batch_id, rec.task.id);
-    let wt = repo
-        .add_worktree(&branch, &path, &spec.base_ref)
-        .await
-        .map_err(|e| e.to_string())?;
+    let wt = new_worktree(repo, spec, &rec.task.id, &path).await?;
     rec.branch = Some(wt.branch);
     rec.worktree = Some(wt.path.clone());
     rec.base_commit = Some(wt.base);
     Ok(wt.path)
+}
+
+/// A new task's worktree made ahead of its first attempt (while earlier tasks run), for
+/// [`place_task`] to find: the same directory and branch it would make. One that aicli's
+/// death left unrecorded is taken over by the task's next attempt, as a worktree of an
+/// interrupted run is ([`Repo::add_worktree`] on an existing branch).
+pub async fn prepare_task(repo: &Repo, spec: &BatchSpec, task_id: &str) -> Result<Worktree, String> {
+    let path = task_worktree_path(repo, &spec.batch_id, task_id);
+    new_worktree(repo, spec, task_id, &path).await
+}
+
+async fn new_worktree(
+    repo: &Repo,
+    spec: &BatchSpec,
+    task_id: &str,
+    path: &Path,
+) -> Result<Worktree, String> {
+    let branch = format!("{BRANCH_PREFIX}{}/{task_id}", spec.batch_id);
+    repo.add_worktree(&branch, path, &spec.base_ref)
+        .await
+        .map_err(|e| e.to_string())
 }

@@ -18,6 +18,7 @@ mod mcp_upstreams;
 mod new_vendor;
 mod orphans;
 mod overlaps;
+mod prepared;
 mod private_modes;
 mod process;
 mod prompt_privacy;
