@@ -363,9 +363,18 @@ async fn in_a_container_every_end_of_a_run_leaves_nothing() {
         });
         let run_cancel = CancellationToken::new();
         if ending == Ending::Cancel {
+            // Once the victim runs (its MCP token granted: its container started), not
+            // after a fixed time a busy engine may not have started it by.
             let c = run_cancel.clone();
+            let n = noting.clone();
             tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(3)).await;
+                let deadline = std::time::Instant::now() + Duration::from_secs(60);
+                while !n.granted.lock().unwrap().contains_key("victim")
+                    && std::time::Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
                 c.cancel();
             });
         }
