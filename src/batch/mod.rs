@@ -221,7 +221,14 @@ impl PoolOwner<TaskRun> for Settler {
     }
 
     fn account(&self, task: &TaskRun) -> String {
-        task.rec.provider.clone()
+        let provider = &task.rec.provider;
+        self.batch
+            .engine
+            .config
+            .providers
+            .get(provider)
+            .and_then(|p| p.account.clone())
+            .unwrap_or_else(|| provider.clone())
     }
 
     fn parked_until(&self, task: &TaskRun) -> Option<std::time::SystemTime> {
@@ -239,9 +246,9 @@ impl PoolOwner<TaskRun> for Settler {
     }
 
     fn on_parallelism(&mut self, account: &str, limit: usize, max: usize) {
-        tracing::info!(provider = account, limit, max, "parallelism changed");
+        tracing::info!(account, limit, max, "parallelism changed");
         self.batch.live.send(BatchEvent::Parallelism {
-            provider: Arc::from(account),
+            account: Arc::from(account),
             limit,
             max,
         });

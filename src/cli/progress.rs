@@ -248,13 +248,13 @@ impl Display {
                 ));
             }
             BatchEvent::Parallelism {
-                provider,
+                account,
                 limit,
                 max,
             } => {
-                let _ = self
-                    .mp
-                    .println(format!("aicli: {provider}: parallelism {limit} of {max}"));
+                let _ = self.mp.println(format!(
+                    "aicli: {account} account: parallelism {limit} of {max}"
+                ));
             }
             BatchEvent::Parked {
                 task_id, status, ..

@@ -65,11 +65,11 @@ pub enum BatchEvent {
         /// "parked until 14:00 (claude five_hour limit)".
         status: String,
     },
-    /// A provider's parallelism changed: lowered by a back-off (transient 429/529), or
+    /// An account's parallelism changed: lowered by a back-off (transient 429/529), or
     /// grown back by one after as many successes.
     Parallelism {
-        /// The provider.
-        provider: Arc<str>,
+        /// The account (the providers' `account`, else the provider's name).
+        account: Arc<str>,
         /// Its tasks that may run at once from now on.
         limit: usize,
         /// The batch's parallelism, which it grows back to.

@@ -51,6 +51,11 @@ pub struct ProviderConfig {
     /// Per-task dollar limit when a task names none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_budget_usd: Option<f64>,
+    /// The vendor account its runs spend (default: the entry's name). Entries that name
+    /// the same account share its usage limits and back-offs: a task that meets the
+    /// account's usage limit parks every queued task of those entries with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
     /// Tools allowed without asking, added to each task's.
     #[serde(default)]
     pub allowed_tools: Vec<String>,
@@ -148,6 +153,7 @@ impl ProviderConfig {
             default_model: None,
             max_turns: None,
             max_budget_usd: None,
+            account: None,
             allowed_tools: Vec::new(),
             disallowed_tools: Vec::new(),
             permission_mode: default_permission_mode(),

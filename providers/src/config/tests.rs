@@ -39,6 +39,21 @@ fn a_new_entry_naming_an_adapter_inherits_its_defaults() {
     assert_eq!(p.adapter_name("claude-sonnet"), "claude");
     assert_eq!(p.default_model.as_deref(), Some("sonnet"));
     assert_eq!(p.binary_name, "claude");
+    // The same account as the CLI it runs: their usage limits are one.
+    assert_eq!(p.account.as_deref(), Some("anthropic"));
+}
+
+#[test]
+fn a_cli_and_its_acp_entry_spend_one_account() {
+    let c = AiCliConfig::builtin().unwrap_or_else(|e| panic!("{e}"));
+    for (a, b, account) in [
+        ("claude", "claude-acp", "anthropic"),
+        ("codex", "codex-acp", "openai"),
+        ("gemini", "gemini-acp", "google"),
+    ] {
+        assert_eq!(c.providers[a].account.as_deref(), Some(account), "{a}");
+        assert_eq!(c.providers[b].account.as_deref(), Some(account), "{b}");
+    }
 }
 
 #[test]
