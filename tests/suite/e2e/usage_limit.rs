@@ -107,18 +107,14 @@ async fn three_tasks_park_at_the_limit_and_finish_after_the_reset(cli: Cli) {
             }
         }
     }
-    let answered = t
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r.kind == RequestKind::Model && r.status == 200)
-        .count();
-    let refused = t
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r.kind == RequestKind::Model && r.status == 429)
-        .count();
+    let requests = t.fake.requests();
+    let with_status = |status: u16| {
+        requests
+            .iter()
+            .filter(|r| r.kind == RequestKind::Model && r.status == status)
+            .count()
+    };
+    let (answered, refused) = (with_status(200), with_status(429));
     assert_eq!(answered, 3, "one answer per task: {}", t.log());
     assert_eq!(
         refused,
