@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aicli_providers::ErrorKind;
+use aicli_providers::{AgentEvent, ErrorKind, EventKind};
 
 use super::continuation::{Next, Why};
 use super::{Batch, TaskRun};
@@ -54,6 +54,18 @@ impl Batch {
         task.persist(&self.record, Write::Progress).await;
         task.next = Next::continuing(&task.rec, Some(&outcome.result), &provider, Why::UsageLimit);
         tracing::info!(task = %task.id(), parks, "{status}");
+        // On the task's own stream too, in the words a wait before a session goes on has
+        // (`aicli run` counts it down; `--json` and the web view show it).
+        let secs = until
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+            .as_secs();
+        self.live.send(BatchEvent::Agent {
+            task_id: Arc::from(task.id()),
+            event: AgentEvent::synthetic(EventKind::Status {
+                status: format!("waiting {secs}s before continuing the session: {status}"),
+            }),
+        });
         self.live.send(BatchEvent::Parked {
             task_id: Arc::from(task.id()),
             provider: Arc::from(task.rec.provider.as_str()),

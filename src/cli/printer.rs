@@ -155,25 +155,8 @@ pub fn spawn(
                 }
                 Some(Err(crate::live::RecvError::Closed)) => break,
             };
-            let event = match ev {
-                BatchEvent::Agent { event, .. } => event,
-                // A usage limit: the wait until its reset, counted down like the others.
-                BatchEvent::Parked {
-                    until_unix, status, ..
-                } => {
-                    if let Some(w) = waiting.take() {
-                        w.finish();
-                    }
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_secs() as i64);
-                    let secs = (until_unix - now).max(0);
-                    waiting = Countdown::start(&format!(
-                        "waiting {secs}s before continuing the session: {status}"
-                    ));
-                    continue;
-                }
-                _ => continue,
+            let BatchEvent::Agent { event, .. } = ev else {
+                continue;
             };
             // The session goes on: the wait is over.
             if let Some(w) = waiting.take() {

@@ -47,6 +47,17 @@ async fn three_tasks_park_at_the_limit_and_finish_after_the_reset(cli: Cli) {
         })
         .collect();
     assert_eq!(parked.len(), 3, "one park per task: {parked:?}");
+    // Each task's own stream says it waits, in the words a countdown reads.
+    let waits = ran
+        .events
+        .iter()
+        .filter(|(_, e)| {
+            matches!(e, BatchEvent::Agent { event, .. } if matches!(&event.kind,
+                aicli::providers::EventKind::Status { status }
+                    if status.starts_with("waiting ") && status.contains("parked until")))
+        })
+        .count();
+    assert_eq!(waits, 3, "a status per park");
     assert!(
         parked
             .iter()
