@@ -52,6 +52,11 @@ impl TaskCancels {
         }
     }
 
+    /// Whether `task` was cancelled on its own.
+    pub(crate) fn is_cancelled(&self, task: &str) -> bool {
+        self.lock().cancelled.contains(task)
+    }
+
     /// Cancels `task`: its running attempt now, its next one before it starts.
     fn cancel(&self, task: &str) {
         let mut g = self.lock();

@@ -269,6 +269,10 @@ impl PoolOwner<TaskRun> for Settler {
     fn upcoming(&mut self, task: &TaskRun) {
         self.batch.prepare(task);
     }
+
+    fn withdrawn(&self, task: &TaskRun) -> bool {
+        self.batch.task_cancels.is_cancelled(task.id())
+    }
 }
 
 impl Batch {

@@ -87,6 +87,13 @@ pub trait PoolOwner<T: Send>: Send {
     fn upcoming(&mut self, task: &T) {
         let _ = task;
     }
+    /// Whether a queued task was withdrawn (cancelled on its own): it starts now, whatever
+    /// holds its account, so that its attempt ends it at once instead of at a usage
+    /// limit's reset hours later. Default: never.
+    fn withdrawn(&self, task: &T) -> bool {
+        let _ = task;
+        false
+    }
 }
 
 /// The delay before attempt `attempt + 1`: `base * 2^(attempt-1)`, capped, with ±25%
@@ -109,6 +116,9 @@ pub fn backoff_delay(
     }
     Duration::from_millis(ms)
 }
+
+/// How often a loop with held tasks looks for withdrawn ones.
+const WITHDRAWN_POLL: Duration = Duration::from_millis(500);
 
 fn wants_backoff(r: &SessionResult) -> bool {
     r.error_kind.is_some_and(|k| k.is_backoff())
@@ -165,8 +175,12 @@ impl<T: Send + 'static> Pool<T> {
     }
 
     /// The first queued task that may start now: its account neither held nor at its
-    /// parallelism (FIFO among the others).
-    fn next_startable(&mut self, now: tokio::time::Instant) -> Option<Queued<T>> {
+    /// parallelism (FIFO among the others), or a task `withdrawn`.
+    fn next_startable(
+        &mut self,
+        now: tokio::time::Instant,
+        withdrawn: &dyn Fn(&T) -> bool,
+    ) -> Option<Queued<T>> {
         for a in self.accounts.values_mut() {
             if a.hold.is_some_and(|h| now >= h) {
                 a.hold = None;
@@ -177,8 +191,19 @@ impl<T: Send + 'static> Pool<T> {
             accounts
                 .get(&q.account)
                 .is_none_or(|a| a.hold.is_none() && a.running < a.limit)
+                || withdrawn(&q.task)
         })?;
         self.queue.remove(i)
+    }
+
+    /// Whether a queued task waits for a hold (a back-off or a usage limit): the loop
+    /// then also looks for withdrawn tasks now and then.
+    fn holding(&self) -> bool {
+        self.queue.iter().any(|q| {
+            self.accounts
+                .get(&q.account)
+                .is_some_and(|a| a.hold.is_some())
+        })
     }
 
     /// When the earliest hold of a queued task's account ends.
@@ -319,7 +344,8 @@ pub async fn run<T, F, Fut>(
             pool.stop = Some(Control::CancelRunning);
         }
         while pool.stop.is_none() && running.len() < pool.max_parallel {
-            let Some(q) = pool.next_startable(tokio::time::Instant::now()) else {
+            let Some(q) = pool.next_startable(tokio::time::Instant::now(), &|t| owner.withdrawn(t))
+            else {
                 break;
             };
             pool.account(&q.account).running += 1;
@@ -346,7 +372,11 @@ pub async fn run<T, F, Fut>(
         if running.is_empty() && (pool.queue.is_empty() || pool.stop.is_some()) {
             break;
         }
-        let release = pool.next_release();
+        // While a task waits for a hold, a look for withdrawn ones twice a second.
+        let release = match (pool.next_release(), pool.holding()) {
+            (Some(h), true) => Some(h.min(tokio::time::Instant::now() + WITHDRAWN_POLL)),
+            (h, _) => h,
+        };
         let hold_sleep = async {
             match release {
                 Some(h) => tokio::time::sleep_until(h).await,

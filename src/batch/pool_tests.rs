@@ -18,6 +18,8 @@ struct Task {
 }
 
 struct Recorder {
+    /// Tasks withdrawn while queued (by index).
+    withdrawn: Arc<Mutex<Vec<usize>>>,
     ended: Vec<(usize, Option<ErrorKind>)>,
     retried: Vec<usize>,
     parks: Vec<(usize, u32)>,
@@ -28,6 +30,7 @@ struct Recorder {
 impl Recorder {
     fn new(park_for: Duration) -> Recorder {
         Recorder {
+            withdrawn: Arc::default(),
             ended: Vec::new(),
             retried: Vec::new(),
             parks: Vec::new(),
@@ -59,6 +62,9 @@ impl PoolOwner<Task> for Recorder {
     }
     fn on_parallelism(&mut self, account: &str, limit: usize, _: usize) {
         self.parallelism.push((account.to_owned(), limit));
+    }
+    fn withdrawn(&self, task: &Task) -> bool {
+        self.withdrawn.lock().unwrap().contains(&task.i)
     }
 }
 
@@ -206,6 +212,25 @@ async fn a_usage_limit_parks_the_task_and_its_account_then_the_session_goes_on_f
     assert!(started[2].2 >= 280, "the park lasted until the reset: {started:?}");
     assert_eq!(owner.parks, [(0, 1)]);
     assert!(owner.ended.iter().all(|(_, k)| k.is_none()), "{:?}", owner.ended);
+}
+
+#[tokio::test]
+async fn a_parked_task_withdrawn_starts_at_once_not_at_the_reset() {
+    let mut owner = Recorder::new(Duration::from_secs(600));
+    let withdrawn = owner.withdrawn.clone();
+    let mut limited = task(0, "a");
+    limited.limited_runs = 1;
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        withdrawn.lock().unwrap().push(0);
+    });
+    let began = std::time::Instant::now();
+    let started = run_pool(vec![limited], 1, &retry(1, 3), &mut owner, Duration::from_millis(5), |_, _| None).await;
+    // Its next attempt started within a poll of the withdrawal (its owner's attempt then
+    // ends it as cancelled), not ten minutes later.
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert!(began.elapsed() < Duration::from_secs(3), "{:?}", began.elapsed());
+    assert_eq!(owner.parks, [(0, 1)]);
 }
 
 #[tokio::test]

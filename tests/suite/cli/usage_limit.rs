@@ -139,3 +139,58 @@ fn a_reset_after_the_timeout_ends_the_task_at_once_as_a_timeout() {
         "{error}"
     );
 }
+
+#[test]
+fn a_parked_task_cancelled_on_its_own_ends_now_not_at_the_reset() {
+    let cli = Cli::new();
+    let tasks = cli.file(
+        "tasks.json",
+        r#"{"provider": "claude", "tasks": [{"id": "p", "prompt": "Say done."}]}"#,
+    );
+    let mut child = cli
+        .command(&[
+            "batch",
+            tasks.to_str().expect("path"),
+            "--fake-api=limit:600",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("aicli batch");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let batch = loop {
+        assert!(Instant::now() < deadline, "the task never parked");
+        std::thread::sleep(Duration::from_millis(100));
+        if let Some((b, rec)) = task_record(&cli, "p")
+            && rec["state"] == "parked"
+        {
+            break b;
+        }
+    };
+    let out = cli.run(&["cancel", &format!("{batch}/p")]);
+    assert_code(&out, 0, "aicli cancel");
+    let cancelled = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if cancelled.elapsed() > Duration::from_secs(30) {
+            kill_9(&mut child);
+            panic!("the batch still waits for the reset 30 s after the cancel");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        !status.success(),
+        "a cancelled task fails the batch: {status}"
+    );
+    let (_, rec) = task_record(&cli, "p").expect("the record");
+    assert_eq!(rec["state"], "failed", "{rec}");
+    let last = rec["attempts"]
+        .as_array()
+        .and_then(|a| a.last())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(last["result"]["error_kind"], "cancelled", "{rec}");
+    assert!(rec.get("parked").is_none_or(Value::is_null), "{rec}");
+}
