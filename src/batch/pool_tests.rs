@@ -25,6 +25,9 @@ struct Recorder {
     parks: Vec<(usize, u32)>,
     park_for: Duration,
     parallelism: Vec<(String, usize)>,
+    /// The task whose end stops the pool starting anything (a spent budget).
+    stop_after: Option<usize>,
+    never_started: Vec<usize>,
 }
 
 impl Recorder {
@@ -36,6 +39,8 @@ impl Recorder {
             parks: Vec::new(),
             park_for,
             parallelism: Vec::new(),
+            stop_after: None,
+            never_started: Vec::new(),
         }
     }
 }
@@ -47,9 +52,14 @@ impl PoolOwner<Task> for Recorder {
     }
     async fn on_done(&mut self, task: Task, o: RunOutcome) -> Control {
         self.ended.push((task.i, o.result.error_kind));
+        if self.stop_after == Some(task.i) {
+            return Control::StopStarting;
+        }
         Control::Continue
     }
-    fn on_never_started(&mut self, _: Task, _: Control) {}
+    fn on_never_started(&mut self, task: Task, _: Control) {
+        self.never_started.push(task.i);
+    }
     fn account(&self, task: &Task) -> String {
         task.account.to_owned()
     }
@@ -231,6 +241,29 @@ async fn a_parked_task_withdrawn_starts_at_once_not_at_the_reset() {
     assert_eq!(started.len(), 2, "{started:?}");
     assert!(began.elapsed() < Duration::from_secs(3), "{:?}", began.elapsed());
     assert_eq!(owner.parks, [(0, 1)]);
+}
+
+#[tokio::test]
+async fn a_parked_task_is_handed_back_at_once_when_the_pool_stops_starting() {
+    // Task 1 (another account) spends the budget: the pool starts nothing more, and the
+    // task parked for ten minutes comes back now, never started.
+    let mut owner = Recorder::new(Duration::from_secs(600));
+    owner.stop_after = Some(1);
+    let mut limited = task(0, "a");
+    limited.limited_runs = 1;
+    let began = std::time::Instant::now();
+    let started = run_pool(
+        vec![limited, task(1, "b")],
+        2,
+        &retry(1, 3),
+        &mut owner,
+        Duration::from_millis(50),
+        |_, _| None,
+    )
+    .await;
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert_eq!(owner.never_started, [0]);
+    assert!(began.elapsed() < Duration::from_secs(3), "{:?}", began.elapsed());
 }
 
 #[tokio::test]
