@@ -175,7 +175,7 @@ impl<T: Send + 'static> Pool<T> {
     }
 
     /// The first queued task that may start now: its account neither held nor at its
-    /// parallelism (FIFO among the others), or a task `withdrawn`.
+    /// parallelism (FIFO among the others), or a task of a held account `withdrawn`.
     fn next_startable(
         &mut self,
         now: tokio::time::Instant,
@@ -187,11 +187,11 @@ impl<T: Send + 'static> Pool<T> {
             }
         }
         let accounts = &self.accounts;
-        let i = self.queue.iter().position(|q| {
-            accounts
-                .get(&q.account)
-                .is_none_or(|a| a.hold.is_none() && a.running < a.limit)
-                || withdrawn(&q.task)
+        let i = self.queue.iter().position(|q| match accounts.get(&q.account) {
+            None => true,
+            Some(a) if a.hold.is_none() => a.running < a.limit,
+            // Held (a back-off, a usage limit): only a withdrawn task goes now.
+            Some(_) => withdrawn(&q.task),
         })?;
         self.queue.remove(i)
     }
