@@ -196,16 +196,6 @@ impl<T: Send + 'static> Pool<T> {
         self.queue.remove(i)
     }
 
-    /// Whether a queued task waits for a hold (a back-off or a usage limit): the loop
-    /// then also looks for withdrawn tasks now and then.
-    fn holding(&self) -> bool {
-        self.queue.iter().any(|q| {
-            self.accounts
-                .get(&q.account)
-                .is_some_and(|a| a.hold.is_some())
-        })
-    }
-
     /// When the earliest hold of a queued task's account ends.
     fn next_release(&self) -> Option<tokio::time::Instant> {
         self.queue
@@ -373,10 +363,9 @@ pub async fn run<T, F, Fut>(
             break;
         }
         // While a task waits for a hold, a look for withdrawn ones twice a second.
-        let release = match (pool.next_release(), pool.holding()) {
-            (Some(h), true) => Some(h.min(tokio::time::Instant::now() + WITHDRAWN_POLL)),
-            (h, _) => h,
-        };
+        let release = pool
+            .next_release()
+            .map(|h| h.min(tokio::time::Instant::now() + WITHDRAWN_POLL));
         let hold_sleep = async {
             match release {
                 Some(h) => tokio::time::sleep_until(h).await,

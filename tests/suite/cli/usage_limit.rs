@@ -3,21 +3,41 @@
 //! `aicli resume` waits out what is left of it before the session goes on; a reset after
 //! the task's timeout ends the task at once, as a timeout.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::{Cli, assert_code, json_lines, kill_9, stderr};
+use crate::suite::support::{batch_id, task_record, task_state, wait_for_batch};
 
-/// The only task's record of the only batch, once it exists.
-fn task_record(cli: &Cli, task: &str) -> Option<(String, Value)> {
-    let runs = cli.repo.path().join(".aicli/runs");
-    std::fs::read_dir(runs).ok()?.flatten().find_map(|e| {
-        let text =
-            std::fs::read_to_string(e.path().join("tasks").join(task).join("task.json")).ok()?;
-        let v: Value = serde_json::from_str(&text).ok()?;
-        Some((e.file_name().to_string_lossy().into_owned(), v))
-    })
+/// `aicli batch` of one claude task `p` against a fake whose account is over its usage
+/// limit for `secs`, once the task is parked: the process, the batch's directory, the
+/// task's record then.
+fn parked_batch(cli: &Cli, secs: u32) -> (std::process::Child, PathBuf, Value) {
+    let tasks = cli.file(
+        "tasks.json",
+        r#"{"provider": "claude", "tasks": [{"id": "p", "prompt": "Say done."}]}"#,
+    );
+    let child = cli
+        .command(&[
+            "batch",
+            tasks.to_str().expect("path"),
+            &format!("--fake-api=limit:{secs}"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("aicli batch");
+    let batch = wait_for_batch(
+        &cli.repo.path().join(".aicli/runs"),
+        Duration::from_secs(90),
+        Duration::from_millis(100),
+        "the task never parked",
+        |b| task_state(b, "p").as_deref() == Some("parked"),
+    );
+    let rec = task_record(&batch, "p").expect("the parked task's record");
+    (child, batch, rec)
 }
 
 fn unix_now() -> i64 {
@@ -30,34 +50,8 @@ fn unix_now() -> i64 {
 #[test]
 fn a_parked_task_keeps_its_reset_across_a_kill_and_resume_goes_on_after_it() {
     let cli = Cli::new();
-    let tasks = cli.file(
-        "tasks.json",
-        r#"{"provider": "claude", "tasks": [{"id": "p", "prompt": "Say done."}]}"#,
-    );
-    let mut child = cli
-        .command(&[
-            "batch",
-            tasks.to_str().expect("path"),
-            "--fake-api=limit:15",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("aicli batch");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let (batch, parked) = loop {
-        assert!(
-            Instant::now() < deadline,
-            "the task never parked: {:?}",
-            task_record(&cli, "p")
-        );
-        std::thread::sleep(Duration::from_millis(100));
-        if let Some((b, rec)) = task_record(&cli, "p")
-            && rec["state"] == "parked"
-        {
-            break (b, rec);
-        }
-    };
+    let (mut child, batch_dir, parked) = parked_batch(&cli, 15);
+    let batch = batch_id(&batch_dir);
     kill_9(&mut child);
     let until = parked["parked"]["until_unix"]
         .as_i64()
@@ -91,7 +85,7 @@ fn a_parked_task_keeps_its_reset_across_a_kill_and_resume_goes_on_after_it() {
     assert_eq!(t["response"], "Done after the reset.", "{t}");
     assert_eq!(t["continuation"]["mode"], "resume", "{t}");
     assert_eq!(t["session_id"], session, "the parked session went on: {t}");
-    let (_, rec) = task_record(&cli, "p").expect("the record");
+    let rec = task_record(&batch_dir, "p").expect("the record");
     let attempts = rec["attempts"].as_array().expect("attempts");
     assert_eq!(attempts.len(), 2, "{rec}");
     assert_eq!(attempts[1]["kind"], "unpark", "{rec}");
@@ -143,30 +137,8 @@ fn a_reset_after_the_timeout_ends_the_task_at_once_as_a_timeout() {
 #[test]
 fn a_parked_task_cancelled_on_its_own_ends_now_not_at_the_reset() {
     let cli = Cli::new();
-    let tasks = cli.file(
-        "tasks.json",
-        r#"{"provider": "claude", "tasks": [{"id": "p", "prompt": "Say done."}]}"#,
-    );
-    let mut child = cli
-        .command(&[
-            "batch",
-            tasks.to_str().expect("path"),
-            "--fake-api=limit:600",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("aicli batch");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let batch = loop {
-        assert!(Instant::now() < deadline, "the task never parked");
-        std::thread::sleep(Duration::from_millis(100));
-        if let Some((b, rec)) = task_record(&cli, "p")
-            && rec["state"] == "parked"
-        {
-            break b;
-        }
-    };
+    let (mut child, batch_dir, _) = parked_batch(&cli, 600);
+    let batch = batch_id(&batch_dir);
     let out = cli.run(&["cancel", &format!("{batch}/p")]);
     assert_code(&out, 0, "aicli cancel");
     let cancelled = Instant::now();
@@ -184,7 +156,7 @@ fn a_parked_task_cancelled_on_its_own_ends_now_not_at_the_reset() {
         !status.success(),
         "a cancelled task fails the batch: {status}"
     );
-    let (_, rec) = task_record(&cli, "p").expect("the record");
+    let rec = task_record(&batch_dir, "p").expect("the record");
     assert_eq!(rec["state"], "failed", "{rec}");
     let last = rec["attempts"]
         .as_array()
