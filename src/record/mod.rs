@@ -28,6 +28,7 @@ pub(crate) mod beneath;
 mod control;
 pub mod files;
 mod lock;
+mod park;
 mod task;
 
 use std::path::{Path, PathBuf};
@@ -38,9 +39,10 @@ pub use batch::{BatchResult, BatchSpec, BatchSummary, Overlap, OverlapWith, Task
 pub use control::ControlRequest;
 pub use lock::TaskLock;
 pub use task::{
-    AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, LandHow, LandRecord, ParkRecord,
-    SetupStep, TaskRecord, TaskState, local_clock,
+    AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, LandHow, LandRecord, SetupStep,
+    TaskRecord, TaskState,
 };
+pub use park::{ParkRecord, local_clock};
 
 use crate::util::{create_private_dirs, ensure_private_dir, write_json_atomic};
 
