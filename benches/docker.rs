@@ -9,7 +9,8 @@
 //!    `gemini` against the fake model API (listening on the bridge gateway, reached
 //!    directly by the local CLI and as `host.docker.internal` from the container), each
 //!    through the whole engine (worktree, MCP server, run record), from `TaskStarted` to
-//!    the CLI's first line and to `TaskFinished`: local process, then container.
+//!    the CLI's first line and to `TaskFinished`: local process, then container (with the
+//!    egress allowlist, the default), then container with `egress.enabled` off.
 //! 2. **Throughput**: TASKS tiny tasks at PARALLEL at once, `aicli-fake-cli` replaying
 //!    Claude's `text` transcript with 20 ms per line, started by the Claude adapter (its
 //!    argv, the prompt on stdin), as local processes and in containers (the fake CLI
@@ -150,14 +151,26 @@ async fn first_event(
     wiring_for("x").write_files(&dirs.home).unwrap();
     let mut rows = Vec::new();
     let mut means = Vec::new();
-    for (runner, host) in [
-        (RunnerKind::Local, gateway.to_string()),
-        (RunnerKind::Docker, "host.docker.internal".to_owned()),
+    for (label, runner, host, egress) in [
+        ("local", RunnerKind::Local, gateway.to_string(), true),
+        (
+            "container",
+            RunnerKind::Docker,
+            "host.docker.internal".to_owned(),
+            true,
+        ),
+        (
+            "container, egress off",
+            RunnerKind::Docker,
+            "host.docker.internal".to_owned(),
+            false,
+        ),
     ] {
         let wiring = wiring_for(&host);
         let mut config = AiCliConfig::builtin().unwrap();
         config.engine.runner = runner;
         config.engine.docker.hosts = vec![local_host()];
+        config.engine.docker.egress.enabled = egress;
         {
             let p = config.providers.get_mut(provider).unwrap();
             p.binary_path = Some(aicli_testkit::installed_cli(vendor).unwrap());
@@ -201,17 +214,23 @@ async fn first_event(
         }
         means.push((mean(&firsts), mean(&totals)));
         rows.push(format!(
-            "| {provider} | {runner} | {:.0} | {:.0} |",
+            "| {provider} | {label} | {:.0} | {:.0} |",
             mean(&firsts),
             mean(&totals)
         ));
     }
     let (lf, lt) = means[0];
     let (df, dt) = means[1];
+    let (of, ot) = means[2];
     rows.push(format!(
-        "| {provider} | container − local | +{:.0} | +{:.0} |",
+        "| {provider} | container − local | {:+.0} | {:+.0} |",
         df - lf,
         dt - lt
+    ));
+    rows.push(format!(
+        "| {provider} | egress on − off | {:+.0} | {:+.0} |",
+        df - of,
+        dt - ot
     ));
     fake.shutdown().await;
     rows

@@ -86,9 +86,10 @@ pub struct DockerConfig {
     pub cpus: f64,
     /// Most processes per container (0: none).
     pub pids_limit: i64,
-    /// The container network (`bridge`: the engine's default bridge, through which the
-    /// container reaches aicli's MCP server). `none` cuts the container off entirely,
-    /// aicli's MCP server and the model API included.
+    /// The container network when `egress` is off (`bridge`: the engine's default
+    /// bridge, through which the container reaches aicli's MCP server; `none` cuts the
+    /// container off entirely, aicli's MCP server and the model API included), and on a
+    /// remote engine.
     pub network_mode: String,
     /// The user the CLI runs as in the container (`uid:gid`; never root). Absent: on a
     /// local engine the owner of the task's worktree (so files it writes stay the user's),
@@ -101,6 +102,9 @@ pub struct DockerConfig {
     /// whose base lacks it); `~/.cache/aicli/debs` when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deb_cache: Option<PathBuf>,
+    /// What a container may reach: aicli's MCP server, and the allowed hosts through
+    /// aicli's proxy (see [`crate::egress_config`]).
+    pub egress: crate::egress_config::EgressConfig,
 }
 
 impl Default for DockerConfig {
@@ -116,6 +120,7 @@ impl Default for DockerConfig {
             network_mode: "bridge".to_owned(),
             user: None,
             deb_cache: None,
+            egress: crate::egress_config::EgressConfig::default(),
         }
     }
 }
@@ -277,6 +282,7 @@ impl DockerConfig {
         if self.network_mode.trim().is_empty() {
             return Err(("network_mode".into(), "must not be empty".into()));
         }
+        self.egress.check()?;
         if let Some(u) = &self.user
             && !valid_user(u)
         {

@@ -18,6 +18,7 @@
 //! | `config/provider` | [`ProviderConfig`]: one provider entry and its defaults |
 //! | `config/engine` | [`EngineConfig`]: the `engine` section (limits, retries, the MCP server and its [`McpLimits`], env, cgroups) |
 //! | [`docker_config`] | [`RunnerKind`] and the `engine.docker` section (engines, images, limits) |
+//! | [`egress_config`] | `engine.docker.egress`: the containers' egress allowlist |
 //! | [`event`] | the normalized [`AgentEvent`] model (every event keeps its raw line) |
 //! | [`usage`] | [`CanonicalUsage`], prices, cost estimation |
 //! | [`task`] | [`TaskSpec`], the vendor-neutral task |
@@ -90,6 +91,7 @@ pub mod codex;
 pub mod config;
 pub mod decode;
 pub mod docker_config;
+pub mod egress_config;
 pub mod error;
 pub mod event;
 pub mod gemini;
@@ -109,6 +111,7 @@ pub use config::{
 };
 pub use decode::{Decoder, ExitStatus, Line, STDIN_RECORD_KEY, StdinMessage, Tally};
 pub use docker_config::{DockerConfig, DockerHostConfig, DockerSsh, DockerTls, RunnerKind};
+pub use egress_config::{EgressConfig, HostPattern};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
 pub use mcp_tools::{InputSchema, McpToolConfig, McpUpstreamConfig};

@@ -52,6 +52,7 @@ impl Batch {
                 charged_usd: None,
             }),
             setup: Vec::new(),
+            egress_denied: Vec::new(),
         });
         task.rec.state = TaskState::Running;
         task.rec.parked = None;
@@ -126,6 +127,7 @@ impl Batch {
             a.argv = outcome.argv.clone();
             a.budget = outcome.budget;
             a.setup = std::mem::take(&mut outcome.setup);
+            a.egress_denied = std::mem::take(&mut outcome.egress_denied);
             a.place = outcome.place.clone();
         }
         task.rec.state = state;

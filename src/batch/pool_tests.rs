@@ -92,6 +92,7 @@ fn outcome(kind: Option<ErrorKind>) -> RunOutcome {
         started: true,
         budget: None,
         setup: Vec::new(),
+        egress_denied: Vec::new(),
         scaffold: Vec::new(),
     }
 }

@@ -201,6 +201,9 @@ fn show(store: &RunStore, id: &str, json_out: bool) -> anyhow::Result<ExitCode> 
             for c in calls.iter().filter(|c| c.attempt == at.attempt) {
                 outln!("    mcp {}", call_line(c));
             }
+            for d in &at.egress_denied {
+                outln!("    egress {}", d.line());
+            }
         }
         for ans in &t.answers {
             outln!(

@@ -167,13 +167,13 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 }
 
 /// When a connection last moved a byte (ms since it was made).
-struct Activity {
+pub(crate) struct Activity {
     born: tokio::time::Instant,
     last_ms: AtomicU64,
 }
 
 impl Activity {
-    fn new() -> Activity {
+    pub(crate) fn new() -> Activity {
         Activity {
             born: tokio::time::Instant::now(),
             last_ms: AtomicU64::new(0),
@@ -186,7 +186,7 @@ impl Activity {
     }
 
     /// Resolves once no byte has moved for `idle`.
-    async fn idle_for(&self, idle: Duration) {
+    pub(crate) async fn idle_for(&self, idle: Duration) {
         loop {
             let last = self.born + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
             let deadline = last + idle;
@@ -199,9 +199,9 @@ impl Activity {
 }
 
 /// A socket that notes every byte read or written.
-struct Tracked<T> {
-    inner: T,
-    activity: Arc<Activity>,
+pub(crate) struct Tracked<T> {
+    pub(crate) inner: T,
+    pub(crate) activity: Arc<Activity>,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {

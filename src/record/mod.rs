@@ -26,6 +26,7 @@
 mod batch;
 pub(crate) mod beneath;
 mod control;
+mod egress;
 pub mod files;
 mod lock;
 mod park;
@@ -37,6 +38,7 @@ use aicli_providers::SessionResult;
 
 pub use batch::{BatchResult, BatchSpec, BatchSummary, Overlap, OverlapWith, TaskCost, TaskGist};
 pub use control::ControlRequest;
+pub use egress::EgressDenial;
 pub use lock::TaskLock;
 pub use task::{
     AnswerRecord, AttemptBudget, AttemptKind, AttemptRecord, LandHow, LandRecord, SetupStep,

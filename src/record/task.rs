@@ -137,6 +137,9 @@ pub struct AttemptRecord {
     /// container's Engine API calls), in order; empty for a local process.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub setup: Vec<SetupStep>,
+    /// The connections its container was refused by the egress proxy, per host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_denied: Vec<super::EgressDenial>,
 }
 
 impl AttemptRecord {
@@ -167,6 +170,7 @@ impl AttemptRecord {
             result: Some(result),
             budget: None,
             setup: Vec::new(),
+            egress_denied: Vec::new(),
         }
     }
 }
@@ -412,6 +416,7 @@ mod tests {
             result: Some(result),
             budget: None,
             setup: Vec::new(),
+            egress_denied: Vec::new(),
         }
     }
 

@@ -57,6 +57,8 @@ pub(crate) struct Closed {
     pub finish_error: Option<String>,
     /// The runner's timed steps.
     pub steps: Vec<crate::record::SetupStep>,
+    /// What the run's egress proxy refused.
+    pub egress_denied: Vec<crate::record::EgressDenial>,
     /// What the run laid out for its CLI ([`super::scaffold::Scaffold::laid_out`]).
     pub scaffold: Vec<PathBuf>,
 }
@@ -119,6 +121,9 @@ impl RunGuards {
             .placement
             .as_deref_mut()
             .ok_or_else(|| NotStarted::new(ErrorKind::Unknown, "internal: the run has no place"))?;
+        if let Some(t) = &self.token {
+            placement.agent_port(t.port);
+        }
         let handle = placement
             .start(cmd, out)
             .await
@@ -164,12 +169,14 @@ impl RunGuards {
         let mut place = None;
         let mut finish_error = None;
         let mut steps = Vec::new();
+        let mut egress_denied = Vec::new();
         if let Some(mut p) = self.placement.take() {
             place = Some(p.describe());
             if let Err(e) = p.finish().await {
                 finish_error = Some(e.to_string());
             }
             steps = p.steps();
+            egress_denied = p.egress_denied();
         }
         self.private_dir.remove();
         let budget = self
@@ -183,6 +190,7 @@ impl RunGuards {
             budget,
             finish_error,
             steps,
+            egress_denied,
             scaffold: self.scaffold.laid_out().to_vec(),
         }
     }

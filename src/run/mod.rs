@@ -159,6 +159,8 @@ pub struct RunOutcome {
     pub budget: Option<AttemptBudget>,
     /// The runner's timed steps (a container's Engine API calls).
     pub setup: Vec<crate::record::SetupStep>,
+    /// The connections the run's container was refused by the egress proxy.
+    pub egress_denied: Vec<crate::record::EgressDenial>,
     /// What the run laid out for its CLI (MCP configs, links, the IDE lockfile),
     /// removed when it ended: never part of the task's work.
     pub scaffold: Vec<PathBuf>,
@@ -190,6 +192,7 @@ impl RunOutcome {
             started: false,
             budget: None,
             setup: Vec::new(),
+            egress_denied: Vec::new(),
             scaffold: Vec::new(),
         }
     }
@@ -256,6 +259,7 @@ pub(crate) async fn run(spec: RunSpec, io: RunIo) -> RunOutcome {
         started: closed.started,
         budget: closed.budget,
         setup: closed.steps,
+        egress_denied: closed.egress_denied,
         scaffold: closed.scaffold,
     }
 }

@@ -224,6 +224,17 @@ pub trait Placement: Send + Sync + std::fmt::Debug {
     fn steps(&mut self) -> Vec<crate::record::SetupStep> {
         Vec::new()
     }
+
+    /// The port of aicli's MCP server the run's token was granted on (told before
+    /// [`Placement::start`] when the run has one): a placement that carries the CLI's
+    /// MCP traffic itself needs it.
+    fn agent_port(&mut self, _port: u16) {}
+
+    /// The connections its egress proxy refused, taken after [`Placement::finish`];
+    /// none where the run has no proxy.
+    fn egress_denied(&mut self) -> Vec<crate::record::EgressDenial> {
+        Vec::new()
+    }
 }
 
 /// A started run.

@@ -236,6 +236,10 @@ impl AiCliConfig {
                     format!("'{f}' must be a relative path inside the home directory"),
                 ));
             }
+            for (i, h) in p.egress_hosts.iter().enumerate() {
+                crate::egress_config::HostPattern::parse(h)
+                    .map_err(|e| invalid(format!("providers.{name}.egress_hosts[{i}]"), e))?;
+            }
             if p.binary_name.trim().is_empty() {
                 return Err(invalid(
                     format!("providers.{name}.binary_name"),

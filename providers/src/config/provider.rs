@@ -56,6 +56,11 @@ pub struct ProviderConfig {
     /// account's usage limit parks every queued task of those entries with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
+    /// The hosts its CLI talks to (the model API, its login's token endpoint), which a
+    /// container reaches through aicli's egress proxy: `host` (port 443), `host:port` or
+    /// `host:*`. The hosts of the base URLs aicli gives the CLI are allowed on top.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_hosts: Vec<String>,
     /// Tools allowed without asking, added to each task's.
     #[serde(default)]
     pub allowed_tools: Vec<String>,
@@ -154,6 +159,7 @@ impl ProviderConfig {
             max_turns: None,
             max_budget_usd: None,
             account: None,
+            egress_hosts: Vec::new(),
             allowed_tools: Vec::new(),
             disallowed_tools: Vec::new(),
             permission_mode: default_permission_mode(),

@@ -88,12 +88,14 @@ fn reader(rx: ByteStream) -> impl tokio::io::AsyncRead + Unpin {
 impl ContainerHandle {
     /// Attaches to the created container `container`, starts it, writes `stdin`'s text
     /// (then closes it, unless it stays open for a two-way run), and reads its output
-    /// into `out`'s reader and tail.
+    /// into `out`'s reader and tail. `peer`: the address its MCP requests come from,
+    /// when the placement knows it (else the container's own, asked of the engine).
     pub async fn start(
         container: Arc<Container>,
         stdin: ContainerStdin,
         out: OutputOptions,
         stop_allowance: Duration,
+        peer: Option<IpAddr>,
         steps: &mut Steps,
     ) -> Result<ContainerHandle, String> {
         let docker = &container.docker;
@@ -113,9 +115,14 @@ impl ContainerHandle {
             .map_err(|e| format!("cannot start container {id}: {e}"))?;
         // Asked after the start, so "not running" can only mean "exited".
         let (waiter, exit_rx) = wait_for_exit(docker, &id);
-        let peer = steps
-            .time("inspect (peer address)", peer_address(docker, &id))
-            .await;
+        let peer = match peer {
+            Some(p) => Some(p),
+            None => {
+                steps
+                    .time("inspect (peer address)", peer_address(docker, &id))
+                    .await
+            }
+        };
         let mut readers = vec![waiter];
         // The stdout record is shared with a two-way run's stdin writer, which puts its
         // messages between the CLI's lines, as for a local process.

@@ -36,6 +36,9 @@ pub struct Host {
     /// The IP `host.docker.internal` names inside its containers (`host-gateway` for a
     /// local engine).
     pub alias_target: String,
+    /// A local engine's bridge gateway (an address of this machine, what
+    /// `host.docker.internal` names); `None` for a remote engine.
+    pub gateway: Option<IpAddr>,
     /// Most aicli containers at once.
     pub capacity: usize,
     /// Free places (a permit per running container of this process).
@@ -75,7 +78,7 @@ impl Host {
             };
             by_cpu.min(by_mem).max(1)
         });
-        let (reach, alias_target) = if remote {
+        let (reach, alias_target, gateway) = if remote {
             let address = cfg.mcp_address.clone().ok_or_else(|| {
                 at("a remote engine needs mcp_address (the address its containers reach aicli's machine under)".into())
             })?;
@@ -101,11 +104,17 @@ impl Host {
                     restrict_to_peer: false,
                 },
                 alias,
+                None,
             )
         } else {
-            let gateway = bridge_gateway(&docker, &limits.network_mode)
-                .await
-                .map_err(&at)?;
+            // With the egress allowlist a container has no network: `host.docker.internal`
+            // then means the default bridge's gateway to the proxy.
+            let network = if limits.egress.enabled {
+                "bridge"
+            } else {
+                &limits.network_mode
+            };
+            let gateway = bridge_gateway(&docker, network).await.map_err(&at)?;
             let bind = match &cfg.mcp_bind {
                 Some(b) => b
                     .parse::<IpAddr>()
@@ -123,6 +132,7 @@ impl Host {
                     restrict_to_peer: limits.network_mode != "host",
                 },
                 "host-gateway".to_owned(),
+                Some(gateway),
             )
         };
         tracing::info!(host = %cfg.name, url = %cfg.url, %version, remote, capacity, mcp = %reach.url_host, "docker engine connected");
@@ -132,6 +142,7 @@ impl Host {
             remote,
             reach,
             alias_target,
+            gateway,
             capacity,
             slots: Arc::new(Semaphore::new(capacity)),
             version,

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `hosts` | connecting to engines (`DOCKER_HOST` schemes), capacity, how containers reach aicli, choosing the engine with the most free room |
 //! | `placement` | [`placement::DockerPlacement`]: one run's container (mounts or upload, limits, labels, user, removal) |
+//! | `egress` | the allowlist: a container with no network, aicli's proxy and MCP server reached through sockets |
 //! | `handle` | the started container as a [`RunHandle`](crate::runner::RunHandle): live stdout/stderr, exit code, signals |
 //! | `paths` | this machine's paths as the container sees them |
 //! | `idmap` | uid-mapped mounts: the container's unprivileged user in directories root owns |
@@ -23,6 +24,7 @@ use async_trait::async_trait;
 
 use super::{PlaceRequest, Placement, Runner, RunnerError};
 
+pub mod egress;
 pub mod handle;
 pub mod hosts;
 pub mod idmap;
@@ -365,7 +367,21 @@ impl Runner for DockerRunner {
         let scratch = req
             .private_dir
             .with_file_name(format!("{}-{}-transfer", req.task_id, req.attempt));
-        tracing::info!(task = %req.task_id, host = %host.name, %image, user = ?user, "placed in a container");
+        let egress = host
+            .gateway
+            .filter(|_| self.config.egress.enabled)
+            .map(|gateway| egress::Plan {
+                patterns: req
+                    .provider
+                    .config()
+                    .egress_hosts
+                    .iter()
+                    .chain(&self.config.egress.allow)
+                    .cloned()
+                    .collect(),
+                aliases: vec![(hosts::HOST_ALIAS.to_owned(), gateway)],
+            });
+        tracing::info!(task = %req.task_id, host = %host.name, %image, user = ?user, egress = egress.is_some(), "placed in a container");
         Ok(Box::new(placement::DockerPlacement::new(
             placement::PlacementSpec {
                 host,
@@ -382,6 +398,7 @@ impl Runner for DockerRunner {
                 scratch,
                 cleanups: self.cleanups.clone(),
                 steps,
+                egress,
             },
         )))
     }

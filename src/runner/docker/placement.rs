@@ -26,12 +26,14 @@ use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::egress::Egress;
 use super::handle::{Container, ContainerHandle, ContainerStdin};
 use super::hosts::{HOST_ALIAS, Host};
 use super::labels::Labelled;
 use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE};
 use super::{DockerError, idmap, remote};
 use crate::proc::spawn::OutputOptions;
+use crate::record::EgressDenial;
 use crate::runner::{AgentReach, Placement, RunHandle, RunnerError};
 
 /// Variables of a local run's environment that name this machine (its paths, its user)
@@ -91,6 +93,9 @@ pub struct PlacementSpec {
     pub cleanups: tokio_util::task::TaskTracker,
     /// The steps timed so far (placing it), and those to come.
     pub steps: crate::runner::Steps,
+    /// The egress allowlist's plan (a local engine with `egress.enabled`): the container
+    /// gets no network, and aicli's proxy and MCP server through sockets.
+    pub egress: Option<super::egress::Plan>,
 }
 
 /// A run in a container (see the module docs).
@@ -99,6 +104,14 @@ pub struct DockerPlacement {
     spec: PlacementSpec,
     map: PathMap,
     container: Option<Arc<Container>>,
+    /// How the CLI reaches aicli's MCP server.
+    reach: AgentReach,
+    /// The MCP server's port the run's token was granted on.
+    agent_port: Option<u16>,
+    /// The run's proxy, while it runs.
+    egress: Option<Egress>,
+    /// What the proxy refused (once it stopped).
+    denied: Vec<EgressDenial>,
 }
 
 impl DockerPlacement {
@@ -109,10 +122,26 @@ impl DockerPlacement {
             (spec.private_dir.as_path(), PRIVATE),
             (spec.task_home.as_path(), HOME),
         ]);
+        // Behind the egress proxy the MCP server is on the container's own loopback (a
+        // forwarder to this run's socket), and the run's requests reach it from a
+        // loopback address of the run's own: its token works from there only.
+        let reach = if spec.egress.is_some() {
+            AgentReach {
+                url_host: "127.0.0.1".to_owned(),
+                bind: std::net::IpAddr::from([127, 0, 0, 1]),
+                restrict_to_peer: true,
+            }
+        } else {
+            spec.host.reach.clone()
+        };
         DockerPlacement {
             spec,
             map,
             container: None,
+            reach,
+            agent_port: None,
+            egress: None,
+            denied: Vec::new(),
         }
     }
 
@@ -193,21 +222,33 @@ impl DockerPlacement {
         }
         argv.push(self.map.rewrite(&cmd.program.display().to_string()));
         argv.extend(cmd.args.iter().map(|a| self.map.rewrite(a)));
-        let env: Vec<String> = cmd
+        let mut env: Vec<String> = cmd
             .env
             .iter()
             .filter(|(k, _)| !cmd.env_remove.contains(k))
             .map(|(k, v)| format!("{k}={}", self.map.rewrite(v)))
             .collect();
         let l = &s.limits;
+        let mut network_mode = l.network_mode.clone();
+        let mut extra_hosts = Some(vec![format!("{HOST_ALIAS}:{}", s.host.alias_target)]);
+        if let Some(e) = &self.egress {
+            argv = e.wrap(argv);
+            env.retain(|kv| {
+                let k = kv.split('=').next().unwrap_or_default();
+                !Egress::env().iter().any(|(e, _)| e == k)
+            });
+            env.extend(Egress::env().into_iter().map(|(k, v)| format!("{k}={v}")));
+            network_mode = "none".to_owned();
+            extra_hosts = None;
+        }
         let mut host_config = HostConfig {
             init: Some(true),
-            network_mode: Some(l.network_mode.clone()),
+            network_mode: Some(network_mode),
             // The engine's default seccomp profile stays; no capability at all (the CLIs
             // run as an unprivileged user and were measured to need none).
             security_opt: Some(vec!["no-new-privileges".to_owned()]),
             cap_drop: Some(vec!["ALL".to_owned()]),
-            extra_hosts: Some(vec![format!("{HOST_ALIAS}:{}", s.host.alias_target)]),
+            extra_hosts,
             ..HostConfig::default()
         };
         if l.memory_mb > 0 {
@@ -325,7 +366,7 @@ impl Placement for DockerPlacement {
     }
 
     fn agent_reach(&self) -> Option<&AgentReach> {
-        Some(&self.spec.host.reach)
+        Some(&self.reach)
     }
 
     fn env(&self, inherited: &BTreeMap<String, String>) -> BTreeMap<String, String> {
@@ -388,6 +429,15 @@ impl Placement for DockerPlacement {
                 .give_access(&name, &mut dirs)
                 .map_err(|e| self.err(e))?;
             self.spec.steps.push("give access (uid-mapped mounts)", access_started);
+            if let Some(plan) = &self.spec.egress {
+                let e = Egress::start(plan, cmd, self.agent_port).map_err(|e| {
+                    self.err(DockerError::Work(format!(
+                        "cannot start the run's egress proxy: {e}"
+                    )))
+                })?;
+                dirs.push(e.bind());
+                self.egress = Some(e);
+            }
         }
         let body = self.body(cmd, &dirs).map_err(|e| self.err(e))?;
         let create_started = std::time::Instant::now();
@@ -441,6 +491,7 @@ impl Placement for DockerPlacement {
             stdin_of(cmd),
             out,
             allowance,
+            self.egress.as_ref().map(Egress::peer),
             &mut self.spec.steps,
         )
         .await;
@@ -457,6 +508,14 @@ impl Placement for DockerPlacement {
 
     fn steps(&mut self) -> Vec<crate::record::SetupStep> {
         self.spec.steps.take()
+    }
+
+    fn agent_port(&mut self, port: u16) {
+        self.agent_port = Some(port);
+    }
+
+    fn egress_denied(&mut self) -> Vec<EgressDenial> {
+        std::mem::take(&mut self.denied)
     }
 
     async fn finish(&mut self) -> Result<(), RunnerError> {
@@ -497,6 +556,9 @@ impl Placement for DockerPlacement {
             if result.is_ok() {
                 result = Err(self.err(e));
             }
+        }
+        if let Some(mut e) = self.egress.take() {
+            self.denied = e.stop();
         }
         result
     }

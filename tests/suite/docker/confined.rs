@@ -93,12 +93,26 @@ fn assert_confined(text: &str, wt: &Path, owner: (u32, u32)) {
         field(text, "mount ").is_some_and(|m| m.contains("tmpfs")),
         "/tmp is not a tmpfs:\n{text}"
     );
-    // Sockets the CLI made itself (claude's in /tmp) are its own; any other one, and any
-    // engine socket or port, is within reach of the engine.
+    // Sockets the CLI made itself (claude's in /tmp) are its own, and aicli's two egress
+    // sockets (its proxy, its MCP server) are the container's ways out; any other one,
+    // and any engine socket or port, is within reach of the engine.
     let mine = format!("socket {uid} ");
+    let egress = |l: &str| {
+        l.ends_with(" /aicli-egress/proxy.sock") || l.ends_with(" /aicli-egress/mcp.sock")
+    };
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("socket ") && egress(l))
+            .count(),
+        2,
+        "aicli's egress sockets:\n{text}"
+    );
     let sockets: Vec<&str> = text
         .lines()
-        .filter(|l| (l.starts_with("socket ") && !l.starts_with(&mine)) || l.starts_with("engine-"))
+        .filter(|l| {
+            (l.starts_with("socket ") && !l.starts_with(&mine) && !egress(l))
+                || l.starts_with("engine-")
+        })
         .collect();
     assert!(sockets.is_empty(), "within reach: {sockets:?}\n{text}");
     assert!(text.lines().any(|l| l == "made"), "{text}");

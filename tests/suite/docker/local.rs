@@ -109,8 +109,9 @@ async fn a_run_in_a_container_works_in_the_worktree_and_leaves_nothing() {
             "home and private directory",
             "create container",
             "attach",
+            // No "inspect (peer address)": behind the egress allowlist the run's MCP
+            // requests come from the loopback address aicli gave its socket.
             "start",
-            "inspect (peer address)",
             "remove container"
         ],
         "{:#?}",

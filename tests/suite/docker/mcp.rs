@@ -1,6 +1,6 @@
-//! aicli's MCP server as containers see it: reachable on the bridge with the task's own
-//! token; another task's (live) token is refused; the server is not reachable on any
-//! other address of this machine.
+//! aicli's MCP server as containers see it: reachable (through the run's socket with the
+//! egress allowlist, on the bridge without) with the task's own token; another task's
+//! (live) token is refused; the server is not reachable on any other address.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -68,27 +68,50 @@ req() {
   exec 3>&-
 }
 port=${AICLI_MCP_URL##*:}; port=${port%%/*}
+host=${AICLI_MCP_URL#*://}; host=${host%%:*}
 if [ -n "$PROBE_OTHERS" ]; then
   for _ in $(seq 1 200); do [ -s /workspace/.other-token ] && break; sleep 0.1; done
-  req own host.docker.internal "$port" "$AICLI_MCP_TOKEN"
-  req other-task host.docker.internal "$port" "$(cat /workspace/.other-token)"
+  req own "$host" "$port" "$AICLI_MCP_TOKEN"
+  req other-task "$host" "$port" "$(cat /workspace/.other-token)"
   req own-on-$OTHER_ADDRESS "$OTHER_ADDRESS" "$port" "$AICLI_MCP_TOKEN"
-  req own-on-loopback 127.0.0.1 "$port" "$AICLI_MCP_TOKEN"
+  req own-on-elsewhere "$ELSEWHERE" "$port" "$AICLI_MCP_TOKEN"
 else
   sleep 5
 fi
 "#;
 
+/// With the egress allowlist the MCP server is on the container's loopback (through its
+/// run's socket), and the bridge gateway is out of reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_cannot_use_another_tasks_token_nor_another_address() {
-    let Some(docker) = support::local_engine("a_container_cannot_use_another_tasks_token").await
+    tokens_and_addresses(true).await;
+}
+
+/// Without it the MCP server is on the bridge gateway, and the container's loopback is
+/// its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_bridge_a_container_cannot_use_another_tasks_token_nor_another_address() {
+    tokens_and_addresses(false).await;
+}
+
+async fn tokens_and_addresses(egress: bool) {
+    let Some(docker) = support::local_engine(&format!(
+        "a_container_cannot_use_another_tasks_token_{egress}"
+    ))
+    .await
     else {
         return;
     };
     let image = support::fake_cli_image(&docker).await;
     let other = other_address().expect("a non-loopback address of this machine");
+    let elsewhere = if egress {
+        support::bridge_gateway().await.to_string()
+    } else {
+        "127.0.0.1".to_owned()
+    };
     let repo = git_repo();
-    let config = docker_config(vec![local_host()], &image);
+    let mut config = docker_config(vec![local_host()], &image);
+    config.engine.docker.egress.enabled = egress;
     let mut opts = McpServerOptions::from_config(&config, repo.path());
     opts.allowed_hosts
         .extend(aicli::runner::docker::container_hosts(
@@ -113,6 +136,7 @@ async fn a_container_cannot_use_another_tasks_token_nor_another_address() {
             BTreeMap::from([
                 ("PROBE_OTHERS".into(), "1".into()),
                 ("OTHER_ADDRESS".into(), other.to_string()),
+                ("ELSEWHERE".into(), elsewhere.clone()),
             ])
         } else {
             BTreeMap::new()
@@ -167,7 +191,7 @@ async fn a_container_cannot_use_another_tasks_token_nor_another_address() {
         lines.contains(&format!("own-on-{other} refused").as_str()),
         "{out}"
     );
-    assert!(lines.contains(&"own-on-loopback refused"), "{out}");
+    assert!(lines.contains(&"own-on-elsewhere refused"), "{out}");
     support::assert_no_container(&docker, &batch.batch_id).await;
     assert_eq!(server.live_tokens(), 0);
 }

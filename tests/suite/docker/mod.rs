@@ -12,12 +12,14 @@
 //! stdin and the environment a container gets; `images.rs`: `aicli image build` and
 //! `aicli doctor` on the engine; `tools.rs`: task-scoped MCP tools called from a
 //! container; `budget.rs`: the batch budget with runs in containers; `acp.rs`: the real
-//! ACP agents in containers, stdin open both ways.
+//! ACP agents in containers, stdin open both ways; `egress.rs`: the egress allowlist
+//! from inside each real CLI's container.
 
 mod acp;
 mod budget;
 pub mod clis;
 mod confined;
+mod egress;
 mod fake_api;
 mod images;
 mod local;

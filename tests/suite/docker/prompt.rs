@@ -188,15 +188,19 @@ async fn the_prompt_goes_in_on_stdin_and_the_env_is_the_base_minus_host_paths() 
         );
         assert_eq!(hc["NanoCpus"], 1_500_000_000_i64, "{task}");
         assert_eq!(hc["PidsLimit"], 300, "{task}");
-        assert_eq!(hc["NetworkMode"], "bridge", "{task}");
-        assert_eq!(hc["Init"], true, "{task}");
-        assert_eq!(hc["SecurityOpt"], serde_json::json!(["no-new-privileges"]));
+        // The egress allowlist: no network; aicli's proxy and MCP server through the
+        // run's sockets, the CLI started behind their forwarder.
+        assert_eq!(hc["NetworkMode"], "none", "{task}");
+        assert!(hc["ExtraHosts"].is_null(), "{task}: {hc:#}");
         assert!(
-            hc["ExtraHosts"]
-                .to_string()
-                .contains("host.docker.internal:"),
+            hc["Binds"].as_array().is_some_and(|b| b
+                .iter()
+                .any(|b| b.as_str().is_some_and(|b| b.ends_with(":/aicli-egress")))),
             "{task}: {hc:#}"
         );
+        assert_eq!(i["Config"]["Cmd"][0], "/bin/sh", "{task}: {cmd}");
+        assert_eq!(hc["Init"], true, "{task}");
+        assert_eq!(hc["SecurityOpt"], serde_json::json!(["no-new-privileges"]));
         assert_eq!(i["Config"]["OpenStdin"], true, "{task}");
         assert_eq!(i["Config"]["StdinOnce"], true, "{task}");
         let whole = i.to_string();

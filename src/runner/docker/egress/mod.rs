@@ -1,0 +1,224 @@
+//! A container's only ways out: aicli's MCP server and aicli's egress proxy.
+//!
+//! With `engine.docker.egress.enabled` (the default) a local engine's container runs
+//! with `--network none`: it has loopback and nothing else. For each run aicli binds two
+//! unix sockets in a directory of its own and bind-mounts that directory into the
+//! container:
+//!
+//! - `proxy.sock`: an HTTP proxy ([`proxy`]) that lets through the run's allowlist
+//!   ([`allow`]) and records every refusal in the attempt's record;
+//! - `mcp.sock`: spliced to aicli's MCP server on loopback, from a loopback address of
+//!   the run's own (`127.x.y.z`), which the run's MCP token is restricted to: a container
+//!   holding another task's token cannot use it.
+//!
+//! In the container a small forwarder (`forward.js`, run by the image's `node`) listens
+//! on `127.0.0.1:3128` and on the MCP server's port and carries each connection to its
+//! socket; the CLI starts once both listen, with `HTTP(S)_PROXY` naming the first and
+//! its MCP URL the second. A connection that bypasses the proxy has nowhere to go.
+//!
+//! A remote engine cannot mount this machine's sockets: its containers keep
+//! `network_mode` (see the docs).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use aicli_providers::CommandSpec;
+use tokio::net::{TcpStream, UnixListener};
+use tokio_util::sync::CancellationToken;
+
+use crate::record::EgressDenial;
+
+pub mod allow;
+mod proxy;
+
+/// Where the sockets' directory is in the container.
+pub const MOUNT: &str = "/aicli-egress";
+/// The proxy's port on the container's loopback.
+pub const PROXY_PORT: u16 = 3128;
+/// The file the forwarder creates once it listens (the container's `/tmp` is its own).
+const READY: &str = "/tmp/.aicli-egress-ready";
+/// The forwarder.
+const FORWARD_JS: &str = include_str!("forward.js");
+/// What runs first in the container: the forwarder in the background, then, once it
+/// listens, the CLI (`exec`, so the CLI is the process the engine signals).
+const WRAPPER: &str = r#"js=$1; shift
+fwd=
+while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do fwd="$fwd $1"; shift; done
+shift
+command -v node >/dev/null 2>&1 || { echo "aicli: the image has no node on its PATH, which the egress forwarder needs (or set engine.docker.egress.enabled to false)" >&2; exit 127; }
+node -e "$js" $fwd </dev/null >/dev/null &
+fwd_pid=$!
+i=0
+while [ ! -e /tmp/.aicli-egress-ready ]; do
+  kill -0 "$fwd_pid" 2>/dev/null || { echo "aicli: the egress forwarder exited before it listened" >&2; exit 125; }
+  i=$((i+1))
+  [ "$i" -gt 1000 ] && { echo "aicli: the egress forwarder did not listen within 10 s" >&2; exit 125; }
+  sleep 0.01
+done
+exec "$@"
+"#;
+
+/// What a placement's proxy allows, decided when the run is placed.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The provider's `egress_hosts` and the config's `egress.allow`.
+    pub patterns: Vec<String>,
+    /// Names resolved here (`host.docker.internal` and the bridge gateway it names).
+    pub aliases: Vec<(String, IpAddr)>,
+}
+
+/// A run's proxy and MCP socket, live until [`Egress::stop`] (or drop).
+#[derive(Debug)]
+pub struct Egress {
+    dir: tempfile::TempDir,
+    shared: Arc<proxy::Shared>,
+    stop: CancellationToken,
+    mcp_port: Option<u16>,
+    peer: IpAddr,
+}
+
+/// A loopback address no other run of this process has (127.1.0.1 and on; the whole of
+/// 127/8 is this machine's loopback).
+fn next_peer() -> IpAddr {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed) % (0xff_ffff - 0x1_0000);
+    IpAddr::V4(Ipv4Addr::from(0x7f01_0001 + n))
+}
+
+impl Egress {
+    /// Binds the run's sockets and serves them: the proxy with `plan` and the URLs of
+    /// `cmd`, MCP spliced to `127.0.0.1:mcp_port` when the run has a token.
+    pub fn start(plan: &Plan, cmd: &CommandSpec, mcp_port: Option<u16>) -> std::io::Result<Egress> {
+        // Short: a unix socket's path has at most 107 bytes.
+        let base = Path::new("/tmp");
+        let dir = tempfile::Builder::new()
+            .prefix("aicli-egress-")
+            .tempdir_in(if base.is_dir() { base.to_path_buf() } else { std::env::temp_dir() })?;
+        // The container's user (another uid) must reach the sockets; they are no more
+        // than this machine's loopback already offers its users.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+        let bind = |name: &str| -> std::io::Result<UnixListener> {
+            let path = dir.path().join(name);
+            let l = UnixListener::bind(&path)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+            Ok(l)
+        };
+        let shared = Arc::new(proxy::Shared {
+            allow: allow::Allowlist::new(&plan.patterns, cmd),
+            aliases: plan.aliases.clone(),
+            denials: Mutex::new(Vec::new()),
+        });
+        let stop = CancellationToken::new();
+        let peer = next_peer();
+        tokio::spawn(proxy::serve(bind("proxy.sock")?, shared.clone(), stop.clone()));
+        if let Some(port) = mcp_port {
+            tokio::spawn(splice(bind("mcp.sock")?, peer, port, stop.clone()));
+        }
+        Ok(Egress {
+            dir,
+            shared,
+            stop,
+            mcp_port,
+            peer,
+        })
+    }
+
+    /// The address the run's MCP requests come from.
+    pub fn peer(&self) -> IpAddr {
+        self.peer
+    }
+
+    /// The directory to bind-mount: (this machine's, the container's).
+    pub fn bind(&self) -> (PathBuf, String) {
+        (self.dir.path().to_path_buf(), MOUNT.to_owned())
+    }
+
+    /// `argv` behind the forwarder.
+    pub fn wrap(&self, argv: Vec<String>) -> Vec<String> {
+        let mut out = vec![
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            WRAPPER.to_owned(),
+            "aicli-egress".to_owned(),
+            FORWARD_JS.to_owned(),
+            READY.to_owned(),
+            PROXY_PORT.to_string(),
+            format!("{MOUNT}/proxy.sock"),
+        ];
+        if let Some(port) = self.mcp_port {
+            out.extend([port.to_string(), format!("{MOUNT}/mcp.sock")]);
+        }
+        out.push("--".to_owned());
+        out.extend(argv);
+        out
+    }
+
+    /// The variables that send the CLI's requests (and its tools': curl, git, npm, pip)
+    /// through the proxy, and loopback (its MCP server) around it.
+    pub fn env() -> Vec<(String, String)> {
+        let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
+        let local = "127.0.0.1,localhost,::1".to_owned();
+        let mut v = Vec::new();
+        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            v.push((k.to_owned(), proxy.clone()));
+        }
+        for k in ["NO_PROXY", "no_proxy"] {
+            v.push((k.to_owned(), local.clone()));
+        }
+        // Node's own fetch (the CLIs' model requests) reads the variables only when told.
+        v.push(("NODE_USE_ENV_PROXY".to_owned(), "1".to_owned()));
+        v
+    }
+
+    /// Stops serving; returns what was refused.
+    pub fn stop(&mut self) -> Vec<EgressDenial> {
+        self.stop.cancel();
+        self.shared
+            .denials
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Egress {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Carries each connection of `listener` to aicli's MCP server on `127.0.0.1:port`, from
+/// `peer`.
+async fn splice(listener: UnixListener, peer: IpAddr, port: u16, stop: CancellationToken) {
+    loop {
+        let mut conn = tokio::select! {
+            a = listener.accept() => match a {
+                Ok((s, _)) => s,
+                Err(_) => continue,
+            },
+            () = stop.cancelled() => return,
+        };
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let server = async {
+                let s = tokio::net::TcpSocket::new_v4()?;
+                s.bind(SocketAddr::new(peer, 0))?;
+                s.connect(SocketAddr::from(([127, 0, 0, 1], port))).await
+            };
+            let mut server: TcpStream = match server.await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, %peer, port, "egress: cannot reach aicli's MCP server");
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut conn, &mut server) => {}
+                () = stop.cancelled() => {}
+            }
+        });
+    }
+}
