@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use crate::providers::AiCliConfig;
 use crate::runner::DockerRunner;
-use crate::runner::docker::leftovers;
+use crate::runner::docker::{egress, leftovers};
 use anyhow::Context;
 use clap::Subcommand;
 
@@ -38,28 +38,36 @@ pub async fn run(
                 .into_iter()
                 .map(|(_, c)| c)
                 .collect();
+            let proxies = egress::list();
             if json_out {
-                println!("{}", serde_json::to_string_pretty(&found)?);
-            } else if found.is_empty() {
+                let v = serde_json::json!({"containers": found, "egress_proxies": proxies});
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            if found.is_empty() {
                 println!("no aicli containers");
-            } else {
-                for c in &found {
-                    println!(
-                        "{} on {}: {} · task {}/{} (attempt {}, {}) · {}",
-                        c.name,
-                        c.host,
-                        c.state,
-                        c.labels.batch_id,
-                        c.labels.task_id,
-                        c.labels.attempt,
-                        c.labels.provider,
-                        if c.owner_alive {
-                            "its aicli is running"
-                        } else {
-                            "its aicli is gone: `aicli containers prune` removes it"
-                        }
-                    );
-                }
+            }
+            for c in &found {
+                println!(
+                    "{} on {}: {} · task {}/{} (attempt {}, {}) · {} old · {}",
+                    c.name,
+                    c.host,
+                    c.state,
+                    c.labels.batch_id,
+                    c.labels.task_id,
+                    c.labels.attempt,
+                    c.labels.provider,
+                    age(c.created),
+                    owner_words(Some(&c.labels.owner), c.owner_alive)
+                );
+            }
+            for p in &proxies {
+                println!(
+                    "egress proxy {} · {} old · {}",
+                    p.dir.display(),
+                    age(p.created),
+                    owner_words(p.owner.as_deref(), p.owner_alive)
+                );
             }
         }
         Some(ContainersAction::Prune { all }) => {
@@ -92,4 +100,29 @@ pub async fn bridge_address(config: &AiCliConfig) -> anyhow::Result<std::net::Ip
         .or_else(|| runner.hosts().first())
         .map(|h| h.reach.bind)
         .context("no Docker engine is connected")
+}
+
+/// How long ago `unix` (seconds) was, to the second.
+fn age(unix: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let secs = (now - unix).max(0) as u64;
+    humantime::format_duration(std::time::Duration::from_secs(secs)).to_string()
+}
+
+/// Whose it is (`host:pid:start` as `aicli pid 123 on host`) and whether that aicli runs.
+fn owner_words(owner: Option<&str>, alive: bool) -> String {
+    let who = owner
+        .and_then(|o| {
+            let mut p = o.rsplitn(3, ':');
+            let (_, pid, host) = (p.next()?, p.next()?, p.next()?);
+            Some(format!("aicli pid {pid} on {host}"))
+        })
+        .unwrap_or_else(|| "an unknown aicli".to_owned());
+    if alive {
+        format!("{who}, running")
+    } else {
+        format!("{who}, gone: `aicli containers prune` removes it")
+    }
 }

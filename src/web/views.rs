@@ -359,9 +359,19 @@ pub(super) fn task_status(t: &TaskRecord) -> String {
         Some(k) if t.state == TaskState::Failed => format!("{w} ({})", k.as_str()),
         _ => w.to_owned(),
     };
-    match r.and_then(|r| r.tool_trouble()) {
+    let head = match r.and_then(|r| r.tool_trouble()) {
         Some(trouble) => format!("{head} · ⚠ {trouble}"),
         None => head,
+    };
+    // What its container was refused (the egress allowlist), first host named.
+    match t.attempts.last().map(|a| a.egress_denied.as_slice()) {
+        Some([only]) => format!("{head} · ⚠ egress refused: {}", only.target()),
+        Some([first, rest @ ..]) => format!(
+            "{head} · ⚠ egress refused: {} and {} more",
+            first.target(),
+            rest.len()
+        ),
+        _ => head,
     }
 }
 
@@ -479,4 +489,47 @@ fn last_line(
     }
     let last = last.map(|s| s.trim().lines().last().unwrap_or_default().to_owned());
     last.map(|s| s.chars().take(LAST_LINE_CHARS).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{AttemptKind, AttemptRecord, EgressDenial};
+
+    #[test]
+    fn a_tasks_status_names_what_its_container_was_refused() {
+        let mut rec = TaskRecord::queued(aicli_providers::TaskSpec::default(), "claude");
+        rec.state = TaskState::Succeeded;
+        let mut a = AttemptRecord::not_started(
+            1,
+            AttemptKind::Run,
+            0,
+            aicli_providers::SessionResult::not_started(
+                "claude",
+                aicli_providers::ErrorKind::Unknown,
+                String::new(),
+            ),
+        );
+        a.result = None;
+        rec.attempts.push(a);
+        assert_eq!(task_status(&rec), "succeeded");
+        let denial = |host: &str| EgressDenial {
+            host: host.to_owned(),
+            port: 443,
+            method: "CONNECT".to_owned(),
+            first_at: "2026-12-07T02:00:00Z".to_owned(),
+            last_at: "2026-12-07T02:00:00Z".to_owned(),
+            count: 1,
+        };
+        rec.attempts[0].egress_denied = vec![denial("pypi.org")];
+        assert_eq!(
+            task_status(&rec),
+            "succeeded · ⚠ egress refused: pypi.org:443"
+        );
+        rec.attempts[0].egress_denied.push(denial("files.pythonhosted.org"));
+        assert_eq!(
+            task_status(&rec),
+            "succeeded · ⚠ egress refused: pypi.org:443 and 1 more"
+        );
+    }
 }

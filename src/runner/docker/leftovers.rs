@@ -32,6 +32,8 @@ pub struct ContainerInfo {
     pub name: String,
     /// `running`, `exited`, ...
     pub state: String,
+    /// When it was created (Unix seconds).
+    pub created: i64,
     /// What its labels say.
     pub labels: Labelled,
     /// Whether the aicli that started it is alive.
@@ -82,6 +84,7 @@ pub async fn list(
                         .map(|n| n.trim_start_matches('/').to_owned())
                         .unwrap_or_default(),
                     state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+                    created: c.created.unwrap_or_default(),
                     owner_alive: labels::owner_alive(&l.owner),
                     labels: l,
                 },
@@ -102,6 +105,13 @@ pub async fn remove(hosts: &[Arc<Host>], only: Option<(&str, &str)>, all: bool) 
     if swept > 0 {
         lines.push(format!(
             "removed the uid-mapped mounts of {swept} container start(s) whose aicli is gone"
+        ));
+    }
+    // The egress sockets of runs whose aicli is gone.
+    let swept = super::egress::sweep();
+    if swept > 0 {
+        lines.push(format!(
+            "removed the egress socket directories of {swept} run(s) whose aicli is gone"
         ));
     }
     for (host, info) in list(hosts, only).await {

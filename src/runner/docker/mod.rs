@@ -380,6 +380,7 @@ impl Runner for DockerRunner {
                     .cloned()
                     .collect(),
                 aliases: vec![(hosts::HOST_ALIAS.to_owned(), gateway)],
+                home_files: req.provider.config().container_home_files.clone(),
             });
         tracing::info!(task = %req.task_id, host = %host.name, %image, user = ?user, egress = egress.is_some(), "placed in a container");
         Ok(Box::new(placement::DockerPlacement::new(

@@ -280,9 +280,37 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
     // The slow task's container outlives aicli, labelled, its owner gone.
     let left = support::containers_of(&docker, &batch_id).await;
     assert_eq!(left.len(), 1, "{left:?}");
+    // So do its egress sockets, until the resume sweeps them.
+    let name = left[0]
+        .split([' ', ','])
+        .next()
+        .unwrap()
+        .trim_start_matches('/');
+    let inspected = docker
+        .inspect_container(
+            name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let egress_dir = inspected
+        .host_config
+        .and_then(|h| h.binds)
+        .unwrap_or_default()
+        .iter()
+        .find_map(|b| {
+            b.strip_suffix(":/aicli-egress")
+                .map(std::path::PathBuf::from)
+        })
+        .expect("the container's egress sockets");
+    assert!(
+        egress_dir.join("proxy.sock").exists(),
+        "{}",
+        egress_dir.display()
+    );
     let listed = cmd(&["containers", "--json"]).output().unwrap();
     let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
-    let mine: Vec<&serde_json::Value> = listed
+    let mine: Vec<&serde_json::Value> = listed["containers"]
         .as_array()
         .unwrap()
         .iter()
@@ -291,10 +319,24 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
     assert_eq!(mine.len(), 1, "{listed:#}");
     assert_eq!(mine[0]["labels"]["task_id"], "slow");
     assert_eq!(mine[0]["owner_alive"], false);
+    assert!(mine[0]["created"].as_i64().unwrap() > 0, "{listed:#}");
+    // Its egress sockets too, their owner gone.
+    let proxy = listed["egress_proxies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["dir"] == egress_dir.to_str().unwrap())
+        .unwrap_or_else(|| panic!("{listed:#}"));
+    assert_eq!(proxy["owner_alive"], false, "{listed:#}");
 
     let result = resume_json(&cfg, &batch_id, &["--repo", repo.path().to_str().unwrap()]);
     assert_eq!((result.n_tasks, result.n_succeeded), (2, 2), "{result:#?}");
     assert_no_container(&docker, &batch_id).await;
+    assert!(
+        !egress_dir.exists(),
+        "{} outlived the resume",
+        egress_dir.display()
+    );
     // Nothing lost: both tasks' work is in their worktrees.
     for (id, file) in [("quick", "quick.txt"), ("slow", "slow.txt")] {
         let r = result.tasks.iter().find(|t| t.task_id == id).unwrap();
@@ -315,4 +357,52 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
         slow.attempts[0].result.as_ref().map(|r| r.status),
         Some(SessionStatus::Interrupted)
     );
+}
+
+/// aicli as root with its repository under `/root`: the repository's git directory is
+/// bound at its own path, and the image's `/root` (0700) would keep the container's user
+/// (never root) from it. The agent's git works in its worktree all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repository_under_root_is_reached_by_the_containers_user() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: aicli is not root here");
+        return;
+    }
+    let Some(docker) = support::local_engine("a_repository_under_root").await else {
+        return;
+    };
+    let image = support::fake_cli_image(&docker).await;
+    let repo = crate::suite::support::git_repo_in(std::path::Path::new("/root/.cache/aicli-tests"));
+    // The "CLI" is bash: git in the worktree, as an agent's shell tool runs it.
+    let probe = crate::suite::support::replay_provider("fake", "claude", None)
+        .with_config(|c| c.binary_name = "bash".into());
+    let engine = support::engine(
+        docker_config(vec![local_host()], &image),
+        std::sync::Arc::new(probe),
+    );
+    let batch = run(
+        &engine,
+        repo.path(),
+        vec![task(
+            "g",
+            &[
+                "-c",
+                "id -u > uid.txt && git status --porcelain && git rev-parse --git-common-dir > git-dir.txt",
+                "probe",
+            ],
+        )],
+        |_| {},
+        CancellationToken::new(),
+    )
+    .await;
+    let r = &batch.tasks[0];
+    let wt = r.worktree.clone().expect("a worktree");
+    let read = |f: &str| std::fs::read_to_string(wt.join(f)).map(|s| s.trim().to_owned());
+    assert_ne!(read("uid.txt").ok().as_deref(), Some("0"), "{r:#?}");
+    assert_eq!(
+        read("git-dir.txt").ok(),
+        Some(repo.path().join(".git").display().to_string()),
+        "{r:#?}"
+    );
+    assert_no_container(&docker, &batch.batch_id).await;
 }

@@ -1,6 +1,7 @@
 //! Which hosts a run's proxy lets through: its provider's `egress_hosts`, the config's
-//! `engine.docker.egress.allow`, and the URLs aicli itself put in the CLI's command (a
-//! fake API's, a configured base URL's), each at its exact port.
+//! `engine.docker.egress.allow`, and the URLs of the CLI's command and configuration (a
+//! fake API's, a configured base URL's, a model provider in the CLI's own config file),
+//! each at its exact port.
 
 use aicli_providers::{CommandSpec, HostPattern};
 use globset::{GlobBuilder, GlobMatcher};
@@ -21,9 +22,13 @@ pub struct Allowlist {
 
 impl Allowlist {
     /// The allowlist of `patterns` (checked when the config was loaded; one that does
-    /// not parse is skipped with a warning) and of the URLs in `cmd`'s arguments and
-    /// environment.
-    pub fn new<'a>(patterns: impl IntoIterator<Item = &'a String>, cmd: &CommandSpec) -> Allowlist {
+    /// not parse is skipped with a warning) and of the URLs in `cmd`'s arguments,
+    /// environment and files, and in `config_texts` (the CLI's own config files).
+    pub fn new<'a>(
+        patterns: impl IntoIterator<Item = &'a String>,
+        cmd: &CommandSpec,
+        config_texts: &[String],
+    ) -> Allowlist {
         let mut list = Allowlist::default();
         for p in patterns {
             match HostPattern::parse(p) {
@@ -34,7 +39,14 @@ impl Allowlist {
         let texts = cmd
             .args
             .iter()
-            .chain(cmd.env.iter().filter(|(k, _)| !cmd.env_remove.contains(k)).map(|(_, v)| v));
+            .chain(
+                cmd.env
+                    .iter()
+                    .filter(|(k, _)| !cmd.env_remove.contains(k))
+                    .map(|(_, v)| v),
+            )
+            .chain(cmd.files.iter().map(|f| &f.contents))
+            .chain(config_texts);
         for t in texts {
             for (host, port) in urls_in(t) {
                 list.push(HostPattern {
@@ -153,7 +165,12 @@ mod tests {
             &["-c", "base_url=\"http://host.docker.internal:5000/v1\""],
             &[("ANTHROPIC_BASE_URL", "https://gw.example:8443"), ("SECRET", "x")],
         );
-        let a = Allowlist::new(&patterns, &c);
+        let a = Allowlist::new(
+            &patterns,
+            &c,
+            &["[model_providers.corp]\nbase_url = \"https://llm.corp.example/v1\"".to_owned()],
+        );
+        assert!(a.allows("llm.corp.example", 443));
         assert!(a.allows("api.anthropic.com", 443));
         assert!(a.allows("API.Anthropic.com.", 443));
         assert!(!a.allows("api.anthropic.com", 80));

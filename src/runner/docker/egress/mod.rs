@@ -40,6 +40,12 @@ pub const MOUNT: &str = "/aicli-egress";
 pub const PROXY_PORT: u16 = 3128;
 /// The file the forwarder creates once it listens (the container's `/tmp` is its own).
 const READY: &str = "/tmp/.aicli-egress-ready";
+/// Where the runs' socket directories are made (short: a unix socket's path has at
+/// most 107 bytes), and their names' start.
+const BASE: &str = "/tmp";
+const PREFIX: &str = "aicli-egress-";
+/// The file in a socket directory naming the aicli process it belongs to.
+const OWNER_FILE: &str = "owner";
 /// The forwarder.
 const FORWARD_JS: &str = include_str!("forward.js");
 /// What runs first in the container: the forwarder in the background, then, once it
@@ -68,6 +74,29 @@ pub struct Plan {
     pub patterns: Vec<String>,
     /// Names resolved here (`host.docker.internal` and the bridge gateway it names).
     pub aliases: Vec<(String, IpAddr)>,
+    /// The CLI's config files (relative to its home) whose URLs are allowed too: a model
+    /// provider of its own (codex's `config.toml`).
+    pub home_files: Vec<String>,
+}
+
+/// Most bytes of one config file read for its URLs.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The texts of the `files` in `home` (those that exist, up to [`MAX_CONFIG_BYTES`] each).
+fn config_texts(home: &Path, files: &[String]) -> Vec<String> {
+    use std::io::Read;
+    files
+        .iter()
+        .filter_map(|f| {
+            let mut text = String::new();
+            std::fs::File::open(home.join(f))
+                .ok()?
+                .take(MAX_CONFIG_BYTES)
+                .read_to_string(&mut text)
+                .ok()?;
+            Some(text)
+        })
+        .collect()
 }
 
 /// A run's proxy and MCP socket, live until [`Egress::stop`] (or drop).
@@ -90,13 +119,22 @@ fn next_peer() -> IpAddr {
 
 impl Egress {
     /// Binds the run's sockets and serves them: the proxy with `plan` and the URLs of
-    /// `cmd`, MCP spliced to `127.0.0.1:mcp_port` when the run has a token.
-    pub fn start(plan: &Plan, cmd: &CommandSpec, mcp_port: Option<u16>) -> std::io::Result<Egress> {
-        // Short: a unix socket's path has at most 107 bytes.
-        let base = Path::new("/tmp");
+    /// `cmd` and of the CLI's config files in `home`, MCP spliced to
+    /// `127.0.0.1:mcp_port` when the run has a token.
+    pub fn start(
+        plan: &Plan,
+        cmd: &CommandSpec,
+        home: &Path,
+        mcp_port: Option<u16>,
+    ) -> std::io::Result<Egress> {
         let dir = tempfile::Builder::new()
-            .prefix("aicli-egress-")
-            .tempdir_in(if base.is_dir() { base.to_path_buf() } else { std::env::temp_dir() })?;
+            .prefix(PREFIX)
+            .tempdir_in(base())?;
+        // Whose it is: `aicli containers prune` removes those of a killed aicli.
+        std::fs::write(
+            dir.path().join(OWNER_FILE),
+            super::labels::this_owner(),
+        )?;
         // The container's user (another uid) must reach the sockets; they are no more
         // than this machine's loopback already offers its users.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
@@ -107,7 +145,7 @@ impl Egress {
             Ok(l)
         };
         let shared = Arc::new(proxy::Shared {
-            allow: allow::Allowlist::new(&plan.patterns, cmd),
+            allow: allow::Allowlist::new(&plan.patterns, cmd, &config_texts(home, &plan.home_files)),
             aliases: plan.aliases.clone(),
             denials: Mutex::new(Vec::new()),
         });
@@ -190,6 +228,90 @@ impl Drop for Egress {
     }
 }
 
+fn base() -> PathBuf {
+    let b = Path::new(BASE);
+    if b.is_dir() {
+        b.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// One run's egress sockets, for `aicli containers`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProxyInfo {
+    /// The sockets' directory.
+    pub dir: PathBuf,
+    /// The aicli process it belongs to (`host:pid:start`), when it says.
+    pub owner: Option<String>,
+    /// Whether that aicli is alive.
+    pub owner_alive: bool,
+    /// When it was made (Unix seconds).
+    pub created: i64,
+}
+
+/// The runs' egress sockets on this machine (live runs', and those a killed aicli left).
+pub fn list() -> Vec<ProxyInfo> {
+    let Ok(entries) = std::fs::read_dir(base()) else {
+        return Vec::new();
+    };
+    let mut out: Vec<ProxyInfo> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(PREFIX))
+        .map(|e| {
+            let dir = e.path();
+            let owner = std::fs::read_to_string(dir.join(OWNER_FILE))
+                .ok()
+                .map(|o| o.trim().to_owned());
+            let created = std::fs::metadata(&dir)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs() as i64);
+            ProxyInfo {
+                owner_alive: owner.as_deref().is_some_and(super::labels::owner_alive),
+                owner,
+                created,
+                dir,
+            }
+        })
+        .collect();
+    out.sort_by_key(|p| p.created);
+    out
+}
+
+/// Removes the socket directories whose aicli is gone (killed before its runs ended);
+/// returns how many.
+pub fn sweep() -> usize {
+    sweep_in(&base())
+}
+
+fn sweep_in(base: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(PREFIX) {
+            continue;
+        }
+        let dir = e.path();
+        let gone = match std::fs::read_to_string(dir.join(OWNER_FILE)) {
+            Ok(owner) => !super::labels::owner_alive(owner.trim()),
+            // No owner yet: being made right now, unless it has been so a while.
+            Err(_) => std::fs::metadata(&dir)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(60)),
+        };
+        if gone && std::fs::remove_dir_all(&dir).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Carries each connection of `listener` to aicli's MCP server on `127.0.0.1:port`, from
 /// `peer`.
 async fn splice(listener: UnixListener, peer: IpAddr, port: u16, stop: CancellationToken) {
@@ -220,5 +342,35 @@ async fn splice(listener: UnixListener, peer: IpAddr, port: u16, stop: Cancellat
                 () = stop.cancelled() => {}
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_removes_the_directories_of_a_gone_aicli_only() {
+        let base = tempfile::tempdir().unwrap();
+        let mk = |name: &str, owner: Option<&str>| {
+            let d = base.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("proxy.sock"), "").unwrap();
+            if let Some(o) = owner {
+                std::fs::write(d.join(OWNER_FILE), o).unwrap();
+            }
+            d
+        };
+        let host = super::super::labels::hostname();
+        let gone = mk("aicli-egress-gone", Some(&format!("{host}:999999999:1")));
+        let mine = mk(
+            "aicli-egress-mine",
+            Some(&super::super::labels::this_owner()),
+        );
+        let fresh = mk("aicli-egress-fresh", None);
+        let other = mk("not-ours", Some(&format!("{host}:999999999:1")));
+        assert_eq!(sweep_in(base.path()), 1);
+        assert!(!gone.exists());
+        assert!(mine.exists() && fresh.exists() && other.exists());
     }
 }
