@@ -48,7 +48,9 @@ impl Allowlist {
             .chain(cmd.files.iter().map(|f| &f.contents))
             .chain(config_texts);
         for t in texts {
-            for (host, port) in urls_in(t) {
+            // A loopback URL (a local MCP server in the CLI's config, say) means the
+            // container's own loopback there: never this machine's through the proxy.
+            for (host, port) in urls_in(t).into_iter().filter(|(h, _)| !is_loopback(h)) {
                 list.push(HostPattern {
                     host,
                     port: Some(port),
@@ -84,6 +86,17 @@ impl Allowlist {
             .iter()
             .any(|r| r.port.is_none_or(|p| p == port) && r.host.is_match(&path))
     }
+}
+
+/// Whether `host` names loopback (`localhost`, `127.0.0.0/8`, `::1`) or no address
+/// (`0.0.0.0`).
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
 }
 
 /// The hosts and ports of the `http://` and `https://` URLs in `text` (the port the
@@ -168,9 +181,15 @@ mod tests {
         let a = Allowlist::new(
             &patterns,
             &c,
-            &["[model_providers.corp]\nbase_url = \"https://llm.corp.example/v1\"".to_owned()],
+            &[
+                "[model_providers.corp]\nbase_url = \"https://llm.corp.example/v1\"".to_owned(),
+                r#"{"mcpServers":{"dev":{"url":"http://localhost:3000/mcp"},"b":{"url":"http://127.0.0.2:9/"},"c":{"url":"http://[::1]:7/"}}}"#.to_owned(),
+            ],
         );
         assert!(a.allows("llm.corp.example", 443));
+        assert!(!a.allows("localhost", 3000));
+        assert!(!a.allows("127.0.0.2", 9));
+        assert!(!a.allows("[::1]", 7));
         assert!(a.allows("api.anthropic.com", 443));
         assert!(a.allows("API.Anthropic.com.", 443));
         assert!(!a.allows("api.anthropic.com", 80));
