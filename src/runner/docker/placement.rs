@@ -58,10 +58,6 @@ const HOST_ONLY: [&str; 12] = [
 /// from there (`go test`, say).
 const TMPFS_OPTIONS: &str = "rw,exec,nosuid,nodev,size=1g,mode=1777";
 
-/// The `/root` of a local container whose repository lives under this machine's `/root`:
-/// empty, traversable, writable by root only (the git directory is bound inside it).
-const ROOT_TMPFS_OPTIONS: &str = "rw,nosuid,nodev,noexec,size=64k,mode=755";
-
 /// How long a remote run may take to pack its work after SIGTERM, on top of the grace.
 const PACK_ALLOWANCE: Duration = Duration::from_secs(30);
 
@@ -276,14 +272,10 @@ impl DockerPlacement {
             // Nothing but the binds and a scratch /tmp is writable (the remote upload
             // needs a writable root: it unpacks into it).
             host_config.readonly_rootfs = Some(true);
-            let mut tmpfs = HashMap::from([("/tmp".to_owned(), TMPFS_OPTIONS.to_owned())]);
-            // The repository's git directory is bound at its own path. Under /root (aicli
-            // run as root) the image's /root (0700) would keep the container's user from
-            // it: an empty, traversable /root holds the bind instead.
-            if dirs.iter().any(|(_, c)| c.starts_with("/root/")) {
-                tmpfs.insert("/root".to_owned(), ROOT_TMPFS_OPTIONS.to_owned());
-            }
-            host_config.tmpfs = Some(tmpfs);
+            host_config.tmpfs = Some(HashMap::from([(
+                "/tmp".to_owned(),
+                TMPFS_OPTIONS.to_owned(),
+            )]));
         }
         Ok(ContainerCreateBody {
             image: Some(s.image.clone()),
@@ -437,6 +429,25 @@ impl Placement for DockerPlacement {
                 .give_access(&name, &mut dirs)
                 .map_err(|e| self.err(e))?;
             self.spec.steps.push("give access (uid-mapped mounts)", access_started);
+            // The repository's git directory is bound at its own path. Under /root (aicli
+            // run as root) the image's /root (0700) would keep the container's user from
+            // it, and a tmpfs there keeps that mode (the engine copies it): an empty
+            // directory of the run's, 0755, is bound at /root to hold the bind instead.
+            if dirs.iter().any(|(_, c)| c.starts_with("/root/")) {
+                let stub = self.spec.private_dir.join(".root");
+                std::fs::create_dir_all(&stub)
+                    .and_then(|()| {
+                        use std::os::unix::fs::PermissionsExt;
+                        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755))
+                    })
+                    .map_err(|e| {
+                        self.err(DockerError::Work(format!(
+                            "cannot make {}: {e}",
+                            stub.display()
+                        )))
+                    })?;
+                dirs.push((stub, "/root".to_owned()));
+            }
             if let Some(plan) = &self.spec.egress {
                 let e = Egress::start(plan, cmd, &self.spec.task_home, self.agent_port).map_err(|e| {
                     self.err(DockerError::Work(format!(
