@@ -380,7 +380,16 @@ impl Runner for DockerRunner {
                     .cloned()
                     .collect(),
                 aliases: vec![(hosts::HOST_ALIAS.to_owned(), gateway)],
-                home_files: req.provider.config().container_home_files.clone(),
+                config_texts: req
+                    .inherited_env
+                    .get("HOME")
+                    .map(|h| {
+                        egress::config_texts(
+                            Path::new(h),
+                            &req.provider.config().container_home_files,
+                        )
+                    })
+                    .unwrap_or_default(),
             });
         tracing::info!(task = %req.task_id, host = %host.name, %image, user = ?user, egress = egress.is_some(), "placed in a container");
         Ok(Box::new(placement::DockerPlacement::new(

@@ -235,9 +235,9 @@ impl DockerPlacement {
             argv = e.wrap(argv);
             env.retain(|kv| {
                 let k = kv.split('=').next().unwrap_or_default();
-                !Egress::env().iter().any(|(e, _)| e == k)
+                !e.env().iter().any(|(e, _)| e == k)
             });
-            env.extend(Egress::env().into_iter().map(|(k, v)| format!("{k}={v}")));
+            env.extend(e.env().into_iter().map(|(k, v)| format!("{k}={v}")));
             network_mode = "none".to_owned();
             extra_hosts = None;
         }
@@ -449,7 +449,7 @@ impl Placement for DockerPlacement {
                 dirs.push((stub, "/root".to_owned()));
             }
             if let Some(plan) = &self.spec.egress {
-                let e = Egress::start(plan, cmd, &self.spec.task_home, self.agent_port).map_err(|e| {
+                let e = Egress::start(plan, cmd, self.agent_port, self.spec.user).map_err(|e| {
                     self.err(DockerError::Work(format!(
                         "cannot start the run's egress proxy: {e}"
                     )))

@@ -299,7 +299,7 @@ async fn kill_9_of_aicli_leaves_a_labelled_container_that_resume_removes() {
         .unwrap_or_default()
         .iter()
         .find_map(|b| {
-            b.strip_suffix(":/aicli-egress")
+            b.strip_suffix(":/aicli-egress:ro")
                 .map(std::path::PathBuf::from)
         })
         .expect("the container's egress sockets");

@@ -195,7 +195,7 @@ async fn the_prompt_goes_in_on_stdin_and_the_env_is_the_base_minus_host_paths() 
         assert!(
             hc["Binds"].as_array().is_some_and(|b| b
                 .iter()
-                .any(|b| b.as_str().is_some_and(|b| b.ends_with(":/aicli-egress")))),
+                .any(|b| b.as_str().is_some_and(|b| b.ends_with(":/aicli-egress:ro")))),
             "{task}: {hc:#}"
         );
         assert_eq!(i["Config"]["Cmd"][0], "/bin/sh", "{task}: {cmd}");

@@ -6,10 +6,19 @@
 use aicli_providers::{CommandSpec, HostPattern};
 use globset::{GlobBuilder, GlobMatcher};
 
-/// One allowed host pattern and port.
+/// How a rule matches a host.
+#[derive(Debug, Clone)]
+enum Host {
+    /// A configured pattern (`*`, `**`).
+    Glob(GlobMatcher),
+    /// Exactly this (normalised) host: a URL's, a bracketed IPv6 literal.
+    Exact(String),
+}
+
+/// One allowed host and port.
 #[derive(Debug, Clone)]
 struct Rule {
-    host: GlobMatcher,
+    host: Host,
     port: Option<u16>,
     text: String,
 }
@@ -20,10 +29,23 @@ pub struct Allowlist {
     rules: Vec<Rule>,
 }
 
+/// A host as the proxy compares and connects to it: lowercase, without a final `.`.
+pub fn normalise(host: &str) -> String {
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Whether an environment variable names a proxy (this machine's, which must never be
+/// reachable from a container: it would tunnel anywhere).
+fn is_proxy_variable(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.ends_with("_proxy") || n == "proxy"
+}
+
 impl Allowlist {
     /// The allowlist of `patterns` (checked when the config was loaded; one that does
-    /// not parse is skipped with a warning) and of the URLs in `cmd`'s arguments,
-    /// environment and files, and in `config_texts` (the CLI's own config files).
+    /// not parse is skipped with a warning), of the URLs in `cmd`'s arguments,
+    /// environment (proxy variables aside) and files, and in `config_texts` (the
+    /// user's own config files of the CLI). A URL allows its exact host and port only.
     pub fn new<'a>(
         patterns: impl IntoIterator<Item = &'a String>,
         cmd: &CommandSpec,
@@ -32,7 +54,7 @@ impl Allowlist {
         let mut list = Allowlist::default();
         for p in patterns {
             match HostPattern::parse(p) {
-                Ok(pat) => list.push(pat),
+                Ok(pat) => list.push_pattern(pat),
                 Err(e) => tracing::warn!(pattern = %p, error = %e, "egress pattern skipped"),
             }
         }
@@ -42,7 +64,7 @@ impl Allowlist {
             .chain(
                 cmd.env
                     .iter()
-                    .filter(|(k, _)| !cmd.env_remove.contains(k))
+                    .filter(|(k, _)| !cmd.env_remove.contains(k) && !is_proxy_variable(k))
                     .map(|(_, v)| v),
             )
             .chain(cmd.files.iter().map(|f| &f.contents))
@@ -51,16 +73,30 @@ impl Allowlist {
             // A loopback URL (a local MCP server in the CLI's config, say) means the
             // container's own loopback there: never this machine's through the proxy.
             for (host, port) in urls_in(t).into_iter().filter(|(h, _)| !is_loopback(h)) {
-                list.push(HostPattern {
-                    host,
-                    port: Some(port),
-                });
+                list.push_exact(host, Some(port));
             }
         }
         list
     }
 
-    fn push(&mut self, p: HostPattern) {
+    fn push_exact(&mut self, host: String, port: Option<u16>) {
+        let host = normalise(&host);
+        if self.rules.iter().any(|r| r.text == host && r.port == port) {
+            return;
+        }
+        self.rules.push(Rule {
+            host: Host::Exact(host.clone()),
+            port,
+            text: host,
+        });
+    }
+
+    fn push_pattern(&mut self, p: HostPattern) {
+        // An IPv6 literal is itself, never a glob (`[` would start a class).
+        if p.host.starts_with('[') || !p.host.contains('*') {
+            self.push_exact(p.host, p.port);
+            return;
+        }
         if self.rules.iter().any(|r| r.text == p.host && r.port == p.port) {
             return;
         }
@@ -70,7 +106,7 @@ impl Allowlist {
             .build();
         match glob {
             Ok(g) => self.rules.push(Rule {
-                host: g.compile_matcher(),
+                host: Host::Glob(g.compile_matcher()),
                 port: p.port,
                 text: p.host,
             }),
@@ -78,25 +114,30 @@ impl Allowlist {
         }
     }
 
-    /// Whether `host:port` may be reached.
+    /// Whether `host:port` may be reached (`host` as [`normalise`] gives it).
     pub fn allows(&self, host: &str, port: u16) -> bool {
-        let host = host.to_ascii_lowercase();
-        let path = host.trim_end_matches('.').replace('.', "/");
-        self.rules
-            .iter()
-            .any(|r| r.port.is_none_or(|p| p == port) && r.host.is_match(&path))
+        let host = normalise(host);
+        let path = host.replace('.', "/");
+        self.rules.iter().any(|r| {
+            r.port.is_none_or(|p| p == port)
+                && match &r.host {
+                    Host::Exact(h) => *h == host,
+                    Host::Glob(g) => g.is_match(&path),
+                }
+        })
     }
 }
 
 /// Whether `host` names loopback (`localhost`, `127.0.0.0/8`, `::1`) or no address
 /// (`0.0.0.0`).
 fn is_loopback(host: &str) -> bool {
+    let host = normalise(host);
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     host == "localhost"
         || host.ends_with(".localhost")
         || bare
             .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+            .is_ok_and(crate::runner::docker::egress::proxy::is_local)
 }
 
 /// The hosts and ports of the `http://` and `https://` URLs in `text` (the port the
@@ -127,8 +168,18 @@ pub fn urls_in(text: &str) -> Vec<(String, u16)> {
             continue;
         };
         let port = a.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        if !a.host().is_empty() {
-            out.push((a.host().to_owned(), port));
+        let host = a.host();
+        // A host name or an IP literal, nothing pattern-like (`*`, `[x]` that is no
+        // IPv6 address).
+        let plain = !host.is_empty()
+            && if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+                v6.parse::<std::net::Ipv6Addr>().is_ok()
+            } else {
+                host.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+            };
+        if plain {
+            out.push((host.to_owned(), port));
         }
     }
     out
@@ -203,5 +254,34 @@ mod tests {
         assert!(!a.allows("host.docker.internal", 5001));
         assert!(a.allows("gw.example", 8443));
         assert!(!a.allows("127.0.0.1", 5000));
+    }
+
+    #[test]
+    fn urls_never_widen_the_list_beyond_their_own_host() {
+        let c = cmd(
+            &["--append-system-prompt", "see https://** and http://*:22/ and http://[fd00::1]:81/"],
+            &[
+                ("HTTPS_PROXY", "http://corp-proxy.example:3128"),
+                ("all_proxy", "http://other-proxy.example:1080"),
+                ("OPENAI_BASE_URL", "http://[2001:db8::1]:8080/v1"),
+            ],
+        );
+        let a = Allowlist::new(&Vec::new(), &c, &[]);
+        for (h, p) in [
+            ("api.example.com", 443),
+            ("0", 22),
+            ("x", 22),
+            ("corp-proxy.example", 3128),
+            ("other-proxy.example", 1080),
+            ("0", 81),
+        ] {
+            assert!(!a.allows(h, p), "{h}:{p} was allowed");
+        }
+        assert!(a.allows("[fd00::1]", 81));
+        assert!(a.allows("[2001:db8::1]", 8080));
+        // A configured IPv6 literal is itself, not a character class.
+        let a = Allowlist::new(&vec!["[fd00::2]:*".to_owned()], &c, &[]);
+        assert!(a.allows("[fd00::2]", 9));
+        assert!(!a.allows("0", 9) && !a.allows("f", 9));
     }
 }

@@ -11,12 +11,12 @@ for (let i = 0; i + 1 < pairs.length; i += 2) {
   const socket = pairs[i + 1];
   const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (c) => {
     const u = net.connect({ path: socket, allowHalfOpen: true });
+    // Each end's EOF ends the other's writing (pipe), once what was queued is written;
+    // an error ends both at once.
     c.pipe(u);
     u.pipe(c);
     c.on('error', () => u.destroy());
     u.on('error', () => c.destroy());
-    c.on('close', () => u.destroy());
-    u.on('close', () => c.destroy());
   });
   server.on('error', (e) => {
     process.stderr.write(`aicli egress forwarder: 127.0.0.1:${port}: ${e.message}\n`);

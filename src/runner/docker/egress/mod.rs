@@ -38,6 +38,8 @@ mod proxy;
 pub const MOUNT: &str = "/aicli-egress";
 /// The proxy's port on the container's loopback.
 pub const PROXY_PORT: u16 = 3128;
+/// Most connections a run's CLI may hold open to the MCP server at once.
+const MAX_MCP_CONNECTIONS: usize = 64;
 /// The file the forwarder creates once it listens (the container's `/tmp` is its own).
 const READY: &str = "/tmp/.aicli-egress-ready";
 /// Where the runs' socket directories are made (short: a unix socket's path has at
@@ -62,7 +64,7 @@ while [ ! -e /tmp/.aicli-egress-ready ]; do
   kill -0 "$fwd_pid" 2>/dev/null || { echo "aicli: the egress forwarder exited before it listened" >&2; exit 125; }
   i=$((i+1))
   [ "$i" -gt 1000 ] && { echo "aicli: the egress forwarder did not listen within 10 s" >&2; exit 125; }
-  sleep 0.01
+  sleep 0.01 2>/dev/null || { sleep 1; i=$((i+99)); }
 done
 exec "$@"
 "#;
@@ -74,22 +76,28 @@ pub struct Plan {
     pub patterns: Vec<String>,
     /// Names resolved here (`host.docker.internal` and the bridge gateway it names).
     pub aliases: Vec<(String, IpAddr)>,
-    /// The CLI's config files (relative to its home) whose URLs are allowed too: a model
+    /// The texts of the CLI's config files in the user's own home (never the task's
+    /// copies, which the container can write), whose URLs are allowed too: a model
     /// provider of its own (codex's `config.toml`).
-    pub home_files: Vec<String>,
+    pub config_texts: Vec<String>,
 }
 
 /// Most bytes of one config file read for its URLs.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// The texts of the `files` in `home` (those that exist, up to [`MAX_CONFIG_BYTES`] each).
-fn config_texts(home: &Path, files: &[String]) -> Vec<String> {
+/// The texts of the `files` (relative to `home`) that are regular files, up to
+/// [`MAX_CONFIG_BYTES`] each (a FIFO or a device is skipped, not waited on).
+pub fn config_texts(home: &Path, files: &[String]) -> Vec<String> {
     use std::io::Read;
     files
         .iter()
         .filter_map(|f| {
+            let path = home.join(f);
+            if !std::fs::metadata(&path).ok()?.is_file() {
+                return None;
+            }
             let mut text = String::new();
-            std::fs::File::open(home.join(f))
+            std::fs::File::open(&path)
                 .ok()?
                 .take(MAX_CONFIG_BYTES)
                 .read_to_string(&mut text)
@@ -119,13 +127,13 @@ fn next_peer() -> IpAddr {
 
 impl Egress {
     /// Binds the run's sockets and serves them: the proxy with `plan` and the URLs of
-    /// `cmd` and of the CLI's config files in `home`, MCP spliced to
-    /// `127.0.0.1:mcp_port` when the run has a token.
+    /// `cmd`, MCP spliced to `127.0.0.1:mcp_port` when the run has a token. `user`: the
+    /// container's, which alone (with this process's) may use the sockets.
     pub fn start(
         plan: &Plan,
         cmd: &CommandSpec,
-        home: &Path,
         mcp_port: Option<u16>,
+        user: (u32, u32),
     ) -> std::io::Result<Egress> {
         let dir = tempfile::Builder::new()
             .prefix(PREFIX)
@@ -135,25 +143,45 @@ impl Egress {
             dir.path().join(OWNER_FILE),
             super::labels::this_owner(),
         )?;
-        // The container's user (another uid) must reach the sockets; they are no more
-        // than this machine's loopback already offers its users.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+        // Only the container's user (and this process) may use the sockets: as root the
+        // directory and sockets are given to that user; as that user already, they are
+        // this process's own; only a third user (a configured `engine.docker.user`) needs
+        // them open to all local users.
+        let euid = nix::unistd::geteuid();
+        let give = |path: &Path| -> std::io::Result<()> {
+            if euid.is_root() && user.0 != 0 {
+                std::os::unix::fs::chown(path, Some(user.0), Some(user.1))?;
+            }
+            Ok(())
+        };
+        let shared_with_all = !euid.is_root() && euid.as_raw() != user.0;
+        let (dir_mode, sock_mode) = if shared_with_all {
+            (0o711, 0o666)
+        } else {
+            (0o700, 0o600)
+        };
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(dir_mode))?;
+        give(dir.path())?;
         let bind = |name: &str| -> std::io::Result<UnixListener> {
             let path = dir.path().join(name);
             let l = UnixListener::bind(&path)?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(sock_mode))?;
+            give(&path)?;
             Ok(l)
         };
         let shared = Arc::new(proxy::Shared {
-            allow: allow::Allowlist::new(&plan.patterns, cmd, &config_texts(home, &plan.home_files)),
+            allow: allow::Allowlist::new(&plan.patterns, cmd, &plan.config_texts),
             aliases: plan.aliases.clone(),
             denials: Mutex::new(Vec::new()),
         });
         let stop = CancellationToken::new();
         let peer = next_peer();
-        tokio::spawn(proxy::serve(bind("proxy.sock")?, shared.clone(), stop.clone()));
-        if let Some(port) = mcp_port {
-            tokio::spawn(splice(bind("mcp.sock")?, peer, port, stop.clone()));
+        // Both sockets first: a failure leaves nothing served.
+        let proxy_listener = bind("proxy.sock")?;
+        let mcp_listener = mcp_port.map(|_| bind("mcp.sock")).transpose()?;
+        tokio::spawn(proxy::serve(proxy_listener, shared.clone(), stop.clone()));
+        if let (Some(l), Some(port)) = (mcp_listener, mcp_port) {
+            tokio::spawn(splice(l, peer, port, stop.clone()));
         }
         Ok(Egress {
             dir,
@@ -169,9 +197,20 @@ impl Egress {
         self.peer
     }
 
-    /// The directory to bind-mount: (this machine's, the container's).
+    /// The directory to bind-mount, read-only (a socket is used, not written): (this
+    /// machine's, the container's).
     pub fn bind(&self) -> (PathBuf, String) {
-        (self.dir.path().to_path_buf(), MOUNT.to_owned())
+        (self.dir.path().to_path_buf(), format!("{MOUNT}:ro"))
+    }
+
+    /// The proxy's port on the container's loopback (3128, or 3129 should the MCP
+    /// server's port be 3128).
+    fn proxy_port(&self) -> u16 {
+        if self.mcp_port == Some(PROXY_PORT) {
+            PROXY_PORT + 1
+        } else {
+            PROXY_PORT
+        }
     }
 
     /// `argv` behind the forwarder.
@@ -183,7 +222,7 @@ impl Egress {
             "aicli-egress".to_owned(),
             FORWARD_JS.to_owned(),
             READY.to_owned(),
-            PROXY_PORT.to_string(),
+            self.proxy_port().to_string(),
             format!("{MOUNT}/proxy.sock"),
         ];
         if let Some(port) = self.mcp_port {
@@ -196,11 +235,18 @@ impl Egress {
 
     /// The variables that send the CLI's requests (and its tools': curl, git, npm, pip)
     /// through the proxy, and loopback (its MCP server) around it.
-    pub fn env() -> Vec<(String, String)> {
-        let proxy = format!("http://127.0.0.1:{PROXY_PORT}");
+    pub fn env(&self) -> Vec<(String, String)> {
+        let proxy = format!("http://127.0.0.1:{}", self.proxy_port());
         let local = "127.0.0.1,localhost,::1".to_owned();
         let mut v = Vec::new();
-        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        for k in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ] {
             v.push((k.to_owned(), proxy.clone()));
         }
         for k in ["NO_PROXY", "no_proxy"] {
@@ -258,11 +304,10 @@ pub fn list() -> Vec<ProxyInfo> {
     let mut out: Vec<ProxyInfo> = entries
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with(PREFIX))
+        .filter(|e| is_ours(&e.path()))
         .map(|e| {
             let dir = e.path();
-            let owner = std::fs::read_to_string(dir.join(OWNER_FILE))
-                .ok()
-                .map(|o| o.trim().to_owned());
+            let owner = read_owner(&dir);
             let created = std::fs::metadata(&dir)
                 .and_then(|m| m.modified())
                 .ok()
@@ -278,6 +323,35 @@ pub fn list() -> Vec<ProxyInfo> {
         .collect();
     out.sort_by_key(|p| p.created);
     out
+}
+
+/// Whether `dir` is a socket directory as aicli makes them: a directory (not a link),
+/// this process's user's or, as root, the container user's it was given to.
+fn is_ours(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir).is_ok_and(|m| {
+        m.is_dir() && {
+            let euid = nix::unistd::geteuid();
+            euid.is_root() || m.uid() == euid.as_raw()
+        }
+    })
+}
+
+/// The owner named in `dir` (a regular file of at most 512 bytes; anything else, a
+/// link or a FIFO put there, names nobody).
+fn read_owner(dir: &Path) -> Option<String> {
+    use std::io::Read;
+    let path = dir.join(OWNER_FILE);
+    if !std::fs::symlink_metadata(&path).ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    std::fs::File::open(&path)
+        .ok()?
+        .take(512)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text.trim().to_owned())
 }
 
 /// Removes the socket directories whose aicli is gone (killed before its runs ended);
@@ -296,10 +370,13 @@ fn sweep_in(base: &Path) -> usize {
             continue;
         }
         let dir = e.path();
-        let gone = match std::fs::read_to_string(dir.join(OWNER_FILE)) {
-            Ok(owner) => !super::labels::owner_alive(owner.trim()),
+        if !is_ours(&dir) {
+            continue;
+        }
+        let gone = match read_owner(&dir) {
+            Some(owner) => !super::labels::owner_alive(&owner),
             // No owner yet: being made right now, unless it has been so a while.
-            Err(_) => std::fs::metadata(&dir)
+            None => std::fs::metadata(&dir)
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|t| t.elapsed().ok())
@@ -315,16 +392,25 @@ fn sweep_in(base: &Path) -> usize {
 /// Carries each connection of `listener` to aicli's MCP server on `127.0.0.1:port`, from
 /// `peer`.
 async fn splice(listener: UnixListener, peer: IpAddr, port: u16, stop: CancellationToken) {
+    let places = Arc::new(tokio::sync::Semaphore::new(MAX_MCP_CONNECTIONS));
     loop {
         let mut conn = tokio::select! {
             a = listener.accept() => match a {
                 Ok((s, _)) => s,
-                Err(_) => continue,
+                Err(_) => {
+                    // Out of descriptors, say: wait rather than spin.
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
             },
             () = stop.cancelled() => return,
         };
+        let Ok(place) = places.clone().try_acquire_owned() else {
+            continue;
+        };
         let stop = stop.clone();
         tokio::spawn(async move {
+            let _place = place;
             let server = async {
                 let s = tokio::net::TcpSocket::new_v4()?;
                 s.bind(SocketAddr::new(peer, 0))?;
