@@ -88,23 +88,28 @@ const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// The texts of the `files` (relative to `home`) that are regular files, up to
 /// [`MAX_CONFIG_BYTES`] each (a FIFO or a device is skipped, not waited on).
 pub fn config_texts(home: &Path, files: &[String]) -> Vec<String> {
-    use std::io::Read;
     files
         .iter()
         .filter_map(|f| {
             let path = home.join(f);
-            if !std::fs::metadata(&path).ok()?.is_file() {
-                return None;
-            }
-            let mut text = String::new();
-            std::fs::File::open(&path)
+            std::fs::metadata(&path)
                 .ok()?
-                .take(MAX_CONFIG_BYTES)
-                .read_to_string(&mut text)
-                .ok()?;
-            Some(text)
+                .is_file()
+                .then(|| read_capped(&path, MAX_CONFIG_BYTES))?
         })
         .collect()
+}
+
+/// The first `max` bytes of the file at `path`, as text.
+fn read_capped(path: &Path, max: u64) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(max)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
 }
 
 /// A run's proxy and MCP socket, live until [`Egress::stop`] (or drop).
@@ -340,18 +345,12 @@ fn is_ours(dir: &Path) -> bool {
 /// The owner named in `dir` (a regular file of at most 512 bytes; anything else, a
 /// link or a FIFO put there, names nobody).
 fn read_owner(dir: &Path) -> Option<String> {
-    use std::io::Read;
     let path = dir.join(OWNER_FILE);
-    if !std::fs::symlink_metadata(&path).ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    std::fs::File::open(&path)
+    std::fs::symlink_metadata(&path)
         .ok()?
-        .take(512)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text.trim().to_owned())
+        .is_file()
+        .then(|| read_capped(&path, 512))?
+        .map(|t| t.trim().to_owned())
 }
 
 /// Removes the socket directories whose aicli is gone (killed before its runs ended);
