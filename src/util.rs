@@ -78,6 +78,12 @@ pub fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// How long ago `at` was, to the second (`3m 12s`); `None` when it is in the future.
+pub fn ago(at: SystemTime) -> Option<String> {
+    let d = SystemTime::now().duration_since(at).ok()?;
+    Some(humantime::format_duration(std::time::Duration::from_secs(d.as_secs())).to_string())
+}
+
 /// Now, as RFC 3339 UTC with milliseconds (`2026-11-30T04:39:00.123Z`): records are
 /// ordered by these strings, and two runs of a session can end within one second.
 pub fn now_rfc3339() -> String {

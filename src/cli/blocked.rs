@@ -2,7 +2,6 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use super::RepoArgs;
 use super::common::{engine, repo_dir};
@@ -23,12 +22,10 @@ pub(super) fn blocked(
     if list.is_empty() {
         outln!("no blocked tasks in {}", store.root().display());
     }
-    let now = std::time::SystemTime::now();
     for b in list {
         let age = humantime::parse_rfc3339(&b.question.asked_at)
             .ok()
-            .and_then(|t| now.duration_since(t).ok())
-            .map(|d| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string())
+            .and_then(crate::util::ago)
             .unwrap_or_else(|| "?".into());
         outln!(
             "{}/{} ({}) asked {age} ago:",

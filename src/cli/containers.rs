@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use crate::providers::AiCliConfig;
 use crate::runner::DockerRunner;
-use crate::runner::docker::{egress, leftovers};
+use crate::runner::docker::{egress, labels, leftovers};
 use anyhow::Context;
 use clap::Subcommand;
 
@@ -104,21 +104,15 @@ pub async fn bridge_address(config: &AiCliConfig) -> anyhow::Result<std::net::Ip
 
 /// How long ago `unix` (seconds) was, to the second.
 fn age(unix: i64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let secs = (now - unix).max(0) as u64;
-    humantime::format_duration(std::time::Duration::from_secs(secs)).to_string()
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix.max(0) as u64);
+    crate::util::ago(at).unwrap_or_else(|| "0s".to_owned())
 }
 
 /// Whose it is (`host:pid:start` as `aicli pid 123 on host`) and whether that aicli runs.
 fn owner_words(owner: Option<&str>, alive: bool) -> String {
     let who = owner
-        .and_then(|o| {
-            let mut p = o.rsplitn(3, ':');
-            let (_, pid, host) = (p.next()?, p.next()?, p.next()?);
-            Some(format!("aicli pid {pid} on {host}"))
-        })
+        .and_then(labels::owner_parts)
+        .map(|(host, pid, _)| format!("aicli pid {pid} on {host}"))
         .unwrap_or_else(|| "an unknown aicli".to_owned());
     if alive {
         format!("{who}, running")

@@ -147,16 +147,8 @@ fn sweep_in(base: &Path) -> usize {
     let mut n = 0;
     for e in entries.flatten() {
         let dir = e.path();
-        let gone = match fs::read_to_string(dir.join(OWNER_FILE)) {
-            Ok(owner) => !labels::owner_alive(owner.trim()),
-            // No owner file yet: being made right now, unless it has been so a while.
-            Err(_) => fs::metadata(&dir)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > std::time::Duration::from_secs(60)),
-        };
-        if gone {
+        let owner = fs::read_to_string(dir.join(OWNER_FILE)).ok();
+        if labels::left_behind(&dir, owner.as_deref().map(str::trim)) {
             release(&dir);
             n += 1;
         }

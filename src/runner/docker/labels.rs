@@ -54,8 +54,7 @@ pub fn hostname() -> String {
 /// process with that pid and start time. An owner on another machine counts as alive
 /// (it cannot be checked from here).
 pub fn owner_alive(owner: &str) -> bool {
-    let mut parts = owner.rsplitn(3, ':');
-    let (Some(start), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+    let Some((host, pid, start)) = owner_parts(owner) else {
         return false;
     };
     if host != hostname() {
@@ -66,6 +65,28 @@ pub fn owner_alive(owner: &str) -> bool {
     };
     crate::proc::procfs::proc_stat(pid)
         .is_some_and(|s| s.state != 'Z' && s.state != 'X' && s.start_time == start)
+}
+
+/// An owner label's machine, pid and start time (`host:pid:start`; the host may hold
+/// `:` itself).
+pub fn owner_parts(owner: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = owner.rsplitn(3, ':');
+    let (start, pid, host) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((host, pid, start))
+}
+
+/// Whether the directory `dir` that aicli made for a container, naming its `owner` (as
+/// read from it), was left by an aicli that is gone: its owner is dead, or it names
+/// none and was made over a minute ago (one being made right now has no owner yet).
+pub fn left_behind(dir: &std::path::Path, owner: Option<&str>) -> bool {
+    match owner {
+        Some(o) => !owner_alive(o),
+        None => std::fs::metadata(dir)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(60)),
+    }
 }
 
 /// What the labels of one container say.

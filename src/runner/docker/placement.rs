@@ -233,11 +233,12 @@ impl DockerPlacement {
         let mut extra_hosts = Some(vec![format!("{HOST_ALIAS}:{}", s.host.alias_target)]);
         if let Some(e) = &self.egress {
             argv = e.wrap(argv);
+            let proxy_env = e.env();
             env.retain(|kv| {
                 let k = kv.split('=').next().unwrap_or_default();
-                !e.env().iter().any(|(e, _)| e == k)
+                !proxy_env.iter().any(|(e, _)| e == k)
             });
-            env.extend(e.env().into_iter().map(|(k, v)| format!("{k}={v}")));
+            env.extend(proxy_env.into_iter().map(|(k, v)| format!("{k}={v}")));
             network_mode = "none".to_owned();
             extra_hosts = None;
         }

@@ -372,16 +372,9 @@ fn sweep_in(base: &Path) -> usize {
         if !is_ours(&dir) {
             continue;
         }
-        let gone = match read_owner(&dir) {
-            Some(owner) => !super::labels::owner_alive(&owner),
-            // No owner yet: being made right now, unless it has been so a while.
-            None => std::fs::metadata(&dir)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > std::time::Duration::from_secs(60)),
-        };
-        if gone && std::fs::remove_dir_all(&dir).is_ok() {
+        if super::labels::left_behind(&dir, read_owner(&dir).as_deref())
+            && std::fs::remove_dir_all(&dir).is_ok()
+        {
             n += 1;
         }
     }
