@@ -9,7 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
-use bollard::query_parameters::{KillContainerOptions, WaitContainerOptions};
+use bollard::query_parameters::{
+    KillContainerOptions, RemoveContainerOptions, WaitContainerOptions,
+};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -21,6 +23,7 @@ use crate::proc::lines::{
 };
 use crate::proc::spawn::OutputOptions;
 use crate::proc::stdin::{StdinWriter, StdoutRecord};
+use super::DockerError;
 use crate::runner::{RunHandle, Steps};
 
 /// A container aicli created.
@@ -357,5 +360,30 @@ impl RunHandle for ContainerHandle {
 
     fn take_stdin(&mut self) -> Option<StdinWriter> {
         self.stdin_writer.take()
+    }
+}
+
+/// Removes a container (and its anonymous volumes), whatever its state.
+pub async fn remove_container(c: &Container) -> Result<(), DockerError> {
+    match c
+        .docker
+        .remove_container(
+            &c.id,
+            Some(RemoveContainerOptions {
+                force: true,
+                v: true,
+                link: false,
+            }),
+        )
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(DockerError::Api {
+            what: format!("removing container {} on {}", c.id, c.host),
+            message: e.to_string(),
+        }),
     }
 }

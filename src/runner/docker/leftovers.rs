@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use super::handle::Container;
 use super::hosts::Host;
 use super::labels::{self, Labelled};
-use super::placement::remove_container;
+use super::handle::remove_container;
 use super::remote;
 
 /// How long a stopped remote run may take to pack its work.

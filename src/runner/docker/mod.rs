@@ -430,9 +430,9 @@ fn container_user(
     let image_user = (image::USER_ID, image::USER_ID);
     let user = match configured {
         // A name (the config allows one) is not looked up: the image's user.
-        Some(u) => placement::parse_user(u).unwrap_or(image_user),
+        Some(u) => paths::parse_user(u).unwrap_or(image_user),
         None if remote => image_user,
-        None => placement::owner_of(workspace).unwrap_or(image_user),
+        None => paths::owner_of(workspace).unwrap_or(image_user),
     };
     match (user, configured) {
         ((0, _), Some(u)) => Err(DockerError::Work(format!(

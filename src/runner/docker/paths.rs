@@ -85,6 +85,62 @@ fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+' | b'@' | b'~') || b >= 0x80
 }
 
+/// The repository's common git directory, when `workspace` is a linked worktree (its
+/// `.git` is a file naming a directory under the common one).
+pub fn common_git_dir(workspace: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(workspace.join(".git")).ok()?;
+    let gitdir = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
+    let gitdir = if gitdir.is_absolute() {
+        gitdir
+    } else {
+        workspace.join(gitdir)
+    };
+    let common = std::fs::read_to_string(gitdir.join("commondir"))
+        .map(|c| {
+            let c = PathBuf::from(c.trim());
+            if c.is_absolute() { c } else { gitdir.join(c) }
+        })
+        .unwrap_or(gitdir);
+    std::fs::canonicalize(common).ok()
+}
+
+/// `uid:gid` of `path`'s owner.
+pub fn owner_of(path: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.uid(), m.gid()))
+}
+
+/// Parses `uid:gid` (or a bare uid, group the same).
+pub fn parse_user(u: &str) -> Option<(u32, u32)> {
+    match u.split_once(':') {
+        Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+        None => {
+            let uid = if u == "root" { 0 } else { u.parse().ok()? };
+            Some((uid, uid))
+        }
+    }
+}
+
+/// The repository's git directory is bound at its own path. Under `/root` (aicli run as
+/// root) the image's `/root` (0700) would keep the container's user from it, and a tmpfs
+/// there keeps that mode (the engine copies it): when one of `dirs` (this machine's,
+/// the container's) goes under `/root`, an empty directory of the run's (in
+/// `private_dir`), 0755, to bind at `/root` and hold the bind instead.
+pub fn root_stub(
+    private_dir: &Path,
+    dirs: &[(PathBuf, String)],
+) -> std::io::Result<Option<(PathBuf, String)>> {
+    use std::os::unix::fs::PermissionsExt;
+    if !dirs.iter().any(|(_, c)| c.starts_with("/root/")) {
+        return Ok(None);
+    }
+    let stub = private_dir.join(".root");
+    std::fs::create_dir_all(&stub)
+        .and_then(|()| std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot make {}: {e}", stub.display())))?;
+    Ok(Some((stub, "/root".to_owned())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,14 +23,14 @@ use std::time::Duration;
 use aicli_providers::{BinaryLocation, CommandSpec, DockerConfig};
 use async_trait::async_trait;
 use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
+use bollard::query_parameters::CreateContainerOptions;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::egress::Egress;
-use super::handle::{Container, ContainerHandle, ContainerStdin};
+use super::handle::{Container, ContainerHandle, ContainerStdin, remove_container};
 use super::hosts::{HOST_ALIAS, Host};
 use super::labels::Labelled;
-use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE};
+use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE, common_git_dir, owner_of};
 use super::{DockerError, idmap, remote};
 use crate::proc::spawn::OutputOptions;
 use crate::record::EgressDenial;
@@ -316,50 +316,6 @@ fn stdin_of(cmd: &CommandSpec) -> ContainerStdin {
     }
 }
 
-/// Removes a container (and its anonymous volumes), whatever its state.
-pub async fn remove_container(c: &Container) -> Result<(), DockerError> {
-    match c
-        .docker
-        .remove_container(
-            &c.id,
-            Some(RemoveContainerOptions {
-                force: true,
-                v: true,
-                link: false,
-            }),
-        )
-        .await
-    {
-        Ok(()) => Ok(()),
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => Ok(()),
-        Err(e) => Err(DockerError::Api {
-            what: format!("removing container {} on {}", c.id, c.host),
-            message: e.to_string(),
-        }),
-    }
-}
-
-/// The repository's common git directory, when `workspace` is a linked worktree (its
-/// `.git` is a file naming a directory under the common one).
-fn common_git_dir(workspace: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(workspace.join(".git")).ok()?;
-    let gitdir = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
-    let gitdir = if gitdir.is_absolute() {
-        gitdir
-    } else {
-        workspace.join(gitdir)
-    };
-    let common = std::fs::read_to_string(gitdir.join("commondir"))
-        .map(|c| {
-            let c = PathBuf::from(c.trim());
-            if c.is_absolute() { c } else { gitdir.join(c) }
-        })
-        .unwrap_or(gitdir);
-    std::fs::canonicalize(common).ok()
-}
-
 #[async_trait]
 impl Placement for DockerPlacement {
     fn describe(&self) -> String {
@@ -430,24 +386,10 @@ impl Placement for DockerPlacement {
                 .give_access(&name, &mut dirs)
                 .map_err(|e| self.err(e))?;
             self.spec.steps.push("give access (uid-mapped mounts)", access_started);
-            // The repository's git directory is bound at its own path. Under /root (aicli
-            // run as root) the image's /root (0700) would keep the container's user from
-            // it, and a tmpfs there keeps that mode (the engine copies it): an empty
-            // directory of the run's, 0755, is bound at /root to hold the bind instead.
-            if dirs.iter().any(|(_, c)| c.starts_with("/root/")) {
-                let stub = self.spec.private_dir.join(".root");
-                std::fs::create_dir_all(&stub)
-                    .and_then(|()| {
-                        use std::os::unix::fs::PermissionsExt;
-                        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755))
-                    })
-                    .map_err(|e| {
-                        self.err(DockerError::Work(format!(
-                            "cannot make {}: {e}",
-                            stub.display()
-                        )))
-                    })?;
-                dirs.push((stub, "/root".to_owned()));
+            if let Some(stub) = super::paths::root_stub(&self.spec.private_dir, &dirs)
+                .map_err(|e| self.err(DockerError::Work(e.to_string())))?
+            {
+                dirs.push(stub);
             }
             if let Some(plan) = &self.spec.egress {
                 let e = Egress::start(plan, cmd, self.agent_port, self.spec.user).map_err(|e| {
@@ -595,23 +537,6 @@ impl Drop for DockerPlacement {
                     tracing::warn!(error = %e, "removing a container left by a dropped run");
                 }
             }, &rt);
-        }
-    }
-}
-
-/// `uid:gid` of `path`'s owner.
-pub fn owner_of(path: &Path) -> Option<(u32, u32)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.uid(), m.gid()))
-}
-
-/// Parses `uid:gid` (or a bare uid, group the same).
-pub fn parse_user(u: &str) -> Option<(u32, u32)> {
-    match u.split_once(':') {
-        Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
-        None => {
-            let uid = if u == "root" { 0 } else { u.parse().ok()? };
-            Some((uid, uid))
         }
     }
 }

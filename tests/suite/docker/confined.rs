@@ -134,7 +134,7 @@ async fn confined(cli: Cli, test: &str) {
     };
     let setup = Setup::in_docker(support::DockerSetup::local(docker).await);
     let t = E2e::start_in(setup, cli, Script::shell(probe()).then_quote_tool_result()).await;
-    let owner = aicli::runner::docker::placement::owner_of(t.repo.path()).expect("owner");
+    let owner = aicli::runner::docker::paths::owner_of(t.repo.path()).expect("owner");
     let ran = t
         .run_one(t.shell_task("probe", "Probe the container"))
         .await;

@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 
 use crate::runner::docker::DockerError;
 use crate::runner::docker::handle::Container;
-use crate::runner::docker::placement::remove_container;
+use crate::runner::docker::handle::remove_container;
 use crate::runner::docker::tarball::{self, TarWriter};
 
 /// Pulls `base` when the engine does not have it (a registry may be reachable).
