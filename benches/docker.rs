@@ -10,13 +10,16 @@
 //!    directly by the local CLI and as `host.docker.internal` from the container), each
 //!    through the whole engine (worktree, MCP server, run record), from `TaskStarted` to
 //!    the CLI's first line and to `TaskFinished`: local process, then container (with the
-//!    egress allowlist, the default), then container with `egress.enabled` off.
+//!    egress allowlist, the default), then a warm container (the second task of a batch
+//!    at parallel 1, its container made while the first ran), then container with
+//!    `egress.enabled` off.
 //! 2. **Throughput**: TASKS tiny tasks at PARALLEL at once, `aicli-fake-cli` replaying
 //!    Claude's `text` transcript with 20 ms per line, started by the Claude adapter (its
 //!    argv, the prompt on stdin), as local processes and in containers (the fake CLI
 //!    baked into a small image on the runtime layer), tasks/s and the ratio; then where a
 //!    container run's set-up time goes: each runner step (the attempt records' `setup`:
-//!    engine wait, image inspect, create, attach, start, inspect, remove), p50 and mean.
+//!    engine wait, image inspect, create, attach, start, go, remove; a warm run's wait
+//!    for its container), p50 and mean.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -151,18 +154,28 @@ async fn first_event(
     wiring_for("x").write_files(&dirs.home).unwrap();
     let mut rows = Vec::new();
     let mut means = Vec::new();
-    for (label, runner, host, egress) in [
-        ("local", RunnerKind::Local, gateway.to_string(), true),
+    let container = "host.docker.internal".to_owned();
+    for (label, runner, host, egress, warm) in [
+        ("local", RunnerKind::Local, gateway.to_string(), true, false),
         (
             "container",
             RunnerKind::Docker,
-            "host.docker.internal".to_owned(),
+            container.clone(),
+            true,
+            false,
+        ),
+        (
+            "container, warm",
+            RunnerKind::Docker,
+            container.clone(),
+            true,
             true,
         ),
         (
             "container, egress off",
             RunnerKind::Docker,
-            "host.docker.internal".to_owned(),
+            container,
+            false,
             false,
         ),
     ] {
@@ -197,19 +210,27 @@ async fn first_event(
         let mut firsts = Vec::new();
         let mut totals = Vec::new();
         // One warm-up run (page cache, image layers), then the measured ones, one at a time.
+        // Warm: each a batch of two at parallel 1, the second measured, its container made
+        // while the first ran.
         for i in 0..=runs {
             let mut opts = BatchOptions::new(repo.path());
             opts.provider = Some(provider.to_owned());
-            let task = TaskSpec {
-                id: format!("t{i}"),
+            opts.max_parallel = Some(1);
+            let task = |id: String| TaskSpec {
+                id,
                 prompt: "Say hello".into(),
                 ..TaskSpec::default()
             };
-            let (times, _, ok, _) = timed(&engine, vec![task], opts).await;
-            assert_eq!(ok, 1, "{provider} {runner} run {i} failed");
+            let mut tasks = vec![task(format!("t{i}"))];
+            if warm {
+                tasks.push(task(format!("t{i}-warm")));
+            }
+            let n = tasks.len();
+            let (times, _, ok, _) = timed(&engine, tasks, opts).await;
+            assert_eq!(ok, n, "{provider} {label} run {i} failed");
             if i > 0 {
-                firsts.push(times[0].0);
-                totals.push(times[0].1);
+                firsts.push(times[n - 1].0);
+                totals.push(times[n - 1].1);
             }
         }
         means.push((mean(&firsts), mean(&totals)));
@@ -221,11 +242,17 @@ async fn first_event(
     }
     let (lf, lt) = means[0];
     let (df, dt) = means[1];
-    let (of, ot) = means[2];
+    let (wf, wt) = means[2];
+    let (of, ot) = means[3];
     rows.push(format!(
         "| {provider} | container − local | {:+.0} | {:+.0} |",
         df - lf,
         dt - lt
+    ));
+    rows.push(format!(
+        "| {provider} | warm container − local | {:+.0} | {:+.0} |",
+        wf - lf,
+        wt - lt
     ));
     rows.push(format!(
         "| {provider} | egress on − off | {:+.0} | {:+.0} |",

@@ -105,6 +105,10 @@ pub struct DockerConfig {
     /// What a container may reach: aicli's MCP server, and the allowed hosts through
     /// aicli's proxy (see [`crate::egress_config`]).
     pub egress: crate::egress_config::EgressConfig,
+    /// Most containers made and started ahead of their tasks' turns (the next queued
+    /// tasks of a batch, on a local engine), so that a task's CLI starts at once when its
+    /// turn comes (0: none; each is made at the start then).
+    pub warm_ahead: usize,
 }
 
 impl Default for DockerConfig {
@@ -121,6 +125,7 @@ impl Default for DockerConfig {
             user: None,
             deb_cache: None,
             egress: crate::egress_config::EgressConfig::default(),
+            warm_ahead: 8,
         }
     }
 }

@@ -314,7 +314,7 @@ impl Batch {
     }
 
     /// The run's private directory: `<batch>/private/<task>-<attempt>`.
-    fn private_dir(&self, task_id: &str, attempt: u32) -> std::path::PathBuf {
+    pub(super) fn private_dir(&self, task_id: &str, attempt: u32) -> std::path::PathBuf {
         self.record
             .dir()
             .join(files::PRIVATE_DIR)

@@ -168,6 +168,7 @@ pub(crate) async fn execute(
         .await;
     }
     owner.wait().await;
+    engine.cool_runners(&batch.spec.batch_id).await;
     watching.cancel();
     let _ = watcher.await;
     if let Some(s) = &engine.agent_server {

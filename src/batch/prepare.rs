@@ -3,28 +3,33 @@
 //! ahead is the one the task's first attempt would make (same directory and branch); the
 //! attempt takes it over and records it, a task that never starts records it as its own
 //! (`aicli resume` then runs there), and one that aicli's death left unrecorded is taken
-//! over by the next attempt of its task, as an interrupted run's worktree is.
+//! over by the next attempt of its task, as an interrupted run's worktree is. Once the
+//! worktree is there (or at once, in a batch without worktrees) the task's runner makes
+//! what it can ahead too: a started container ([`crate::runner::Runner::warm`]).
 
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 
+use aicli_providers::{RunnerKind, TaskSpec};
+
 use super::{Batch, TaskRun};
+use crate::runner::PlaceRequest;
 use crate::worktree::Worktree;
 
-/// The worktrees being made ahead, by task.
-pub(super) type Prepared =
-    std::sync::Mutex<std::collections::HashMap<String, JoinHandle<Result<Worktree, String>>>>;
+/// What is being made ahead, by task: its worktree (none when the batch runs without
+/// worktrees), and its runner's warm container as a side effect.
+pub(super) type Prepared = std::sync::Mutex<
+    std::collections::HashMap<String, JoinHandle<Result<Option<Worktree>, String>>>,
+>;
 
 impl Batch {
-    /// Starts making `task`'s worktree, unless it has one, is being given one, resumes a
-    /// session (it runs where that session ran), or the batch runs without worktrees.
+    /// Starts making what `task`'s first attempt needs: its worktree (unless it has one
+    /// or the batch runs without worktrees), then its runner's warm container. Nothing
+    /// for a task that resumes a session (it runs where that session ran) or was
+    /// recorded before.
     pub(super) fn prepare(self: &Arc<Self>, task: &TaskRun) {
-        if self.repo.is_none()
-            || task.rec.worktree.is_some()
-            || task.origin.is_some()
-            || task.recorded.is_some()
-        {
+        if task.rec.worktree.is_some() || task.origin.is_some() || task.recorded.is_some() {
             return;
         }
         let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
@@ -33,13 +38,70 @@ impl Batch {
         }
         let b = self.clone();
         let id = task.id().to_owned();
+        let spec = task.rec.task.clone();
+        let provider = task.rec.provider.clone();
+        let attempt = task.rec.attempts.len() as u32 + 1;
         let handle = tokio::spawn(async move {
-            match &b.repo {
-                Some(repo) => crate::worktree::prepare_task(repo, &b.spec, &id).await,
-                None => Err("the batch runs without worktrees".to_owned()),
-            }
+            let wt = match &b.repo {
+                Some(repo) => Some(crate::worktree::prepare_task(repo, &b.spec, &id).await?),
+                None => None,
+            };
+            let (workspace, branch) = match &wt {
+                Some(w) => (w.path.clone(), Some(w.branch.as_str())),
+                None => (b.spec.repo.clone(), None),
+            };
+            b.warm(&spec, &provider, attempt, &workspace, branch).await;
+            Ok(wt)
         });
         prepared.insert(task.id().to_owned(), handle);
+    }
+
+    /// Has the task's runner make ahead what attempt `attempt` of `task` will need in
+    /// `workspace` (a started container: [`crate::runner::Runner::warm`]).
+    async fn warm(
+        &self,
+        task: &TaskSpec,
+        provider: &str,
+        attempt: u32,
+        workspace: &std::path::Path,
+        branch: Option<&str>,
+    ) {
+        let Ok(provider) = self.engine.registry.get(provider) else {
+            return;
+        };
+        let kind = self.engine.runner_kind(task, &provider);
+        if kind != RunnerKind::Docker {
+            return;
+        }
+        let Ok(runner) = self.engine.runner(kind).await else {
+            return;
+        };
+        let base_env = crate::env::cli_env(
+            &self.engine.source_env,
+            &self.engine.config.engine.env_passthrough,
+            provider.config(),
+            Some(task),
+        );
+        let workdir = match &task.cwd {
+            Some(sub) => workspace.join(sub),
+            None => workspace.to_path_buf(),
+        };
+        let private_dir = self.private_dir(&task.id, attempt);
+        let task_home = self.task_home(&task.id);
+        let req = PlaceRequest {
+            batch_id: &self.spec.batch_id,
+            task_id: &task.id,
+            attempt,
+            provider: &provider,
+            workspace,
+            workdir: &workdir,
+            private_dir: &private_dir,
+            task_home: &task_home,
+            session_home: None,
+            branch,
+            inherited_env: &base_env,
+        };
+        runner.warm(&req).await;
     }
 
     /// Gives `task` the worktree made ahead for it, if one was: recorded in its record
@@ -55,7 +117,7 @@ impl Batch {
             return;
         };
         match handle.await {
-            Ok(Ok(wt)) if task.rec.worktree.is_none() => {
+            Ok(Ok(Some(wt))) if task.rec.worktree.is_none() => {
                 task.rec.branch = Some(wt.branch);
                 task.rec.worktree = Some(wt.path);
                 task.rec.base_commit = Some(wt.base);

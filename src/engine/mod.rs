@@ -249,6 +249,14 @@ impl Engine {
         crate::batch::container_providers(self, tasks, opts)
     }
 
+    /// Removes what the runners made ahead for batch `batch_id` and no run took
+    /// ([`Runner::cool`]).
+    pub(crate) async fn cool_runners(&self, batch_id: &str) {
+        if let Some(Ok(docker)) = self.runners.docker.get() {
+            docker.cool(batch_id).await;
+        }
+    }
+
     /// Waits for the runners' clean-ups of dropped placements (see [`Runner::settle`]),
     /// so that nothing of a batch outlives the call that ran it.
     async fn settle_runners(&self) {

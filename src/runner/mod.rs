@@ -156,6 +156,16 @@ impl Steps {
         self.done.push(s);
     }
 
+    /// Puts `ahead`, steps done before the run's place was chosen (its container made
+    /// ahead), first, each named `ahead: <step>` (their times from their own start).
+    pub fn ahead(&mut self, ahead: Vec<crate::record::SetupStep>) {
+        let ahead = ahead.into_iter().map(|mut s| {
+            s.step = format!("ahead: {}", s.step);
+            s
+        });
+        self.done.splice(0..0, ahead);
+    }
+
     /// The steps so far, taken.
     pub fn take(&mut self) -> Vec<crate::record::SetupStep> {
         std::mem::take(&mut self.done)
@@ -183,6 +193,19 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
     /// panicked) is undone. The engine calls it before a batch, an answer or a resume
     /// returns.
     async fn settle(&self) {}
+
+    /// Makes ahead what placing `req` will need (a started container), while the run
+    /// waits for its turn; [`Runner::place`] of the same batch, task and attempt takes
+    /// it. Default: nothing.
+    async fn warm(&self, req: &PlaceRequest<'_>) {
+        let _ = req;
+    }
+
+    /// Removes what was made ahead for batch `batch_id` and never taken (its tasks never
+    /// started). The batch calls it when it ends.
+    async fn cool(&self, batch_id: &str) {
+        let _ = batch_id;
+    }
 }
 
 /// One run's place: made by [`Runner::place`], used for one start, then finished.

@@ -88,24 +88,31 @@ fn reader(rx: ByteStream) -> impl tokio::io::AsyncRead + Unpin {
     tokio_util::io::StreamReader::new(Box::pin(stream))
 }
 
-impl ContainerHandle {
-    /// Attaches to the created container `container`, starts it, writes `stdin`'s text
-    /// (then closes it, unless it stays open for a two-way run), and reads its output
-    /// into `out`'s reader and tail. `peer`: the address its MCP requests come from,
-    /// when the placement knows it (else the container's own, asked of the engine).
+/// A created container, attached (nothing it prints is missed) and started: its first
+/// process waits for what [`ContainerHandle::go`] sends (a local run's go line, see
+/// [`super::placement`]), or is the CLI itself (a remote run).
+#[derive(Debug)]
+pub struct Warm {
+    container: Arc<Container>,
+    attach: AttachContainerResults,
+    waiter: JoinHandle<()>,
+    exit: watch::Receiver<Option<i64>>,
+    peer: Option<IpAddr>,
+}
+
+impl Warm {
+    /// Attaches to `container` (its stdin too, with `stdin`) and starts it. `peer`: the
+    /// address its MCP requests come from, when the placement knows it (else the
+    /// container's own, asked of the engine).
     pub async fn start(
         container: Arc<Container>,
-        stdin: ContainerStdin,
-        out: OutputOptions,
-        stop_allowance: Duration,
+        stdin: bool,
         peer: Option<IpAddr>,
         steps: &mut Steps,
-    ) -> Result<ContainerHandle, String> {
+    ) -> Result<Warm, String> {
         let docker = &container.docker;
         let id = container.id.clone();
-        let attach = steps
-            .time("attach", attach(docker, &id, stdin.attached()))
-            .await?;
+        let attach = steps.time("attach", attach(docker, &id, stdin)).await?;
         steps
             .time(
                 "start",
@@ -117,7 +124,7 @@ impl ContainerHandle {
             .await
             .map_err(|e| format!("cannot start container {id}: {e}"))?;
         // Asked after the start, so "not running" can only mean "exited".
-        let (waiter, exit_rx) = wait_for_exit(docker, &id);
+        let (waiter, exit) = wait_for_exit(docker, &id);
         let peer = match peer {
             Some(p) => Some(p),
             None => {
@@ -126,6 +133,46 @@ impl ContainerHandle {
                     .await
             }
         };
+        Ok(Warm {
+            container,
+            attach,
+            waiter,
+            exit,
+            peer,
+        })
+    }
+
+    /// Whether it has exited (before its go: it cannot run the CLI any more).
+    pub fn exited(&self) -> bool {
+        self.exit.borrow().is_some()
+    }
+}
+
+impl ContainerHandle {
+    /// The run of the started container `warm`: writes `go` (the line its first process
+    /// waits for), then `stdin`'s text (then closes it, unless it stays open for a
+    /// two-way run), and reads its output into `out`'s reader and tail.
+    pub async fn go(
+        warm: Warm,
+        go: Option<&str>,
+        stdin: ContainerStdin,
+        out: OutputOptions,
+        stop_allowance: Duration,
+    ) -> ContainerHandle {
+        let Warm {
+            container,
+            attach,
+            waiter,
+            exit,
+            peer,
+        } = warm;
+        let id = container.id.clone();
+        let mut input = attach.input;
+        if let Some(go) = go {
+            // A container that already exited is seen by its exit code.
+            let _ = input.write_all(go.as_bytes()).await;
+            let _ = input.flush().await;
+        }
         let mut readers = vec![waiter];
         // The stdout record is shared with a two-way run's stdin writer, which puts its
         // messages between the CLI's lines, as for a local process.
@@ -133,23 +180,22 @@ impl ContainerHandle {
         let mut stdin_writer = None;
         match stdin {
             ContainerStdin { open: true, text } => {
-                stdin_writer = Some(StdinWriter::spawn(attach.input, record.clone(), text));
+                stdin_writer = Some(StdinWriter::spawn(input, record.clone(), text));
             }
-            ContainerStdin {
-                open: false,
-                text: Some(text),
-            } => {
-                let mut input = attach.input;
-                readers.push(tokio::spawn(async move {
-                    // A CLI that exits without reading its stdin is not an error here.
-                    let _ = input.write_all(text.as_bytes()).await;
-                    let _ = input.shutdown().await;
-                }));
-            }
+            // Not attached (a remote run with no prompt on stdin): nothing to close.
             ContainerStdin {
                 open: false,
                 text: None,
-            } => {}
+            } if go.is_none() => {}
+            ContainerStdin { open: false, text } => {
+                readers.push(tokio::spawn(async move {
+                    // A CLI that exits without reading its stdin is not an error here.
+                    if let Some(text) = text {
+                        let _ = input.write_all(text.as_bytes()).await;
+                    }
+                    let _ = input.shutdown().await;
+                }));
+            }
         }
         let (demuxer, out_rx, err_rx) = demux(attach.output);
         readers.push(demuxer);
@@ -167,18 +213,18 @@ impl ContainerHandle {
             out.stderr_tee,
             out.stderr_file_cap,
         )));
-        tracing::debug!(container = %id, host = %container.host, ?peer, "container started");
-        Ok(ContainerHandle {
+        tracing::debug!(container = %id, host = %container.host, ?peer, "container running its CLI");
+        ContainerHandle {
             container,
             lines,
             stderr,
             readers,
-            exit: exit_rx,
+            exit,
             signalled: false,
             stop_allowance,
             peer,
             stdin_writer,
-        })
+        }
     }
 
     fn code(&self, raw: i64) -> Option<i32> {

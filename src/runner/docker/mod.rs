@@ -5,6 +5,9 @@
 //! |---|---|
 //! | `hosts` | connecting to engines (`DOCKER_HOST` schemes), capacity, how containers reach aicli, choosing the engine with the most free room |
 //! | `placement` | [`placement::DockerPlacement`]: one run's container (mounts or upload, limits, labels, user, removal) |
+//! | `warm` | containers made ahead of their tasks' turns ([`Runner::warm`]), taken by their runs or removed |
+//! | `launch` | how a local container, started before its command is known, runs its CLI: the go line, the launch script |
+//! | `home` | the task's home: the login copies, a continued session's store |
 //! | `egress` | the allowlist: a container with no network, aicli's proxy and MCP server reached through sockets |
 //! | `handle` | the started container as a [`RunHandle`](crate::runner::RunHandle): live stdout/stderr, exit code, signals |
 //! | `paths` | this machine's paths as the container sees them |
@@ -27,24 +30,25 @@ use super::{PlaceRequest, Placement, Runner, RunnerError};
 pub mod egress;
 pub mod handle;
 pub mod hosts;
+mod home;
 pub mod idmap;
 pub mod image;
 pub mod labels;
+mod launch;
 pub mod leftovers;
 pub mod paths;
 pub mod placement;
 pub mod remote;
 mod ssh;
 pub mod tarball;
+mod warm;
 
+pub use home::forget_logins;
 pub use hosts::Host;
+use home::{COMMON_HOME_FILES, copy_home_files, create_private_dir, seed_home};
 
 /// The runner's name.
 const NAME: &str = "docker";
-
-/// Home files every container run gets a copy of (besides the provider's login files):
-/// the user's git identity, so the agent's commits are the user's.
-const COMMON_HOME_FILES: [&str; 1] = [".gitconfig"];
 
 /// What went wrong with an engine.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +107,8 @@ pub struct DockerRunner {
     images: Mutex<HashMap<(usize, String), String>>,
     /// Removals of the containers of dropped placements, still going.
     cleanups: tokio_util::task::TaskTracker,
+    /// Placements made ahead ([`Runner::warm`]), until taken or cooled.
+    warm: Mutex<HashMap<warm::WarmKey, warm::WarmEntry>>,
 }
 
 impl DockerRunner {
@@ -136,6 +142,7 @@ impl DockerRunner {
             hosts,
             images: Mutex::new(HashMap::new()),
             cleanups: closed_tracker(),
+            warm: Mutex::new(HashMap::new()),
         })
     }
 
@@ -180,147 +187,17 @@ impl DockerRunner {
         }
         Ok(path)
     }
-}
-
-/// Whether a config sends any task to containers by default (engine or provider runner,
-/// or engines configured).
-pub fn config_uses_docker(config: &aicli_providers::AiCliConfig) -> bool {
-    use aicli_providers::RunnerKind;
-    config.engine.runner == RunnerKind::Docker
-        || config
-            .providers
-            .values()
-            .any(|p| p.runner == Some(RunnerKind::Docker))
-        || !config.engine.docker.hosts.is_empty()
-}
-
-/// The `Host` names containers reach aicli's MCP server under: `host.docker.internal`
-/// and each engine's `mcp_address`.
-pub fn container_hosts(config: &DockerConfig) -> Vec<String> {
-    let mut v = vec![hosts::HOST_ALIAS.to_owned()];
-    v.extend(config.hosts.iter().filter_map(|h| h.mcp_address.clone()));
-    v.sort();
-    v.dedup();
-    v
-}
-
-/// Copies the user's login files (`files`, relative to `user_home`) into `task_home`,
-/// each once: what the CLI changes in its copy stays the task's.
-fn copy_home_files(user_home: &Path, task_home: &Path, files: &[String]) -> std::io::Result<()> {
-    for f in files {
-        let src = user_home.join(f);
-        let dst = task_home.join(f);
-        if dst.symlink_metadata().is_ok() || src.symlink_metadata().is_err() {
-            continue;
-        }
-        if let Some(parent) = dst.parent() {
-            create_private_dir(parent)?;
-        }
-        copy_private(&src, &dst)?;
-    }
-    Ok(())
-}
-
-/// A finished task's home without its login copies (the provider's
-/// `container_home_files` and the git identity): what is left, the CLI's session store,
-/// lets a later task continue the session (`resume_session_id`), in a container too.
-pub fn forget_logins(task_home: &Path, provider: &aicli_providers::ProviderConfig) {
-    // A local run has no home of its own.
-    if !task_home.exists() {
-        return;
-    }
-    let files = COMMON_HOME_FILES
-        .iter()
-        .map(|f| (*f).to_owned())
-        .chain(provider.container_home_files.iter().cloned());
-    for f in files {
-        let _ = std::fs::remove_file(task_home.join(f));
-    }
-    remove_empty_dirs(task_home);
-}
-
-/// Removes `dir` and the directories under it that hold no file (bottom up).
-fn remove_empty_dirs(dir: &Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_empty_dirs(&e.path());
-            }
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
-}
-
-/// Starts a task's home from another task's (the run that made the session its
-/// `resume_session_id` names), when it has none yet: the session store comes along,
-/// private as it was.
-fn seed_home(task_home: &Path, origin_home: &Path) -> std::io::Result<()> {
-    if task_home.exists() || !origin_home.is_dir() {
-        return Ok(());
-    }
-    copy_private(origin_home, task_home)
-}
-
-/// Copies a file (0600) or a directory tree (0700 directories) without following links
-/// out of it.
-fn copy_private(src: &Path, dst: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::symlink_metadata(src)?;
-    if meta.is_dir() {
-        create_private_dir(dst)?;
-        for e in std::fs::read_dir(src)?.flatten() {
-            copy_private(&e.path(), &dst.join(e.file_name()))?;
-        }
-    } else if meta.is_file() {
-        std::fs::copy(src, dst)?;
-        std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o600))?;
-    } else if meta.file_type().is_symlink() {
-        // A link to the real file (dotfile managers): copy what it points to.
-        if let Ok(m) = std::fs::metadata(src)
-            && m.is_file()
-        {
-            std::fs::copy(src, dst)?;
-            std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o600))?;
-        }
-    }
-    Ok(())
-}
-
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
-/// A tracker that is closed from the start: tasks can still be spawned on it, and its
-/// `wait` ends whenever none is left (it is never reopened).
-fn closed_tracker() -> tokio_util::task::TaskTracker {
-    let t = tokio_util::task::TaskTracker::new();
-    t.close();
-    t
-}
-
-#[async_trait]
-impl Runner for DockerRunner {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    async fn settle(&self) {
-        self.cleanups.wait().await;
-    }
-
-    async fn place(&self, req: &PlaceRequest<'_>) -> Result<Box<dyn Placement>, RunnerError> {
-        let mut steps = crate::runner::Steps::default();
+    /// The placement of the run `req` on engine `idx`, holding `permit` there (none while
+    /// it is made ahead): its image checked, its home and private directory made, its
+    /// labels and egress plan.
+    async fn spec_for(
+        &self,
+        req: &PlaceRequest<'_>,
+        idx: usize,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        mut steps: crate::runner::Steps,
+    ) -> Result<placement::PlacementSpec, RunnerError> {
         let image = Self::image_for(&self.config, req.provider);
-        let (idx, permit) = steps
-            .time("wait for an engine", hosts::acquire(&self.hosts))
-            .await
-            .ok_or_else(|| {
-                DockerError::NoEngine("no engine is connected".into()).into_runner_error()
-            })?;
         let host = self.hosts[idx].clone();
         let image_path = steps
             .time(
@@ -391,26 +268,89 @@ impl Runner for DockerRunner {
                     })
                     .unwrap_or_default(),
             });
-        tracing::info!(task = %req.task_id, host = %host.name, %image, user = ?user, egress = egress.is_some(), "placed in a container");
-        Ok(Box::new(placement::DockerPlacement::new(
-            placement::PlacementSpec {
-                host,
-                _permit: permit,
-                image,
-                image_path,
-                binary_name: req.provider.binary_name().to_owned(),
-                user,
-                limits: self.config.clone(),
-                workspace: req.workspace.to_path_buf(),
-                private_dir: req.private_dir.to_path_buf(),
-                task_home: req.task_home.to_path_buf(),
-                labels,
-                scratch,
-                cleanups: self.cleanups.clone(),
-                steps,
-                egress,
-            },
-        )))
+        tracing::info!(task = %req.task_id, host = %host.name, %image, user = ?user, egress = egress.is_some(), ahead = permit.is_none(), "placed in a container");
+        Ok(placement::PlacementSpec {
+            host,
+            permit,
+            image,
+            image_path,
+            binary_name: req.provider.binary_name().to_owned(),
+            user,
+            limits: self.config.clone(),
+            workspace: req.workspace.to_path_buf(),
+            private_dir: req.private_dir.to_path_buf(),
+            task_home: req.task_home.to_path_buf(),
+            labels,
+            scratch,
+            cleanups: self.cleanups.clone(),
+            steps,
+            egress,
+        })
+    }
+
+}
+
+/// Whether a config sends any task to containers by default (engine or provider runner,
+/// or engines configured).
+pub fn config_uses_docker(config: &aicli_providers::AiCliConfig) -> bool {
+    use aicli_providers::RunnerKind;
+    config.engine.runner == RunnerKind::Docker
+        || config
+            .providers
+            .values()
+            .any(|p| p.runner == Some(RunnerKind::Docker))
+        || !config.engine.docker.hosts.is_empty()
+}
+
+/// The `Host` names containers reach aicli's MCP server under: `host.docker.internal`
+/// and each engine's `mcp_address`.
+pub fn container_hosts(config: &DockerConfig) -> Vec<String> {
+    let mut v = vec![hosts::HOST_ALIAS.to_owned()];
+    v.extend(config.hosts.iter().filter_map(|h| h.mcp_address.clone()));
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// A tracker that is closed from the start: tasks can still be spawned on it, and its
+/// `wait` ends whenever none is left (it is never reopened).
+fn closed_tracker() -> tokio_util::task::TaskTracker {
+    let t = tokio_util::task::TaskTracker::new();
+    t.close();
+    t
+}
+
+#[async_trait]
+impl Runner for DockerRunner {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    async fn settle(&self) {
+        self.cleanups.wait().await;
+    }
+
+    async fn place(&self, req: &PlaceRequest<'_>) -> Result<Box<dyn Placement>, RunnerError> {
+        if let Some(p) = self.take_warm(req).await {
+            return Ok(Box::new(p));
+        }
+        let mut steps = crate::runner::Steps::default();
+        let (idx, permit) = steps
+            .time("wait for an engine", hosts::acquire(&self.hosts))
+            .await
+            .ok_or_else(|| {
+                DockerError::NoEngine("no engine is connected".into()).into_runner_error()
+            })?;
+        let spec = self.spec_for(req, idx, Some(permit), steps).await?;
+        Ok(Box::new(placement::DockerPlacement::new(spec)))
+    }
+
+    async fn warm(&self, req: &PlaceRequest<'_>) {
+        self.make_ahead(req).await;
+    }
+
+    async fn cool(&self, batch_id: &str) {
+        self.remove_ahead(batch_id).await;
     }
 
     async fn remove_leftovers(&self, batch_id: &str, task_id: &str) -> Vec<String> {

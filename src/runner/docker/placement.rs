@@ -1,12 +1,18 @@
 //! One run in a container: the [`Placement`] the Docker runner hands out.
 //!
 //! The command comes with this machine's paths; [`DockerPlacement::start`] maps them
-//! (see [`super::paths`]) and creates the container:
+//! (see [`super::paths`]) and runs it in the container:
 //!
 //! - a local engine bind-mounts the worktree at `/workspace`, the run's private
 //!   directory at `/aicli`, the task's home at `/home/aicli` and the repository's git
 //!   directory at its own path (the worktree's `.git` file points there), so the work
-//!   lands in the worktree as it happens;
+//!   lands in the worktree as it happens. The container is made and started before the
+//!   command is known ([`DockerPlacement::warm_up`]: ahead of the task's turn when the
+//!   runner warms it, else at the start): its first process waits for a `go` line on its
+//!   stdin, then runs the launch script aicli wrote in the run's private directory (the
+//!   directory, the environment, `exec` of the CLI; the script removes itself first), and
+//!   the CLI reads the rest of stdin, the prompt. Neither the command nor its environment
+//!   is in what `docker inspect` shows;
 //! - a remote engine gets the same files uploaded (see [`super::remote`]) and runs the
 //!   CLI under a wrapper that packs the work into a git bundle when it ends.
 //!
@@ -27,11 +33,11 @@ use bollard::query_parameters::CreateContainerOptions;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::egress::Egress;
-use super::handle::{Container, ContainerHandle, ContainerStdin, remove_container};
+use super::handle::{Container, ContainerHandle, ContainerStdin, Warm, remove_container};
 use super::hosts::{HOST_ALIAS, Host};
 use super::labels::Labelled;
 use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE, common_git_dir, owner_of};
-use super::{DockerError, idmap, remote};
+use super::{DockerError, idmap, launch, remote};
 use crate::proc::spawn::OutputOptions;
 use crate::record::EgressDenial;
 use crate::runner::{AgentReach, Placement, RunHandle, RunnerError};
@@ -61,13 +67,15 @@ const TMPFS_OPTIONS: &str = "rw,exec,nosuid,nodev,size=1g,mode=1777";
 /// How long a remote run may take to pack its work after SIGTERM, on top of the grace.
 const PACK_ALLOWANCE: Duration = Duration::from_secs(30);
 
+
 /// Everything [`DockerPlacement`] needs, decided by the runner.
 #[derive(Debug)]
 pub struct PlacementSpec {
     /// The engine.
     pub host: Arc<Host>,
-    /// The place held on it (released when the placement is dropped).
-    pub _permit: OwnedSemaphorePermit,
+    /// The place held on it (released when the placement is dropped); none while the
+    /// placement is warm, waiting for its task's turn.
+    pub permit: Option<OwnedSemaphorePermit>,
     /// The image.
     pub image: String,
     /// `PATH` in the image.
@@ -104,6 +112,9 @@ pub struct DockerPlacement {
     spec: PlacementSpec,
     map: PathMap,
     container: Option<Arc<Container>>,
+    /// The started container, waiting for its go (a local engine's); in a mutex only to
+    /// be `Sync` (its attach streams are not).
+    warm: Option<std::sync::Mutex<Warm>>,
     /// How the CLI reaches aicli's MCP server.
     reach: AgentReach,
     /// The MCP server's port the run's token was granted on.
@@ -138,6 +149,7 @@ impl DockerPlacement {
             spec,
             map,
             container: None,
+            warm: None,
             reach,
             agent_port: None,
             egress: None,
@@ -202,12 +214,14 @@ impl DockerPlacement {
         Ok(staged)
     }
 
-    /// The container's creation request for `cmd`, binding `dirs` on a local engine.
-    fn body(
+    /// The CLI's directory, argv and environment in the container: `cmd` with its paths
+    /// mapped (behind the egress forwarder, with the proxy's variables, when the run
+    /// has one).
+    #[allow(clippy::type_complexity)]
+    fn in_container(
         &self,
         cmd: &CommandSpec,
-        dirs: &[(PathBuf, String)],
-    ) -> Result<ContainerCreateBody, DockerError> {
+    ) -> Result<(String, Vec<String>, Vec<(String, String)>), DockerError> {
         let s = &self.spec;
         let cwd = self.map.container_path(&cmd.cwd).ok_or_else(|| {
             DockerError::Work(format!(
@@ -222,23 +236,42 @@ impl DockerPlacement {
         }
         argv.push(self.map.rewrite(&cmd.program.display().to_string()));
         argv.extend(cmd.args.iter().map(|a| self.map.rewrite(a)));
-        let mut env: Vec<String> = cmd
+        let mut env: Vec<(String, String)> = cmd
             .env
             .iter()
             .filter(|(k, _)| !cmd.env_remove.contains(k))
-            .map(|(k, v)| format!("{k}={}", self.map.rewrite(v)))
+            .map(|(k, v)| (k.clone(), self.map.rewrite(v)))
             .collect();
-        let l = &s.limits;
-        let mut network_mode = l.network_mode.clone();
-        let mut extra_hosts = Some(vec![format!("{HOST_ALIAS}:{}", s.host.alias_target)]);
         if let Some(e) = &self.egress {
             argv = e.wrap(argv);
             let proxy_env = e.env();
-            env.retain(|kv| {
-                let k = kv.split('=').next().unwrap_or_default();
-                !proxy_env.iter().any(|(e, _)| e == k)
-            });
-            env.extend(proxy_env.into_iter().map(|(k, v)| format!("{k}={v}")));
+            env.retain(|(k, _)| !proxy_env.iter().any(|(e, _)| e == k));
+            env.extend(proxy_env);
+        }
+        Ok((cwd.display().to_string(), argv, env))
+    }
+
+    /// The container's creation request: a local engine's waits for its go (see the
+    /// module docs) and binds `dirs`; a remote engine's runs `cmd` under the packing
+    /// wrapper, its files uploaded.
+    fn body(
+        &self,
+        cmd: Option<&CommandSpec>,
+        dirs: &[(PathBuf, String)],
+    ) -> Result<ContainerCreateBody, DockerError> {
+        let s = &self.spec;
+        let (working_dir, argv, env, stdin) = match cmd {
+            Some(cmd) => {
+                let (cwd, argv, env) = self.in_container(cmd)?;
+                let env = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+                (cwd, argv, env, stdin_of(cmd).attached())
+            }
+            None => (WORKSPACE.to_owned(), launch::first_process(), Vec::new(), true),
+        };
+        let l = &s.limits;
+        let mut network_mode = l.network_mode.clone();
+        let mut extra_hosts = Some(vec![format!("{HOST_ALIAS}:{}", s.host.alias_target)]);
+        if self.egress.is_some() {
             network_mode = "none".to_owned();
             extra_hosts = None;
         }
@@ -283,20 +316,210 @@ impl DockerPlacement {
             cmd: Some(argv),
             entrypoint: Some(Vec::new()),
             env: Some(env),
-            working_dir: Some(cwd.display().to_string()),
+            working_dir: Some(working_dir),
             user: Some(format!("{}:{}", s.user.0, s.user.1)),
             labels: Some(s.labels.to_map()),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
-            attach_stdin: Some(stdin_of(cmd).attached()),
-            open_stdin: Some(stdin_of(cmd).attached()),
+            attach_stdin: Some(stdin),
+            open_stdin: Some(stdin),
             // The CLI sees EOF when aicli closes its side (after the prompt, or at the
             // end of a two-way run).
-            stdin_once: Some(stdin_of(cmd).attached()),
+            stdin_once: Some(stdin),
             tty: Some(false),
             host_config: Some(host_config),
             ..ContainerCreateBody::default()
         })
+    }
+
+    /// Creates the container of the run (from `body`), named `name`; from then on it is
+    /// the placement's to remove.
+    async fn create(
+        &mut self,
+        name: &str,
+        body: ContainerCreateBody,
+    ) -> Result<Arc<Container>, RunnerError> {
+        let host = self.spec.host.clone();
+        let create_started = std::time::Instant::now();
+        let created = host
+            .docker
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(name.to_owned()),
+                    ..Default::default()
+                }),
+                body,
+            )
+            .await
+            .map_err(|e| {
+                self.err(DockerError::Api {
+                    what: format!("creating container {name} on {}", host.name),
+                    message: e.to_string(),
+                })
+            })?;
+        self.spec.steps.push("create container", create_started);
+        for w in &created.warnings {
+            tracing::warn!(container = %name, warning = %w, "docker");
+        }
+        let container = Arc::new(Container {
+            docker: host.docker.clone(),
+            id: created.id,
+            host: host.name.clone(),
+        });
+        self.container = Some(container.clone());
+        Ok(container)
+    }
+
+    /// The container's name: batch, task, attempt and a random end.
+    fn name(&self) -> String {
+        format!(
+            "aicli-{}-{}-{}-{}",
+            self.spec.labels.batch_id,
+            self.spec.labels.task_id,
+            self.spec.labels.attempt,
+            &uuid::Uuid::new_v4().simple().to_string()[..6]
+        )
+    }
+
+    /// Makes and starts a local engine's container, its first process waiting for its
+    /// go: the mounts (uid-mapped where they must be), the egress sockets. Ahead of the
+    /// task's turn when the runner warms it (see [`super::DockerRunner::warm`]), else at
+    /// the start.
+    pub async fn warm_up(&mut self) -> Result<(), RunnerError> {
+        let name = self.name();
+        // The container's user must read the run's files (written by this process), keep
+        // its sessions in the task's home and work in the worktree. The uid-mapped mounts
+        // are needed until the container has started (it then holds its own copies).
+        let access_started = std::time::Instant::now();
+        let mut dirs = self.bind_dirs();
+        let staged = self
+            .give_access(&name, &mut dirs)
+            .map_err(|e| self.err(e))?;
+        self.spec.steps.push("give access (uid-mapped mounts)", access_started);
+        if let Some(stub) = super::paths::root_stub(&self.spec.private_dir, &dirs)
+            .map_err(|e| self.err(DockerError::Work(e.to_string())))?
+        {
+            dirs.push(stub);
+        }
+        if self.spec.egress.is_some() {
+            let e = Egress::bind(self.spec.user).map_err(|e| {
+                self.err(DockerError::Work(format!(
+                    "cannot make the run's egress sockets: {e}"
+                )))
+            })?;
+            dirs.push(e.mount());
+            self.egress = Some(e);
+        }
+        let body = self.body(None, &dirs).map_err(|e| self.err(e))?;
+        let container = self.create(&name, body).await?;
+        let peer = self.egress.as_ref().map(Egress::peer);
+        let started = Warm::start(container, true, peer, &mut self.spec.steps).await;
+        drop(staged);
+        let warm = started.map_err(|message| {
+            self.err(DockerError::Api {
+                what: format!("starting container {name} on {}", self.spec.host.name),
+                message,
+            })
+        })?;
+        self.warm = Some(std::sync::Mutex::new(warm));
+        Ok(())
+    }
+
+    /// Takes the place `permit` on its engine: the warm placement becomes the run's;
+    /// `steps`: the run's so far (those made ahead go first, named so).
+    pub fn hold(&mut self, permit: OwnedSemaphorePermit, mut steps: crate::runner::Steps) {
+        self.spec.permit = Some(permit);
+        steps.ahead(self.spec.steps.take());
+        self.spec.steps = steps;
+    }
+
+    /// The engine it is on.
+    pub fn host(&self) -> &Arc<Host> {
+        &self.spec.host
+    }
+
+    /// Whether it was made for a run in `workspace` with `private_dir`, in `image`.
+    pub fn is_for(&self, workspace: &Path, private_dir: &Path, image: &str) -> bool {
+        self.spec.workspace == workspace
+            && self.spec.private_dir == private_dir
+            && self.spec.image == image
+    }
+
+    /// A local run: the started container gets its launch script and its go.
+    async fn go_local(
+        &mut self,
+        cmd: &CommandSpec,
+        out: OutputOptions,
+    ) -> Result<ContainerHandle, RunnerError> {
+        if self
+            .warm
+            .as_ref()
+            .is_some_and(|w| w.lock().is_ok_and(|w| w.exited()))
+        {
+            // Made ahead and gone since (the engine restarted, say): made again.
+            tracing::warn!(task = %self.spec.labels.task_id, "the warm container exited before its run: making another");
+            self.warm = None;
+            let _ = self.remove().await;
+            self.egress = None;
+        }
+        if self.warm.is_none() {
+            self.warm_up().await?;
+        }
+        if let (Some(e), Some(plan)) = (self.egress.as_mut(), &self.spec.egress) {
+            e.serve(plan, cmd, self.agent_port);
+        }
+        let (cwd, argv, env) = self.in_container(cmd).map_err(|e| self.err(e))?;
+        let script = launch::script(&cwd, &argv, &env).map_err(|e| self.err(e))?;
+        launch::write(&self.spec.private_dir, &script).map_err(|e| {
+            self.err(DockerError::Work(format!(
+                "cannot write the run's launch script in {}: {e}",
+                self.spec.private_dir.display()
+            )))
+        })?;
+        let warm = self
+            .warm
+            .take()
+            .map(|w| w.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .ok_or_else(|| {
+                self.err(DockerError::Work("internal: no started container".to_owned()))
+            })?;
+        let go_started = std::time::Instant::now();
+        let handle = ContainerHandle::go(warm, Some(launch::GO), stdin_of(cmd), out, Duration::ZERO).await;
+        self.spec.steps.push("go", go_started);
+        Ok(handle)
+    }
+
+    /// A remote run: the container is made for `cmd`, the run's files uploaded, then it
+    /// starts.
+    async fn start_remote(
+        &mut self,
+        cmd: &CommandSpec,
+        out: OutputOptions,
+    ) -> Result<ContainerHandle, RunnerError> {
+        let name = self.name();
+        let body = self.body(Some(cmd), &[]).map_err(|e| self.err(e))?;
+        let container = self.create(&name, body).await?;
+        let up = remote::Upload {
+            workspace: self.spec.workspace.clone(),
+            private_dir: self.spec.private_dir.clone(),
+            task_home: self.spec.task_home.clone(),
+            uid: u64::from(self.spec.user.0),
+            gid: u64::from(self.spec.user.1),
+        };
+        let upload_started = std::time::Instant::now();
+        let uploaded = remote::upload(&container, &up, &self.spec.scratch).await;
+        self.spec.steps.push("upload", upload_started);
+        uploaded.map_err(|e| self.err(e))?;
+        let stdin = stdin_of(cmd);
+        let warm = Warm::start(container, stdin.attached(), None, &mut self.spec.steps)
+            .await
+            .map_err(|message| {
+                self.err(DockerError::Api {
+                    what: format!("starting container {name} on {}", self.spec.host.name),
+                    message,
+                })
+            })?;
+        Ok(ContainerHandle::go(warm, None, stdin, out, PACK_ALLOWANCE).await)
     }
 
     async fn remove(&mut self) -> Result<(), DockerError> {
@@ -366,105 +589,12 @@ impl Placement for DockerPlacement {
         cmd: &CommandSpec,
         out: OutputOptions,
     ) -> Result<Box<dyn RunHandle>, RunnerError> {
-        let host = self.spec.host.clone();
-        let name = format!(
-            "aicli-{}-{}-{}-{}",
-            self.spec.labels.batch_id,
-            self.spec.labels.task_id,
-            self.spec.labels.attempt,
-            &uuid::Uuid::new_v4().simple().to_string()[..6]
-        );
-        // The container's user must read the run's files (written by this process), keep
-        // its sessions in the task's home and work in the worktree. The uid-mapped mounts
-        // are needed until the container has started (it then holds its own copies).
-        let mut dirs = Vec::new();
-        let mut staged = None;
-        if !host.remote {
-            let access_started = std::time::Instant::now();
-            dirs = self.bind_dirs();
-            staged = self
-                .give_access(&name, &mut dirs)
-                .map_err(|e| self.err(e))?;
-            self.spec.steps.push("give access (uid-mapped mounts)", access_started);
-            if let Some(stub) = super::paths::root_stub(&self.spec.private_dir, &dirs)
-                .map_err(|e| self.err(DockerError::Work(e.to_string())))?
-            {
-                dirs.push(stub);
-            }
-            if let Some(plan) = &self.spec.egress {
-                let e = Egress::start(plan, cmd, self.agent_port, self.spec.user).map_err(|e| {
-                    self.err(DockerError::Work(format!(
-                        "cannot start the run's egress proxy: {e}"
-                    )))
-                })?;
-                dirs.push(e.bind());
-                self.egress = Some(e);
-            }
-        }
-        let body = self.body(cmd, &dirs).map_err(|e| self.err(e))?;
-        let create_started = std::time::Instant::now();
-        let created = host
-            .docker
-            .create_container(
-                Some(CreateContainerOptions {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                }),
-                body,
-            )
-            .await
-            .map_err(|e| {
-                self.err(DockerError::Api {
-                    what: format!("creating container {name} on {}", host.name),
-                    message: e.to_string(),
-                })
-            })?;
-        self.spec.steps.push("create container", create_started);
-        for w in &created.warnings {
-            tracing::warn!(container = %name, warning = %w, "docker");
-        }
-        let container = Arc::new(Container {
-            docker: host.docker.clone(),
-            id: created.id,
-            host: host.name.clone(),
-        });
-        // From here on the container is ours to remove, whatever happens.
-        self.container = Some(container.clone());
-        if host.remote {
-            let up = remote::Upload {
-                workspace: self.spec.workspace.clone(),
-                private_dir: self.spec.private_dir.clone(),
-                task_home: self.spec.task_home.clone(),
-                uid: u64::from(self.spec.user.0),
-                gid: u64::from(self.spec.user.1),
-            };
-            let upload_started = std::time::Instant::now();
-            let uploaded = remote::upload(&container, &up, &self.spec.scratch).await;
-            self.spec.steps.push("upload", upload_started);
-            uploaded.map_err(|e| self.err(e))?;
-        }
-        let allowance = if host.remote {
-            PACK_ALLOWANCE
+        let handle = if self.spec.host.remote {
+            self.start_remote(cmd, out).await?
         } else {
-            Duration::ZERO
+            self.go_local(cmd, out).await?
         };
-        let started = ContainerHandle::start(
-            container,
-            stdin_of(cmd),
-            out,
-            allowance,
-            self.egress.as_ref().map(Egress::peer),
-            &mut self.spec.steps,
-        )
-        .await;
-        drop(staged);
-        let handle = started.map_err(|message| {
-                self.err(DockerError::Api {
-                    what: format!("starting container {name} on {}", host.name),
-                    message,
-                })
-            })?;
-        tracing::info!(container = %name, host = %host.name, image = %self.spec.image, "container running");
+        tracing::info!(host = %self.spec.host.name, image = %self.spec.image, task = %self.spec.labels.task_id, "container running");
         Ok(Box::new(handle))
     }
 

@@ -112,6 +112,8 @@ async fn a_run_in_a_container_works_in_the_worktree_and_leaves_nothing() {
             // No "inspect (peer address)": behind the egress allowlist the run's MCP
             // requests come from the loopback address aicli gave its socket.
             "start",
+            // The launch script written, the go line and the prompt sent.
+            "go",
             "remove container"
         ],
         "{:#?}",

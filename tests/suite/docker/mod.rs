@@ -13,7 +13,8 @@
 //! `aicli doctor` on the engine; `tools.rs`: task-scoped MCP tools called from a
 //! container; `budget.rs`: the batch budget with runs in containers; `acp.rs`: the real
 //! ACP agents in containers, stdin open both ways; `egress.rs`: the egress allowlist
-//! from inside each real CLI's container.
+//! from inside each real CLI's container; `warm.rs`: containers made ahead of their
+//! tasks' turns.
 
 mod acp;
 mod budget;
@@ -31,3 +32,4 @@ mod ssh;
 pub mod sshd;
 pub mod support;
 mod tools;
+mod warm;

@@ -174,10 +174,13 @@ async fn the_prompt_goes_in_on_stdin_and_the_env_is_the_base_minus_host_paths() 
         "every task's container was seen"
     );
     for (task, i) in &inspected {
+        // The container is made before the command is known: its first process waits
+        // for its go, then runs the launch script the run's private directory holds.
         let cmd = i["Config"]["Cmd"].to_string();
+        assert!(cmd.contains("read -r go"), "{task}: {cmd}");
         assert!(
-            cmd.contains("stream-json") || cmd.contains("--json"),
-            "{task}: the adapter's argv: {cmd}"
+            !cmd.contains("stream-json") && !cmd.contains("--json"),
+            "{task}: the adapter's argv is not in what the engine shows: {cmd}"
         );
         let hc = &i["HostConfig"];
         assert_eq!(hc["Memory"], 768 * 1024 * 1024, "{task}: {hc:#}");
@@ -209,6 +212,10 @@ async fn the_prompt_goes_in_on_stdin_and_the_env_is_the_base_minus_host_paths() 
             "{task}: the prompt is visible in docker inspect (Cmd starts {:.300})",
             cmd
         );
+        // Nor the CLI's environment (it is in the launch script).
+        for own in ["claude's own", "gemini's own", "America/Aicli_Test"] {
+            assert!(!whole.contains(own), "{task}: {own} in docker inspect");
+        }
     }
     for r in &batch.tasks {
         let v = r.task_id.as_str();

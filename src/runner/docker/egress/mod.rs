@@ -112,11 +112,15 @@ fn read_capped(path: &Path, max: u64) -> Option<String> {
     Some(text)
 }
 
-/// A run's proxy and MCP socket, live until [`Egress::stop`] (or drop).
+/// A run's proxy and MCP socket: bound first ([`Egress::bind`], when the container is
+/// made, which mounts their directory), served once the run's command is known
+/// ([`Egress::serve`]), live until [`Egress::stop`] (or drop).
 #[derive(Debug)]
 pub struct Egress {
     dir: tempfile::TempDir,
-    shared: Arc<proxy::Shared>,
+    shared: Option<Arc<proxy::Shared>>,
+    /// The sockets, bound and not yet served.
+    listeners: Option<(UnixListener, UnixListener)>,
     stop: CancellationToken,
     mcp_port: Option<u16>,
     peer: IpAddr,
@@ -131,15 +135,10 @@ fn next_peer() -> IpAddr {
 }
 
 impl Egress {
-    /// Binds the run's sockets and serves them: the proxy with `plan` and the URLs of
-    /// `cmd`, MCP spliced to `127.0.0.1:mcp_port` when the run has a token. `user`: the
-    /// container's, which alone (with this process's) may use the sockets.
-    pub fn start(
-        plan: &Plan,
-        cmd: &CommandSpec,
-        mcp_port: Option<u16>,
-        user: (u32, u32),
-    ) -> std::io::Result<Egress> {
+    /// Binds the run's sockets in a directory of their own. `user`: the container's,
+    /// which alone (with this process's) may use them. Nothing is served until
+    /// [`Egress::serve`]: a connection before waits in the socket's queue.
+    pub fn bind(user: (u32, u32)) -> std::io::Result<Egress> {
         let dir = tempfile::Builder::new()
             .prefix(PREFIX)
             .tempdir_in(base())?;
@@ -174,27 +173,40 @@ impl Egress {
             give(&path)?;
             Ok(l)
         };
+        let listeners = (bind("proxy.sock")?, bind("mcp.sock")?);
+        Ok(Egress {
+            dir,
+            shared: None,
+            listeners: Some(listeners),
+            stop: CancellationToken::new(),
+            mcp_port: None,
+            peer: next_peer(),
+        })
+    }
+
+    /// Serves the sockets: the proxy with `plan` and the URLs of `cmd`, MCP spliced to
+    /// `127.0.0.1:mcp_port` when the run has a token (else its socket is closed). Once.
+    pub fn serve(&mut self, plan: &Plan, cmd: &CommandSpec, mcp_port: Option<u16>) {
+        let Some((proxy_listener, mcp_listener)) = self.listeners.take() else {
+            return;
+        };
         let shared = Arc::new(proxy::Shared {
             allow: allow::Allowlist::new(&plan.patterns, cmd, &plan.config_texts),
             aliases: plan.aliases.clone(),
             denials: Mutex::new(Vec::new()),
         });
-        let stop = CancellationToken::new();
-        let peer = next_peer();
-        // Both sockets first: a failure leaves nothing served.
-        let proxy_listener = bind("proxy.sock")?;
-        let mcp_listener = mcp_port.map(|_| bind("mcp.sock")).transpose()?;
-        tokio::spawn(proxy::serve(proxy_listener, shared.clone(), stop.clone()));
-        if let (Some(l), Some(port)) = (mcp_listener, mcp_port) {
-            tokio::spawn(splice(l, peer, port, stop.clone()));
+        tokio::spawn(proxy::serve(proxy_listener, shared.clone(), self.stop.clone()));
+        match mcp_port {
+            Some(port) => {
+                tokio::spawn(splice(mcp_listener, self.peer, port, self.stop.clone()));
+            }
+            None => {
+                drop(mcp_listener);
+                let _ = std::fs::remove_file(self.dir.path().join("mcp.sock"));
+            }
         }
-        Ok(Egress {
-            dir,
-            shared,
-            stop,
-            mcp_port,
-            peer,
-        })
+        self.shared = Some(shared);
+        self.mcp_port = mcp_port;
     }
 
     /// The address the run's MCP requests come from.
@@ -204,7 +216,7 @@ impl Egress {
 
     /// The directory to bind-mount, read-only (a socket is used, not written): (this
     /// machine's, the container's).
-    pub fn bind(&self) -> (PathBuf, String) {
+    pub fn mount(&self) -> (PathBuf, String) {
         (self.dir.path().to_path_buf(), format!("{MOUNT}:ro"))
     }
 
@@ -266,9 +278,8 @@ impl Egress {
     pub fn stop(&mut self) -> Vec<EgressDenial> {
         self.stop.cancel();
         self.shared
-            .denials
-            .lock()
-            .map(|mut d| std::mem::take(&mut *d))
+            .as_ref()
+            .and_then(|s| s.denials.lock().ok().map(|mut d| std::mem::take(&mut *d)))
             .unwrap_or_default()
     }
 }

@@ -1,0 +1,170 @@
+//! Warm starts: the containers of a batch's next queued tasks are made and started while
+//! earlier tasks run, so that a later task's CLI starts in a container that was waiting
+//! for it; a container made ahead for a task that never runs (a cancelled batch) is
+//! removed with everything it held.
+
+use std::time::Duration;
+
+use aicli::BatchOptions;
+use aicli::providers::{SessionStatus, TaskSpec};
+use tokio_util::sync::CancellationToken;
+
+use super::support::{self, assert_no_container, docker_config, fake_provider, local_host};
+use crate::suite::support::{collect_events, git_repo, task_record};
+
+fn task(id: &str, args: &[&str]) -> TaskSpec {
+    TaskSpec {
+        id: id.into(),
+        prompt: format!("the prompt of {id}"),
+        extra_args: args.iter().map(|s| (*s).to_owned()).collect(),
+        ..TaskSpec::default()
+    }
+}
+
+/// The runner's steps of the first attempt of task `id` of batch `batch_id` in `repo`.
+fn steps(repo: &std::path::Path, batch_id: &str, id: &str) -> Vec<String> {
+    let rec = task_record(&repo.join(".aicli/runs").join(batch_id), id)
+        .unwrap_or_else(|| panic!("{id}: no record"));
+    rec["attempts"][0]["setup"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{id}: no setup steps: {rec:#}"))
+        .iter()
+        .filter_map(|s| s["step"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Four tasks, one at a time: the first makes its container at its start; each later one
+/// starts in a container made while the one before it ran (its record's steps say so, and
+/// no container is made on its way to the CLI). Every CLI worked in its own worktree,
+/// and no container is left. (`prompt.rs` sees the prompt arrive on stdin after the go.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batchs_later_tasks_start_in_warm_containers() {
+    let Some(docker) = support::local_engine("warm_starts").await else {
+        return;
+    };
+    let image = support::fake_cli_image(&docker).await;
+    let repo = git_repo();
+    let engine = support::engine(
+        docker_config(vec![local_host()], &image),
+        fake_provider("claude", "text"),
+    );
+    let ids = ["w1", "w2", "w3", "w4"];
+    let tasks = ids
+        .iter()
+        .map(|id| {
+            task(
+                id,
+                &[
+                    "--touch",
+                    &format!("{id}.txt"),
+                    // Long enough for the next container to be made meanwhile.
+                    "--linger-ms",
+                    "3000",
+                ],
+            )
+        })
+        .collect();
+    let mut opts = BatchOptions::new(repo.path());
+    opts.provider = Some("fake".into());
+    opts.max_parallel = Some(1);
+    let b = support::run_batch_within(
+        &engine,
+        tasks,
+        opts,
+        Duration::from_secs(180),
+        CancellationToken::new(),
+    )
+    .await;
+    for (i, id) in ids.iter().enumerate() {
+        let r = b.tasks.iter().find(|t| t.task_id == *id).expect("the task");
+        assert_eq!(r.status, SessionStatus::Succeeded, "{r:#?}");
+        let wt = r.worktree.clone().expect("a worktree");
+        assert!(wt.join(format!("{id}.txt")).exists(), "{id}: its work");
+        let s = steps(repo.path(), &b.batch_id, id);
+        assert!(s.iter().any(|s| s == "go"), "{id}: {s:?}");
+        if i == 0 {
+            assert!(s.iter().any(|s| s == "create container"), "{id}: {s:?}");
+        } else {
+            assert!(
+                s.iter().any(|s| s == "wait for the warm container")
+                    && s.iter().any(|s| s == "ahead: create container")
+                    && s.iter().any(|s| s == "ahead: start"),
+                "{id} starts in a container made ahead: {s:?}"
+            );
+            assert!(
+                !s.iter().any(|s| s == "create container" || s == "start"),
+                "{id}: no container made on the way to its CLI: {s:?}"
+            );
+        }
+    }
+    assert_no_container(&docker, &b.batch_id).await;
+}
+
+/// A batch cancelled while its first task runs and the next one waits in a container
+/// made ahead: that container is removed with the batch, and the private directory made
+/// for its run with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_batch_leaves_no_warm_container() {
+    let Some(docker) = support::local_engine("warm_cancelled").await else {
+        return;
+    };
+    let image = support::fake_cli_image(&docker).await;
+    let repo = git_repo();
+    let engine = support::engine(
+        docker_config(vec![local_host()], &image),
+        fake_provider("claude", "text"),
+    );
+    let tasks = ["c1", "c2", "c3"]
+        .iter()
+        .map(|id| task(id, &["--hang-after", "1"]))
+        .collect();
+    let mut opts = BatchOptions::new(repo.path());
+    opts.provider = Some("fake".into());
+    opts.max_parallel = Some(1);
+    let cancel = CancellationToken::new();
+    let (tx, events) = collect_events();
+    let run = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move { engine.run_batch(tasks, opts, tx, cancel).await })
+    };
+    // The running task's container and at least one made ahead.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut batch_id = None;
+    while tokio::time::Instant::now() < deadline {
+        let mine = support::labelled(&docker, aicli::runner::docker::labels::MANAGED)
+            .await
+            .into_iter()
+            .filter(|c| {
+                c.labels.as_ref().is_some_and(|l| {
+                    l.get(aicli::runner::docker::labels::WORKSPACE)
+                        .is_some_and(|w| std::path::Path::new(w).starts_with(repo.path()))
+                })
+            })
+            .filter_map(|c| c.labels?.get(aicli::runner::docker::labels::BATCH).cloned())
+            .collect::<Vec<_>>();
+        if mine.len() >= 2 {
+            batch_id = mine.first().cloned();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let batch_id = batch_id.expect("the running container and the next one's within 60 s");
+    cancel.cancel();
+    let b = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the cancelled batch ends")
+        .expect("join")
+        .expect("batch");
+    let _ = events.await;
+    assert_eq!(b.batch_id, batch_id);
+    assert_no_container(&docker, &b.batch_id).await;
+    let private = repo
+        .path()
+        .join(".aicli/runs")
+        .join(&b.batch_id)
+        .join("private");
+    assert!(
+        !private.join("c2-1").exists(),
+        "the private directory made ahead for c2 is removed"
+    );
+}
