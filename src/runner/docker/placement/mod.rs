@@ -21,23 +21,26 @@
 //! aicli's machine, and is removed in [`DockerPlacement::finish`] (or, as a safety net,
 //! when the placement is dropped).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use aicli_providers::{BinaryLocation, CommandSpec, DockerConfig};
 use async_trait::async_trait;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::CreateContainerOptions;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::egress::Egress;
 use super::handle::{Container, ContainerHandle, ContainerStdin, Warm, remove_container};
-use super::hosts::{HOST_ALIAS, Host};
+use super::hosts::Host;
 use super::labels::Labelled;
-use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE, common_git_dir, owner_of};
-use super::{DockerError, idmap, launch, remote};
+use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE};
+use super::{DockerError, launch, remote};
+
+mod access;
+mod request;
 use crate::proc::spawn::OutputOptions;
 use crate::record::EgressDenial;
 use crate::runner::{AgentReach, Placement, RunHandle, RunnerError};
@@ -58,11 +61,6 @@ const HOST_ONLY: [&str; 12] = [
     "REQUESTS_CA_BUNDLE",
     "CURL_CA_BUNDLE",
 ];
-
-/// The scratch `/tmp` of a local container (its root filesystem is read-only).
-/// `exec`: the engine's default is `noexec`, which would break what agents build and run
-/// from there (`go test`, say).
-const TMPFS_OPTIONS: &str = "rw,exec,nosuid,nodev,size=1g,mode=1777";
 
 /// How long a remote run may take to pack its work after SIGTERM, on top of the grace.
 const PACK_ALLOWANCE: Duration = Duration::from_secs(30);
@@ -159,177 +157,6 @@ impl DockerPlacement {
 
     fn err(&self, e: DockerError) -> RunnerError {
         e.into_runner_error()
-    }
-
-    /// The directories a local engine bind-mounts: (this machine's, the container's).
-    fn bind_dirs(&self) -> Vec<(PathBuf, String)> {
-        let s = &self.spec;
-        let mut v = vec![
-            (s.workspace.clone(), WORKSPACE.to_owned()),
-            (s.private_dir.clone(), PRIVATE.to_owned()),
-            (s.task_home.clone(), HOME.to_owned()),
-        ];
-        if let Some(gitdir) = common_git_dir(&s.workspace) {
-            let at = gitdir.display().to_string();
-            v.push((gitdir, at));
-        }
-        v
-    }
-
-    /// The container's user's way into each of `dirs`: as root, a uid-mapped mount of
-    /// each one it does not own (see [`super::idmap`]); otherwise, when it is not this
-    /// process's user, the run's private directory and the task's home are given to it.
-    fn give_access(
-        &self,
-        name: &str,
-        dirs: &mut [(PathBuf, String)],
-    ) -> Result<Option<idmap::Staged>, DockerError> {
-        let s = &self.spec;
-        let euid = nix::unistd::geteuid();
-        if !euid.is_root() {
-            if s.user.0 != euid.as_raw() {
-                for d in [&s.private_dir, &s.task_home] {
-                    if let Err(e) = super::chown_tree(d, s.user) {
-                        tracing::warn!(dir = %d.display(), error = %e, "cannot give the container's user its directory");
-                    }
-                }
-            }
-            return Ok(None);
-        }
-        idmap::sweep();
-        let mut staged: Option<idmap::Staged> = None;
-        for (src, _) in dirs.iter_mut() {
-            let Some(owner) = owner_of(src) else { continue };
-            if owner == s.user {
-                continue;
-            }
-            let work = |e: std::io::Error| DockerError::Work(e.to_string());
-            if staged.is_none() {
-                staged = Some(idmap::Staged::new(name).map_err(work)?);
-            }
-            if let Some(st) = staged.as_mut() {
-                *src = st.mount(src, owner, s.user).map_err(work)?;
-            }
-        }
-        Ok(staged)
-    }
-
-    /// The CLI's directory, argv and environment in the container: `cmd` with its paths
-    /// mapped (behind the egress forwarder, with the proxy's variables, when the run
-    /// has one).
-    #[allow(clippy::type_complexity)]
-    fn in_container(
-        &self,
-        cmd: &CommandSpec,
-    ) -> Result<(String, Vec<String>, Vec<(String, String)>), DockerError> {
-        let s = &self.spec;
-        let cwd = self.map.container_path(&cmd.cwd).ok_or_else(|| {
-            DockerError::Work(format!(
-                "the run's directory {} is not inside its workspace {}",
-                cmd.cwd.display(),
-                s.workspace.display()
-            ))
-        })?;
-        let mut argv: Vec<String> = Vec::new();
-        if s.host.remote {
-            argv.extend(["/bin/sh".to_owned(), remote::RUN_SCRIPT.to_owned()]);
-        }
-        argv.push(self.map.rewrite(&cmd.program.display().to_string()));
-        argv.extend(cmd.args.iter().map(|a| self.map.rewrite(a)));
-        let mut env: Vec<(String, String)> = cmd
-            .env
-            .iter()
-            .filter(|(k, _)| !cmd.env_remove.contains(k))
-            .map(|(k, v)| (k.clone(), self.map.rewrite(v)))
-            .collect();
-        if let Some(e) = &self.egress {
-            argv = e.wrap(argv);
-            let proxy_env = e.env();
-            env.retain(|(k, _)| !proxy_env.iter().any(|(e, _)| e == k));
-            env.extend(proxy_env);
-        }
-        Ok((cwd.display().to_string(), argv, env))
-    }
-
-    /// The container's creation request: a local engine's waits for its go (see the
-    /// module docs) and binds `dirs`; a remote engine's runs `cmd` under the packing
-    /// wrapper, its files uploaded.
-    fn body(
-        &self,
-        cmd: Option<&CommandSpec>,
-        dirs: &[(PathBuf, String)],
-    ) -> Result<ContainerCreateBody, DockerError> {
-        let s = &self.spec;
-        let (working_dir, argv, env, stdin) = match cmd {
-            Some(cmd) => {
-                let (cwd, argv, env) = self.in_container(cmd)?;
-                let env = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-                (cwd, argv, env, stdin_of(cmd).attached())
-            }
-            None => (WORKSPACE.to_owned(), launch::first_process(), Vec::new(), true),
-        };
-        let l = &s.limits;
-        let mut network_mode = l.network_mode.clone();
-        let mut extra_hosts = Some(vec![format!("{HOST_ALIAS}:{}", s.host.alias_target)]);
-        if self.egress.is_some() {
-            network_mode = "none".to_owned();
-            extra_hosts = None;
-        }
-        let mut host_config = HostConfig {
-            init: Some(true),
-            network_mode: Some(network_mode),
-            // The engine's default seccomp profile stays; no capability at all (the CLIs
-            // run as an unprivileged user and were measured to need none).
-            security_opt: Some(vec!["no-new-privileges".to_owned()]),
-            cap_drop: Some(vec!["ALL".to_owned()]),
-            extra_hosts,
-            ..HostConfig::default()
-        };
-        if l.memory_mb > 0 {
-            let bytes = (l.memory_mb * 1024 * 1024) as i64;
-            host_config.memory = Some(bytes);
-            // No swap beyond the limit: a run over its memory is killed (exit 137).
-            host_config.memory_swap = Some(bytes);
-        }
-        if l.cpus > 0.0 {
-            host_config.nano_cpus = Some((l.cpus * 1e9) as i64);
-        }
-        if l.pids_limit > 0 {
-            host_config.pids_limit = Some(l.pids_limit);
-        }
-        if !s.host.remote {
-            let binds = dirs
-                .iter()
-                .map(|(h, c)| format!("{}:{c}", h.display()))
-                .collect();
-            host_config.binds = Some(binds);
-            // Nothing but the binds and a scratch /tmp is writable (the remote upload
-            // needs a writable root: it unpacks into it).
-            host_config.readonly_rootfs = Some(true);
-            host_config.tmpfs = Some(HashMap::from([(
-                "/tmp".to_owned(),
-                TMPFS_OPTIONS.to_owned(),
-            )]));
-        }
-        Ok(ContainerCreateBody {
-            image: Some(s.image.clone()),
-            cmd: Some(argv),
-            entrypoint: Some(Vec::new()),
-            env: Some(env),
-            working_dir: Some(working_dir),
-            user: Some(format!("{}:{}", s.user.0, s.user.1)),
-            labels: Some(s.labels.to_map()),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            attach_stdin: Some(stdin),
-            open_stdin: Some(stdin),
-            // The CLI sees EOF when aicli closes its side (after the prompt, or at the
-            // end of a two-way run).
-            stdin_once: Some(stdin),
-            tty: Some(false),
-            host_config: Some(host_config),
-            ..ContainerCreateBody::default()
-        })
     }
 
     /// Creates the container of the run (from `body`), named `name`; from then on it is
