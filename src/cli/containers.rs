@@ -33,11 +33,13 @@ pub async fn run(
         .context("cannot reach a Docker engine")?;
     match action {
         None => {
-            let found: Vec<_> = leftovers::list(runner.hosts(), None)
-                .await
-                .into_iter()
-                .map(|(_, c)| c)
-                .collect();
+            let mut found = Vec::new();
+            for (host, mut c) in leftovers::list(runner.hosts(), None).await {
+                if c.state == "running" {
+                    c.warm = leftovers::waiting(&host.docker, &c.id).await;
+                }
+                found.push(c);
+            }
             let proxies = egress::list();
             if json_out {
                 let v = serde_json::json!({"containers": found, "egress_proxies": proxies});
@@ -52,7 +54,11 @@ pub async fn run(
                     "{} on {}: {} · task {}/{} (attempt {}, {}) · {} old · {}",
                     c.name,
                     c.host,
-                    c.state,
+                    if c.warm {
+                        "warm, waiting for its task's turn"
+                    } else {
+                        &c.state
+                    },
                     c.labels.batch_id,
                     c.labels.task_id,
                     c.labels.attempt,

@@ -26,6 +26,10 @@ const SCRIPT: &str = ".aicli-launch";
 /// What the run writes on the container's stdin first.
 pub const GO: &str = "go\n";
 
+/// What only the waiting first process's command line holds (`aicli containers` tells a
+/// warm container by it).
+pub const WAIT_MARK: &str = "read -r go";
+
 /// The first process's script (`$0`: the launch script's path in the container).
 const WAIT_FOR_GO: &str = r#"IFS= read -r go || exit 0
 [ "$go" = go ] || exit 0
@@ -144,6 +148,13 @@ mod tests {
         assert!(!private.join(SCRIPT).exists(), "the script removed itself");
         let nul = script("/", &["a\0b".to_owned()], &[]).unwrap_err();
         assert!(nul.to_string().contains("NUL"), "{nul}");
+    }
+
+    #[test]
+    fn the_first_process_is_told_by_its_mark() {
+        assert!(first_process()[2].contains(WAIT_MARK));
+        let script = script("/w", &["cli".to_owned()], &[]).unwrap();
+        assert!(!script.contains(WAIT_MARK), "{script}");
     }
 
     #[test]

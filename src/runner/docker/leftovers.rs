@@ -38,6 +38,27 @@ pub struct ContainerInfo {
     pub labels: Labelled,
     /// Whether the aicli that started it is alive.
     pub owner_alive: bool,
+    /// Made ahead of its task's turn and still waiting for it (its first process is the
+    /// one that waits for the go line: [`waiting`], asked by `aicli containers`).
+    pub warm: bool,
+}
+
+/// Whether the running container `id` waits for its go: made ahead, its task's CLI not
+/// started yet (see [`super::launch`]).
+pub async fn waiting(docker: &bollard::Docker, id: &str) -> bool {
+    let Ok(top) = docker
+        .top_processes(id, None::<bollard::query_parameters::TopOptions>)
+        .await
+    else {
+        return false;
+    };
+    // The init's command line names the first process's too: only the process itself
+    // (before its `exec`) says it still waits.
+    top.processes
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p.last())
+        .any(|cmd| !cmd.starts_with("/sbin/docker-init") && cmd.contains(super::launch::WAIT_MARK))
 }
 
 /// aicli's containers on `hosts`, optionally only those of one batch's task.
@@ -87,6 +108,7 @@ pub async fn list(
                     created: c.created.unwrap_or_default(),
                     owner_alive: labels::owner_alive(&l.owner),
                     labels: l,
+                    warm: false,
                 },
             ));
         }

@@ -34,7 +34,7 @@ mod home;
 pub mod idmap;
 pub mod image;
 pub mod labels;
-mod launch;
+pub mod launch;
 pub mod leftovers;
 pub mod paths;
 pub mod placement;

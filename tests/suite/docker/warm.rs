@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use aicli::BatchOptions;
 use aicli::providers::{SessionStatus, TaskSpec};
+use aicli::runner::docker::{labels, leftovers};
 use tokio_util::sync::CancellationToken;
 
 use super::support::{self, assert_no_container, docker_config, fake_provider, local_host};
@@ -127,28 +128,49 @@ async fn a_cancelled_batch_leaves_no_warm_container() {
         let cancel = cancel.clone();
         tokio::spawn(async move { engine.run_batch(tasks, opts, tx, cancel).await })
     };
-    // The running task's container and at least one made ahead.
+    // The running task's container and the next one's, made ahead.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let mut batch_id = None;
+    let mut mine: Vec<(String, String, String)> = Vec::new();
     while tokio::time::Instant::now() < deadline {
-        let mine = support::labelled(&docker, aicli::runner::docker::labels::MANAGED)
+        mine = support::labelled(&docker, labels::MANAGED)
             .await
             .into_iter()
-            .filter(|c| {
-                c.labels.as_ref().is_some_and(|l| {
-                    l.get(aicli::runner::docker::labels::WORKSPACE)
-                        .is_some_and(|w| std::path::Path::new(w).starts_with(repo.path()))
+            .filter_map(|c| {
+                let l = c.labels?;
+                let ours = l
+                    .get(labels::WORKSPACE)
+                    .is_some_and(|w| std::path::Path::new(w).starts_with(repo.path()));
+                ours.then(|| {
+                    (
+                        l.get(labels::TASK).cloned().unwrap_or_default(),
+                        c.id.unwrap_or_default(),
+                        l.get(labels::BATCH).cloned().unwrap_or_default(),
+                    )
                 })
             })
-            .filter_map(|c| c.labels?.get(aicli::runner::docker::labels::BATCH).cloned())
-            .collect::<Vec<_>>();
+            .collect();
         if mine.len() >= 2 {
-            batch_id = mine.first().cloned();
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let batch_id = batch_id.expect("the running container and the next one's within 60 s");
+    assert_eq!(
+        mine.len(),
+        2,
+        "the running container and the next one's within 60 s"
+    );
+    let batch_id = mine[0].2.clone();
+    // What `aicli containers` says of each: the one made ahead waits for its turn.
+    for (task, id, _) in &mine {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let mut waits = leftovers::waiting(&docker, id).await;
+        while task == "c1" && waits && tokio::time::Instant::now() < deadline {
+            // The first task's container may not have had its go yet.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            waits = leftovers::waiting(&docker, id).await;
+        }
+        assert_eq!(waits, task == "c2", "{task}: waiting for its turn");
+    }
     cancel.cancel();
     let b = tokio::time::timeout(Duration::from_secs(60), run)
         .await
