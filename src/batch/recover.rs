@@ -58,6 +58,10 @@ pub(crate) async fn resume(
             }
             TaskState::Queued => {
                 let Some(lock) = lock else { continue };
+                // A container made ahead for it, which a killed aicli left.
+                if let Ok(provider) = engine.registry.get(&rec.provider) {
+                    leftovers(engine, &record, &rec, &provider).await;
+                }
                 let (next, origin) = Next::first(store, &rec);
                 let mut t = TaskRun::new(rec, next, lock);
                 t.origin = origin;
@@ -140,7 +144,8 @@ fn hold_unfinished(
 
 /// Kills what is left of an interrupted run of `rec`: its CLI's process tree, as its
 /// `pid` file records it, those of the MCP tool calls it had running (`pid.tool-*`), and
-/// its containers (a remote run's work brought back first).
+/// its containers (a remote run's work brought back first; for a task that never
+/// started, the container made ahead for it).
 async fn leftovers(
     engine: &Engine,
     record: &BatchRecord,

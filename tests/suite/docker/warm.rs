@@ -11,7 +11,10 @@ use aicli::runner::docker::{labels, leftovers};
 use tokio_util::sync::CancellationToken;
 
 use super::support::{self, assert_no_container, docker_config, fake_provider, local_host};
-use crate::suite::support::{collect_events, git_repo, task_record};
+use crate::suite::support::{
+    batch_id, collect_events, git_repo, kill_9, resume_json, spawn_batch, task_printed,
+    task_record, wait_for_batch,
+};
 
 fn task(id: &str, args: &[&str]) -> TaskSpec {
     TaskSpec {
@@ -189,4 +192,80 @@ async fn a_cancelled_batch_leaves_no_warm_container() {
         !private.join("c2-1").exists(),
         "the private directory made ahead for c2 is removed"
     );
+}
+
+/// `aicli batch` killed with SIGKILL while its next task's container waits: that
+/// container ends by itself (its stdin closed with aicli's attach), is listed as left
+/// behind, and `aicli resume` removes it and runs the task, which succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_aicli_s_warm_container_ends_and_resume_removes_it() {
+    let Some(docker) = support::local_engine("warm_killed").await else {
+        return;
+    };
+    let image = support::fake_cli_image(&docker).await;
+    let repo = git_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = support::image_fake_config(dir.path(), &image, &[local_host()]);
+    let tasks = serde_json::json!({"max_parallel": 1, "tasks": [
+        {"id": "first", "prompt": "f", "extra_args": ["--touch", "first.txt", "--line-delay-ms", "3000"]},
+        {"id": "next", "prompt": "n", "extra_args": ["--touch", "next.txt"]}
+    ]});
+    let repo_arg = repo.path().to_str().unwrap();
+    let mut child = spawn_batch(&cfg, &tasks, &["--runner", "docker", "--repo", repo_arg]);
+    let runs = repo.path().join(".aicli/runs");
+    let batch_dir = wait_for_batch(
+        &runs,
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        "the first task never printed",
+        |b| task_printed(b, "first"),
+    );
+    let batch_id = batch_id(&batch_dir);
+    // The next task's container, made ahead, waiting.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let warm = loop {
+        let next = support::labelled(&docker, &format!("{}={batch_id}", labels::BATCH))
+            .await
+            .into_iter()
+            .find(|c| {
+                c.labels
+                    .as_ref()
+                    .is_some_and(|l| l.get(labels::TASK).is_some_and(|t| t == "next"))
+            });
+        if let Some(id) = next.and_then(|c| c.id) {
+            break id;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no container made ahead for the next task"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    kill_9(&mut child);
+    // It ends by itself: nothing waits in it any more.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let state = docker
+            .inspect_container(
+                &warm,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .expect("the container is still there, for resume to remove")
+            .state
+            .and_then(|s| s.running);
+        if state == Some(false) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the warm container still runs 20 s after aicli was killed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let result = resume_json(&cfg, &batch_id, &["--repo", repo_arg]);
+    assert_eq!((result.n_tasks, result.n_succeeded), (2, 2), "{result:#?}");
+    assert_no_container(&docker, &batch_id).await;
+    let next = result.tasks.iter().find(|t| t.task_id == "next").unwrap();
+    assert!(next.worktree.clone().unwrap().join("next.txt").is_file());
 }
