@@ -98,13 +98,16 @@ impl DockerError {
     }
 }
 
+/// `PATH` of an image on an engine, once inspected (a failed inspect is asked again).
+type ImagePath = Arc<tokio::sync::OnceCell<String>>;
+
 /// Runs CLIs in containers (see the module docs).
 #[derive(Debug)]
 pub struct DockerRunner {
     config: Arc<DockerConfig>,
     hosts: Vec<Arc<Host>>,
     /// `PATH` of each (host, image) seen to exist.
-    images: Mutex<HashMap<(usize, String), String>>,
+    images: Mutex<HashMap<(usize, String), ImagePath>>,
     /// Removals of the containers of dropped placements, still going.
     cleanups: tokio_util::task::TaskTracker,
     /// Placements made ahead ([`Runner::warm`]), until taken or cooled.
@@ -164,28 +167,34 @@ impl DockerRunner {
         provider: &str,
     ) -> Result<String, DockerError> {
         let key = (idx, image.to_owned());
-        if let Some(p) = self.images.lock().ok().and_then(|m| m.get(&key).cloned()) {
-            return Ok(p);
-        }
+        // One inspect per engine and image, however many runs ask at once (a batch's
+        // first places, its containers made ahead): the others wait for its answer.
+        let cell = self
+            .images
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_default()
+            .clone();
         let host = &self.hosts[idx];
-        let inspect = host.docker.inspect_image(image).await.map_err(|e| match e {
-            bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            } => DockerError::MissingImage(format!(
-                "image {image} is not on docker host '{}'; build it with `aicli image build {provider}`{} (or name another in engine.docker.images.{provider})",
-                host.name,
-                if self.hosts.len() > 1 { format!(" --host {}", host.name) } else { String::new() },
-            )),
-            other => DockerError::Api {
-                what: format!("inspecting image {image} on {}", host.name),
-                message: other.to_string(),
-            },
-        })?;
-        let path = image::path_in(&inspect);
-        if let Ok(mut m) = self.images.lock() {
-            m.insert(key, path.clone());
-        }
-        Ok(path)
+        cell.get_or_try_init(|| async {
+            let inspect = host.docker.inspect_image(image).await.map_err(|e| match e {
+                bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                } => DockerError::MissingImage(format!(
+                    "image {image} is not on docker host '{}'; build it with `aicli image build {provider}`{} (or name another in engine.docker.images.{provider})",
+                    host.name,
+                    if self.hosts.len() > 1 { format!(" --host {}", host.name) } else { String::new() },
+                )),
+                other => DockerError::Api {
+                    what: format!("inspecting image {image} on {}", host.name),
+                    message: other.to_string(),
+                },
+            })?;
+            Ok(image::path_in(&inspect))
+        })
+        .await
+        .cloned()
     }
     /// The placement of the run `req` on engine `idx`, holding `permit` there (none while
     /// it is made ahead): its image checked, its home and private directory made, its
