@@ -6,7 +6,7 @@ use aicli::BatchOptions;
 use aicli::providers::{SessionStatus, TaskSpec};
 use tokio_util::sync::CancellationToken;
 
-use super::support::{self, assert_no_container, docker_config, fake_provider, local_host};
+use super::support::{self, assert_no_container, docker_config, local_host};
 use crate::suite::support::{
     aicli_with, batch_id, collect_events, git, git_repo, kill_9, resume_json, spawn_batch,
     task_printed, task_state, wait_for_batch,
@@ -26,15 +26,10 @@ fn task(id: &str, args: &[&str]) -> TaskSpec {
 /// the worktree, and the container gone afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_in_a_container_works_in_the_worktree_and_leaves_nothing() {
-    let Some(docker) = support::local_engine("a_run_in_a_container").await else {
+    let Some((docker, repo, engine)) = support::fake_in_containers("a_run_in_a_container").await
+    else {
         return;
     };
-    let image = support::fake_cli_image(&docker).await;
-    let repo = git_repo();
-    let engine = support::engine(
-        docker_config(vec![local_host()], &image),
-        fake_provider("claude", "text"),
-    );
     let mut opts = BatchOptions::new(repo.path());
     opts.provider = Some("fake".into());
     let (tx, events) = collect_events();
@@ -144,15 +139,10 @@ async fn run(
 /// container is gone afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_end_of_a_run_removes_its_container() {
-    let Some(docker) = support::local_engine("every_end_of_a_run").await else {
+    let Some((docker, repo, engine)) = support::fake_in_containers("every_end_of_a_run").await
+    else {
         return;
     };
-    let image = support::fake_cli_image(&docker).await;
-    let repo = git_repo();
-    let engine = support::engine(
-        docker_config(vec![local_host()], &image),
-        fake_provider("claude", "text"),
-    );
     // Failure: the CLI reports it cannot reach the API and exits 1.
     let badkey = format!("{}/claude/badkey.ndjson", support::FIXTURES_IN_IMAGE);
     let b = run(

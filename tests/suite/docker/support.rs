@@ -108,6 +108,20 @@ pub async fn run_batch_within(
     b
 }
 
+/// The usual set-up of a test of the fake CLI in containers: the local engine (`None`
+/// after saying why the test is skipped), a new repository, and an engine whose `fake`
+/// provider replays Claude's `text` transcript in the fake CLI's image on it.
+pub async fn fake_in_containers(test: &str) -> Option<(Docker, tempfile::TempDir, Engine)> {
+    let docker = local_engine(test).await?;
+    let image = fake_cli_image(&docker).await;
+    let repo = crate::suite::support::git_repo();
+    let engine = engine(
+        docker_config(vec![local_host()], &image),
+        fake_provider("claude", "text"),
+    );
+    Some((docker, repo, engine))
+}
+
 /// An engine over `config` and its providers only.
 pub fn config_engine(config: AiCliConfig) -> Engine {
     engine_with(config, Vec::new())

@@ -10,7 +10,7 @@ use aicli::providers::{SessionStatus, TaskSpec};
 use aicli::runner::docker::{labels, leftovers};
 use tokio_util::sync::CancellationToken;
 
-use super::support::{self, assert_no_container, docker_config, fake_provider, local_host};
+use super::support::{self, assert_no_container, local_host};
 use crate::suite::support::{
     batch_id, collect_events, git_repo, kill_9, resume_json, spawn_batch, task_printed,
     task_record, wait_for_batch,
@@ -43,15 +43,9 @@ fn steps(repo: &std::path::Path, batch_id: &str, id: &str) -> Vec<String> {
 /// and no container is left. (`prompt.rs` sees the prompt arrive on stdin after the go.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batchs_later_tasks_start_in_warm_containers() {
-    let Some(docker) = support::local_engine("warm_starts").await else {
+    let Some((docker, repo, engine)) = support::fake_in_containers("warm_starts").await else {
         return;
     };
-    let image = support::fake_cli_image(&docker).await;
-    let repo = git_repo();
-    let engine = support::engine(
-        docker_config(vec![local_host()], &image),
-        fake_provider("claude", "text"),
-    );
     let ids = ["w1", "w2", "w3", "w4"];
     let tasks = ids
         .iter()
@@ -109,15 +103,9 @@ async fn a_batchs_later_tasks_start_in_warm_containers() {
 /// for its run with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_batch_leaves_no_warm_container() {
-    let Some(docker) = support::local_engine("warm_cancelled").await else {
+    let Some((docker, repo, engine)) = support::fake_in_containers("warm_cancelled").await else {
         return;
     };
-    let image = support::fake_cli_image(&docker).await;
-    let repo = git_repo();
-    let engine = support::engine(
-        docker_config(vec![local_host()], &image),
-        fake_provider("claude", "text"),
-    );
     let tasks = ["c1", "c2", "c3"]
         .iter()
         .map(|id| task(id, &["--hang-after", "1"]))
