@@ -86,6 +86,10 @@ impl Batch {
             Some(sub) => workspace.join(sub),
             None => workspace.to_path_buf(),
         };
+        let agent_port = match &self.engine.agent_server {
+            Some(s) => s.loopback_port().await,
+            None => None,
+        };
         let private_dir = self.private_dir(&task.id, attempt);
         let task_home = self.task_home(&task.id);
         let req = PlaceRequest {
@@ -100,6 +104,7 @@ impl Batch {
             session_home: None,
             branch,
             inherited_env: &base_env,
+            agent_port,
         };
         runner.warm(&req).await;
     }

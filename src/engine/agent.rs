@@ -54,6 +54,12 @@ pub trait AgentServer: Send + Sync + std::fmt::Debug {
         scope: TaskScope,
         reach: Option<&AgentReach>,
     ) -> Result<AgentGrant, String>;
+    /// The port it listens on at `127.0.0.1` (listening there first if it must), where a
+    /// container's egress forwarder made ahead carries the CLI's MCP requests; `None`
+    /// when it cannot.
+    async fn loopback_port(&self) -> Option<u16> {
+        None
+    }
     /// Revokes a token: the next request with it is refused.
     fn revoke(&self, token: &str);
     /// From now on only requests from `peer` may use `token`.

@@ -194,6 +194,12 @@ impl crate::engine::AgentServer for McpServer {
         })
     }
 
+    async fn loopback_port(&self) -> Option<u16> {
+        self.listen_on(std::net::IpAddr::from([127, 0, 0, 1]))
+            .await
+            .ok()
+    }
+
     fn revoke(&self, token: &str) {
         McpServer::revoke(self, token);
     }

@@ -284,6 +284,7 @@ async fn start_and_supervise(
         session_home: p.session_home.as_deref(),
         branch: p.branch.as_deref(),
         inherited_env: &spec.base_env,
+        agent_port: None,
     };
     let placed = tokio::select! {
         p = spec.runner.place(&request) => p,

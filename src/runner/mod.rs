@@ -104,6 +104,10 @@ pub struct PlaceRequest<'a> {
     pub branch: Option<&'a str>,
     /// The environment the engine would give a local CLI.
     pub inherited_env: &'a BTreeMap<String, String>,
+    /// The port of aicli's MCP server on loopback, when the run will have a token and
+    /// it is known before the grant: a container made ahead needs it (its egress
+    /// forwarder listens there from the start).
+    pub agent_port: Option<u16>,
 }
 
 /// How a CLI reaches aicli's MCP server from where it runs.

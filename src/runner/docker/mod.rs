@@ -294,6 +294,7 @@ impl DockerRunner {
             cleanups: self.cleanups.clone(),
             steps,
             egress,
+            agent_port: req.agent_port,
         })
     }
 

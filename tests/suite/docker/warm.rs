@@ -153,14 +153,16 @@ async fn a_cancelled_batch_leaves_no_warm_container() {
     let batch_id = mine[0].2.clone();
     // What `aicli containers` says of each: the one made ahead waits for its turn.
     for (task, id, _) in &mine {
+        // The first task's container may not have had its go yet, the next one's may not
+        // have started yet.
+        let want = task == "c2";
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         let mut waits = leftovers::waiting(&docker, id).await;
-        while task == "c1" && waits && tokio::time::Instant::now() < deadline {
-            // The first task's container may not have had its go yet.
+        while waits != want && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
             waits = leftovers::waiting(&docker, id).await;
         }
-        assert_eq!(waits, task == "c2", "{task}: waiting for its turn");
+        assert_eq!(waits, want, "{task}: waiting for its turn");
     }
     cancel.cancel();
     let b = tokio::time::timeout(Duration::from_secs(60), run)

@@ -13,8 +13,10 @@
 //!
 //! In the container a small forwarder (`forward.js`, run by the image's `node`) listens
 //! on `127.0.0.1:3128` and on the MCP server's port and carries each connection to its
-//! socket; the CLI starts once both listen, with `HTTP(S)_PROXY` naming the first and
-//! its MCP URL the second. A connection that bypasses the proxy has nowhere to go.
+//! socket. It starts with the container, before the container's first process waits for
+//! its go (see [`super::launch`]), so a container made ahead has it listening already; the
+//! CLI gets `HTTP(S)_PROXY` naming the first and its MCP URL the second. A connection
+//! that bypasses the proxy has nowhere to go.
 //!
 //! A remote engine cannot mount this machine's sockets: its containers keep
 //! `network_mode` (see the docs).
@@ -119,8 +121,8 @@ fn read_capped(path: &Path, max: u64) -> Option<String> {
 pub struct Egress {
     dir: tempfile::TempDir,
     shared: Option<Arc<proxy::Shared>>,
-    /// The sockets, bound and not yet served.
-    listeners: Option<(UnixListener, UnixListener)>,
+    /// The sockets (the proxy's, MCP's), bound and not yet served.
+    listeners: Option<(UnixListener, Option<UnixListener>)>,
     stop: CancellationToken,
     mcp_port: Option<u16>,
     peer: IpAddr,
@@ -135,10 +137,11 @@ fn next_peer() -> IpAddr {
 }
 
 impl Egress {
-    /// Binds the run's sockets in a directory of their own. `user`: the container's,
-    /// which alone (with this process's) may use them. Nothing is served until
-    /// [`Egress::serve`]: a connection before waits in the socket's queue.
-    pub fn bind(user: (u32, u32)) -> std::io::Result<Egress> {
+    /// Binds the run's sockets in a directory of their own: the proxy's, and MCP's when
+    /// the run will have a token on aicli's MCP server at `127.0.0.1:mcp_port`. `user`:
+    /// the container's, which alone (with this process's) may use them. Nothing is
+    /// served until [`Egress::serve`]: a connection before waits in the socket's queue.
+    pub fn bind(user: (u32, u32), mcp_port: Option<u16>) -> std::io::Result<Egress> {
         let dir = tempfile::Builder::new()
             .prefix(PREFIX)
             .tempdir_in(base())?;
@@ -173,20 +176,26 @@ impl Egress {
             give(&path)?;
             Ok(l)
         };
-        let listeners = (bind("proxy.sock")?, bind("mcp.sock")?);
+        let proxy = bind("proxy.sock")?;
+        let mcp = mcp_port.map(|_| bind("mcp.sock")).transpose()?;
         Ok(Egress {
             dir,
             shared: None,
-            listeners: Some(listeners),
+            listeners: Some((proxy, mcp)),
             stop: CancellationToken::new(),
-            mcp_port: None,
+            mcp_port,
             peer: next_peer(),
         })
     }
 
+    /// The MCP server's port it was bound for.
+    pub fn mcp_port(&self) -> Option<u16> {
+        self.mcp_port
+    }
+
     /// Serves the sockets: the proxy with `plan` and the URLs of `cmd`, MCP spliced to
-    /// `127.0.0.1:mcp_port` when the run has a token (else its socket is closed). Once.
-    pub fn serve(&mut self, plan: &Plan, cmd: &CommandSpec, mcp_port: Option<u16>) {
+    /// the server's port. Once.
+    pub fn serve(&mut self, plan: &Plan, cmd: &CommandSpec) {
         let Some((proxy_listener, mcp_listener)) = self.listeners.take() else {
             return;
         };
@@ -196,17 +205,10 @@ impl Egress {
             denials: Mutex::new(Vec::new()),
         });
         tokio::spawn(proxy::serve(proxy_listener, shared.clone(), self.stop.clone()));
-        match mcp_port {
-            Some(port) => {
-                tokio::spawn(splice(mcp_listener, self.peer, port, self.stop.clone()));
-            }
-            None => {
-                drop(mcp_listener);
-                let _ = std::fs::remove_file(self.dir.path().join("mcp.sock"));
-            }
+        if let (Some(l), Some(port)) = (mcp_listener, self.mcp_port) {
+            tokio::spawn(splice(l, self.peer, port, self.stop.clone()));
         }
         self.shared = Some(shared);
-        self.mcp_port = mcp_port;
     }
 
     /// The address the run's MCP requests come from.
@@ -230,7 +232,8 @@ impl Egress {
         }
     }
 
-    /// `argv` behind the forwarder.
+    /// `argv` behind the forwarder: it starts once the forwarder listens (a local
+    /// container's first process, so that the forwarder's start is made ahead with it).
     pub fn wrap(&self, argv: Vec<String>) -> Vec<String> {
         let mut out = vec![
             "/bin/sh".to_owned(),

@@ -102,6 +102,9 @@ pub struct PlacementSpec {
     /// The egress allowlist's plan (a local engine with `egress.enabled`): the container
     /// gets no network, and aicli's proxy and MCP server through sockets.
     pub egress: Option<super::egress::Plan>,
+    /// The MCP server's port on loopback, when known before the run's grant
+    /// ([`crate::runner::PlaceRequest::agent_port`]).
+    pub agent_port: Option<u16>,
 }
 
 /// A run in a container (see the module docs).
@@ -126,6 +129,7 @@ pub struct DockerPlacement {
 impl DockerPlacement {
     /// A placement of `spec`.
     pub fn new(spec: PlacementSpec) -> DockerPlacement {
+        let agent_port = spec.agent_port;
         let map = PathMap::new([
             (spec.workspace.as_path(), WORKSPACE),
             (spec.private_dir.as_path(), PRIVATE),
@@ -149,7 +153,7 @@ impl DockerPlacement {
             container: None,
             warm: None,
             reach,
-            agent_port: None,
+            agent_port,
             egress: None,
             denied: Vec::new(),
         }
@@ -229,7 +233,7 @@ impl DockerPlacement {
             dirs.push(stub);
         }
         if self.spec.egress.is_some() {
-            let e = Egress::bind(self.spec.user).map_err(|e| {
+            let e = Egress::bind(self.spec.user, self.agent_port).map_err(|e| {
                 self.err(DockerError::Work(format!(
                     "cannot make the run's egress sockets: {e}"
                 )))
@@ -278,13 +282,19 @@ impl DockerPlacement {
         cmd: &CommandSpec,
         out: OutputOptions,
     ) -> Result<ContainerHandle, RunnerError> {
-        if self
+        let exited = self
             .warm
             .as_ref()
-            .is_some_and(|w| w.lock().is_ok_and(|w| w.exited()))
-        {
+            .is_some_and(|w| w.lock().is_ok_and(|w| w.exited()));
+        // Its forwarder listens for another MCP port than the run's grant (made ahead
+        // with a guess that proved wrong).
+        let other_port = self
+            .egress
+            .as_ref()
+            .is_some_and(|e| e.mcp_port() != self.agent_port);
+        if self.warm.is_some() && (exited || other_port) {
             // Made ahead and gone since (the engine restarted, say): made again.
-            tracing::warn!(task = %self.spec.labels.task_id, "the warm container exited before its run: making another");
+            tracing::warn!(task = %self.spec.labels.task_id, exited, other_port, "the warm container cannot run the CLI: making another");
             self.warm = None;
             let _ = self.remove().await;
             self.egress = None;
@@ -293,7 +303,7 @@ impl DockerPlacement {
             self.warm_up().await?;
         }
         if let (Some(e), Some(plan)) = (self.egress.as_mut(), &self.spec.egress) {
-            e.serve(plan, cmd, self.agent_port);
+            e.serve(plan, cmd);
         }
         let (cwd, argv, env) = self.in_container(cmd).map_err(|e| self.err(e))?;
         let script = launch::script(&cwd, &argv, &env).map_err(|e| self.err(e))?;

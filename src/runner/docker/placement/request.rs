@@ -48,7 +48,6 @@ impl DockerPlacement {
             .map(|(k, v)| (k.clone(), self.map.rewrite(v)))
             .collect();
         if let Some(e) = &self.egress {
-            argv = e.wrap(argv);
             let proxy_env = e.env();
             env.retain(|(k, _)| !proxy_env.iter().any(|(e, _)| e == k));
             env.extend(proxy_env);
@@ -71,7 +70,15 @@ impl DockerPlacement {
                 let env = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
                 (cwd, argv, env, stdin_of(cmd).attached())
             }
-            None => (WORKSPACE.to_owned(), launch::first_process(), Vec::new(), true),
+            // Behind the egress forwarder, which so starts with the container.
+            None => {
+                let first = launch::first_process();
+                let first = match &self.egress {
+                    Some(e) => e.wrap(first),
+                    None => first,
+                };
+                (WORKSPACE.to_owned(), first, Vec::new(), true)
+            }
         };
         let l = &s.limits;
         let mut network_mode = l.network_mode.clone();
