@@ -240,19 +240,11 @@ impl Batch {
         let (run_task, prior) = task.task_for_run();
         let attempt = task.rec.attempts.len() as u32;
         let engine = &self.engine;
-        let base_env = crate::env::cli_env(
-            &engine.source_env,
-            &engine.config.engine.env_passthrough,
-            provider.config(),
-            Some(&run_task),
-        );
+        let base_env = self.cli_env(provider, &run_task);
         let place = RunPlace {
             batch_id: self.spec.batch_id.clone(),
             attempt,
-            workdir: match &run_task.cwd {
-                Some(sub) => workspace.join(sub),
-                None => workspace.clone(),
-            },
+            workdir: workdir(&workspace, &run_task),
             private_dir: self.private_dir(&run_task.id, attempt),
             task_home: self.task_home(&run_task.id),
             session_home: task.origin.as_ref().map(|o| {
@@ -313,6 +305,22 @@ impl Batch {
         }
     }
 
+    /// The environment a run of `task` by `provider` starts from (before its placement's
+    /// changes).
+    pub(super) fn cli_env(
+        &self,
+        provider: &SharedProvider,
+        task: &TaskSpec,
+    ) -> std::collections::BTreeMap<String, String> {
+        let engine = &self.engine;
+        crate::env::cli_env(
+            &engine.source_env,
+            &engine.config.engine.env_passthrough,
+            provider.config(),
+            Some(task),
+        )
+    }
+
     /// The run's private directory: `<batch>/private/<task>-<attempt>`.
     pub(super) fn private_dir(&self, task_id: &str, attempt: u32) -> std::path::PathBuf {
         self.record
@@ -366,5 +374,13 @@ impl Batch {
             _ = tokio::time::sleep(wait) => {}
             _ = cancel.cancelled() => {}
         }
+    }
+}
+
+/// Where a run of `task` in `workspace` starts: the workspace or its `cwd` subdirectory.
+pub(super) fn workdir(workspace: &std::path::Path, task: &TaskSpec) -> std::path::PathBuf {
+    match &task.cwd {
+        Some(sub) => workspace.join(sub),
+        None => workspace.to_path_buf(),
     }
 }

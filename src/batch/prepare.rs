@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 
-use aicli_providers::{RunnerKind, TaskSpec};
+use aicli_providers::{RunnerKind, SharedProvider, TaskSpec};
 
 use super::{Batch, TaskRun};
 use crate::runner::PlaceRequest;
@@ -25,11 +25,21 @@ pub(super) type Prepared = std::sync::Mutex<
 
 impl Batch {
     /// Starts making what `task`'s first attempt needs: its worktree (unless it has one
-    /// or the batch runs without worktrees), then its runner's warm container. Nothing
-    /// for a task that resumes a session (it runs where that session ran) or was
-    /// recorded before.
+    /// or the batch runs without worktrees), then, for a task that runs in a container,
+    /// its runner's warm container. Nothing for a task that resumes a session (it runs
+    /// where that session ran) or was recorded before.
     pub(super) fn prepare(self: &Arc<Self>, task: &TaskRun) {
         if task.rec.worktree.is_some() || task.origin.is_some() || task.recorded.is_some() {
+            return;
+        }
+        // The provider it runs in a container with (else nothing to warm).
+        let in_container = self
+            .engine
+            .registry
+            .get(&task.rec.provider)
+            .ok()
+            .filter(|p| self.engine.runner_kind(&task.rec.task, p) == RunnerKind::Docker);
+        if self.repo.is_none() && in_container.is_none() {
             return;
         }
         let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
@@ -39,53 +49,39 @@ impl Batch {
         let b = self.clone();
         let id = task.id().to_owned();
         let spec = task.rec.task.clone();
-        let provider = task.rec.provider.clone();
         let attempt = task.rec.attempts.len() as u32 + 1;
         let handle = tokio::spawn(async move {
             let wt = match &b.repo {
                 Some(repo) => Some(crate::worktree::prepare_task(repo, &b.spec, &id).await?),
                 None => None,
             };
-            let (workspace, branch) = match &wt {
-                Some(w) => (w.path.clone(), Some(w.branch.as_str())),
-                None => (b.spec.repo.clone(), None),
-            };
-            b.warm(&spec, &provider, attempt, &workspace, branch).await;
+            if let Some(provider) = in_container {
+                let (workspace, branch) = match &wt {
+                    Some(w) => (w.path.clone(), Some(w.branch.as_str())),
+                    None => (b.spec.repo.clone(), None),
+                };
+                b.warm(&spec, &provider, attempt, &workspace, branch).await;
+            }
             Ok(wt)
         });
         prepared.insert(task.id().to_owned(), handle);
     }
 
-    /// Has the task's runner make ahead what attempt `attempt` of `task` will need in
+    /// Has the Docker runner make ahead what attempt `attempt` of `task` will need in
     /// `workspace` (a started container: [`crate::runner::Runner::warm`]).
     async fn warm(
         &self,
         task: &TaskSpec,
-        provider: &str,
+        provider: &SharedProvider,
         attempt: u32,
         workspace: &std::path::Path,
         branch: Option<&str>,
     ) {
-        let Ok(provider) = self.engine.registry.get(provider) else {
+        let Ok(runner) = self.engine.runner(RunnerKind::Docker).await else {
             return;
         };
-        let kind = self.engine.runner_kind(task, &provider);
-        if kind != RunnerKind::Docker {
-            return;
-        }
-        let Ok(runner) = self.engine.runner(kind).await else {
-            return;
-        };
-        let base_env = crate::env::cli_env(
-            &self.engine.source_env,
-            &self.engine.config.engine.env_passthrough,
-            provider.config(),
-            Some(task),
-        );
-        let workdir = match &task.cwd {
-            Some(sub) => workspace.join(sub),
-            None => workspace.to_path_buf(),
-        };
+        let base_env = self.cli_env(provider, task);
+        let workdir = super::attempt::workdir(workspace, task);
         let agent_port = match &self.engine.agent_server {
             Some(s) => s.loopback_port().await,
             None => None,
@@ -96,7 +92,7 @@ impl Batch {
             batch_id: &self.spec.batch_id,
             task_id: &task.id,
             attempt,
-            provider: &provider,
+            provider,
             workspace,
             workdir: &workdir,
             private_dir: &private_dir,

@@ -28,8 +28,6 @@ use std::time::Duration;
 
 use aicli_providers::{BinaryLocation, CommandSpec, DockerConfig};
 use async_trait::async_trait;
-use bollard::models::ContainerCreateBody;
-use bollard::query_parameters::CreateContainerOptions;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::egress::Egress;
@@ -102,8 +100,8 @@ pub struct PlacementSpec {
     /// The egress allowlist's plan (a local engine with `egress.enabled`): the container
     /// gets no network, and aicli's proxy and MCP server through sockets.
     pub egress: Option<super::egress::Plan>,
-    /// The MCP server's port on loopback, when known before the run's grant
-    /// ([`crate::runner::PlaceRequest::agent_port`]).
+    /// The MCP server's port on loopback: known before the run's grant when made ahead
+    /// ([`crate::runner::PlaceRequest::agent_port`]), the grant's once told.
     pub agent_port: Option<u16>,
 }
 
@@ -118,8 +116,6 @@ pub struct DockerPlacement {
     warm: Option<std::sync::Mutex<Warm>>,
     /// How the CLI reaches aicli's MCP server.
     reach: AgentReach,
-    /// The MCP server's port the run's token was granted on.
-    agent_port: Option<u16>,
     /// The run's proxy, while it runs.
     egress: Option<Egress>,
     /// What the proxy refused (once it stopped).
@@ -129,7 +125,6 @@ pub struct DockerPlacement {
 impl DockerPlacement {
     /// A placement of `spec`.
     pub fn new(spec: PlacementSpec) -> DockerPlacement {
-        let agent_port = spec.agent_port;
         let map = PathMap::new([
             (spec.workspace.as_path(), WORKSPACE),
             (spec.private_dir.as_path(), PRIVATE),
@@ -153,7 +148,6 @@ impl DockerPlacement {
             container: None,
             warm: None,
             reach,
-            agent_port,
             egress: None,
             denied: Vec::new(),
         }
@@ -161,55 +155,6 @@ impl DockerPlacement {
 
     fn err(&self, e: DockerError) -> RunnerError {
         e.into_runner_error()
-    }
-
-    /// Creates the container of the run (from `body`), named `name`; from then on it is
-    /// the placement's to remove.
-    async fn create(
-        &mut self,
-        name: &str,
-        body: ContainerCreateBody,
-    ) -> Result<Arc<Container>, RunnerError> {
-        let host = self.spec.host.clone();
-        let create_started = std::time::Instant::now();
-        let created = host
-            .docker
-            .create_container(
-                Some(CreateContainerOptions {
-                    name: Some(name.to_owned()),
-                    ..Default::default()
-                }),
-                body,
-            )
-            .await
-            .map_err(|e| {
-                self.err(DockerError::Api {
-                    what: format!("creating container {name} on {}", host.name),
-                    message: e.to_string(),
-                })
-            })?;
-        self.spec.steps.push("create container", create_started);
-        for w in &created.warnings {
-            tracing::warn!(container = %name, warning = %w, "docker");
-        }
-        let container = Arc::new(Container {
-            docker: host.docker.clone(),
-            id: created.id,
-            host: host.name.clone(),
-        });
-        self.container = Some(container.clone());
-        Ok(container)
-    }
-
-    /// The container's name: batch, task, attempt and a random end.
-    fn name(&self) -> String {
-        format!(
-            "aicli-{}-{}-{}-{}",
-            self.spec.labels.batch_id,
-            self.spec.labels.task_id,
-            self.spec.labels.attempt,
-            &uuid::Uuid::new_v4().simple().to_string()[..6]
-        )
     }
 
     /// Makes and starts a local engine's container, its first process waiting for its
@@ -233,7 +178,7 @@ impl DockerPlacement {
             dirs.push(stub);
         }
         if self.spec.egress.is_some() {
-            let e = Egress::bind(self.spec.user, self.agent_port).map_err(|e| {
+            let e = Egress::bind(self.spec.user, self.spec.agent_port).map_err(|e| {
                 self.err(DockerError::Work(format!(
                     "cannot make the run's egress sockets: {e}"
                 )))
@@ -244,15 +189,9 @@ impl DockerPlacement {
         let body = self.body(None, &dirs).map_err(|e| self.err(e))?;
         let container = self.create(&name, body).await?;
         let peer = self.egress.as_ref().map(Egress::peer);
-        let started = Warm::start(container, true, peer, &mut self.spec.steps).await;
+        let started = self.start_container(container, &name, true, peer).await;
         drop(staged);
-        let warm = started.map_err(|message| {
-            self.err(DockerError::Api {
-                what: format!("starting container {name} on {}", self.spec.host.name),
-                message,
-            })
-        })?;
-        self.warm = Some(std::sync::Mutex::new(warm));
+        self.warm = Some(std::sync::Mutex::new(started?));
         Ok(())
     }
 
@@ -291,7 +230,7 @@ impl DockerPlacement {
         let other_port = self
             .egress
             .as_ref()
-            .is_some_and(|e| e.mcp_port() != self.agent_port);
+            .is_some_and(|e| e.mcp_port() != self.spec.agent_port);
         if self.warm.is_some() && (exited || other_port) {
             // Made ahead and gone since (the engine restarted, say): made again.
             tracing::warn!(task = %self.spec.labels.task_id, exited, other_port, "the warm container cannot run the CLI: making another");
@@ -348,14 +287,9 @@ impl DockerPlacement {
         self.spec.steps.push("upload", upload_started);
         uploaded.map_err(|e| self.err(e))?;
         let stdin = stdin_of(cmd);
-        let warm = Warm::start(container, stdin.attached(), None, &mut self.spec.steps)
-            .await
-            .map_err(|message| {
-                self.err(DockerError::Api {
-                    what: format!("starting container {name} on {}", self.spec.host.name),
-                    message,
-                })
-            })?;
+        let warm = self
+            .start_container(container, &name, stdin.attached(), None)
+            .await?;
         Ok(ContainerHandle::go(warm, None, stdin, out, PACK_ALLOWANCE).await)
     }
 
@@ -440,7 +374,7 @@ impl Placement for DockerPlacement {
     }
 
     fn agent_port(&mut self, port: u16) {
-        self.agent_port = Some(port);
+        self.spec.agent_port = Some(port);
     }
 
     fn egress_denied(&mut self) -> Vec<EgressDenial> {

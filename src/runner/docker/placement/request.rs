@@ -1,17 +1,22 @@
-//! The container's creation request and the CLI's command as the container sees it.
+//! The container: its creation request (with the CLI's command as the container sees
+//! it), its creation and its start.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use aicli_providers::CommandSpec;
 use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::CreateContainerOptions;
 
 use super::super::DockerError;
+use super::super::handle::{Container, Warm};
 use super::super::hosts::HOST_ALIAS;
 use super::super::launch;
 use super::super::paths::WORKSPACE;
 use super::super::remote;
 use super::{DockerPlacement, stdin_of};
+use crate::runner::RunnerError;
 
 /// The scratch `/tmp` of a local container (its root filesystem is read-only).
 /// `exec`: the engine's default is `noexec`, which would break what agents build and run
@@ -20,8 +25,8 @@ const TMPFS_OPTIONS: &str = "rw,exec,nosuid,nodev,size=1g,mode=1777";
 
 impl DockerPlacement {
     /// The CLI's directory, argv and environment in the container: `cmd` with its paths
-    /// mapped (behind the egress forwarder, with the proxy's variables, when the run
-    /// has one).
+    /// mapped (under the remote packing wrapper on a remote engine; with the proxy's
+    /// variables behind the egress allowlist).
     #[allow(clippy::type_complexity)]
     pub(super) fn in_container(
         &self,
@@ -142,5 +147,73 @@ impl DockerPlacement {
             host_config: Some(host_config),
             ..ContainerCreateBody::default()
         })
+    }
+
+    /// Creates the container of the run (from `body`), named `name`; from then on it is
+    /// the placement's to remove.
+    pub(super) async fn create(
+        &mut self,
+        name: &str,
+        body: ContainerCreateBody,
+    ) -> Result<Arc<Container>, RunnerError> {
+        let host = self.spec.host.clone();
+        let create_started = std::time::Instant::now();
+        let created = host
+            .docker
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(name.to_owned()),
+                    ..Default::default()
+                }),
+                body,
+            )
+            .await
+            .map_err(|e| {
+                self.err(DockerError::Api {
+                    what: format!("creating container {name} on {}", host.name),
+                    message: e.to_string(),
+                })
+            })?;
+        self.spec.steps.push("create container", create_started);
+        for w in &created.warnings {
+            tracing::warn!(container = %name, warning = %w, "docker");
+        }
+        let container = Arc::new(Container {
+            docker: host.docker.clone(),
+            id: created.id,
+            host: host.name.clone(),
+        });
+        self.container = Some(container.clone());
+        Ok(container)
+    }
+
+    /// The container's name: batch, task, attempt and a random end.
+    pub(super) fn name(&self) -> String {
+        format!(
+            "aicli-{}-{}-{}-{}",
+            self.spec.labels.batch_id,
+            self.spec.labels.task_id,
+            self.spec.labels.attempt,
+            &uuid::Uuid::new_v4().simple().to_string()[..6]
+        )
+    }
+
+    /// Attaches to `container` (named `name`; its stdin too, with `stdin`) and starts
+    /// it, timing both ([`Warm::start`]).
+    pub(super) async fn start_container(
+        &mut self,
+        container: Arc<Container>,
+        name: &str,
+        stdin: bool,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<Warm, RunnerError> {
+        Warm::start(container, stdin, peer, &mut self.spec.steps)
+            .await
+            .map_err(|message| {
+                self.err(DockerError::Api {
+                    what: format!("starting container {name} on {}", self.spec.host.name),
+                    message,
+                })
+            })
     }
 }
