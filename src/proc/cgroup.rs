@@ -7,8 +7,9 @@
 //! cgroup v2 (the unified hierarchy, pure or hybrid) when aicli may write there — as
 //! root, or in a subtree delegated to its user —, else in cgroup v1's `freezer`
 //! hierarchy (or `pids`). No resource controller is enabled or changed: the cgroup is
-//! for membership only. A CLI joins its cgroup before it starts (a trampoline writes
-//! its pid to `cgroup.procs` and then execs the CLI), so every descendant is born in it.
+//! for membership only. A CLI joins its cgroup before it starts (the spawned child
+//! writes itself to `cgroup.procs` before its exec, [`super::direct`]), so every
+//! descendant is born in it.
 //!
 //! Killing: v2 writes `cgroup.kill` (one atomic SIGKILL of the subtree, kernel 5.14+;
 //! older kernels freeze, kill each member, thaw); v1 freezes through the freezer (so

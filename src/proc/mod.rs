@@ -7,12 +7,13 @@
 //! aicli adopts as their subreaper — a daemon that left the group and whose parent
 //! exited at once is reparented to aicli and killed with its run. If aicli itself is
 //! killed, the kernel kills the direct child (parent-death signal) and `aicli resume`
-//! kills the rest from the run's pid file (its cgroup, or its marker). The group is made
-//! with `posix_spawn`'s process-group attribute (no `fork` of aicli's address space, so
-//! spawning stays cheap however large aicli gets).
+//! kills the rest from the run's pid file (its cgroup, or its marker). The child starts
+//! the way `posix_spawn` starts one (a vfork'd clone, no copy of aicli's address space,
+//! so spawning stays cheap however large aicli gets), and takes its containment steps
+//! before its exec.
 //!
 //! - [`spawn`]: [`spawn::LocalProcess`], a running child and its shutdown;
-//! - [`trampoline`]: how the child starts (parent-death signal, cgroup joined first);
+//! - [`direct`]: how the child starts (parent-death signal, group, cgroup joined first);
 //! - [`lines`]: stdout as bounded lines, stderr as a bounded tail;
 //! - [`stdin`]: a two-way run's stdin and the stdout record it shares;
 //! - [`capture`]: short commands, output captured;
@@ -24,11 +25,11 @@
 
 pub mod capture;
 pub mod cgroup;
+mod direct;
 pub mod leftovers;
 pub mod lines;
 pub mod procfs;
 pub mod reaper;
 pub mod spawn;
 pub mod stdin;
-mod trampoline;
 pub mod tree;

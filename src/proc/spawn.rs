@@ -1,17 +1,18 @@
 //! Spawning a CLI ([`LocalProcess`]): its own process group, a cgroup of its own where
-//! one can be made, a parent-death signal ([`super::trampoline`]), its pid file written
+//! one can be made, a parent-death signal ([`super::direct`]), its pid file written
 //! before it exists, its pipes read ([`super::lines`]); and the explicit shutdown of its
 //! whole tree ([`super::tree::RunTree`]) — SIGTERM, a grace period, SIGKILL — with
 //! `Drop` as the safety net.
 
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use aicli_providers::CommandSpec;
 use tokio::io::AsyncWriteExt;
-use tokio::process::{Child, Command};
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
 use tokio::task::JoinHandle;
 
 use super::cgroup::CgroupMode;
@@ -20,8 +21,8 @@ use super::lines::{
     LINE_QUEUE_BYTES, LineReceiver, StderrTail, drain_stderr, line_channel, read_lines,
 };
 use super::reaper::spawn_leader;
+use super::direct;
 use super::stdin::{StdinWriter, StdoutRecord};
-use super::trampoline;
 use super::tree::{RUN_MARKER_VAR, RunTree, new_marker, run_cgroup};
 
 /// Options for reading a child's output.
@@ -83,15 +84,15 @@ pub enum SpawnError {
 /// A running child process in its own session, with its output being read.
 #[derive(Debug)]
 pub struct LocalProcess {
-    child: Child,
+    child: Leader,
     pid: u32,
     /// A two-way run's stdin ([`CommandSpec::stdin_open`]), until taken.
     pub stdin_writer: Option<StdinWriter>,
     /// Closed when stdout reaches EOF (at once with [`OutputOptions::raw_pipes`]).
     pub lines: LineReceiver,
     /// The pipes handed to the caller with [`OutputOptions::raw_pipes`].
-    stdin: Option<tokio::process::ChildStdin>,
-    stdout: Option<tokio::process::ChildStdout>,
+    stdin: Option<pipe::Sender>,
+    stdout: Option<pipe::Receiver>,
     /// The stderr tail.
     pub stderr: StderrTail,
     readers: Vec<JoinHandle<()>>,
@@ -120,43 +121,74 @@ impl LocalProcess {
         if !cmd.cwd.is_dir() {
             return Err(SpawnError::NoCwd(cmd.cwd.display().to_string()));
         }
-        // If aicli itself dies (even by SIGKILL), the kernel kills the child: no CLI keeps
-        // running unsupervised (its own descendants are found and killed on the next
-        // `aicli resume`, through the pid file written before the spawn). See
-        // [`super::trampoline`] for how. (A missing program is left to spawn itself, so
-        // its error says "not found".)
-        let missing = cmd.program.components().count() > 1 && !cmd.program.exists();
-        let setpriv = trampoline::setpriv().filter(|_| !missing);
-        // The run's cgroup, joined before the CLI starts so that every descendant is born
-        // in it.
-        let cgroup = if missing { None } else { run_cgroup(cgroups) };
-        let parent = std::process::id();
-        let (mut c, hooked) = trampoline::command(&cmd.program, setpriv, cgroup.as_ref(), parent);
-        configure(&mut c, cmd, &out);
-        // The run's marker: every descendant inherits it, so an orphan aicli adopts (or
-        // finds after a restart) can be told apart from other runs' without a cgroup.
+        // The CLI starts straight from a vfork'd child ([`super::direct`]): its
+        // parent-death signal set (if aicli itself dies, even by SIGKILL, the kernel
+        // kills it; its own descendants are found and killed on the next `aicli
+        // resume`, through the pid file written before the spawn), its own process group
+        // (pgid = its pid: the whole group can be signalled, and a Ctrl-C on aicli's
+        // terminal does not reach it), and the run's cgroup joined, so that every
+        // descendant is born in it. The run's marker: every descendant inherits it, so an
+        // orphan aicli adopts (or finds after a restart) can be told apart from other
+        // runs' without a cgroup.
         let marker = new_marker();
-        c.env(RUN_MARKER_VAR, &marker);
+        let mut env = direct::environment(
+            cmd.env_clear,
+            cmd.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            &cmd.env_remove,
+        );
+        env.insert(RUN_MARKER_VAR.into(), marker.clone().into());
+        let start_error = |source: std::io::Error| SpawnError::Start {
+            program: cmd.program.display().to_string(),
+            source,
+        };
+        let mut plan = direct::Plan::new(&cmd.program, &cmd.args, &env, &cmd.cwd)
+            .map_err(start_error)?;
+        let cgroup = run_cgroup(cgroups);
+        if let Some(cg) = &cgroup {
+            plan.join(&cg.procs_file()).map_err(start_error)?;
+        }
         // What `aicli resume` needs to find the run's processes goes into its record
         // before any of them exists: a kill -9 of aicli between the spawn and the
         // leader's line leaves the marker and the cgroup to look in.
         if let Some(f) = &out.pid_file {
             write_pid_file(f, None, &marker, cgroup.as_ref());
         }
-        // Own process group (pgid = the child's pid): the whole group can be signalled,
-        // and a Ctrl-C on aicli's terminal does not reach it (aicli shuts it down itself).
-        c.process_group(0);
-        if hooked {
-            trampoline::hook(&mut c, parent, cgroup.as_ref());
-        }
-        let mut child =
-            spawn_leader(|| c.spawn(), Child::id).map_err(|source| SpawnError::Start {
-                program: cmd.program.display().to_string(),
-                source,
-            })?;
-        let pid = child.id().unwrap_or(0);
+        let pipes = Pipes::new(cmd.stdin.is_some() || cmd.stdin_open || out.raw_pipes)
+            .map_err(start_error)?;
+        let started = match spawn_leader(|| direct::spawn(&plan, pipes.child()), |s| Some(s.pid))
+        {
+            Ok(started) => started,
+            Err(e) => {
+                // Nothing started: nothing of the run is left behind either.
+                if let Some(cg) = &cgroup {
+                    cg.remove();
+                }
+                if let Some(f) = &out.pid_file {
+                    let _ = std::fs::remove_file(f);
+                }
+                return Err(start_error(e));
+            }
+        };
+        let pid = started.pid;
         let tree = RunTree::started(pid, marker, cgroup, out.pid_file.clone());
-        let io = Io::attach(&mut child, cmd, out);
+        // SAFETY: the pidfd is owned by the AsyncFd and closed only with it.
+        let registered = unsafe {
+            AsyncFd::register_with_interest(started.pidfd, tokio::io::Interest::READABLE)
+        };
+        let child = match registered {
+            Ok(pidfd) => Leader { pidfd },
+            Err(e) => {
+                let (_, e) = e.into_parts();
+                // aicli cannot wait for it (the runtime refused the descriptor): it goes
+                // at once, with everything of its run.
+                tree.kill_now();
+                tree.leader_reaped();
+                let mut tree = tree;
+                tree.finish_soon();
+                return Err(start_error(e));
+            }
+        };
+        let io = Io::attach(pipes.parent(), cmd, out);
         tracing::debug!(pid, program = %cmd.program.display(), cgroup = ?tree.cgroup().map(|c| c.path().display().to_string()), "spawned");
         Ok(LocalProcess {
             child,
@@ -179,12 +211,12 @@ impl LocalProcess {
     }
 
     /// The child's stdin, once ([`OutputOptions::raw_pipes`] only).
-    pub fn take_stdin(&mut self) -> Option<tokio::process::ChildStdin> {
+    pub fn take_stdin(&mut self) -> Option<pipe::Sender> {
         self.stdin.take()
     }
 
     /// The child's stdout, once ([`OutputOptions::raw_pipes`] only).
-    pub fn take_stdout(&mut self) -> Option<tokio::process::ChildStdout> {
+    pub fn take_stdout(&mut self) -> Option<pipe::Receiver> {
         self.stdout.take()
     }
 
@@ -193,10 +225,7 @@ impl LocalProcess {
         if let Some(code) = self.exit {
             return code;
         }
-        let code = match self.child.wait().await {
-            Ok(status) => status.code(),
-            Err(_) => None,
-        };
+        let code = self.child.wait().await.unwrap_or(None);
         self.exit = Some(code);
         self.tree.leader_reaped();
         code
@@ -220,8 +249,8 @@ impl LocalProcess {
                 return true;
             }
             match child.try_wait() {
-                Ok(Some(status)) => {
-                    *exit = Some(status.code());
+                Ok(Some(code)) => {
+                    *exit = Some(code);
                     true
                 }
                 Ok(None) => false,
@@ -242,7 +271,7 @@ impl LocalProcess {
 impl Drop for LocalProcess {
     fn drop(&mut self) {
         // Safety net: an explicit shutdown() is the normal path. Whatever of the tree is
-        // still there is killed now, without grace; tokio reaps the child.
+        // still there is killed now, without grace; the reaper reaps the child.
         if self.shut_down {
             return;
         }
@@ -260,26 +289,86 @@ pub fn is_executable(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The command's arguments, directory, pipes and environment, on top of the launcher
-/// [`trampoline::command`] made: stdin null unless the command writes to it (or the
-/// caller takes the pipes), stdout and stderr piped, the child killed with its handle.
-fn configure(c: &mut Command, cmd: &CommandSpec, out: &OutputOptions) {
-    c.args(&cmd.args)
-        .current_dir(&cmd.cwd)
-        .stdin(if cmd.stdin.is_some() || cmd.stdin_open || out.raw_pipes {
-            Stdio::piped()
+/// The child's standard streams: pipes (stdin a pipe only when something is written to
+/// it, else `/dev/null`), the parent's ends already made non-blocking for tokio (a
+/// pipe's two ends are apart, so the child's stay blocking). Every descriptor is
+/// close-on-exec: a CLI spawned meanwhile by another thread inherits none.
+struct Pipes {
+    child_stdin: OwnedFd,
+    child_stdout: OwnedFd,
+    child_stderr: OwnedFd,
+    stdin: Option<pipe::Sender>,
+    stdout: pipe::Receiver,
+    stderr: pipe::Receiver,
+}
+
+impl Pipes {
+    fn new(stdin_piped: bool) -> std::io::Result<Pipes> {
+        let make = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from);
+        let (child_stdin, stdin) = if stdin_piped {
+            let (r, w) = make()?;
+            (r, Some(pipe::Sender::from_owned_fd(w)?))
         } else {
-            Stdio::null()
+            (OwnedFd::from(File::open("/dev/null")?), None)
+        };
+        let (out_r, out_w) = make()?;
+        let (err_r, err_w) = make()?;
+        Ok(Pipes {
+            child_stdin,
+            child_stdout: out_w,
+            child_stderr: err_w,
+            stdin,
+            stdout: pipe::Receiver::from_owned_fd(out_r)?,
+            stderr: pipe::Receiver::from_owned_fd(err_r)?,
         })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    if cmd.env_clear {
-        c.env_clear();
     }
-    c.envs(&cmd.env);
-    for k in &cmd.env_remove {
-        c.env_remove(k);
+
+    fn child(&self) -> direct::ChildFds<'_> {
+        direct::ChildFds {
+            stdin: &self.child_stdin,
+            stdout: &self.child_stdout,
+            stderr: &self.child_stderr,
+        }
+    }
+
+    /// The parent's ends; the child's are closed here (the child has its copies).
+    fn parent(self) -> ParentEnds {
+        ParentEnds {
+            stdin: self.stdin,
+            stdout: self.stdout,
+            stderr: self.stderr,
+        }
+    }
+}
+
+/// The parent's ends of a child's pipes.
+struct ParentEnds {
+    stdin: Option<pipe::Sender>,
+    stdout: pipe::Receiver,
+    stderr: pipe::Receiver,
+}
+
+/// A run's leader as aicli waits for it: its pidfd, readable once it exits.
+#[derive(Debug)]
+struct Leader {
+    pidfd: AsyncFd<OwnedFd>,
+}
+
+impl Leader {
+    /// Waits for the exit and reaps it: `Some(code)`, or `None` when a signal ended it.
+    async fn wait(&self) -> std::io::Result<Option<i32>> {
+        loop {
+            if let Some(code) = self.try_wait()? {
+                return Ok(code);
+            }
+            let mut ready = self.pidfd.readable().await?;
+            ready.clear_ready();
+        }
+    }
+
+    /// Reaps the exit if it came (`Some`), without waiting.
+    fn try_wait(&self) -> std::io::Result<Option<Option<i32>>> {
+        direct::wait_pidfd(self.pidfd.get_ref(), libc::WNOHANG)
     }
 }
 
@@ -289,24 +378,30 @@ fn configure(c: &mut Command, cmd: &CommandSpec, out: &OutputOptions) {
 struct Io {
     stdin_writer: Option<StdinWriter>,
     lines: LineReceiver,
-    stdin: Option<tokio::process::ChildStdin>,
-    stdout: Option<tokio::process::ChildStdout>,
+    stdin: Option<pipe::Sender>,
+    stdout: Option<pipe::Receiver>,
     stderr: StderrTail,
     readers: Vec<JoinHandle<()>>,
 }
 
 impl Io {
-    /// Takes `child`'s pipes and starts the tasks that write and read them.
-    fn attach(child: &mut Child, cmd: &CommandSpec, out: OutputOptions) -> Io {
+    /// Takes the child's pipes and starts the tasks that write and read them.
+    fn attach(ends: ParentEnds, cmd: &CommandSpec, out: OutputOptions) -> Io {
+        let ParentEnds {
+            mut stdin,
+            stdout,
+            stderr: err,
+        } = ends;
         let mut readers = Vec::new();
+        let mut stdout = Some(stdout);
         let (mut raw_stdin, mut raw_stdout) = (None, None);
         if out.raw_pipes {
-            raw_stdin = child.stdin.take();
-            raw_stdout = child.stdout.take();
+            raw_stdin = stdin.take();
+            raw_stdout = stdout.take();
         }
         let record = StdoutRecord::from(out.stdout_tee);
         let mut stdin_writer = None;
-        match (cmd.stdin_open, child.stdin.take()) {
+        match (cmd.stdin_open, stdin) {
             (true, Some(stdin)) => {
                 stdin_writer = Some(StdinWriter::spawn(stdin, record.clone(), cmd.stdin.clone()));
             }
@@ -322,12 +417,12 @@ impl Io {
             (_, None) => {}
         }
         let (tx, rx) = line_channel(LINE_QUEUE_BYTES);
-        if let Some(stdout) = child.stdout.take() {
+        if let Some(stdout) = stdout {
             let cap = out.line_cap;
             readers.push(tokio::spawn(read_lines(stdout, cap, record, tx)));
         }
         let stderr = StderrTail::new(out.stderr_tail);
-        if let Some(err) = child.stderr.take() {
+        {
             let tail = stderr.clone();
             let tee = out.stderr_tee;
             let cap = out.stderr_file_cap;

@@ -1,0 +1,555 @@
+//! How a CLI starts: one `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` straight into
+//! the CLI's `execve`, the way `posix_spawn` starts a process, with what containment
+//! needs done in the child first:
+//!
+//! 1. the parent-death signal (SIGKILL), then the check that its parent is still aicli
+//!    (a parent that died before the signal was set would never send it): from the
+//!    CLI's first instruction on, aicli's death kills it, and a CLI never starts once
+//!    aicli is dead;
+//! 2. its own process group;
+//! 3. the run's cgroup joined, so that every descendant is born in it;
+//! 4. its pipes, its directory, default signal dispositions, an empty signal mask.
+//!
+//! The child shares aicli's memory until its `execve` (aicli's calling thread waits
+//! meanwhile), so nothing is copied, and only async-signal-safe system calls run there,
+//! on a stack of its own, with every signal blocked until the handlers it could run are
+//! reset. A failing step is reported through that shared memory: the spawn's error
+//! names the step and the OS error. The pidfd is the handle aicli waits on.
+//!
+//! It replaces a `setpriv --pdeathsig` + `sh -c` trampoline (3 execs per CLI) and std's
+//! `pre_exec` fork (a copy of aicli's page tables per CLI).
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use libc::{c_char, c_int, c_void};
+
+/// The child's stack: the steps above need little (a guard page below it).
+const STACK_BYTES: usize = 64 * 1024;
+
+/// What the child is told: everything allocated before the clone.
+pub(super) struct Plan {
+    /// The executable, resolved along `PATH`.
+    program: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    cwd: CString,
+    /// The run's cgroup's `cgroup.procs`, joined before the exec.
+    cgroup_procs: Option<CString>,
+}
+
+/// The child's ends of its standard streams (dup'ed onto 0, 1, 2).
+pub(super) struct ChildFds<'a> {
+    pub stdin: &'a OwnedFd,
+    pub stdout: &'a OwnedFd,
+    pub stderr: &'a OwnedFd,
+}
+
+impl Plan {
+    /// The plan for `program` with `args` (argv[0] is `program` as given), in `cwd`,
+    /// with the environment `env` (whole).
+    pub(super) fn new(
+        program: &Path,
+        args: &[String],
+        env: &BTreeMap<OsString, OsString>,
+        cwd: &Path,
+    ) -> io::Result<Plan> {
+        let resolved = resolve(program, env, cwd)?;
+        let mut argv = vec![c_string(program.as_os_str().as_bytes(), "the program")?];
+        for a in args {
+            argv.push(c_string(a.as_bytes(), "an argument")?);
+        }
+        let envp = env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                c_string(&kv, "an environment variable")
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Plan {
+            program: c_string(resolved.as_os_str().as_bytes(), "the program")?,
+            argv,
+            envp,
+            cwd: c_string(cwd.as_os_str().as_bytes(), "the working directory")?,
+            cgroup_procs: None,
+        })
+    }
+
+    /// The child joins the cgroup whose `cgroup.procs` this is before it execs.
+    pub(super) fn join(&mut self, procs: &Path) -> io::Result<()> {
+        self.cgroup_procs = Some(c_string(procs.as_os_str().as_bytes(), "the cgroup")?);
+        Ok(())
+    }
+}
+
+fn c_string(bytes: &[u8], what: &str) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} contains a NUL byte"),
+        )
+    })
+}
+
+/// `program` as `execve` needs it: a path with a slash as is (relative to `cwd`, where
+/// the child is when it execs), a bare name looked up along the child's `PATH` (aicli's
+/// when the child has none).
+fn resolve(program: &Path, env: &BTreeMap<OsString, OsString>, cwd: &Path) -> io::Result<PathBuf> {
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        if !cwd.join(program).exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} does not exist", program.display()),
+            ));
+        }
+        return Ok(program.to_path_buf());
+    }
+    let path = env
+        .get(std::ffi::OsStr::new("PATH"))
+        .cloned()
+        .or_else(|| std::env::var_os("PATH"))
+        .unwrap_or_default();
+    which::which_in(program, Some(path), cwd).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} is not found along PATH", program.display()),
+        )
+    })
+}
+
+/// The steps the child takes, in order, as its failure names them.
+const STEPS: [&str; 7] = [
+    "resetting its signal handlers",
+    "setting its parent-death signal",
+    "checking that aicli still lives (aicli exited while starting it)",
+    "making its process group",
+    "joining the run's cgroup",
+    "redirecting its standard streams",
+    "changing to its working directory",
+];
+const STEP_EXEC: i32 = STEPS.len() as i32;
+
+/// The child's view: raw pointers into the parent's memory (shared until the exec).
+struct ChildArgs {
+    program: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    cwd: *const c_char,
+    cgroup_procs: *const c_char,
+    parent: libc::pid_t,
+    fds: [RawFd; 3],
+    /// Written by a child that failed: the step's index (then the errno).
+    failed_step: AtomicI32,
+    errno: AtomicI32,
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("aicli's spawn knows the kernel's sigaction layout of x86_64 and aarch64 only");
+
+/// The kernel's `struct sigaction` (x86_64 and aarch64), for raw `rt_sigaction`: glibc's
+/// wrapper refuses its own internal signals, whose handlers must not run in the child
+/// either.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// The kernel's signal set size (`_NSIG / 8`).
+const KERNEL_SIGSET: usize = 8;
+
+/// Sets this thread's signal mask to `set` (raw, all 64 signals), the previous one in
+/// `old`.
+unsafe fn set_mask(set: &u64, old: *mut u64) -> c_int {
+    // SAFETY: the kernel reads 8 bytes at `set` and writes 8 at `old` (or nothing, NULL).
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            set as *const u64,
+            old,
+            KERNEL_SIGSET,
+        ) as c_int
+    }
+}
+
+/// The child, between the clone and the exec. Only raw system calls; nothing that
+/// allocates, locks or can panic.
+extern "C" fn child(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the parent's `ChildArgs`, alive while the parent waits (vfork).
+    let a = unsafe { &*(arg as *const ChildArgs) };
+    let fail = |step: i32| -> c_int {
+        // SAFETY: reading errno and exiting without running any of the parent's
+        // handlers are what a vfork child may do.
+        unsafe {
+            a.errno
+                .store(*libc::__errno_location(), Ordering::Relaxed);
+            a.failed_step.store(step, Ordering::Relaxed);
+            libc::_exit(127)
+        }
+    };
+    // SAFETY: raw system calls on memory the parent prepared; see each step.
+    unsafe {
+        // 0. No handler of aicli's may run here (it would run in aicli's memory): every
+        //    caught signal back to its default; SIGPIPE too, which Rust ignores and an
+        //    exec would keep ignored.
+        for sig in 1..=64 {
+            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                continue;
+            }
+            let mut old = KernelSigaction {
+                handler: 0,
+                flags: 0,
+                restorer: 0,
+                mask: 0,
+            };
+            let got = libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                std::ptr::null::<KernelSigaction>(),
+                &mut old as *mut KernelSigaction,
+                KERNEL_SIGSET,
+            );
+            if got != 0 {
+                continue;
+            }
+            let caught = old.handler != libc::SIG_DFL && old.handler != libc::SIG_IGN;
+            if caught || sig == libc::SIGPIPE {
+                let dfl = KernelSigaction {
+                    handler: libc::SIG_DFL,
+                    flags: 0,
+                    restorer: 0,
+                    mask: 0,
+                };
+                if libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &dfl as *const KernelSigaction,
+                    std::ptr::null_mut::<KernelSigaction>(),
+                    KERNEL_SIGSET,
+                ) != 0
+                {
+                    return fail(0);
+                }
+            }
+        }
+        // 1, 2. The parent-death signal, then the parent's check.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            return fail(1);
+        }
+        if libc::getppid() != a.parent {
+            *libc::__errno_location() = libc::ESRCH;
+            return fail(2);
+        }
+        // 3. Its own process group (pgid = its pid).
+        if libc::setpgid(0, 0) != 0 {
+            return fail(3);
+        }
+        // 4. The run's cgroup.
+        if !a.cgroup_procs.is_null() {
+            let fd = libc::open(a.cgroup_procs, libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return fail(4);
+            }
+            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return fail(4);
+            }
+            libc::close(fd);
+        }
+        // 5. stdin, stdout, stderr (the pipes are close-on-exec, their copies are not).
+        for (target, fd) in a.fds.iter().enumerate() {
+            let target = target as c_int;
+            if *fd == target {
+                let flags = libc::fcntl(target, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(target, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0
+                {
+                    return fail(5);
+                }
+            } else if libc::dup2(*fd, target) < 0 {
+                return fail(5);
+            }
+        }
+        // 6. Its directory.
+        if libc::chdir(a.cwd) != 0 {
+            return fail(6);
+        }
+        // Every signal unblocked, as a new process expects; nothing of aicli's can
+        // catch one now.
+        let empty: u64 = 0;
+        if set_mask(&empty, std::ptr::null_mut()) != 0 {
+            return fail(0);
+        }
+        libc::execve(a.program, a.argv, a.envp);
+        fail(STEP_EXEC)
+    }
+}
+
+/// A started child: its pid and its pidfd.
+pub(super) struct Started {
+    pub pid: u32,
+    pub pidfd: OwnedFd,
+}
+
+/// Starts `plan` with `fds` as its standard streams, in its own process group, with
+/// `parent` (this process) as the parent its death kills it with.
+pub(super) fn spawn(plan: &Plan, fds: ChildFds<'_>) -> io::Result<Started> {
+    let pointers = |v: &[CString]| -> Vec<*const c_char> {
+        v.iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    };
+    let argv = pointers(&plan.argv);
+    let envp = pointers(&plan.envp);
+    let args = ChildArgs {
+        program: plan.program.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        cwd: plan.cwd.as_ptr(),
+        cgroup_procs: plan
+            .cgroup_procs
+            .as_ref()
+            .map_or(std::ptr::null(), |c| c.as_ptr()),
+        parent: std::process::id() as libc::pid_t,
+        fds: [
+            fds.stdin.as_raw_fd(),
+            fds.stdout.as_raw_fd(),
+            fds.stderr.as_raw_fd(),
+        ],
+        failed_step: AtomicI32::new(-1),
+        errno: AtomicI32::new(0),
+    };
+    let stack = Stack::new()?;
+    let mut pidfd: c_int = -1;
+    let all: u64 = !0;
+    let mut old: u64 = 0;
+    // SAFETY: every signal blocked on this thread across the clone (the child starts
+    // with them blocked and resets the handlers before it unblocks them); `child` only
+    // reads `args` and the plan, which outlive the call (CLONE_VFORK: this thread
+    // resumes only once the child has exec'd or exited); the stack is the child's alone.
+    let pid = unsafe {
+        if set_mask(&all, &mut old) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let pid = libc::clone(
+            child,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            &args as *const ChildArgs as *mut c_void,
+            &mut pidfd as *mut c_int,
+        );
+        let clone_error = io::Error::last_os_error();
+        set_mask(&old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(io::Error::new(
+                clone_error.kind(),
+                format!("clone: {clone_error}"),
+            ));
+        }
+        pid
+    };
+    drop(stack);
+    // SAFETY: CLONE_PIDFD stored a new descriptor that is ours alone.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let step = args.failed_step.load(Ordering::Relaxed);
+    if step >= 0 {
+        // The child exited at that step: reap it here, it is nobody else's.
+        let _ = wait_pidfd(&pidfd, 0);
+        let os = io::Error::from_raw_os_error(args.errno.load(Ordering::Relaxed));
+        let what = STEPS.get(step as usize).copied().unwrap_or("executing it");
+        return Err(io::Error::new(os.kind(), format!("{what}: {os}")));
+    }
+    Ok(Started {
+        pid: pid as u32,
+        pidfd,
+    })
+}
+
+/// `waitid(P_PIDFD)` with `flags` (plus `WEXITED`): `None` while the child runs (with
+/// `WNOHANG`), else its exit code (`None` inside when a signal ended it).
+pub(super) fn wait_pidfd(pidfd: &OwnedFd, flags: c_int) -> io::Result<Option<Option<i32>>> {
+    // SAFETY: a zeroed siginfo_t is valid; waitid fills it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: a pidfd we own and a siginfo_t on our stack.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED | flags,
+            )
+        };
+        if r == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    // SAFETY: waitid filled the SIGCHLD fields (or left si_pid 0 under WNOHANG).
+    let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if pid == 0 {
+        return Ok(None);
+    }
+    Ok(Some(match info.si_code {
+        libc::CLD_EXITED => Some(status),
+        _ => None,
+    }))
+}
+
+/// The child's stack, mapped for one spawn, with a guard page below it.
+struct Stack {
+    base: *mut c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn new() -> io::Result<Stack> {
+        let page = 4096;
+        let len = STACK_BYTES + page;
+        // SAFETY: a fresh anonymous private mapping; its lowest page made inaccessible.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            libc::mprotect(base, page, libc::PROT_NONE);
+            Ok(Stack { base, len })
+        }
+    }
+
+    /// The top (stacks grow down), 16-byte aligned.
+    fn top(&self) -> *mut c_void {
+        let top = self.base as usize + self.len;
+        (top & !15) as *mut c_void
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: our mapping; the child no longer runs on it (it exec'd or exited).
+        unsafe {
+            libc::munmap(self.base, self.len);
+        }
+    }
+}
+
+/// The whole environment of a command: aicli's (unless `clear`), then `set`, less
+/// `remove`.
+pub(super) fn environment<'a>(
+    clear: bool,
+    set: impl IntoIterator<Item = (&'a str, &'a str)>,
+    remove: &[String],
+) -> BTreeMap<OsString, OsString> {
+    let mut env: BTreeMap<OsString, OsString> = if clear {
+        BTreeMap::new()
+    } else {
+        std::env::vars_os().collect()
+    };
+    for (k, v) in set {
+        env.insert(k.into(), v.into());
+    }
+    for k in remove {
+        env.remove(std::ffi::OsStr::new(k));
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap()
+    }
+
+    fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> io::Result<(String, Option<i32>)> {
+        let env = environment(true, env.iter().copied(), &[]);
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let plan = Plan::new(Path::new(program), &args, &env, Path::new("/"))?;
+        let null = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let (r, w) = pipe();
+        let (er, ew) = pipe();
+        let started = spawn(
+            &plan,
+            ChildFds {
+                stdin: &null,
+                stdout: &w,
+                stderr: &ew,
+            },
+        )?;
+        drop((w, ew, er));
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut out).unwrap();
+        let code = wait_pidfd(&started.pidfd, 0)?.unwrap();
+        Ok((out, code))
+    }
+
+    #[test]
+    fn the_child_gets_its_argv_env_directory_and_group_and_its_exit_code_comes_back() {
+        let (out, code) = run(
+            "sh",
+            &[
+                "-c",
+                r#"printf '%s|%s|%s|' "$1" "$X" "$(pwd)"; [ "$(cut -d' ' -f5 /proc/$$/stat)" = "$$" ] && printf group; exit 3"#,
+                "sh",
+                "arg with 'quotes' and ✓",
+            ],
+            &[("X", "a=b"), ("PATH", "/usr/bin:/bin")],
+        )
+        .unwrap();
+        assert_eq!(out, "arg with 'quotes' and ✓|a=b|/|group");
+        assert_eq!(code, Some(3));
+    }
+
+    #[test]
+    fn a_missing_program_or_directory_is_a_clear_error() {
+        let e = run("no-such-cli-here", &[], &[("PATH", "/usr/bin:/bin")]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("no-such-cli-here"), "{e}");
+        let e = run("/nonexistent/cli", &[], &[]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("/nonexistent/cli"), "{e}");
+        // A directory is no program: the exec says so, naming its step.
+        let e = run("/tmp", &[], &[]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().starts_with("executing it"), "{e}");
+        let env = environment(true, [], &[]);
+        let plan = Plan::new(Path::new("/bin/true"), &[], &env, Path::new("/nonexistent-dir")).unwrap();
+        let null = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let e = spawn(&plan, ChildFds { stdin: &null, stdout: &null, stderr: &null }).err().unwrap();
+        assert!(e.to_string().starts_with("changing to its working directory"), "{e}");
+    }
+
+    #[test]
+    fn sigpipe_is_back_to_its_default_and_a_signal_death_has_no_code() {
+        // Rust ignores SIGPIPE; the CLI must not inherit that.
+        let (out, code) = run(
+            "sh",
+            &["-c", "grep SigIgn /proc/self/status; kill -TERM $$"],
+            &[("PATH", "/usr/bin:/bin")],
+        )
+        .unwrap();
+        let ignored = u64::from_str_radix(out.split_whitespace().nth(1).unwrap(), 16).unwrap();
+        assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
+        assert_eq!(code, None);
+    }
+}
