@@ -540,6 +540,29 @@ mod tests {
     }
 
     #[test]
+    fn the_child_dies_with_the_thread_that_started_it() {
+        // The parent-death signal is set before the exec: when the spawning thread
+        // ends, the kernel SIGKILLs the child (aicli's death does the same).
+        let env = environment(true, [], &[]);
+        let plan = Plan::new(Path::new("/bin/sleep"), &["30".into()], &env, Path::new("/")).unwrap();
+        let started = std::thread::spawn(move || {
+            let null = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+            spawn(&plan, ChildFds { stdin: &null, stdout: &null, stderr: &null }).unwrap()
+        })
+        .join()
+        .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let code = loop {
+            if let Some(code) = wait_pidfd(&started.pidfd, libc::WNOHANG).unwrap() {
+                break code;
+            }
+            assert!(std::time::Instant::now() < deadline, "the child outlived its parent thread");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(code, None, "killed by a signal, not exited");
+    }
+
+    #[test]
     fn sigpipe_is_back_to_its_default_and_a_signal_death_has_no_code() {
         // Rust ignores SIGPIPE; the CLI must not inherit that.
         let (out, code) = run(
