@@ -10,6 +10,10 @@
 //! 3. the run's cgroup joined, so that every descendant is born in it;
 //! 4. its pipes, its directory, default signal dispositions, an empty signal mask.
 //!
+//! The parent-death signal follows the *thread* that spawned (the kernel's rule): a
+//! spawn must run on a thread that lives as long as its run (a runtime worker, never a
+//! blocking-pool thread, which retires when idle).
+//!
 //! The child shares aicli's memory until its `execve` (aicli's calling thread waits
 //! meanwhile), so nothing is copied, and only async-signal-safe system calls run there,
 //! on a stack of its own, with every signal blocked until the handlers it could run are
@@ -37,6 +41,9 @@ pub(super) struct Plan {
     /// The executable, resolved along `PATH`.
     program: CString,
     argv: Vec<CString>,
+    /// `sh <program> <args>`: a script without `#!` is run by `/bin/sh`, as `execvp`
+    /// and a shell do.
+    sh_argv: Vec<CString>,
     envp: Vec<CString>,
     cwd: CString,
     /// The run's cgroup's `cgroup.procs`, joined before the exec.
@@ -73,9 +80,13 @@ impl Plan {
                 c_string(&kv, "an environment variable")
             })
             .collect::<io::Result<Vec<_>>>()?;
+        let program = c_string(resolved.as_os_str().as_bytes(), "the program")?;
+        let mut sh_argv = vec![c"sh".to_owned(), program.clone()];
+        sh_argv.extend(argv.iter().skip(1).cloned());
         Ok(Plan {
-            program: c_string(resolved.as_os_str().as_bytes(), "the program")?,
+            program,
             argv,
+            sh_argv,
             envp,
             cwd: c_string(cwd.as_os_str().as_bytes(), "the working directory")?,
             cgroup_procs: None,
@@ -140,6 +151,7 @@ const STEP_EXEC: i32 = STEPS.len() as i32;
 struct ChildArgs {
     program: *const c_char,
     argv: *const *const c_char,
+    sh_argv: *const *const c_char,
     envp: *const *const c_char,
     cwd: *const c_char,
     cgroup_procs: *const c_char,
@@ -289,6 +301,10 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             return fail(0);
         }
         libc::execve(a.program, a.argv, a.envp);
+        if *libc::__errno_location() == libc::ENOEXEC {
+            libc::execve(c"/bin/sh".as_ptr(), a.sh_argv, a.envp);
+            *libc::__errno_location() = libc::ENOEXEC;
+        }
         fail(STEP_EXEC)
     }
 }
@@ -309,10 +325,31 @@ pub(super) fn spawn(plan: &Plan, fds: ChildFds<'_>) -> io::Result<Started> {
             .collect()
     };
     let argv = pointers(&plan.argv);
+    let sh_argv = pointers(&plan.sh_argv);
     let envp = pointers(&plan.envp);
+    // A source below 3 that is not its own target would be overwritten by an earlier
+    // dup2 in the child: such a one is copied above 2 first.
+    let mut lifted = Vec::new();
+    let mut source = |fd: &OwnedFd, target: RawFd| -> io::Result<RawFd> {
+        let raw = fd.as_raw_fd();
+        if raw >= 3 || raw == target {
+            return Ok(raw);
+        }
+        let copy = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))
+            .map_err(io::Error::from)?;
+        // SAFETY: a new descriptor, ours alone.
+        lifted.push(unsafe { OwnedFd::from_raw_fd(copy) });
+        Ok(copy)
+    };
+    let fds = [
+        source(fds.stdin, 0)?,
+        source(fds.stdout, 1)?,
+        source(fds.stderr, 2)?,
+    ];
     let args = ChildArgs {
         program: plan.program.as_ptr(),
         argv: argv.as_ptr(),
+        sh_argv: sh_argv.as_ptr(),
         envp: envp.as_ptr(),
         cwd: plan.cwd.as_ptr(),
         cgroup_procs: plan
@@ -320,11 +357,7 @@ pub(super) fn spawn(plan: &Plan, fds: ChildFds<'_>) -> io::Result<Started> {
             .as_ref()
             .map_or(std::ptr::null(), |c| c.as_ptr()),
         parent: std::process::id() as libc::pid_t,
-        fds: [
-            fds.stdin.as_raw_fd(),
-            fds.stdout.as_raw_fd(),
-            fds.stderr.as_raw_fd(),
-        ],
+        fds,
         failed_step: AtomicI32::new(-1),
         errno: AtomicI32::new(0),
     };
@@ -416,7 +449,11 @@ struct Stack {
 
 impl Stack {
     fn new() -> io::Result<Stack> {
-        let page = 4096;
+        // SAFETY: sysconf has no preconditions.
+        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            p if p > 0 => p as usize,
+            _ => 4096,
+        };
         let len = STACK_BYTES + page;
         // SAFETY: a fresh anonymous private mapping; its lowest page made inaccessible.
         unsafe {
@@ -431,8 +468,11 @@ impl Stack {
             if base == libc::MAP_FAILED {
                 return Err(io::Error::last_os_error());
             }
-            libc::mprotect(base, page, libc::PROT_NONE);
-            Ok(Stack { base, len })
+            let stack = Stack { base, len };
+            if libc::mprotect(base, page, libc::PROT_NONE) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(stack)
         }
     }
 
@@ -560,6 +600,17 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         };
         assert_eq!(code, None, "killed by a signal, not exited");
+    }
+
+    #[test]
+    fn a_script_without_a_shebang_runs_in_sh() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("tool");
+        std::fs::write(&script, "echo \"script $1\"\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let (out, code) = run(script.to_str().unwrap(), &["ran"], &[]).unwrap();
+        assert_eq!((out.as_str(), code), ("script ran\n", Some(0)));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! without cgroups until aicli exits (it holds a pid, nothing else).
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use nix::sys::wait::{WaitPidFlag, waitpid};
@@ -59,16 +60,29 @@ pub fn become_subreaper() {
     let _ = reaper();
 }
 
+/// Spawns of run leaders under way: while one is, the reaper reaps nothing (its leader
+/// may already be a zombie the reaper does not know as a leader yet).
+static SPAWNING: AtomicUsize = AtomicUsize::new(0);
+
 /// Runs `spawn` (which starts a run's leader) with the reaper held off, and registers
 /// the leader (`pid_of` its handle) before letting go: a leader that exits at once is
-/// never taken for an adopted orphan and reaped under tokio's feet.
+/// never taken for an adopted orphan and reaped from under its waiter. Spawns do not
+/// wait for each other (each may take milliseconds joining its cgroup).
 pub fn spawn_leader<T, E>(
     spawn: impl FnOnce() -> Result<T, E>,
     pid_of: impl Fn(&T) -> Option<u32>,
 ) -> Result<T, E> {
-    let mut guard = reaper().lock().ok();
+    struct Spawning;
+    impl Drop for Spawning {
+        fn drop(&mut self) {
+            SPAWNING.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let _ = reaper();
+    SPAWNING.fetch_add(1, Ordering::SeqCst);
+    let _spawning = Spawning;
     let spawned = spawn()?;
-    if let (Some(r), Some(pid)) = (guard.as_mut(), pid_of(&spawned)) {
+    if let (Ok(mut r), Some(pid)) = (reaper().lock(), pid_of(&spawned)) {
         r.leaders.insert(pid);
     }
     Ok(spawned)
@@ -171,10 +185,18 @@ pub(super) fn reap_adopted(killed: &[u32]) {
                 std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
                     .is_ok_and(|t| t.lines().any(|l| l.starts_with(&format!("0::{p}"))))
             });
-        if ours {
-            let _ = waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG));
-            reaped.push(pid);
+        if !ours {
+            continue;
         }
+        // Checked again under the lock, which a spawn registers its leader under: no
+        // spawn under way, and not a leader registered since the copy above.
+        let Ok(r) = reaper().lock() else { return };
+        if SPAWNING.load(Ordering::SeqCst) > 0 || r.leaders.contains(&pid) {
+            continue;
+        }
+        let _ = waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG));
+        drop(r);
+        reaped.push(pid);
     }
     if signalled.is_empty() {
         return;

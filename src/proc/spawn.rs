@@ -178,13 +178,13 @@ impl LocalProcess {
         let child = match registered {
             Ok(pidfd) => Leader { pidfd },
             Err(e) => {
-                let (_, e) = e.into_parts();
+                let (pidfd, e) = e.into_parts();
                 // aicli cannot wait for it (the runtime refused the descriptor): it goes
                 // at once, with everything of its run.
                 tree.kill_now();
                 tree.leader_reaped();
                 let mut tree = tree;
-                tree.finish_soon();
+                tree.finish_soon(Some(pidfd));
                 return Err(start_error(e));
             }
         };
@@ -271,13 +271,18 @@ impl LocalProcess {
 impl Drop for LocalProcess {
     fn drop(&mut self) {
         // Safety net: an explicit shutdown() is the normal path. Whatever of the tree is
-        // still there is killed now, without grace; the reaper reaps the child.
+        // still there is killed now, without grace; the cleanup thread reaps the leader
+        // (through a copy of its pidfd) and what the reaper finds.
         if self.shut_down {
             return;
         }
         self.tree.kill_now();
+        let leader = match self.exit {
+            None => self.child.pidfd.get_ref().try_clone().ok(),
+            Some(_) => None,
+        };
         self.tree.leader_reaped();
-        self.tree.finish_soon();
+        self.tree.finish_soon(leader);
     }
 }
 
@@ -435,6 +440,41 @@ impl Io {
             stdout: raw_stdout,
             stderr,
             readers,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_dropped_without_a_wait_leaves_no_zombie() {
+        let cmd = CommandSpec {
+            program: "/bin/sleep".into(),
+            args: vec!["30".into()],
+            env: Default::default(),
+            env_remove: Vec::new(),
+            env_clear: false,
+            stdin: None,
+            stdin_open: false,
+            cwd: "/".into(),
+            files: Vec::new(),
+            links: Vec::new(),
+            notices: Vec::new(),
+        };
+        let p = LocalProcess::spawn_in(&cmd, OutputOptions::default(), CgroupMode::Off).unwrap();
+        let pid = p.pid();
+        assert!(super::super::procfs::proc_stat(pid).is_some());
+        drop(p);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while let Some(st) = super::super::procfs::proc_stat(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pid {pid} is still there ({}) 5 s after its run was dropped",
+                st.state
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 }

@@ -173,7 +173,10 @@ impl RunTree {
 
     /// [`RunTree::finish`] once the processes just killed are gone, on a thread of its
     /// own (for `Drop`, which cannot wait).
-    pub fn finish_soon(&mut self) {
+    /// `leader`, when given, is the run leader's pidfd: its exit is reaped there first
+    /// (a leader is the child of the thread that spawned it, which the reaper does not
+    /// look at).
+    pub fn finish_soon(&mut self, leader: Option<std::os::fd::OwnedFd>) {
         let tree = RunTree {
             leader: self.leader,
             marker: std::mem::take(&mut self.marker),
@@ -184,6 +187,14 @@ impl RunTree {
             .name("aicli-run-cleanup".into())
             .spawn(move || {
                 let deadline = std::time::Instant::now() + Duration::from_secs(3);
+                if let Some(fd) = leader {
+                    // Killed just now: its exit comes within milliseconds.
+                    while matches!(super::direct::wait_pidfd(&fd, libc::WNOHANG), Ok(None))
+                        && std::time::Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
                 while tree.alive() && std::time::Instant::now() < deadline {
                     reap_adopted(&[]);
                     std::thread::sleep(Duration::from_millis(10));
