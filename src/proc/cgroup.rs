@@ -303,6 +303,11 @@ impl RunCgroup {
         })
     }
 
+    /// The hierarchy it is in.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
     /// Its directory.
     pub fn path(&self) -> &Path {
         &self.path

@@ -36,6 +36,10 @@ use libc::{c_char, c_int, c_void};
 /// The child's stack: the steps above need little (a guard page below it).
 const STACK_BYTES: usize = 64 * 1024;
 
+/// Whether `clone3` may be tried: off for good once the kernel (or a seccomp filter,
+/// as Docker's default one) refuses it.
+static CLONE3: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// What the child is told: everything allocated before the clone.
 pub(super) struct Plan {
     /// The executable, resolved along `PATH`.
@@ -48,6 +52,10 @@ pub(super) struct Plan {
     cwd: CString,
     /// The run's cgroup's `cgroup.procs`, joined before the exec.
     cgroup_procs: Option<CString>,
+    /// The run's cgroup's directory, where it is a v2 one: the child is born there
+    /// (`clone3`'s `CLONE_INTO_CGROUP`, x86_64), with no migration (which takes the
+    /// kernel's global cgroup lock for writing).
+    cgroup_dir: Option<OwnedFd>,
 }
 
 /// The child's ends of its standard streams (dup'ed onto 0, 1, 2).
@@ -90,12 +98,25 @@ impl Plan {
             envp,
             cwd: c_string(cwd.as_os_str().as_bytes(), "the working directory")?,
             cgroup_procs: None,
+            cgroup_dir: None,
         })
     }
 
-    /// The child joins the cgroup whose `cgroup.procs` this is before it execs.
-    pub(super) fn join(&mut self, procs: &Path) -> io::Result<()> {
+    /// The child joins the cgroup whose `cgroup.procs` is `procs` before it execs;
+    /// `v2_dir` is that cgroup's directory when it is in the unified hierarchy.
+    pub(super) fn join(&mut self, procs: &Path, v2_dir: Option<&Path>) -> io::Result<()> {
         self.cgroup_procs = Some(c_string(procs.as_os_str().as_bytes(), "the cgroup")?);
+        if cfg!(target_arch = "x86_64")
+            && CLONE3.load(Ordering::Relaxed)
+            && let Some(dir) = v2_dir
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+                .open(dir)?;
+            self.cgroup_dir = Some(OwnedFd::from(f));
+        }
         Ok(())
     }
 }
@@ -346,7 +367,7 @@ pub(super) fn spawn(plan: &Plan, fds: ChildFds<'_>) -> io::Result<Started> {
         source(fds.stdout, 1)?,
         source(fds.stderr, 2)?,
     ];
-    let args = ChildArgs {
+    let mut args = ChildArgs {
         program: plan.program.as_ptr(),
         argv: argv.as_ptr(),
         sh_argv: sh_argv.as_ptr(),
@@ -373,6 +394,25 @@ pub(super) fn spawn(plan: &Plan, fds: ChildFds<'_>) -> io::Result<Started> {
         if set_mask(&all, &mut old) != 0 {
             return Err(io::Error::last_os_error());
         }
+        if let Some(dir) = &plan.cgroup_dir {
+            // Born in its cgroup: the child has nothing to join.
+            let procs = std::mem::replace(&mut args.cgroup_procs, std::ptr::null());
+            let pid = clone3_into(&args, &stack, dir.as_raw_fd(), &mut pidfd);
+            if pid >= 0 {
+                set_mask(&old, std::ptr::null_mut());
+                return finish(pid, pidfd, &args);
+            }
+            let errno = -pid as c_int;
+            if ![libc::ENOSYS, libc::EPERM, libc::E2BIG, libc::EINVAL].contains(&errno) {
+                set_mask(&old, std::ptr::null_mut());
+                let os = io::Error::from_raw_os_error(errno);
+                return Err(io::Error::new(os.kind(), format!("{}: {os}", STEPS[4])));
+            }
+            // Refused: the clone below, and the child joins by itself.
+            CLONE3.store(false, Ordering::Relaxed);
+            tracing::debug!(errno, "clone3 refused; CLIs join their cgroup after the clone");
+            args.cgroup_procs = procs;
+        }
         let pid = libc::clone(
             child,
             stack.top(),
@@ -391,6 +431,92 @@ pub(super) fn spawn(plan: &Plan, fds: ChildFds<'_>) -> io::Result<Started> {
         pid
     };
     drop(stack);
+    finish(pid, pidfd, &args)
+}
+
+/// `struct clone_args` of `clone3(2)` (linux/sched.h, up to `cgroup`: 88 bytes).
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `CLONE_INTO_CGROUP` (Linux 5.7).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `clone3(CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_INTO_CGROUP)` running [`child`]
+/// with `args` on `stack`, born in the cgroup whose directory is `cgroup`: the child's
+/// pid, or `-errno`. The raw system call switches stacks, so the child's first
+/// instructions are this function's own (no libc wrapper exists).
+unsafe fn clone3_into(args: &ChildArgs, stack: &Stack, cgroup: RawFd, pidfd: &mut c_int) -> c_int {
+    let (low, size) = stack.span();
+    let ca = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP,
+        pidfd: pidfd as *mut c_int as u64,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: low,
+        stack_size: size,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup: cgroup as u64,
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        let ret: i64;
+        let entry: extern "C" fn(*mut c_void) -> c_int = child;
+        // SAFETY: the kernel reads `ca` (alive across the call). In the parent the
+        // syscall returns the pid (or -errno) in rax, clobbering rcx and r11 only. In the
+        // child (rax 0) the stack pointer is the top of `stack` (16-byte aligned, so the
+        // call leaves the callee's frame aligned as the ABI wants), r12 and r13 still hold
+        // the entry and its argument; `child` never returns (it execs or `_exit`s), and
+        // the exit after it is there in case it ever did.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                "test rax, rax",
+                "jnz 2f",
+                "xor ebp, ebp",
+                "mov rdi, r13",
+                "call r12",
+                "mov edi, eax",
+                "mov eax, 60",
+                "syscall",
+                "ud2",
+                "2:",
+                inlateout("rax") libc::SYS_clone3 => ret,
+                in("rdi") &ca as *const CloneArgs,
+                in("rsi") std::mem::size_of::<CloneArgs>(),
+                in("r12") entry,
+                in("r13") args as *const ChildArgs as *mut c_void,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret as c_int
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (args, ca);
+        -libc::ENOSYS
+    }
+}
+
+/// The parent's side once the child exec'd or exited: its pidfd, or the step it failed
+/// at (then it is reaped here).
+fn finish(pid: c_int, pidfd: c_int, args: &ChildArgs) -> io::Result<Started> {
     // SAFETY: CLONE_PIDFD stored a new descriptor that is ours alone.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     let step = args.failed_step.load(Ordering::Relaxed);
@@ -445,6 +571,7 @@ pub(super) fn wait_pidfd(pidfd: &OwnedFd, flags: c_int) -> io::Result<Option<Opt
 struct Stack {
     base: *mut c_void,
     len: usize,
+    guard: usize,
 }
 
 impl Stack {
@@ -468,7 +595,11 @@ impl Stack {
             if base == libc::MAP_FAILED {
                 return Err(io::Error::last_os_error());
             }
-            let stack = Stack { base, len };
+            let stack = Stack {
+                base,
+                len,
+                guard: page,
+            };
             if libc::mprotect(base, page, libc::PROT_NONE) != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -480,6 +611,12 @@ impl Stack {
     fn top(&self) -> *mut c_void {
         let top = self.base as usize + self.len;
         (top & !15) as *mut c_void
+    }
+
+    /// `clone3`'s view: the lowest usable address and the size up to [`Stack::top`].
+    fn span(&self) -> (u64, u64) {
+        let low = self.base as usize + self.guard;
+        (low as u64, (self.top() as usize - low) as u64)
     }
 }
 

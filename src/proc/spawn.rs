@@ -145,7 +145,8 @@ impl LocalProcess {
             .map_err(start_error)?;
         let cgroup = run_cgroup(cgroups);
         if let Some(cg) = &cgroup {
-            plan.join(&cg.procs_file()).map_err(start_error)?;
+            let v2 = (cg.version() == super::cgroup::Version::V2).then(|| cg.path());
+            plan.join(&cg.procs_file(), v2).map_err(start_error)?;
         }
         // What `aicli resume` needs to find the run's processes goes into its record
         // before any of them exists: a kill -9 of aicli between the spawn and the
@@ -448,9 +449,8 @@ impl Io {
 mod tests {
     use super::*;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_run_dropped_without_a_wait_leaves_no_zombie() {
-        let cmd = CommandSpec {
+    fn sleep_30() -> CommandSpec {
+        CommandSpec {
             program: "/bin/sleep".into(),
             args: vec!["30".into()],
             env: Default::default(),
@@ -462,8 +462,33 @@ mod tests {
             files: Vec::new(),
             links: Vec::new(),
             notices: Vec::new(),
-        };
-        let p = LocalProcess::spawn_in(&cmd, OutputOptions::default(), CgroupMode::Off).unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cli_starts_in_its_run_cgroup() {
+        for mode in [CgroupMode::V2, CgroupMode::V1] {
+            if super::super::cgroup::available(mode).is_none() {
+                eprintln!("cgroups {mode:?}: not available on this machine; not tested here");
+                continue;
+            }
+            let mut p = LocalProcess::spawn_in(&sleep_30(), OutputOptions::default(), mode).unwrap();
+            let cgroup = p.tree.cgroup().expect("a run cgroup").path().to_path_buf();
+            let name = cgroup.file_name().unwrap().to_str().unwrap().to_owned();
+            let text = std::fs::read_to_string(format!("/proc/{}/cgroup", p.pid())).unwrap();
+            assert!(
+                text.lines().any(|l| l.ends_with(&format!("/{name}"))),
+                "{mode:?}: the CLI is not in {}:\n{text}",
+                cgroup.display()
+            );
+            p.shutdown(Duration::from_secs(1)).await;
+            assert!(!cgroup.exists(), "{mode:?}: {} is left", cgroup.display());
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_dropped_without_a_wait_leaves_no_zombie() {
+        let p = LocalProcess::spawn_in(&sleep_30(), OutputOptions::default(), CgroupMode::Off).unwrap();
         let pid = p.pid();
         assert!(super::super::procfs::proc_stat(pid).is_some());
         drop(p);
