@@ -1,13 +1,16 @@
-//! How a CLI starts: one `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` straight into
-//! the CLI's `execve`, the way `posix_spawn` starts a process, with what containment
-//! needs done in the child first:
+//! How a CLI starts: one `clone3` or `clone` (`CLONE_VM | CLONE_VFORK | CLONE_PIDFD`)
+//! straight into the CLI's `execve`, the way `posix_spawn` starts a process, with what
+//! containment needs done in the child first:
 //!
 //! 1. the parent-death signal (SIGKILL), then the check that its parent is still aicli
 //!    (a parent that died before the signal was set would never send it): from the
 //!    CLI's first instruction on, aicli's death kills it, and a CLI never starts once
 //!    aicli is dead;
 //! 2. its own process group;
-//! 3. the run's cgroup joined, so that every descendant is born in it;
+//! 3. the run's cgroup joined, so that every descendant is born in it: a v2 cgroup on
+//!    x86_64 is joined by the clone itself (`clone3` with `CLONE_INTO_CGROUP`, no
+//!    migration, which would take the kernel's global cgroup lock for writing); else,
+//!    or where `clone3` is refused, the child writes itself to `cgroup.procs`;
 //! 4. its pipes, its directory, default signal dispositions, an empty signal mask.
 //!
 //! The parent-death signal follows the *thread* that spawned (the kernel's rule): a
