@@ -50,6 +50,10 @@ struct State {
     next_ticket: u64,
     /// The most reserved for runs in flight at one time.
     peak_reserved: f64,
+    /// Runs were stopped because the whole budget was reached (counting what runs in
+    /// flight streamed): nothing starts after that, even if their settled charges come
+    /// in a little under what they streamed.
+    reached: bool,
 }
 
 #[derive(Debug)]
@@ -168,7 +172,7 @@ impl BudgetPool {
             changed.as_mut().enable();
             {
                 let mut s = self.lock();
-                if s.charged >= self.budget - EPSILON {
+                if s.reached || s.charged >= self.budget - EPSILON {
                     return Err(Refusal::Spent {
                         charged: s.charged,
                         budget: self.budget,
@@ -234,6 +238,7 @@ impl BudgetPool {
                     run.streamed
                 )
             } else if reached {
+                s.reached = true;
                 format!(
                     "the batch budget of ${:.4} was reached while this task ran (${total:.4} spent, counting what the runs in flight streamed)",
                     self.budget

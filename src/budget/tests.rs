@@ -156,3 +156,23 @@ async fn a_run_settling_over_its_reservation_stops_runs_left_without_cover() {
     drop(b);
     assert!((pool.figures().charged - 1.05).abs() < 1e-12);
 }
+
+#[tokio::test]
+async fn once_the_budget_is_reached_nothing_starts_even_if_charges_come_in_under_it() {
+    let pool = BudgetPool::new(1.0, 0.0);
+    let a = pool.reserve(0.5, &never()).await.unwrap();
+    let b = pool.reserve(0.5, &never()).await.unwrap();
+    // Together they stream the whole budget: both are told to stop.
+    a.streamed(0.5);
+    b.streamed(0.5);
+    assert!(a.stop_reason().is_some());
+    assert!(b.stop_reason().is_some_and(|w| w.contains("was reached")), "{:?}", b.stop_reason());
+    // Their final costs come in under what they streamed: 0.2 looks free, but the
+    // budget was reached, so a third run does not start.
+    a.settle(0.4);
+    b.settle(0.4);
+    assert!(matches!(
+        pool.reserve(0.1, &never()).await,
+        Err(Refusal::Spent { .. })
+    ));
+}

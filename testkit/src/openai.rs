@@ -443,6 +443,16 @@ pub(crate) fn render(ctx: &Ctx<'_>, step: &Step) -> Rendered {
     }
 }
 
+/// Whether a `/v1/responses` request is a side call beside the conversation: Codex's
+/// background "guardian" scoring, which asks a `*-luna` model on its own (its strings:
+/// "Guardian V2 background scoring", "Luna Responses request failed"), at moments of its
+/// choosing. It is not a step of the conversation, so it never uses the script.
+pub(crate) fn is_side_call(body: &Value) -> bool {
+    body.get("model")
+        .and_then(Value::as_str)
+        .is_some_and(|m| m.ends_with("-luna"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,7 +38,8 @@ pub enum RequestKind {
     Router,
     /// A model call the CLI makes on its own, beside the conversation, answered without
     /// using the script: Claude Code's structured-output session title (see
-    /// `anthropic::is_side_call`).
+    /// `anthropic::is_side_call`), Codex's background guardian scoring (see
+    /// `openai::is_side_call`).
     Side,
     /// Anything else (`HEAD /api/hello`, `count_tokens`, a WebSocket upgrade, unknown
     /// paths answered 404).
@@ -634,6 +635,17 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         };
         let api_key = api_key(&parts.headers, query);
         let (kind, step_index, rendered) = match route {
+            Route::Model { model } if vendor == Vendor::OpenAi && openai::is_side_call(&body) => {
+                let ctx = Ctx {
+                    seq,
+                    usage,
+                    model: model_of(model),
+                    api_key,
+                    body: &body,
+                };
+                let step = Step::Text("{}".to_owned());
+                (RequestKind::Side, None, render(vendor, &ctx, &step))
+            }
             Route::Model { model }
                 if vendor == Vendor::Anthropic && anthropic::is_side_call(&body) =>
             {

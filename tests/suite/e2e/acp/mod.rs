@@ -221,11 +221,6 @@ pub fn live_kinds(ran: &Ran) -> Vec<EventKind> {
         .collect()
 }
 
-/// Model requests, by kind, that the fake has seen so far.
-pub fn requests_of(t: &E2e, kind: RequestKind) -> usize {
-    t.fake.requests().iter().filter(|r| r.kind == kind).count()
-}
-
 /// A task in permission mode `mode`.
 pub fn task_in(t: &E2e, id: &str, prompt: &str, mode: PermissionMode) -> TaskSpec {
     let mut task = t.task(id, prompt);
@@ -657,7 +652,16 @@ pub async fn resume(at: impl Into<At>) {
         "resumed run",
     );
     t.assert_replays(r2, &second.batch.batch_id, "second");
-    assert_eq!(requests_of(&t, RequestKind::Side), 0, "{}", t.log());
+    // No session title asked (the prompt is short); Codex's background guardian scoring
+    // (a `*-luna` side call) may come or not, at its own moments.
+    let titles = t
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.kind == RequestKind::Side)
+        .filter(|r| !r.model().is_some_and(|m| m.ends_with("-luna")))
+        .count();
+    assert_eq!(titles, 0, "{}", t.log());
     t.assert_only_model_traffic();
     t.finish().await;
 }
