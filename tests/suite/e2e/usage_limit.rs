@@ -31,7 +31,12 @@ async fn three_tasks_park_at_the_limit_and_finish_after_the_reset(cli: Cli) {
     let took = began.elapsed();
     assert!(
         took >= RESET,
-        "the tasks waited for the reset: {took:?}; {}",
+        "the tasks waited for the reset: {took:?}; their ends: {:?}; {}",
+        ran.batch
+            .tasks
+            .iter()
+            .map(|r| (r.error_kind, r.error.as_deref()))
+            .collect::<Vec<_>>(),
         t.log()
     );
 
