@@ -48,9 +48,6 @@ pub(super) struct Plan {
     /// The executable, resolved along `PATH`.
     program: CString,
     argv: Vec<CString>,
-    /// `sh <program> <args>`: a script without `#!` is run by `/bin/sh`, as `execvp`
-    /// and a shell do.
-    sh_argv: Vec<CString>,
     envp: Vec<CString>,
     cwd: CString,
     /// The run's cgroup's `cgroup.procs`, joined before the exec.
@@ -91,13 +88,9 @@ impl Plan {
                 c_string(&kv, "an environment variable")
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let program = c_string(resolved.as_os_str().as_bytes(), "the program")?;
-        let mut sh_argv = vec![c"sh".to_owned(), program.clone()];
-        sh_argv.extend(argv.iter().skip(1).cloned());
         Ok(Plan {
-            program,
+            program: c_string(resolved.as_os_str().as_bytes(), "the program")?,
             argv,
-            sh_argv,
             envp,
             cwd: c_string(cwd.as_os_str().as_bytes(), "the working directory")?,
             cgroup_procs: None,
@@ -349,7 +342,12 @@ pub(super) fn spawn(plan: &Plan, fds: ChildFds<'_>) -> io::Result<Started> {
             .collect()
     };
     let argv = pointers(&plan.argv);
-    let sh_argv = pointers(&plan.sh_argv);
+    // `sh <program> <args>`: a script without `#!` is run by `/bin/sh`, as `execvp` and
+    // a shell do.
+    let sh_argv: Vec<*const c_char> = [c"sh".as_ptr(), plan.program.as_ptr()]
+        .into_iter()
+        .chain(argv[1..].iter().copied())
+        .collect();
     let envp = pointers(&plan.envp);
     // A source below 3 that is not its own target would be overwritten by an earlier
     // dup2 in the child: such a one is copied above 2 first.

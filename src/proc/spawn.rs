@@ -182,10 +182,8 @@ impl LocalProcess {
                 let (pidfd, e) = e.into_parts();
                 // aicli cannot wait for it (the runtime refused the descriptor): it goes
                 // at once, with everything of its run.
-                tree.kill_now();
-                tree.leader_reaped();
                 let mut tree = tree;
-                tree.finish_soon(Some(pidfd));
+                tree.abandon(Some(pidfd));
                 return Err(start_error(e));
             }
         };
@@ -277,13 +275,11 @@ impl Drop for LocalProcess {
         if self.shut_down {
             return;
         }
-        self.tree.kill_now();
         let leader = match self.exit {
             None => self.child.pidfd.get_ref().try_clone().ok(),
             Some(_) => None,
         };
-        self.tree.leader_reaped();
-        self.tree.finish_soon(leader);
+        self.tree.abandon(leader);
     }
 }
 

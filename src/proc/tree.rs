@@ -171,12 +171,14 @@ impl RunTree {
         }
     }
 
-    /// [`RunTree::finish`] once the processes just killed are gone, on a thread of its
-    /// own (for `Drop`, which cannot wait).
-    /// `leader`, when given, is the run leader's pidfd: its exit is reaped there first
-    /// (a leader is the child of the thread that spawned it, which the reaper does not
-    /// look at).
-    pub fn finish_soon(&mut self, leader: Option<std::os::fd::OwnedFd>) {
+    /// For a run aicli can no longer wait for (dropped, or its pidfd not registered):
+    /// everything of it killed now, then [`RunTree::finish`] once it is gone, on a
+    /// thread of its own (`Drop` cannot wait). `leader`, when given, is the run leader's
+    /// pidfd: its exit is reaped there first (a leader is the child of the thread that
+    /// spawned it, which the reaper does not look at).
+    pub fn abandon(&mut self, leader: Option<std::os::fd::OwnedFd>) {
+        self.kill_now();
+        self.leader_reaped();
         let tree = RunTree {
             leader: self.leader,
             marker: std::mem::take(&mut self.marker),

@@ -539,6 +539,16 @@ fn route(
     }
 }
 
+/// Whether a model request is a call the CLI makes beside the conversation
+/// ([`RequestKind::Side`]): Claude Code's session title, Codex's guardian scoring.
+fn is_side_call(vendor: Vendor, body: &Value) -> bool {
+    match vendor {
+        Vendor::Anthropic => anthropic::is_side_call(body),
+        Vendor::OpenAi => openai::is_side_call(body),
+        Vendor::Gemini => false,
+    }
+}
+
 /// The key the client sent: `x-api-key`, `Authorization: Bearer`, `x-goog-api-key`, or
 /// a `key=` query parameter.
 fn api_key(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
@@ -635,7 +645,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         };
         let api_key = api_key(&parts.headers, query);
         let (kind, step_index, rendered) = match route {
-            Route::Model { model } if vendor == Vendor::OpenAi && openai::is_side_call(&body) => {
+            Route::Model { model } if is_side_call(vendor, &body) => {
                 let ctx = Ctx {
                     seq,
                     usage,
@@ -643,20 +653,11 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                     api_key,
                     body: &body,
                 };
-                let step = Step::Text("{}".to_owned());
-                (RequestKind::Side, None, render(vendor, &ctx, &step))
-            }
-            Route::Model { model }
-                if vendor == Vendor::Anthropic && anthropic::is_side_call(&body) =>
-            {
-                let ctx = Ctx {
-                    seq,
-                    usage,
-                    model: model_of(model),
-                    api_key,
-                    body: &body,
+                let rendered = match vendor {
+                    Vendor::Anthropic => anthropic::render_side(&ctx),
+                    _ => render(vendor, &ctx, &Step::Text("{}".to_owned())),
                 };
-                (RequestKind::Side, None, anthropic::render_side(&ctx))
+                (RequestKind::Side, None, rendered)
             }
             Route::Model { model } => {
                 let key = st
