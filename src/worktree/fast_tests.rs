@@ -129,10 +129,37 @@ async fn git_sees_aicli_s_worktrees_as_its_own() {
     run(r, &["fsck", "--no-progress"]);
 }
 
+/// `git worktree list --porcelain` in `dir`, run while worktrees come and go: `Err` with
+/// git's message when it died of its own race, which `git worktree remove` causes just
+/// as much (git 2.47 lists the admin directories, then takes each one's real path to say
+/// whether it is prunable, and dies when one went in between: "Invalid path
+/// '<common>/worktrees/<name>': No such file or directory"). Any other failure panics.
+fn list_racing(dir: &Path) -> Result<String, String> {
+    let o = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["worktree", "list", "--porcelain"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    if o.status.success() {
+        return Ok(String::from_utf8_lossy(&o.stdout).into_owned());
+    }
+    let gone = format!("fatal: Invalid path '{}/", dir.join(".git/worktrees").display());
+    assert!(
+        err.starts_with(&gone) && err.trim_end().ends_with("': No such file or directory"),
+        "git worktree list: {err}"
+    );
+    Err(err)
+}
+
 /// 40 tasks' worktrees made and removed at once: each gets its own admin directory, git
 /// lists all 40, and nothing is left after; meanwhile git commands that read every
 /// worktree (`worktree list`, `worktree add` and `remove`, `branch -D` of another
-/// branch), as another process runs them, never meet one half made.
+/// branch), as another process runs them, never meet one half made. The one failure
+/// allowed is `worktree list`'s own race with a removal ([`list_racing`]), which git's
+/// own `worktree remove` causes as well (measured: 6 of 400 lists beside six loops of
+/// `git worktree add`/`remove`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
 async fn many_at_once_leave_nothing_behind() {
     let dir = repo_with_a_file();
@@ -147,7 +174,7 @@ async fn many_at_once_leave_nothing_behind() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let other = r.join(format!("other-{n}"));
                 let other = other.to_str().unwrap();
-                run(&r, &["worktree", "list", "--porcelain"]);
+                let _ = list_racing(&r);
                 run(&r, &["worktree", "add", "-q", "-b", &format!("other-{n}"), other]);
                 run(&r, &["worktree", "remove", other]);
                 run(&r, &["branch", "-D", &format!("other-{n}")]);
