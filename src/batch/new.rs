@@ -10,7 +10,7 @@ use super::TaskRun;
 use super::continuation::Next;
 use crate::engine::{BatchOptions, Engine, EngineError, record_error};
 use crate::live::LiveSender;
-use crate::record::{BatchResult, BatchSpec, RunStore, TaskRecord, Write};
+use crate::record::{BatchResult, BatchSpec, RunStore, TaskRecord};
 use crate::util::now_rfc3339;
 use crate::worktree::Repo;
 
@@ -57,16 +57,21 @@ pub(crate) async fn new_batch(
     let record = store
         .create_batch(&spec)
         .map_err(record_error(&runs_dir.join(&spec.batch_id)))?;
-    let mut runs = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        let provider = t
-            .provider
-            .clone()
-            .unwrap_or_else(|| default_provider.clone());
-        let rec = TaskRecord::queued(t, &provider);
-        record
-            .write_task(&rec, Write::Progress)
-            .map_err(record_error(&record.task_dir(&rec.task.id)))?;
+    let recs: Vec<TaskRecord> = tasks
+        .into_iter()
+        .map(|t| {
+            let provider = t
+                .provider
+                .clone()
+                .unwrap_or_else(|| default_provider.clone());
+            TaskRecord::queued(t, &provider)
+        })
+        .collect();
+    record
+        .write_queued(&recs)
+        .map_err(record_error(record.dir()))?;
+    let mut runs = Vec::with_capacity(recs.len());
+    for rec in recs {
         let lock = record
             .lock_task(&rec.task.id)
             .map_err(EngineError::Refused)?;

@@ -148,12 +148,10 @@ impl Batch {
             if !queued && had == task.rec.worktree.is_some() {
                 return;
             }
-            if let Err(e) = self
-                .record
-                .write_task(&task.rec, crate::record::Write::Progress)
-            {
-                tracing::warn!(task = %task.id(), error = %e, "cannot record a task that never started");
-            }
+            // Its end in this invocation: `task.json` too, the journal's line shared with
+            // the other tasks cut off in one group commit.
+            task.persist(&self.record, crate::record::Write::Settled)
+                .await;
             return;
         }
         self.never_started_for_budget(task).await;

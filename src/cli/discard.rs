@@ -65,7 +65,7 @@ pub(super) async fn discard(
     rec.worktree = None;
     rec.branch = None;
     batch
-        .write_task(&rec, Write::Progress)
+        .write_task(&rec, Write::Settled)
         .map_err(anyhow::Error::new)?;
     if a.json {
         outln!(

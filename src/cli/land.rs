@@ -166,7 +166,7 @@ pub(super) async fn land(
             notes.extend(prune(here, t).await);
         }
         batch
-            .write_task(t, Write::Progress)
+            .write_task(t, Write::Settled)
             .map_err(anyhow::Error::new)?;
     }
     if let Some(remote) = &a.push

@@ -44,25 +44,24 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
     // A file that is not there (or not readable) is bad input (exit 2), not a failure of
     // aicli's; so is a directory that is not a run record's task.
     let meta = std::fs::metadata(&a.file).map_err(|e| cannot_read(&a.file, &e))?;
-    if meta.is_dir() && !a.file.join("task.json").is_file() {
-        return Err(usage(format!(
-            "{} is not a run record's task directory (no task.json); give a transcript \
-             file or .aicli/runs/<batch>/tasks/<task>",
-            a.file.display()
-        )));
-    }
     // A run record's task directory (or its events.ndjson) carries its own context.
-    let task_dir = if meta.is_dir() {
-        Some(a.file.clone())
-    } else if a.file.file_name().is_some_and(|n| n == "events.ndjson")
-        && a.file.with_file_name("task.json").is_file()
-    {
-        a.file.parent().map(Path::to_path_buf)
+    let record = if meta.is_dir() {
+        let Some(rec) = crate::record::task_at(&a.file) else {
+            return Err(usage(format!(
+                "{} is not a run record's task directory (no record of it in its batch); \
+                 give a transcript file or .aicli/runs/<batch>/tasks/<task>",
+                a.file.display()
+            )));
+        };
+        Some((a.file.clone(), rec))
+    } else if a.file.file_name().is_some_and(|n| n == "events.ndjson") {
+        let dir = a.file.parent().map(Path::to_path_buf).unwrap_or_default();
+        crate::record::task_at(&dir).map(|rec| (dir, rec))
     } else {
         None
     };
-    let input = match task_dir {
-        Some(dir) => Input::of_record(&dir, &a)?,
+    let input = match record {
+        Some((dir, rec)) => Input::of_record(&dir, rec.map_err(anyhow::Error::msg)?, &a)?,
         None => Input::of_file(&a, &reg.names())?,
     };
     let Input {
@@ -126,9 +125,11 @@ struct Input {
 
 impl Input {
     /// An attempt of a run record's task (`--attempt`, else the last one).
-    fn of_record(dir: &Path, a: &ParseArgs) -> anyhow::Result<Input> {
-        let rec: crate::record::TaskRecord =
-            crate::util::read_json(&dir.join("task.json")).map_err(anyhow::Error::msg)?;
+    fn of_record(
+        dir: &Path,
+        rec: crate::record::TaskRecord,
+        a: &ParseArgs,
+    ) -> anyhow::Result<Input> {
         let attempt = match a.attempt {
             Some(n) => rec
                 .attempts

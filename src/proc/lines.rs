@@ -267,23 +267,34 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
     hay.iter().position(|b| *b == needle)
 }
 
-/// Drains `err` into `tail`, teeing up to `file_cap` bytes into `tee`.
+/// Drains `err` into `tail`, teeing up to `file_cap` bytes into the file `tee`, which
+/// is opened (made 0600) on the first byte.
 pub(crate) async fn drain_stderr<R: AsyncRead + Unpin>(
     mut err: R,
     tail: StderrTail,
-    mut tee: Option<File>,
+    tee: Option<std::path::PathBuf>,
     file_cap: u64,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     let mut written: u64 = 0;
     let mut truncated = false;
+    let mut file: Option<File> = None;
     loop {
         let n = match err.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
         tail.push(&buf[..n]);
-        if let Some(f) = tee.as_mut() {
+        if file.is_none()
+            && let Some(path) = &tee
+        {
+            file = crate::util::open_private_append(path)
+                .inspect_err(|e| {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot record stderr");
+                })
+                .ok();
+        }
+        if let Some(f) = file.as_mut() {
             if written < file_cap {
                 let take = ((file_cap - written) as usize).min(n);
                 let _ = f.write_all(&buf[..take]);
@@ -296,7 +307,7 @@ pub(crate) async fn drain_stderr<R: AsyncRead + Unpin>(
     }
     // Nothing appended, nothing to make durable (earlier attempts synced theirs).
     if written > 0 {
-        sync_off_thread(tee).await;
+        sync_off_thread(file).await;
     }
 }
 

@@ -34,9 +34,10 @@ pub struct OutputOptions {
     pub stderr_tail: usize,
     /// Every stdout byte, as read, goes here too (the run record's `events.ndjson`).
     pub stdout_tee: Option<File>,
-    /// Every stderr byte goes here too, up to `stderr_file_cap` (the run record's
-    /// `stderr.log`).
-    pub stderr_tee: Option<File>,
+    /// Every stderr byte goes to this file too, up to `stderr_file_cap` (the run
+    /// record's `stderr.log`): opened for appending (made 0600) on the first byte, so a
+    /// CLI that prints nothing there makes no file.
+    pub stderr_tee: Option<std::path::PathBuf>,
     /// Most stderr bytes written to `stderr_tee`.
     pub stderr_file_cap: u64,
     /// Where the run's leader, marker and cgroup are written while it lives (the run

@@ -84,9 +84,7 @@ mod tests {
     #[test]
     fn requests_are_read_once_each_and_a_partial_line_waits() {
         let d = tempfile::tempdir().unwrap();
-        let rec = BatchRecord {
-            dir: d.path().to_path_buf(),
-        };
+        let rec = BatchRecord::at(d.path().to_path_buf());
         assert_eq!(rec.requests_since(0), (Vec::new(), 0));
         let cancel = |task: Option<&str>| ControlRequest::Cancel {
             task: task.map(str::to_owned),

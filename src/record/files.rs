@@ -6,10 +6,10 @@ pub const BATCH_SPEC: &str = "batch.json";
 pub const BATCH_RESULT: &str = "result.json";
 /// The directory of the batch's tasks: `<batch>/tasks/`.
 pub const TASKS_DIR: &str = "tasks";
-/// A task's state and attempts: `tasks/<task>/task.json`.
+/// Every write of every task's record, appended: `<batch>/journal.ndjson`.
+pub const JOURNAL: &str = "journal.ndjson";
+/// A task's state and attempts, written as it settles: `tasks/<task>/task.json`.
 pub const TASK: &str = "task.json";
-/// A task's latest result: `tasks/<task>/result.json`.
-pub const TASK_RESULT: &str = "result.json";
 /// Every attempt's raw stdout, appended as received: `tasks/<task>/events.ndjson`.
 pub const EVENTS: &str = "events.ndjson";
 /// Every attempt's stderr, appended: `tasks/<task>/stderr.log`.

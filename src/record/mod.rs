@@ -3,22 +3,27 @@
 //! ```text
 //! batch.json                    the batch spec (written once, atomically)
 //! result.json                   the BatchResult (atomic; rewritten as the batch ends)
-//! tasks/<task>/task.json        the task's state and attempts (atomic rewrite)
+//! journal.ndjson                every write of every task's record, appended
+//! tasks/<task>/task.json        the task's state and attempts, written when it settles
 //! tasks/<task>/events.ndjson    raw stdout of every attempt, appended as received
-//! tasks/<task>/stderr.log       stderr of every attempt, appended
+//! tasks/<task>/stderr.log       stderr of every attempt, appended (made on its first byte)
 //! tasks/<task>/aicli-events.ndjson  events aicli made (MCP logs, questions), appended
-//! tasks/<task>/result.json      the task's latest SessionResult (atomic)
 //! ```
 //!
-//! Appends are fsynced when an attempt ends (a file the attempt appended nothing to, such
-//! as an empty `stderr.log`, needs none); JSON files are replaced by atomic rename,
-//! so a `kill -9` at any moment leaves every file valid (an attempt that was running is
-//! recognisable: it has a start offset and no end).
+//! A task's record is its last line in the [journal](journal): a task that runs writes
+//! no file of its own but its streams, and `task.json` is the copy of its record written
+//! once, as it settles (a reader takes it only for a task the journal does not hold, as
+//! in records of an older aicli). A settled task's line is on disk before the batch
+//! goes on (one `fdatasync` per group of ends); appends to the streams are fsynced when
+//! an attempt ends (a file the attempt appended nothing to needs none). A `kill -9` at
+//! any moment leaves every file valid: the page cache survives it, and an attempt that
+//! was running is recognisable (it has a start offset and no end).
 
 //!
 //! | module | owns |
 //! |---|---|
 //! | [`files`] | every file name of a record |
+//! | `journal` | the batch's journal: appends, group commits, an index for reads |
 //! | `task` | [`TaskRecord`] and its attempts, what a task spent and was charged |
 //! | `batch` | [`BatchSpec`], [`BatchResult`], [`BatchSummary`] |
 //! | `lock` | [`TaskLock`]: one aicli process runs a task at a time |
@@ -28,6 +33,7 @@ pub(crate) mod beneath;
 mod control;
 mod egress;
 pub mod files;
+mod journal;
 mod lock;
 mod park;
 mod task;
@@ -57,44 +63,38 @@ pub struct RunStore {
 /// How a task's record is written ([`BatchRecord::write_task_off_thread`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Write {
-    /// While the task runs: its state and attempts.
+    /// While the task runs (or waits in the queue): its line in the journal.
     Progress,
-    /// The task settled in this invocation: durably, with its result.
+    /// The task settled in this invocation, or its settled record changed (landed,
+    /// discarded): its line in the journal, on disk before the write returns, and its
+    /// `task.json`.
     Settled,
 }
 
-/// A task's `task.json` and, when settled, its `result.json`, serialized.
-fn encode_task(rec: &TaskRecord, how: Write) -> std::io::Result<(Vec<u8>, Option<Vec<u8>>)> {
-    let task = serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)?;
-    let result = match how {
-        Write::Progress => None,
-        Write::Settled => rec
-            .latest_result()
-            .map(serde_json::to_vec_pretty)
-            .transpose()
-            .map_err(std::io::Error::other)?,
-    };
-    Ok((task, result))
+/// `task.json`'s text.
+fn task_file(rec: &TaskRecord) -> std::io::Result<Vec<u8>> {
+    serde_json::to_vec_pretty(rec).map_err(std::io::Error::other)
 }
 
-fn store_task(
-    dir: &Path,
-    task: Vec<u8>,
-    result: Option<Vec<u8>>,
-    how: Write,
-) -> std::io::Result<()> {
+/// Writes `task.json`, without an fsync: the journal's line is the durable copy.
+fn store_task_file(dir: &Path, text: Vec<u8>) -> std::io::Result<()> {
     create_private_dirs(dir)?;
-    crate::util::write_bytes(&dir.join(files::TASK), task, how == Write::Settled)?;
-    if let Some(r) = result {
-        crate::util::write_bytes(&dir.join(files::TASK_RESULT), r, false)?;
-    }
-    Ok(())
+    crate::util::write_bytes(&dir.join(files::TASK), text, false)
 }
 
 /// One batch's record directory.
 #[derive(Debug, Clone)]
 pub struct BatchRecord {
     dir: PathBuf,
+    /// Its journal, shared by every clone (one writer's descriptor and group commit).
+    journal: std::sync::Arc<journal::Journal>,
+}
+
+impl BatchRecord {
+    fn at(dir: PathBuf) -> BatchRecord {
+        let journal = std::sync::Arc::new(journal::Journal::new(dir.join(files::JOURNAL)));
+        BatchRecord { dir, journal }
+    }
 }
 
 /// Where a CLI session last ran, found in the run records by its id
@@ -133,6 +133,22 @@ pub fn read_range(path: &Path, start: u64, end: Option<u64>) -> std::io::Result<
     Ok(buf)
 }
 
+/// The record of the task whose record directory is `dir`
+/// (`<runs>/<batch>/tasks/<task>`); `None` when `dir` is not one, or its batch holds no
+/// record of that task.
+pub fn task_at(dir: &Path) -> Option<Result<TaskRecord, String>> {
+    let dir = std::path::absolute(dir).ok()?;
+    let task = dir.file_name()?.to_str()?;
+    let tasks = dir.parent()?;
+    if tasks.file_name()? != files::TASKS_DIR {
+        return None;
+    }
+    let batch_dir = tasks.parent()?;
+    let store = RunStore::new(batch_dir.parent()?);
+    let batch = store.open_batch(batch_dir.file_name()?.to_str()?).ok()?;
+    batch.has_task(task).then(|| batch.task(task))
+}
+
 impl RunStore {
     /// The store at `root` (created on first write).
     pub fn new(root: impl Into<PathBuf>) -> RunStore {
@@ -153,7 +169,7 @@ impl RunStore {
         ensure_private_dir(&dir)?;
         ensure_private_dir(&dir.join(files::TASKS_DIR))?;
         write_json_atomic(&dir.join(files::BATCH_SPEC), spec)?;
-        Ok(BatchRecord { dir })
+        Ok(BatchRecord::at(dir))
     }
 
     /// The record of batch `id`, or an error naming where it looked. A batch directory
@@ -162,7 +178,7 @@ impl RunStore {
         let dir = self.root.join(id);
         let single = Path::new(id).components().count() == 1;
         match beneath::open(&self.root, &Path::new(id).join(files::BATCH_SPEC), false) {
-            Ok(_) if single => Ok(BatchRecord { dir }),
+            Ok(_) if single => Ok(BatchRecord::at(dir)),
             Ok(_) => Err(format!("'{id}' is not a batch id")),
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(format!("batch '{id}': {e}")),
             Err(_) => Err(format!(
@@ -190,7 +206,7 @@ impl RunStore {
             .unwrap_or_default();
         ids.sort();
         ids.reverse();
-        ids.into_iter().map(|dir| BatchRecord { dir }).collect()
+        ids.into_iter().map(BatchRecord::at).collect()
     }
 
     /// The last run, in any batch of this store, of provider `provider` that reported CLI
@@ -304,10 +320,17 @@ impl BatchRecord {
         self.open_file(&Path::new(files::TASKS_DIR).join(task_id).join(name))
     }
 
-    /// Whether task `task_id` has a record here (its `task.json`, reached without a
-    /// symlink).
+    /// Whether task `task_id` has a record here: a line in the journal, or its
+    /// `task.json` (reached without a symlink).
     pub fn has_task(&self, task_id: &str) -> bool {
-        self.open_task_file(task_id, files::TASK).is_ok()
+        self.open_journal()
+            .is_some_and(|f| self.journal.has(&f, task_id))
+            || self.open_task_file(task_id, files::TASK).is_ok()
+    }
+
+    /// The journal, opened without following a symlink; `None` when there is none.
+    fn open_journal(&self) -> Option<std::fs::File> {
+        self.open_file(Path::new(files::JOURNAL)).ok()
     }
 
     /// The runs directory and the batch id.
@@ -339,30 +362,65 @@ impl BatchRecord {
         Ok(rec)
     }
 
-    /// `task.json` as written: the prompt left out.
+    /// The task's record as last written, the prompt left out: its last line in the
+    /// journal, else its `task.json`.
     fn task_without_prompt(&self, task_id: &str) -> Result<TaskRecord, String> {
+        self.task_in(self.open_journal().as_ref(), task_id)
+    }
+
+    /// [`BatchRecord::task_without_prompt`], the journal `journal` opened once for many.
+    fn task_in(&self, journal: Option<&std::fs::File>, task_id: &str) -> Result<TaskRecord, String> {
+        if let Some(found) = journal.and_then(|f| self.journal.record(f, task_id)) {
+            return found;
+        }
         self.read_json(&Path::new(files::TASKS_DIR).join(task_id).join(files::TASK))
     }
 
     /// Writes a task's record ([`Write`] says how), on this thread: for the few writes
-    /// outside a running batch (a new batch's queued tasks, a recovery).
+    /// outside a running batch (a recovery, `land`, `discard`).
     pub fn write_task(&self, rec: &TaskRecord, how: Write) -> std::io::Result<()> {
-        let (task, result) = encode_task(rec, how)?;
-        store_task(&self.task_dir(&rec.task.id), task, result, how)
+        self.journal.append(&journal::line(rec)?)?;
+        if how == Write::Settled {
+            store_task_file(&self.task_dir(&rec.task.id), task_file(rec)?)?;
+            self.journal.commit_now()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the records of a new batch's queued tasks: their lines in one append.
+    pub fn write_queued(&self, recs: &[TaskRecord]) -> std::io::Result<()> {
+        let mut lines = Vec::new();
+        for rec in recs {
+            lines.extend(journal::line(rec)?);
+        }
+        self.journal.append(&lines).map(drop)
     }
 
     /// Writes a task's record with the file I/O on the blocking pool (serialized here,
-    /// written and renamed there: an fsync takes milliseconds, and on an async worker it
-    /// would stall every other run's I/O). [`Write::Progress`] writes `task.json` alone,
-    /// atomically (a killed aicli leaves it valid: the page cache survives it);
-    /// [`Write::Settled`] also fsyncs it (a machine crash keeps it) and writes the
-    /// task's `result.json`, the copy of its latest result.
+    /// written there). [`Write::Progress`] appends its line to the journal (a killed
+    /// aicli leaves it there: the page cache survives it); [`Write::Settled`] also
+    /// writes its `task.json`, then waits for the journal's next group commit (a
+    /// machine crash keeps it), which the tasks settling meanwhile share.
     pub async fn write_task_off_thread(&self, rec: &TaskRecord, how: Write) -> std::io::Result<()> {
-        let dir = self.task_dir(&rec.task.id);
-        let (task, result) = encode_task(rec, how)?;
-        tokio::task::spawn_blocking(move || store_task(&dir, task, result, how))
-            .await
-            .map_err(std::io::Error::other)?
+        let line = journal::line(rec)?;
+        let copy = match how {
+            Write::Settled => Some(task_file(rec)?),
+            Write::Progress => None,
+        };
+        let (journal, dir) = (self.journal.clone(), self.task_dir(&rec.task.id));
+        let n = tokio::task::spawn_blocking(move || {
+            let n = journal.append(&line)?;
+            if let Some(text) = copy {
+                store_task_file(&dir, text)?;
+            }
+            Ok::<_, std::io::Error>(n)
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        if how == Write::Settled {
+            self.journal.commit(n).await?;
+        }
+        Ok(())
     }
 
     /// The size of a task's `events.ndjson` (where the next attempt's stdout starts).
@@ -392,10 +450,11 @@ impl BatchRecord {
     pub fn tasks(&self) -> Result<Vec<TaskRecord>, String> {
         let spec = self.spec()?;
         // In spec order, each prompt moved from the spec into its record.
+        let journal = self.open_journal();
         spec.tasks
             .into_iter()
             .map(|t| {
-                let mut rec = self.task_without_prompt(&t.id)?;
+                let mut rec = self.task_in(journal.as_ref(), &t.id)?;
                 rec.task.prompt = t.prompt;
                 Ok(rec)
             })

@@ -151,7 +151,8 @@ async fn precheck(spec: &RunSpec, launch: &Launch) -> Result<(), NotStarted> {
 }
 
 /// How the run's output is read and recorded: the limits, and, when the task has a
-/// record, its stdout and stderr appended there (0600: a CLI's stream can hold what its
+/// record, its stdout and stderr appended there (`stderr.log` made on its first byte;
+/// 0600: a CLI's stream can hold what its
 /// tools returned, a credential say) and its processes named in its `pid` file while
 /// they live, so that a later `aicli resume` can kill what is left if aicli dies.
 pub(super) fn output_options(spec: &RunSpec) -> Result<OutputOptions, NotStarted> {
@@ -171,7 +172,7 @@ pub(super) fn output_options(spec: &RunSpec) -> Result<OutputOptions, NotStarted
             })
         };
         out.stdout_tee = Some(open(files::EVENTS)?);
-        out.stderr_tee = Some(open(files::STDERR)?);
+        out.stderr_tee = Some(dir.join(files::STDERR));
     }
     Ok(out)
 }

@@ -98,8 +98,10 @@ pub(crate) fn stream(
         let mut p = Producer {
             wake: Wake {
                 dir: batch.task_dir(&task),
+                batch_dir: batch.dir().to_path_buf(),
                 watch,
                 sub: None,
+                batch_sub: None,
             },
             batch,
             task,
@@ -137,28 +139,42 @@ struct Producer {
     wake: Wake,
 }
 
-/// What wakes a producer: the server's watch on the task's directory, else the poll.
+/// What wakes a producer: the server's watch on the task's directory (its streams) and
+/// on the batch's (its record's lines in the journal), else the poll.
 struct Wake {
     dir: std::path::PathBuf,
+    batch_dir: std::path::PathBuf,
     watch: super::watch::DirWatch,
     sub: Option<super::watch::Subscription>,
+    batch_sub: Option<super::watch::Subscription>,
 }
 
 impl Wake {
-    /// Until the directory changes (or the poll's time is up).
+    /// Until either directory changes (or the poll's time is up).
     async fn wait(&mut self) {
-        if !self.sub.as_ref().is_some_and(super::watch::Subscription::live) {
+        let live = |s: &Option<super::watch::Subscription>| {
+            s.as_ref().is_some_and(super::watch::Subscription::live)
+        };
+        if !live(&self.sub) {
             self.sub = self.watch.subscribe(&self.dir);
         }
-        match &self.sub {
-            Some(sub) => {
-                tokio::select! {
-                    _ = sub.changed() => {}
-                    _ = tokio::time::sleep(WATCHED_POLL) => {}
-                }
-            }
-            None => tokio::time::sleep(POLL).await,
+        if !live(&self.batch_sub) {
+            self.batch_sub = self.watch.subscribe(&self.batch_dir);
         }
+        let poll = if self.sub.is_some() { WATCHED_POLL } else { POLL };
+        tokio::select! {
+            _ = changed(self.sub.as_ref()) => {}
+            _ = changed(self.batch_sub.as_ref()) => {}
+            _ = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
+/// Until `s` reports a change; never without a subscription.
+async fn changed(s: Option<&super::watch::Subscription>) {
+    match s {
+        Some(s) => s.changed().await,
+        None => std::future::pending().await,
     }
 }
 

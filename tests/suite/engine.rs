@@ -984,14 +984,26 @@ async fn a_prompt_is_stored_once_and_one_over_the_limit_is_refused() {
     let mut copies = Vec::new();
     for entry in files_under(&runs) {
         let mut text = String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned();
-        if entry.ends_with("task.json") {
-            // The test provider puts the prompt into its argv (a real provider writes
-            // it to stdin), and the record keeps the argv: that copy is the test's.
-            let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        // The test provider puts the prompt into its argv (a real provider writes it to
+        // stdin), and the record keeps the argv: that copy is the test's.
+        let no_argv = |v: &mut serde_json::Value| {
             for a in v["attempts"].as_array_mut().unwrap() {
                 a["argv"] = serde_json::Value::Null;
             }
+        };
+        if entry.ends_with("task.json") {
+            let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            no_argv(&mut v);
             text = v.to_string();
+        }
+        if entry.ends_with("journal.ndjson") {
+            let mut lines = Vec::new();
+            for l in text.lines() {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                no_argv(&mut v["record"]);
+                lines.push(v.to_string());
+            }
+            text = lines.join("\n");
         }
         for _ in text.matches(marker) {
             copies.push(entry.clone());

@@ -78,11 +78,10 @@ fn a_run_that_printed_its_final_line_is_closed_from_its_record_not_run_again() {
     );
     let task_dir = batch.join("tasks/t");
     assert!(
-        !task_dir.join("result.json").exists(),
+        !task_dir.join("task.json").exists(),
         "killed before the task was closed"
     );
-    let before: aicli::record::TaskRecord =
-        aicli::util::read_json(&task_dir.join("task.json")).unwrap();
+    let before = aicli::record::task_at(&task_dir).unwrap().unwrap();
     assert_eq!(before.state, TaskState::Running);
     let worktree = before.worktree.clone().expect("a worktree");
     assert!(worktree.is_dir());
@@ -113,11 +112,17 @@ fn a_run_that_printed_its_final_line_is_closed_from_its_record_not_run_again() {
         "its cost counts: {r:?}"
     );
     assert!((result.total_cost_usd - r.cost_usd.unwrap()).abs() < 1e-12);
-    // Finished as on a normal end: result.json written, the worktree (no work in it)
+    // Finished as on a normal end: task.json written, the worktree (no work in it)
     // removed with its branch.
-    let written: aicli::providers::SessionResult =
-        aicli::util::read_json(&task_dir.join("result.json")).unwrap();
-    assert_eq!(written.status, SessionStatus::Succeeded);
+    let written: aicli::record::TaskRecord =
+        aicli::util::read_json(&task_dir.join("task.json")).unwrap();
+    let mut expected = rec.clone();
+    expected.task.prompt = String::new();
+    assert_eq!(written, expected, "task.json is the journal's last record");
+    assert_eq!(
+        written.latest_result().map(|r| r.status),
+        Some(SessionStatus::Succeeded)
+    );
     assert!(!worktree.exists(), "the worktree was not cleaned up");
     let branches = git(repo.path(), &["branch", "--list", "aicli/*"]);
     assert!(branches.is_empty(), "{branches}");

@@ -107,9 +107,7 @@ fn opts(repo: &Path) -> BatchOptions {
 fn state_of(repo: &Path, id: &str) -> Option<(String, serde_json::Value)> {
     let runs = repo.join(".aicli/runs");
     let b = std::fs::read_dir(&runs).ok()?.flatten().next()?.path();
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(b.join("tasks").join(id).join("task.json")).ok()?)
-            .ok()?;
+    let v = task_record(&b, id)?;
     Some((v["state"].as_str()?.to_owned(), v))
 }
 
@@ -747,8 +745,15 @@ async fn r15_run_records_are_private() {
     let dir = repo.path().join(".aicli/runs").join(&b.batch_id);
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&dir), 0o700);
-    for f in ["events.ndjson", "stderr.log", "task.json", "result.json"] {
-        assert_eq!(mode(&dir.join("tasks/t").join(f)), 0o600, "{f}");
+    assert_eq!(mode(&dir.join("journal.ndjson")), 0o600);
+    let mut names = Vec::new();
+    for f in std::fs::read_dir(dir.join("tasks/t")).unwrap().flatten() {
+        let name = f.file_name().to_string_lossy().into_owned();
+        assert_eq!(mode(&f.path()), 0o600, "{name}");
+        names.push(name);
+    }
+    for f in ["events.ndjson", "task.json"] {
+        assert!(names.iter().any(|n| n == f), "{f} in {names:?}");
     }
 }
 

@@ -186,10 +186,11 @@ pub fn wait_for_batch(
     }
 }
 
-/// The record (`task.json`) of task `id` of the batch in directory `batch`, once written.
+/// The record of task `id` of the batch in directory `batch`, once written, as aicli
+/// reads it (its last line in the batch's journal; its prompt put back).
 pub fn task_record(batch: &Path, id: &str) -> Option<serde_json::Value> {
-    let path = batch.join("tasks").join(id).join("task.json");
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    let rec = aicli::record::task_at(&batch.join("tasks").join(id))?.ok()?;
+    serde_json::to_value(rec).ok()
 }
 
 /// The recorded state of task `id` of the batch in directory `batch`, once written.

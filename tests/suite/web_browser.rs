@@ -99,10 +99,9 @@ impl Setup {
         self.runs.join(batch).join("tasks").join(task)
     }
 
-    /// Task `task`'s record (`task.json`), once written.
+    /// Task `task`'s record, once written.
     fn task(&self, batch: &str, task: &str) -> Option<Value> {
-        serde_json::from_slice(&std::fs::read(self.task_dir(batch, task).join("task.json")).ok()?)
-            .ok()
+        task_record(&self.runs.join(batch), task)
     }
 
     fn state(&self, batch: &str, task: &str) -> Option<String> {

@@ -669,8 +669,13 @@ impl E2e {
             .task_dir(task_id);
         let stdout = read_range(&dir.join("events.ndjson"), a.events_start, a.events_end)
             .expect("events.ndjson");
-        let stderr =
-            read_range(&dir.join("stderr.log"), a.stderr_start, a.stderr_end).expect("stderr.log");
+        // `stderr.log` is made on the first byte a CLI prints there.
+        let stderr = read_range(&dir.join("stderr.log"), a.stderr_start, a.stderr_end)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound if a.stderr_start == 0 => Ok(Vec::new()),
+                _ => Err(e),
+            })
+            .expect("stderr.log");
         let ctx = ParseContext {
             model: a.model.clone(),
             prior: a.prior,

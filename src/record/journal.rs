@@ -1,0 +1,273 @@
+//! The batch's journal, `<batch>/journal.ndjson`: every write of every task's record,
+//! appended as one line `{"task":ID,"record":TaskRecord}` (issue 38 part 1.3). A task's
+//! record is its last line here; `task.json` is the copy written once, when the task
+//! settles.
+//!
+//! - **Appends** are one `write(2)` each on an `O_APPEND` descriptor, so lines of
+//!   concurrent writers (the batch's tasks, another aicli process answering one of them)
+//!   never interleave. A line a killed writer left torn is ended by the next append,
+//!   and readers skip it.
+//! - **Durability by group commit**: a settled task waits for one `fdatasync` of the
+//!   journal that started after its line was written; every end written meanwhile shares
+//!   it. The page cache survives a killed aicli, so progress lines need none.
+//! - **Reads** keep an index (task → where its last line's record is) and read only what
+//!   was appended since the last look, so a page following one task of a big batch reads
+//!   a few bytes per look, not the journal.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write as _;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::TaskRecord;
+
+/// The longest line a reader takes: a record past it is refused with its place named.
+const MAX_LINE: usize = 64 << 20;
+/// What a reader reads at once.
+const CHUNK: usize = 1 << 20;
+
+/// One batch's journal: its writer's descriptor and group commit, and a reader's index.
+pub(super) struct Journal {
+    path: PathBuf,
+    writer: Mutex<Option<Arc<File>>>,
+    /// Whether the journal was made by this writer and its directory not yet synced (a
+    /// machine crash would lose the name of a file whose content was synced).
+    new_name: AtomicBool,
+    /// Lines written so far by this writer.
+    appended: AtomicU64,
+    /// Lines known durable: the first `n` appended. Held across an `fdatasync`, so one
+    /// runs at a time and the ends that queue behind it share the next.
+    synced: tokio::sync::Mutex<u64>,
+    /// `fdatasync`s run (the group commit's figure: ends per sync).
+    syncs: AtomicU64,
+    index: Mutex<Index>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal").field("path", &self.path).finish()
+    }
+}
+
+/// Where each task's last record is in the journal, as far as it has been read.
+#[derive(Default)]
+struct Index {
+    /// The journal's device and inode when read (a journal replaced is read again).
+    file: (u64, u64),
+    /// Bytes read: the end of the last whole line.
+    read: u64,
+    /// Task id → (offset, length) of its last line's record.
+    last: HashMap<String, (u64, usize)>,
+}
+
+#[derive(serde::Serialize)]
+struct LineOut<'a> {
+    task: &'a str,
+    record: &'a TaskRecord,
+}
+
+#[derive(serde::Deserialize)]
+struct LineIn<'a> {
+    #[serde(borrow)]
+    task: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    record: &'a serde_json::value::RawValue,
+}
+
+/// `rec` as one journal line, its newline included.
+pub(super) fn line(rec: &TaskRecord) -> std::io::Result<Vec<u8>> {
+    let mut out = serde_json::to_vec(&LineOut {
+        task: &rec.task.id,
+        record: rec,
+    })
+    .map_err(std::io::Error::other)?;
+    out.push(b'\n');
+    Ok(out)
+}
+
+impl Journal {
+    pub(super) fn new(path: PathBuf) -> Journal {
+        Journal {
+            path,
+            writer: Mutex::new(None),
+            new_name: AtomicBool::new(false),
+            appended: AtomicU64::new(0),
+            synced: tokio::sync::Mutex::new(0),
+            syncs: AtomicU64::new(0),
+            index: Mutex::new(Index::default()),
+        }
+    }
+
+    /// The writer's descriptor, opened (and the journal made, 0600) on first use.
+    fn writer(&self) -> std::io::Result<Arc<File>> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = &*w {
+            return Ok(f.clone());
+        }
+        let open = |create_new: bool| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create_new(create_new)
+                .mode(crate::util::PRIVATE_FILE_MODE)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&self.path)
+        };
+        let f = match open(true) {
+            Ok(f) => {
+                self.new_name.store(true, Ordering::Release);
+                f
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => open(false)?,
+            Err(e) => return Err(e),
+        };
+        let f = Arc::new(f);
+        *w = Some(f.clone());
+        Ok(f)
+    }
+
+    /// Appends `lines` (whole lines, each ending in a newline) in one write; the number
+    /// to wait for in [`Journal::commit`].
+    pub(super) fn append(&self, lines: &[u8]) -> std::io::Result<u64> {
+        let f = self.writer()?;
+        let len = f.metadata()?.len();
+        let mut last = [0u8];
+        let torn = len > 0 && f.read_exact_at(&mut last, len - 1).is_ok() && last[0] != b'\n';
+        if torn {
+            // A writer killed in the middle of its line: end that line, so it does not
+            // take this one with it.
+            let mut out = Vec::with_capacity(lines.len() + 1);
+            out.push(b'\n');
+            out.extend_from_slice(lines);
+            (&*f).write_all(&out)?;
+        } else {
+            (&*f).write_all(lines)?;
+        }
+        Ok(self.appended.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+
+    /// Returns once append number `n` is on disk: by an `fdatasync` that started after
+    /// it was written, its own or one it shares with the appends written meanwhile.
+    pub(super) async fn commit(&self, n: u64) -> std::io::Result<()> {
+        let mut synced = self.synced.lock().await;
+        if *synced >= n {
+            return Ok(());
+        }
+        let upto = self.appended.load(Ordering::Acquire);
+        let f = self.writer()?;
+        let dir = self.new_name.swap(false, Ordering::AcqRel).then(|| self.path.clone());
+        tokio::task::spawn_blocking(move || sync(&f, dir.as_deref()))
+            .await
+            .map_err(std::io::Error::other)??;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        *synced = upto;
+        Ok(())
+    }
+
+    /// [`Journal::commit`] on this thread.
+    pub(super) fn commit_now(&self) -> std::io::Result<()> {
+        let f = self.writer()?;
+        let dir = self.new_name.swap(false, Ordering::AcqRel).then(|| self.path.clone());
+        sync(&f, dir.as_deref())?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The last record of `task` in the journal `f` (this journal, opened by the
+    /// caller), `None` when it has none.
+    pub(super) fn record(&self, f: &File, task: &str) -> Option<Result<TaskRecord, String>> {
+        let index = match self.refresh(f) {
+            Ok(i) => i,
+            Err(e) => return Some(Err(format!("{}: {e}", self.path.display()))),
+        };
+        let &(at, len) = index.last.get(task)?;
+        drop(index);
+        Some(self.read_record(f, task, at, len))
+    }
+
+    /// Whether `task` has a line in the journal `f`.
+    pub(super) fn has(&self, f: &File, task: &str) -> bool {
+        self.refresh(f).is_ok_and(|i| i.last.contains_key(task))
+    }
+
+    fn read_record(&self, f: &File, task: &str, at: u64, len: usize) -> Result<TaskRecord, String> {
+        let mut buf = vec![0; len];
+        f.read_exact_at(&mut buf, at)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        serde_json::from_slice(&buf).map_err(|e| {
+            format!(
+                "{}: the record of task {task} at byte {at}: {e}",
+                self.path.display()
+            )
+        })
+    }
+
+    /// The index, brought up to the journal's end.
+    fn refresh(&self, f: &File) -> std::io::Result<MutexGuard<'_, Index>> {
+        let md = f.metadata()?;
+        let mut ix = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        let file = (md.dev(), md.ino());
+        if ix.file != file || md.len() < ix.read {
+            *ix = Index {
+                file,
+                ..Index::default()
+            };
+        }
+        let mut want = CHUNK;
+        while ix.read < md.len() {
+            let left = usize::try_from(md.len() - ix.read).unwrap_or(usize::MAX);
+            let mut buf = vec![0; want.min(left)];
+            let n = f.read_at(&mut buf, ix.read)?;
+            buf.truncate(n);
+            let Some(end) = buf.iter().rposition(|&b| b == b'\n') else {
+                if n < want || want >= MAX_LINE {
+                    // The last line is being written (or was torn), or is longer than any
+                    // record: read again when it has ended.
+                    if want >= MAX_LINE {
+                        tracing::warn!(journal = %self.path.display(), at = ix.read, "a line longer than {MAX_LINE} bytes is skipped");
+                        ix.read += n as u64;
+                    }
+                    break;
+                }
+                want *= 2;
+                continue;
+            };
+            let base = ix.read;
+            for (start, line) in lines(&buf[..=end]) {
+                let Ok(l) = serde_json::from_slice::<LineIn<'_>>(line) else {
+                    continue;
+                };
+                let raw = l.record.get();
+                let at = base + (start + (raw.as_ptr() as usize - line.as_ptr() as usize)) as u64;
+                ix.last.insert(l.task.into_owned(), (at, raw.len()));
+            }
+            ix.read = base + end as u64 + 1;
+            want = CHUNK;
+        }
+        Ok(ix)
+    }
+}
+
+/// The non-empty lines of `buf` (which ends in a newline), each with its offset.
+fn lines(buf: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    let mut start = 0;
+    buf.split(|&b| b == b'\n').filter_map(move |l| {
+        let at = start;
+        start += l.len() + 1;
+        (!l.is_empty()).then_some((at, l))
+    })
+}
+
+fn sync(f: &File, new_name: Option<&Path>) -> std::io::Result<()> {
+    f.sync_data()?;
+    if let Some(dir) = new_name.and_then(Path::parent) {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
