@@ -256,6 +256,7 @@ impl Batch {
             }),
             branch: task.rec.branch.clone(),
             record_dir: Some(self.record.task_dir(&run_task.id)),
+            pids: Some(self.record.pid_record(&run_task.id)),
             workspace,
         };
         let agent = engine.agent_server.as_ref().map(|server| RunAgent {

@@ -142,8 +142,8 @@ fn hold_unfinished(
     Ok(locks)
 }
 
-/// Kills what is left of an interrupted run of `rec`: its CLI's process tree, as its
-/// `pid` file records it, those of the MCP tool calls it had running (`pid.tool-*`), and
+/// Kills what is left of an interrupted run of `rec`: its CLI's process tree, as the
+/// journal records it, those of the MCP tool calls it had running (`pid.tool-*`), and
 /// its containers (a remote run's work brought back first; for a task that never
 /// started, the container made ahead for it).
 async fn leftovers(
@@ -153,7 +153,11 @@ async fn leftovers(
     provider: &SharedProvider,
 ) {
     let dir = record.task_dir(&rec.task.id);
-    let mut killed = crate::proc::leftovers::kill_leftovers(&dir.join(files::PID)).await;
+    let mut killed = Vec::new();
+    if let Some(text) = record.recorded_pids(&rec.task.id) {
+        killed = crate::proc::leftovers::kill_recorded(&text).await;
+        record.pid_record(&rec.task.id).clear();
+    }
     for f in pid_files(&dir, files::PID_TOOL_PREFIX) {
         killed.extend(crate::proc::leftovers::kill_leftovers(&f).await);
     }

@@ -183,11 +183,11 @@ fn spawn(tool: &CommandTool, ctx: &TaskContext, env: &ToolEnv) -> Result<LocalPr
         raw_pipes: true,
         // While it runs, the task's record names its processes: a `resume` after aicli
         // was killed kills what is left of it.
-        pid_file: ctx.record_dir.as_ref().map(|d| {
-            d.join(format!(
+        pids: ctx.record_dir.as_ref().map(|d| {
+            crate::proc::leftovers::PidRecord::File(d.join(format!(
                 "pid.tool-{}",
                 RUN_SEQ.fetch_add(1, Ordering::Relaxed)
-            ))
+            )))
         }),
         ..OutputOptions::default()
     };

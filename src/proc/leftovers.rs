@@ -1,12 +1,14 @@
-//! What a dead aicli left: each run's `pid` file (the leader, the marker, the cgroup),
-//! written while the run lives ([`write_pid_file`]), and the killing of whatever of the
-//! run is still there after a `kill -9` of aicli ([`kill_leftovers`], from
-//! `aicli resume`): the cgroup's members, or every process on the machine that carries
-//! the run's marker.
+//! What a dead aicli left: each run's processes (the leader, the marker, the cgroup),
+//! recorded while the run lives ([`write_pids`]: a task's run in its batch's journal, an
+//! MCP tool's or upstream's in a `pid.*` file), and the killing of whatever of the run
+//! is still there after a `kill -9` of aicli ([`kill_recorded`], [`kill_leftovers`],
+//! from `aicli resume`): the cgroup's members, or every process on the machine that
+//! carries the run's marker.
 
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill, killpg};
@@ -16,9 +18,46 @@ use super::cgroup::RunCgroup;
 use super::procfs::{group_is_empty, marked_anywhere, proc_stat};
 use super::reaper::reap_adopted;
 
-/// Writes a run's pid file: the leader's `pid start_time` (once it exists), the
+/// Where a run names its processes while it lives, so that `aicli resume` can kill what
+/// is left of it if aicli dies.
+#[derive(Debug, Clone)]
+pub enum PidRecord {
+    /// A file of its own, removed at the run's end.
+    File(PathBuf),
+    /// Kept by someone else: a task's run, in its batch's journal.
+    Log(Arc<dyn PidLog>),
+}
+
+/// A keeper of a run's process names ([`PidRecord::Log`]).
+pub trait PidLog: Send + Sync + std::fmt::Debug {
+    /// The run's processes are `text` (what [`write_pids`] wrote; replaces the last).
+    fn write(&self, text: &str);
+    /// The run has ended and nothing of it is left.
+    fn clear(&self);
+}
+
+impl PidRecord {
+    fn write(&self, text: &str) {
+        match self {
+            PidRecord::File(path) => write_private(path, text),
+            PidRecord::Log(log) => log.write(text),
+        }
+    }
+
+    /// The run has ended and nothing of it is left: its record goes.
+    pub fn clear(&self) {
+        match self {
+            PidRecord::File(path) => {
+                let _ = std::fs::remove_file(path);
+            }
+            PidRecord::Log(log) => log.clear(),
+        }
+    }
+}
+
+/// Records a run's processes: the leader's `pid start_time` (once it exists), the
 /// marker and the cgroup. Written first without a leader, before the spawn.
-pub fn write_pid_file(path: &Path, leader: Option<u32>, marker: &str, cgroup: Option<&RunCgroup>) {
+pub fn write_pids(rec: &PidRecord, leader: Option<u32>, marker: &str, cgroup: Option<&RunCgroup>) {
     let mut text = String::new();
     if let Some(leader) = leader {
         let start = proc_stat(leader).map(|s| s.start_time).unwrap_or(0);
@@ -28,7 +67,7 @@ pub fn write_pid_file(path: &Path, leader: Option<u32>, marker: &str, cgroup: Op
     if let Some(c) = cgroup {
         text.push_str(&format!("cgroup {}\n", c.path().display()));
     }
-    write_private(path, &text);
+    rec.write(&text);
 }
 
 fn write_private(path: &Path, text: &str) {
@@ -86,7 +125,15 @@ pub async fn kill_leftovers(pid_file: &Path) -> Vec<u32> {
     let Ok(text) = std::fs::read_to_string(pid_file) else {
         return Vec::new();
     };
-    let rec = parse_pid_file(&text);
+    let killed = kill_recorded(&text).await;
+    let _ = std::fs::remove_file(pid_file);
+    killed
+}
+
+/// [`kill_leftovers`] of a run whose processes were recorded as `text` (what
+/// [`write_pids`] wrote), wherever that was kept. Removes the cgroup.
+pub async fn kill_recorded(text: &str) -> Vec<u32> {
+    let rec = parse_pid_file(text);
     let mut killed = BTreeSet::new();
     let cgroup = rec.cgroup.as_deref().and_then(RunCgroup::open);
     let leader = rec.pids.first().map(|(p, _)| *p).unwrap_or(0);
@@ -128,7 +175,6 @@ pub async fn kill_leftovers(pid_file: &Path) -> Vec<u32> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let _ = std::fs::remove_file(pid_file);
     killed.into_iter().collect()
 }
 

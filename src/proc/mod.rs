@@ -7,7 +7,7 @@
 //! aicli adopts as their subreaper — a daemon that left the group and whose parent
 //! exited at once is reparented to aicli and killed with its run. If aicli itself is
 //! killed, the kernel kills the direct child (parent-death signal) and `aicli resume`
-//! kills the rest from the run's pid file (its cgroup, or its marker). The child starts
+//! kills the rest from the run's recorded processes (its cgroup, or its marker). The child starts
 //! the way `posix_spawn` starts one (a vfork'd clone, no copy of aicli's address space,
 //! so spawning stays cheap however large aicli gets), and takes its containment steps
 //! before its exec.
@@ -21,7 +21,7 @@
 //! - [`reaper`]: aicli as subreaper, and the zombies it reaps;
 //! - [`procfs`]: what `/proc` says of processes;
 //! - [`cgroup`]: per-run cgroups;
-//! - [`leftovers`]: pid files, and killing what a dead aicli left.
+//! - [`leftovers`]: a run's recorded processes, and killing what a dead aicli left.
 
 pub mod capture;
 pub mod cgroup;

@@ -1,6 +1,6 @@
 //! Spawning a CLI ([`LocalProcess`]): its own process group, a cgroup of its own where
-//! one can be made, a parent-death signal ([`super::direct`]), its pid file written
-//! before it exists, its pipes read ([`super::lines`]); and the explicit shutdown of its
+//! one can be made, a parent-death signal ([`super::direct`]), its processes recorded
+//! before it exists ([`super::leftovers::PidRecord`]), its pipes read ([`super::lines`]); and the explicit shutdown of its
 //! whole tree ([`super::tree::RunTree`]) — SIGTERM, a grace period, SIGKILL — with
 //! `Drop` as the safety net.
 
@@ -16,7 +16,7 @@ use tokio::net::unix::pipe;
 use tokio::task::JoinHandle;
 
 use super::cgroup::CgroupMode;
-use super::leftovers::write_pid_file;
+use super::leftovers::{PidRecord, write_pids};
 use super::lines::{
     LINE_QUEUE_BYTES, LineReceiver, StderrTail, drain_stderr, line_channel, read_lines,
 };
@@ -40,9 +40,10 @@ pub struct OutputOptions {
     pub stderr_tee: Option<std::path::PathBuf>,
     /// Most stderr bytes written to `stderr_tee`.
     pub stderr_file_cap: u64,
-    /// Where the run's leader, marker and cgroup are written while it lives (the run
-    /// record's `pid`), so that `aicli resume` can kill what is left if aicli itself dies.
-    pub pid_file: Option<std::path::PathBuf>,
+    /// Where the run's leader, marker and cgroup are recorded while it lives (a task's
+    /// run: its batch's journal), so that `aicli resume` can kill what is left if aicli
+    /// itself dies.
+    pub pids: Option<PidRecord>,
     /// Hand stdin and stdout to the caller ([`LocalProcess::take_stdin`],
     /// [`LocalProcess::take_stdout`]) instead of writing the command's stdin text and
     /// reading stdout as lines: for a child that speaks a protocol on its pipes (an MCP
@@ -59,7 +60,7 @@ impl Default for OutputOptions {
             stdout_tee: None,
             stderr_tee: None,
             stderr_file_cap: 16 * 1024 * 1024,
-            pid_file: None,
+            pids: None,
             raw_pipes: false,
         }
     }
@@ -125,7 +126,7 @@ impl LocalProcess {
         // The CLI starts straight from a vfork'd child ([`super::direct`]): its
         // parent-death signal set (if aicli itself dies, even by SIGKILL, the kernel
         // kills it; its own descendants are found and killed on the next `aicli
-        // resume`, through the pid file written before the spawn), its own process group
+        // resume`, through the record written before the spawn), its own process group
         // (pgid = its pid: the whole group can be signalled, and a Ctrl-C on aicli's
         // terminal does not reach it), and the run's cgroup joined, so that every
         // descendant is born in it. The run's marker: every descendant inherits it, so an
@@ -152,8 +153,8 @@ impl LocalProcess {
         // What `aicli resume` needs to find the run's processes goes into its record
         // before any of them exists: a kill -9 of aicli between the spawn and the
         // leader's line leaves the marker and the cgroup to look in.
-        if let Some(f) = &out.pid_file {
-            write_pid_file(f, None, &marker, cgroup.as_ref());
+        if let Some(r) = &out.pids {
+            write_pids(r, None, &marker, cgroup.as_ref());
         }
         let pipes = Pipes::new(cmd.stdin.is_some() || cmd.stdin_open || out.raw_pipes)
             .map_err(start_error)?;
@@ -165,14 +166,14 @@ impl LocalProcess {
                 if let Some(cg) = &cgroup {
                     cg.remove();
                 }
-                if let Some(f) = &out.pid_file {
-                    let _ = std::fs::remove_file(f);
+                if let Some(r) = &out.pids {
+                    r.clear();
                 }
                 return Err(start_error(e));
             }
         };
         let pid = started.pid;
-        let tree = RunTree::started(pid, marker, cgroup, out.pid_file.clone());
+        let tree = RunTree::started(pid, marker, cgroup, out.pids.clone());
         // SAFETY: the pidfd is owned by the AsyncFd and closed only with it.
         let registered = unsafe {
             AsyncFd::register_with_interest(started.pidfd, tokio::io::Interest::READABLE)

@@ -10,18 +10,18 @@
 //! A run's end ([`RunTree::shutdown`]) signals the process group, the cgroup's members
 //! (or, without a cgroup, the adopted orphans that carry the run's marker), and repeats
 //! until nothing is left: killing a process makes its own children orphans, adopted in
-//! turn. The run's `pid` file ([`super::leftovers`]) names the leader, the marker and
-//! the cgroup, so that what a killed aicli left can be killed later.
+//! turn. The run's record of its processes ([`super::leftovers::PidRecord`]) names the
+//! leader, the marker and the cgroup, so that what a killed aicli left can be killed
+//! later.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
 use super::cgroup::{CgroupMode, RunCgroup};
-use super::leftovers::write_pid_file;
+use super::leftovers::{PidRecord, write_pids};
 use super::procfs::{group_is_empty, has_marker, my_children, proc_stat};
 use super::reaper::{self, reap_adopted};
 
@@ -35,7 +35,7 @@ pub struct RunTree {
     leader: u32,
     marker: String,
     cgroup: Option<RunCgroup>,
-    pid_file: Option<PathBuf>,
+    pids: Option<PidRecord>,
 }
 
 /// A new run marker: random, 128 bits.
@@ -50,23 +50,23 @@ pub fn run_cgroup(mode: CgroupMode) -> Option<RunCgroup> {
 }
 
 impl RunTree {
-    /// The tree of a just-started run whose leader (and group) is `leader`. Writes the
-    /// pid file (`pid start_time`, `marker …`, `cgroup …`) when there is one.
+    /// The tree of a just-started run whose leader (and group) is `leader`. Records its
+    /// processes (`pid start_time`, `marker …`, `cgroup …`) when it has a record.
     pub fn started(
         leader: u32,
         marker: String,
         cgroup: Option<RunCgroup>,
-        pid_file: Option<PathBuf>,
+        pids: Option<PidRecord>,
     ) -> RunTree {
         reaper::track_run(leader);
-        if let Some(f) = &pid_file {
-            write_pid_file(f, Some(leader), &marker, cgroup.as_ref());
+        if let Some(r) = &pids {
+            write_pids(r, Some(leader), &marker, cgroup.as_ref());
         }
         RunTree {
             leader,
             marker,
             cgroup,
-            pid_file,
+            pids,
         }
     }
 
@@ -183,7 +183,7 @@ impl RunTree {
             leader: self.leader,
             marker: std::mem::take(&mut self.marker),
             cgroup: self.cgroup.take(),
-            pid_file: self.pid_file.take(),
+            pids: self.pids.take(),
         };
         let spawned = std::thread::Builder::new()
             .name("aicli-run-cleanup".into())
@@ -208,7 +208,7 @@ impl RunTree {
         }
     }
 
-    /// After the run: nothing of it is left, so its cgroup and pid file go.
+    /// After the run: nothing of it is left, so its cgroup and its record go.
     pub fn finish(&self) {
         reap_adopted(&[]);
         if let Some(c) = &self.cgroup
@@ -217,8 +217,8 @@ impl RunTree {
             tracing::warn!(cgroup = %c.path().display(), "the run's cgroup is not empty; left for `aicli resume`");
             return;
         }
-        if let Some(f) = &self.pid_file {
-            let _ = std::fs::remove_file(f);
+        if let Some(r) = &self.pids {
+            r.clear();
         }
     }
 }

@@ -18,14 +18,10 @@ pub const STDERR: &str = "stderr.log";
 pub const AICLI_EVENTS: &str = "aicli-events.ndjson";
 /// The task's MCP tool calls: `tasks/<task>/mcp-calls.ndjson`.
 pub const MCP_CALLS: &str = "mcp-calls.ndjson";
-/// The running attempt's processes (leader, marker, cgroup): `tasks/<task>/pid`.
-pub const PID: &str = "pid";
 /// Prefix of the pid files of an attempt's running MCP tool calls: `tasks/<task>/pid.tool-*`.
 pub const PID_TOOL_PREFIX: &str = "pid.tool-";
 /// Prefix of the pid files of the batch's MCP upstreams: `<batch>/pid.upstream-*`.
 pub const PID_UPSTREAM_PREFIX: &str = "pid.upstream-";
-/// The task's lock (an flock): `tasks/<task>/lock`.
-pub const LOCK: &str = "lock";
 /// The batch's private directory (per-run files, task homes): `<batch>/private/`.
 pub const PRIVATE_DIR: &str = "private";
 /// Requests to the aicli process running the batch (cancel the batch or a task), appended

@@ -1,7 +1,9 @@
 //! The batch's journal, `<batch>/journal.ndjson`: every write of every task's record,
 //! appended as one line `{"task":ID,"record":TaskRecord}` (issue 38 part 1.3). A task's
 //! record is its last line here; `task.json` is the copy written once, when the task
-//! settles.
+//! settles. A running attempt's processes are lines `{"task":ID,"pids":TEXT}` (what
+//! [`crate::proc::leftovers::write_pids`] writes; `""` once the run has ended), which a
+//! `resume` after a killed aicli reads to kill what is left.
 //!
 //! - **Appends** are one `write(2)` each on an `O_APPEND` descriptor, so lines of
 //!   concurrent writers (the batch's tasks, another aicli process answering one of them)
@@ -61,6 +63,8 @@ struct Index {
     read: u64,
     /// Task id → (offset, length) of its last line's record.
     last: HashMap<String, (u64, usize)>,
+    /// Task id → its running attempt's processes, as last recorded (none once ended).
+    pids: HashMap<String, String>,
 }
 
 #[derive(serde::Serialize)]
@@ -69,12 +73,20 @@ struct LineOut<'a> {
     record: &'a TaskRecord,
 }
 
+#[derive(serde::Serialize)]
+struct PidsOut<'a> {
+    task: &'a str,
+    pids: &'a str,
+}
+
 #[derive(serde::Deserialize)]
 struct LineIn<'a> {
     #[serde(borrow)]
     task: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    record: &'a serde_json::value::RawValue,
+    #[serde(borrow, default)]
+    record: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    pids: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// `rec` as one journal line, its newline included.
@@ -84,6 +96,13 @@ pub(super) fn line(rec: &TaskRecord) -> std::io::Result<Vec<u8>> {
         record: rec,
     })
     .map_err(std::io::Error::other)?;
+    out.push(b'\n');
+    Ok(out)
+}
+
+/// The line saying task `task`'s running attempt's processes are `pids` (`""`: none).
+pub(super) fn pids_line(task: &str, pids: &str) -> std::io::Result<Vec<u8>> {
+    let mut out = serde_json::to_vec(&PidsOut { task, pids }).map_err(std::io::Error::other)?;
     out.push(b'\n');
     Ok(out)
 }
@@ -188,7 +207,13 @@ impl Journal {
         Some(self.read_record(f, task, at, len))
     }
 
-    /// Whether `task` has a line in the journal `f`.
+    /// What the last line about `task`'s processes in the journal `f` says, unless its
+    /// run ended.
+    pub(super) fn pids(&self, f: &File, task: &str) -> Option<String> {
+        self.refresh(f).ok()?.pids.get(task).cloned()
+    }
+
+    /// Whether `task` has a record in the journal `f`.
     pub(super) fn has(&self, f: &File, task: &str) -> bool {
         self.refresh(f).is_ok_and(|i| i.last.contains_key(task))
     }
@@ -240,9 +265,21 @@ impl Journal {
                 let Ok(l) = serde_json::from_slice::<LineIn<'_>>(line) else {
                     continue;
                 };
-                let raw = l.record.get();
-                let at = base + (start + (raw.as_ptr() as usize - line.as_ptr() as usize)) as u64;
-                ix.last.insert(l.task.into_owned(), (at, raw.len()));
+                match (l.record, l.pids) {
+                    (Some(raw), _) => {
+                        let raw = raw.get();
+                        let off = raw.as_ptr() as usize - line.as_ptr() as usize;
+                        let at = base + (start + off) as u64;
+                        ix.last.insert(l.task.into_owned(), (at, raw.len()));
+                    }
+                    (None, Some(p)) if p.is_empty() => {
+                        ix.pids.remove(l.task.as_ref());
+                    }
+                    (None, Some(p)) => {
+                        ix.pids.insert(l.task.into_owned(), p.into_owned());
+                    }
+                    (None, None) => {}
+                }
             }
             ix.read = base + end as u64 + 1;
             want = CHUNK;

@@ -82,6 +82,25 @@ fn store_task_file(dir: &Path, text: Vec<u8>) -> std::io::Result<()> {
     crate::util::write_bytes(&dir.join(files::TASK), text, false)
 }
 
+/// A task's run's processes, recorded in its batch's journal.
+#[derive(Debug)]
+struct TaskPids {
+    journal: std::sync::Arc<journal::Journal>,
+    task: String,
+}
+
+impl crate::proc::leftovers::PidLog for TaskPids {
+    fn write(&self, text: &str) {
+        if let Err(e) = journal::pids_line(&self.task, text).and_then(|l| self.journal.append(&l)) {
+            tracing::warn!(task = %self.task, error = %e, "cannot record the run's processes");
+        }
+    }
+
+    fn clear(&self) {
+        self.write("");
+    }
+}
+
 /// One batch's record directory.
 #[derive(Debug, Clone)]
 pub struct BatchRecord {
@@ -326,6 +345,22 @@ impl BatchRecord {
         self.open_journal()
             .is_some_and(|f| self.journal.has(&f, task_id))
             || self.open_task_file(task_id, files::TASK).is_ok()
+    }
+
+    /// Where a run of task `task_id` records its processes while it lives: lines in
+    /// the journal.
+    pub fn pid_record(&self, task_id: &str) -> crate::proc::leftovers::PidRecord {
+        crate::proc::leftovers::PidRecord::Log(std::sync::Arc::new(TaskPids {
+            journal: self.journal.clone(),
+            task: task_id.to_owned(),
+        }))
+    }
+
+    /// The processes of task `task_id`'s run as last recorded, unless the run ended
+    /// (what a killed aicli left running).
+    pub fn recorded_pids(&self, task_id: &str) -> Option<String> {
+        self.open_journal()
+            .and_then(|f| self.journal.pids(&f, task_id))
     }
 
     /// The journal, opened without following a symlink; `None` when there is none.

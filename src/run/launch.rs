@@ -152,14 +152,14 @@ async fn precheck(spec: &RunSpec, launch: &Launch) -> Result<(), NotStarted> {
 
 /// How the run's output is read and recorded: the limits, and, when the task has a
 /// record, its stdout and stderr appended there (`stderr.log` made on its first byte;
-/// 0600: a CLI's stream can hold what its
-/// tools returned, a credential say) and its processes named in its `pid` file while
-/// they live, so that a later `aicli resume` can kill what is left if aicli dies.
+/// 0600: a CLI's stream can hold what its tools returned, a credential say) and its
+/// processes named in the batch's journal while they live, so that a later `aicli
+/// resume` can kill what is left if aicli dies.
 pub(super) fn output_options(spec: &RunSpec) -> Result<OutputOptions, NotStarted> {
     let mut out = OutputOptions {
         line_cap: spec.limits.line_cap,
         stderr_tail: spec.limits.stderr_tail,
-        pid_file: spec.place.record_dir.as_ref().map(|d| d.join(files::PID)),
+        pids: spec.place.pids.clone(),
         ..OutputOptions::default()
     };
     if let Some(dir) = &spec.place.record_dir {

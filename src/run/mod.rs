@@ -83,8 +83,11 @@ pub(crate) struct RunPlace {
     /// The task's branch, when it has a worktree.
     pub branch: Option<String>,
     /// The task's record directory (`events.ndjson`, `stderr.log`, `aicli-events.ndjson`
-    /// are appended there, the `pid` file lives there), if recording.
+    /// are appended there), if recording.
     pub record_dir: Option<PathBuf>,
+    /// Where the run's processes are named while they live (the batch's journal), if
+    /// recording.
+    pub pids: Option<crate::proc::leftovers::PidRecord>,
 }
 
 /// aicli's agent server for one run: who grants the token, and what it may reach.

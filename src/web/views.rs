@@ -269,8 +269,6 @@ pub(crate) fn record_files(batch: &BatchRecord, task: &str) -> Vec<RecordFile> {
 
 fn downloadable(name: &str) -> bool {
     !name.starts_with('.')
-        && name != files::LOCK
-        && name != files::PID
         && !name.starts_with(files::PID_TOOL_PREFIX)
         && !name.starts_with(files::PID_UPSTREAM_PREFIX)
         && name != files::PRIVATE_DIR

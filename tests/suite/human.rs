@@ -514,7 +514,7 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
     );
     let slow_pids: Vec<u32> = ["slow1", "slow2"]
         .iter()
-        .filter_map(|id| std::fs::read_to_string(batch_dir.join("tasks").join(id).join("pid")).ok())
+        .filter_map(|id| recorded_pids(&batch_dir, id))
         .filter_map(|t| t.split_whitespace().next().and_then(|p| p.parse().ok()))
         .collect();
     assert_eq!(slow_pids.len(), 2);
@@ -586,10 +586,7 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
     );
     // Nothing of any run is left (the grandchild of slow2 was killed by the resume).
     for id in ["slow1", "slow2", "quick", "late"] {
-        assert!(
-            !batch_dir.join("tasks").join(id).join("pid").exists(),
-            "{id}"
-        );
+        assert_eq!(recorded_pids(&batch_dir, id), None, "{id}");
     }
     let leftovers: Vec<u32> = aicli::proc::procfs::all_processes()
         .into_iter()

@@ -183,8 +183,7 @@ fn kill_9_then_resume(mode: CgroupMode) {
         .next()
         .unwrap()
         .path();
-    let pid_file = batch.join("tasks/t/pid");
-    let recorded = std::fs::read_to_string(&pid_file).unwrap();
+    let recorded = recorded_pids(&batch, "t").expect("the run's processes are recorded");
     let cli: u32 = recorded.split_whitespace().next().unwrap().parse().unwrap();
     let cgroup = recorded
         .lines()
@@ -229,7 +228,11 @@ fn kill_9_then_resume(mode: CgroupMode) {
     );
     let left = left_after(&[daemon], Duration::from_secs(2), alive);
     assert!(left.is_empty(), "{mode:?}: the daemon survived the resume");
-    assert!(!pid_file.exists(), "{mode:?}: the pid file is left");
+    assert_eq!(
+        recorded_pids(&batch, "t"),
+        None,
+        "{mode:?}: the run's processes are still recorded"
+    );
     if let Some(c) = cgroup {
         assert!(
             !c.exists(),

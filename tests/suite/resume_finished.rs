@@ -10,7 +10,9 @@ use aicli::providers::SessionStatus;
 use aicli::record::{RunStore, TaskState};
 use serde_json::json;
 
-use super::support::{alive, fake_cli_config, git, git_repo, kill_9, spawn_batch, wait_for_batch};
+use super::support::{
+    alive, fake_cli_config, git, git_repo, kill_9, recorded_pids, spawn_batch, wait_for_batch,
+};
 
 /// Starts `aicli batch` on `tasks` (one task), waits until `ready` holds for the task's
 /// record directory, and kills aicli with SIGKILL. Returns the batch directory.
@@ -82,6 +84,10 @@ fn a_run_that_printed_its_final_line_is_closed_from_its_record_not_run_again() {
         "killed before the task was closed"
     );
     let before = aicli::record::task_at(&task_dir).unwrap().unwrap();
+    // The CLI that was left running, as the journal names it.
+    let lingering: u32 = recorded_pids(&batch, "t")
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .expect("the run's processes are recorded");
     assert_eq!(before.state, TaskState::Running);
     let worktree = before.worktree.clone().expect("a worktree");
     assert!(worktree.is_dir());
@@ -126,12 +132,9 @@ fn a_run_that_printed_its_final_line_is_closed_from_its_record_not_run_again() {
     assert!(!worktree.exists(), "the worktree was not cleaned up");
     let branches = git(repo.path(), &["branch", "--list", "aicli/*"]);
     assert!(branches.is_empty(), "{branches}");
-    // And the CLI that lingered is gone (it died with aicli).
-    let pid: u32 = std::fs::read_to_string(task_dir.join("pid"))
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    assert!(pid == 0 || !alive(pid));
+    // And the CLI that lingered is gone (it died with aicli), and so is its record.
+    assert!(!alive(lingering));
+    assert_eq!(recorded_pids(&batch, "t"), None);
 }
 
 #[test]

@@ -193,6 +193,16 @@ pub fn task_record(batch: &Path, id: &str) -> Option<serde_json::Value> {
     serde_json::to_value(rec).ok()
 }
 
+/// The processes of task `id`'s running attempt in the batch in directory `batch`, as
+/// its journal records them (`PID START\nmarker M\ncgroup C`), unless the run ended.
+pub fn recorded_pids(batch: &Path, id: &str) -> Option<String> {
+    let store = aicli::record::RunStore::new(batch.parent()?);
+    store
+        .open_batch(batch.file_name()?.to_str()?)
+        .ok()?
+        .recorded_pids(id)
+}
+
 /// The recorded state of task `id` of the batch in directory `batch`, once written.
 pub fn task_state(batch: &Path, id: &str) -> Option<String> {
     task_record(batch, id)?["state"].as_str().map(str::to_owned)

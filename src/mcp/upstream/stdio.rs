@@ -34,7 +34,7 @@ impl Instance {
         let out = OutputOptions {
             stderr_tail: UPSTREAM_STDERR_TAIL,
             raw_pipes: true,
-            pid_file: self.pid_file.clone(),
+            pids: self.pid_file.clone().map(crate::proc::leftovers::PidRecord::File),
             ..OutputOptions::default()
         };
         let mut p =

@@ -153,3 +153,30 @@ async fn ends_written_together_share_one_fdatasync() {
     j.commit(first).await.unwrap();
     assert_eq!(j.syncs.load(Ordering::Relaxed), 2);
 }
+
+/// A running attempt's processes are lines of their own: the last one counts, `""` says
+/// the run ended, and a task's record is not touched by them.
+#[test]
+fn a_run_s_processes_are_recorded_until_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.ndjson");
+    let w = Journal::new(path.clone());
+    w.append(&line(&rec("a", TaskState::Running)).unwrap())
+        .unwrap();
+    w.append(&pids_line("a", "marker m\n").unwrap()).unwrap();
+    w.append(&pids_line("a", "10 5\nmarker m\n").unwrap())
+        .unwrap();
+    w.append(&pids_line("b", "11 6\nmarker n\n").unwrap())
+        .unwrap();
+    let r = Journal::new(path.clone());
+    assert_eq!(r.pids(&open(&path), "a").as_deref(), Some("10 5\nmarker m\n"));
+    assert_eq!(r.pids(&open(&path), "b").as_deref(), Some("11 6\nmarker n\n"));
+    assert_eq!(
+        r.record(&open(&path), "a").unwrap().unwrap().state,
+        TaskState::Running
+    );
+    assert!(!r.has(&open(&path), "b"), "processes alone are no record");
+    w.append(&pids_line("a", "").unwrap()).unwrap();
+    assert_eq!(r.pids(&open(&path), "a"), None);
+    assert!(r.pids(&open(&path), "b").is_some());
+}
