@@ -380,8 +380,7 @@ async fn main() {
 
 /// Whether the bench batch's task is running.
 fn running(runs: &Path) -> bool {
-    std::fs::read(runs.join("bench/tasks/t/task.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|v| v["state"] == "running")
+    aicli::record::task_at(&runs.join("bench/tasks/t"))
+        .and_then(Result::ok)
+        .is_some_and(|r| r.state == aicli::record::TaskState::Running)
 }

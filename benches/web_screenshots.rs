@@ -74,9 +74,10 @@ fn write_config(path: &Path) {
     std::fs::write(path, cfg.to_string()).unwrap();
 }
 
+/// Task `task`'s record as aicli reads it (the batch journal's last line for it).
 fn task_json(runs: &Path, batch: &str, task: &str) -> Option<serde_json::Value> {
-    let p = runs.join(batch).join("tasks").join(task).join("task.json");
-    serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+    let rec = aicli::record::task_at(&runs.join(batch).join("tasks").join(task))?.ok()?;
+    serde_json::to_value(rec).ok()
 }
 
 fn state(runs: &Path, batch: &str, task: &str) -> String {

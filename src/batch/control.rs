@@ -181,5 +181,5 @@ pub(crate) fn request_cancel(
 
 /// Whether another process holds `task`'s lock (runs it, or has it queued).
 pub(crate) fn held_elsewhere(batch: &crate::record::BatchRecord, task: &str) -> bool {
-    batch.lock_task(task).is_err()
+    batch.task_held_elsewhere(task)
 }

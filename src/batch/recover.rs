@@ -153,9 +153,10 @@ async fn leftovers(
     provider: &SharedProvider,
 ) {
     let dir = record.task_dir(&rec.task.id);
-    let mut killed = Vec::new();
+    // A record of an aicli before the journal names them in a file.
+    let mut killed = crate::proc::leftovers::kill_leftovers(&dir.join(files::OLDER_PID)).await;
     if let Some(text) = record.recorded_pids(&rec.task.id) {
-        killed = crate::proc::leftovers::kill_recorded(&text).await;
+        killed.extend(crate::proc::leftovers::kill_recorded(&text).await);
         record.pid_record(&rec.task.id).clear();
     }
     for f in pid_files(&dir, files::PID_TOOL_PREFIX) {

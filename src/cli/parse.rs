@@ -55,7 +55,9 @@ pub(super) fn parse(config_path: Option<&Path>, a: ParseArgs) -> anyhow::Result<
         };
         Some((a.file.clone(), rec))
     } else if a.file.file_name().is_some_and(|n| n == "events.ndjson") {
-        let dir = a.file.parent().map(Path::to_path_buf).unwrap_or_default();
+        // `events.ndjson` given from inside its directory has the parent "".
+        let file = std::path::absolute(&a.file).unwrap_or_else(|_| a.file.clone());
+        let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
         crate::record::task_at(&dir).map(|rec| (dir, rec))
     } else {
         None

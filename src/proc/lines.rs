@@ -272,7 +272,7 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
 pub(crate) async fn drain_stderr<R: AsyncRead + Unpin>(
     mut err: R,
     tail: StderrTail,
-    tee: Option<std::path::PathBuf>,
+    mut tee: Option<std::path::PathBuf>,
     file_cap: u64,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
@@ -285,10 +285,9 @@ pub(crate) async fn drain_stderr<R: AsyncRead + Unpin>(
             Ok(n) => n,
         };
         tail.push(&buf[..n]);
-        if file.is_none()
-            && let Some(path) = &tee
-        {
-            file = crate::util::open_private_append(path)
+        // Opened once, on the first byte (`take`: a failure is said once).
+        if let Some(path) = tee.take() {
+            file = crate::util::open_private_append(&path)
                 .inspect_err(|e| {
                     tracing::warn!(path = %path.display(), error = %e, "cannot record stderr");
                 })

@@ -18,6 +18,12 @@ pub const STDERR: &str = "stderr.log";
 pub const AICLI_EVENTS: &str = "aicli-events.ndjson";
 /// The task's MCP tool calls: `tasks/<task>/mcp-calls.ndjson`.
 pub const MCP_CALLS: &str = "mcp-calls.ndjson";
+/// In a record an aicli before the batch journal wrote: the task's lock (an flock, still
+/// taken when the file is there) and its running attempt's processes (still killed by
+/// `resume`): `tasks/<task>/lock`, `tasks/<task>/pid`.
+pub const OLDER_LOCK: &str = "lock";
+/// See [`OLDER_LOCK`].
+pub const OLDER_PID: &str = "pid";
 /// Prefix of the pid files of an attempt's running MCP tool calls: `tasks/<task>/pid.tool-*`.
 pub const PID_TOOL_PREFIX: &str = "pid.tool-";
 /// Prefix of the pid files of the batch's MCP upstreams: `<batch>/pid.upstream-*`.

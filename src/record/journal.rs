@@ -7,8 +7,9 @@
 //!
 //! - **Appends** are one `write(2)` each on an `O_APPEND` descriptor, so lines of
 //!   concurrent writers (the batch's tasks, another aicli process answering one of them)
-//!   never interleave. A line a killed writer left torn is ended by the next append,
-//!   and readers skip it.
+//!   never interleave. A line a killed writer left torn is ended by the next append;
+//!   where another process's line was glued to it in the meantime, readers find that
+//!   line's start in it ([`parse_line`]) and skip only the torn part.
 //! - **Durability by group commit**: a settled task waits for one `fdatasync` of the
 //!   journal that started after its line was written; every end written meanwhile shares
 //!   it. The page cache survives a killed aicli, so progress lines need none.
@@ -178,9 +179,16 @@ impl Journal {
         let upto = self.appended.load(Ordering::Acquire);
         let f = self.writer()?;
         let dir = self.new_name.swap(false, Ordering::AcqRel).then(|| self.path.clone());
-        tokio::task::spawn_blocking(move || sync(&f, dir.as_deref()))
+        let new_name = dir.is_some();
+        let synced_now = tokio::task::spawn_blocking(move || sync(&f, dir.as_deref()))
             .await
-            .map_err(std::io::Error::other)??;
+            .map_err(std::io::Error::other)
+            .and_then(|r| r);
+        if let Err(e) = synced_now {
+            // The directory's sync is owed still.
+            self.new_name.fetch_or(new_name, Ordering::AcqRel);
+            return Err(e);
+        }
         self.syncs.fetch_add(1, Ordering::Relaxed);
         *synced = upto;
         Ok(())
@@ -190,7 +198,10 @@ impl Journal {
     pub(super) fn commit_now(&self) -> std::io::Result<()> {
         let f = self.writer()?;
         let dir = self.new_name.swap(false, Ordering::AcqRel).then(|| self.path.clone());
-        sync(&f, dir.as_deref())?;
+        if let Err(e) = sync(&f, dir.as_deref()) {
+            self.new_name.fetch_or(dir.is_some(), Ordering::AcqRel);
+            return Err(e);
+        }
         self.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -248,23 +259,28 @@ impl Journal {
             let n = f.read_at(&mut buf, ix.read)?;
             buf.truncate(n);
             let Some(end) = buf.iter().rposition(|&b| b == b'\n') else {
-                if n < want || want >= MAX_LINE {
-                    // The last line is being written (or was torn), or is longer than any
-                    // record: read again when it has ended.
-                    if want >= MAX_LINE {
-                        tracing::warn!(journal = %self.path.display(), at = ix.read, "a line longer than {MAX_LINE} bytes is skipped");
-                        ix.read += n as u64;
-                    }
+                if n >= MAX_LINE {
+                    // Longer than any record: skipped (its rest, up to its newline, is
+                    // a line that does not parse).
+                    tracing::warn!(journal = %self.path.display(), at = ix.read, "a line longer than {MAX_LINE} bytes is skipped");
+                    ix.read += n as u64;
+                    want = CHUNK;
+                    continue;
+                }
+                if n < want {
+                    // The last line is being written (or was torn): read again when it
+                    // has ended.
                     break;
                 }
-                want *= 2;
+                want = (want * 2).min(MAX_LINE);
                 continue;
             };
             let base = ix.read;
             for (start, line) in lines(&buf[..=end]) {
-                let Ok(l) = serde_json::from_slice::<LineIn<'_>>(line) else {
+                let Some((skip, l)) = parse_line(line) else {
                     continue;
                 };
+                let (start, line) = (start + skip, &line[skip..]);
                 match (l.record, l.pids) {
                     (Some(raw), _) => {
                         let raw = raw.get();
@@ -285,6 +301,22 @@ impl Journal {
             want = CHUNK;
         }
         Ok(ix)
+    }
+}
+
+/// A journal line, and where in `line` it starts: at 0, or, for a line a killed writer
+/// left torn and another writer's line was appended to before the torn one was ended,
+/// at that line's start (every line starts `{"task":"`, which no JSON string holds
+/// unescaped). `None` for a line with no whole line in it.
+fn parse_line(line: &[u8]) -> Option<(usize, LineIn<'_>)> {
+    const START: &[u8] = b"{\"task\":\"";
+    let mut from = 0;
+    loop {
+        let at = from + line[from..].windows(START.len()).position(|w| w == START)?;
+        if let Ok(l) = serde_json::from_slice::<LineIn<'_>>(&line[at..]) {
+            return Some((at, l));
+        }
+        from = at + 1;
     }
 }
 

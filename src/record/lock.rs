@@ -9,32 +9,60 @@ use crate::util::{create_private_dirs, open_private_append};
 /// task (a batch, an answer, a resume). It is an `flock` on the task's `events.ndjson`
 /// (the file its streams are appended to, made here when missing: the lock costs no
 /// file of its own), so the kernel releases it when the process dies, however it dies.
+/// Where an older aicli left the task a `lock` file, that one is held too: an older
+/// aicli still running the task holds it.
 #[derive(Debug)]
 pub struct TaskLock {
     _file: nix::fcntl::Flock<std::fs::File>,
+    _older: Option<nix::fcntl::Flock<std::fs::File>>,
 }
+
+/// Why a task's lock was not had: the file another process holds it on.
+struct Held(std::fs::File);
 
 impl BatchRecord {
     /// Takes the task's lock, or says which process holds it.
     pub fn lock_task(&self, task_id: &str) -> Result<TaskLock, String> {
+        self.try_lock_task(task_id)?.map_err(|Held(f)| {
+            let holder = f
+                .metadata()
+                .ok()
+                .and_then(|m| flock_holder(m.dev(), m.ino()))
+                .map_or_else(String::new, |pid| format!(" (pid {pid})"));
+            format!(
+                "task {}/{task_id} is being run by another aicli process{holder}",
+                self.batch_id()
+            )
+        })
+    }
+
+    /// Whether another process holds task `task_id`'s lock (runs it, or has it queued).
+    pub(crate) fn task_held_elsewhere(&self, task_id: &str) -> bool {
+        !matches!(self.try_lock_task(task_id), Ok(Ok(_)))
+    }
+
+    /// The lock, or the file it is held on; `Err` when the record cannot be opened.
+    fn try_lock_task(&self, task_id: &str) -> Result<Result<TaskLock, Held>, String> {
+        use nix::fcntl::{Flock, FlockArg::LockExclusiveNonblock};
         let dir = self.task_dir(task_id);
         create_private_dirs(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let path = dir.join(files::EVENTS);
         let file = open_private_append(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            Ok(f) => Ok(TaskLock { _file: f }),
-            Err((f, _)) => {
-                let holder = f
-                    .metadata()
-                    .ok()
-                    .and_then(|m| flock_holder(m.dev(), m.ino()))
-                    .map_or_else(String::new, |pid| format!(" (pid {pid})"));
-                Err(format!(
-                    "task {}/{task_id} is being run by another aicli process{holder}",
-                    self.batch_id()
-                ))
-            }
-        }
+        let held = match Flock::lock(file, LockExclusiveNonblock) {
+            Ok(f) => f,
+            Err((f, _)) => return Ok(Err(Held(f))),
+        };
+        let older = match std::fs::File::open(dir.join(files::OLDER_LOCK)) {
+            Ok(f) => match Flock::lock(f, LockExclusiveNonblock) {
+                Ok(f) => Some(f),
+                Err((f, _)) => return Ok(Err(Held(f))),
+            },
+            Err(_) => None,
+        };
+        Ok(Ok(TaskLock {
+            _file: held,
+            _older: older,
+        }))
     }
 
     /// Takes the task's lock, waiting up to `max` for a holder that is about to let go
@@ -47,9 +75,12 @@ impl BatchRecord {
     ) -> Result<TaskLock, String> {
         let deadline = tokio::time::Instant::now() + max;
         loop {
-            match self.lock_task(task_id) {
+            match self.try_lock_task(task_id)? {
                 Ok(l) => return Ok(l),
-                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                // The holder is looked up once, for the message.
+                Err(_) if tokio::time::Instant::now() >= deadline => {
+                    return self.lock_task(task_id);
+                }
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
             }
         }

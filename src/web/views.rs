@@ -269,6 +269,8 @@ pub(crate) fn record_files(batch: &BatchRecord, task: &str) -> Vec<RecordFile> {
 
 fn downloadable(name: &str) -> bool {
     !name.starts_with('.')
+        && name != files::OLDER_LOCK
+        && name != files::OLDER_PID
         && !name.starts_with(files::PID_TOOL_PREFIX)
         && !name.starts_with(files::PID_UPSTREAM_PREFIX)
         && name != files::PRIVATE_DIR

@@ -503,7 +503,9 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
         Duration::from_millis(100),
         "the batch never got going",
         |b| {
+            // Settled: its task.json written (after its worktree's cleanup).
             let going = task_state(b, "quick").as_deref() == Some("succeeded")
+                && b.join("tasks/quick/task.json").exists()
                 && task_printed(b, "slow1")
                 && task_printed(b, "slow2");
             if going {
@@ -529,9 +531,7 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let batch_id = batch_id(&batch_dir);
-    let before: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(batch_dir.join("tasks/quick/task.json")).unwrap())
-            .unwrap();
+    let before = task_record(&batch_dir, "quick").unwrap();
 
     let result = resume_json(&cfg, &batch_id, &["--no-mcp", "--repo", repo_arg]);
     assert_eq!((result.n_tasks, result.n_succeeded), (4, 4), "{result:#?}");
@@ -539,10 +539,12 @@ async fn kill_9_of_aicli_then_resume_finishes_the_batch() {
     let store = RunStore::new(&runs);
     let rec = store.open_batch(&batch_id).unwrap();
     // The finished task was not run again, and its record is untouched.
-    let after: serde_json::Value =
+    let after = task_record(&batch_dir, "quick").unwrap();
+    assert_eq!(before, after);
+    let file: serde_json::Value =
         serde_json::from_slice(&std::fs::read(batch_dir.join("tasks/quick/task.json")).unwrap())
             .unwrap();
-    assert_eq!(before, after);
+    assert_eq!(file["state"], "succeeded");
     let mut total = 0.0;
     for t in rec.tasks().unwrap() {
         assert_eq!(t.state, TaskState::Succeeded, "{}", t.task.id);

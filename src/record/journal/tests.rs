@@ -80,6 +80,19 @@ fn a_torn_line_costs_no_other_line() {
     assert_eq!(state("a"), TaskState::Running);
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(text.lines().count(), 3, "{text}");
+    // Another process's line glued to a torn one (it checked the end before the torn
+    // write): found in it, the torn part alone lost.
+    let torn = line(&rec("a", TaskState::Failed)).unwrap();
+    let mut glued = torn[..torn.len() - 40].to_vec();
+    glued.extend(line(&rec("c", TaskState::Blocked)).unwrap());
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(&glued)
+        .unwrap();
+    assert_eq!(state("c"), TaskState::Blocked);
+    assert_eq!(state("a"), TaskState::Running);
     // Garbage in the middle is skipped too (a journal edited by hand).
     std::fs::OpenOptions::new()
         .append(true)
