@@ -1000,7 +1000,10 @@ async fn a_prompt_is_stored_once_and_one_over_the_limit_is_refused() {
             let mut lines = Vec::new();
             for l in text.lines() {
                 let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-                no_argv(&mut v["record"]);
+                // A record's line (the others name a run's processes).
+                if v.get("record").is_some() {
+                    no_argv(&mut v["record"]);
+                }
                 lines.push(v.to_string());
             }
             text = lines.join("\n");
