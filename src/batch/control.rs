@@ -155,7 +155,7 @@ pub(crate) fn request_cancel(
     };
     let held: Vec<String> = ids
         .into_iter()
-        .filter(|t| held_elsewhere(&batch, t))
+        .filter(|t| batch.task_held_elsewhere(t))
         .collect();
     let what = match &task {
         Some(t) => format!("task {}/{t}", batch.batch_id()),
@@ -177,9 +177,4 @@ pub(crate) fn request_cancel(
             source: e,
         })?;
     Ok(CancelTarget { batch, task, held })
-}
-
-/// Whether another process holds `task`'s lock (runs it, or has it queued).
-pub(crate) fn held_elsewhere(batch: &crate::record::BatchRecord, task: &str) -> bool {
-    batch.task_held_elsewhere(task)
 }

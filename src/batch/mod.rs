@@ -45,7 +45,7 @@ pub(crate) use new::{check_prompt_size, container_providers, new_batch};
 pub(crate) use recover::resume;
 pub(crate) use resolve::resolve;
 pub use control::CancelTarget;
-pub(crate) use control::{held_elsewhere, request_cancel};
+pub(crate) use control::request_cancel;
 pub use settle::BlockedTask;
 pub(crate) use settle::blocked;
 pub(crate) use task::TaskRun;

@@ -35,7 +35,7 @@ pub(super) async fn cancel(
     let mut left: Vec<String> = t.held.clone();
     while !left.is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        left.retain(|id| crate::batch::held_elsewhere(&t.batch, id));
+        left.retain(|id| t.batch.task_held_elsewhere(id));
     }
     let tasks: Vec<serde_json::Value> = t
         .held

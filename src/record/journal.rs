@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write as _;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -92,18 +92,19 @@ struct LineIn<'a> {
 
 /// `rec` as one journal line, its newline included.
 pub(super) fn line(rec: &TaskRecord) -> std::io::Result<Vec<u8>> {
-    let mut out = serde_json::to_vec(&LineOut {
+    to_line(&LineOut {
         task: &rec.task.id,
         record: rec,
     })
-    .map_err(std::io::Error::other)?;
-    out.push(b'\n');
-    Ok(out)
 }
 
 /// The line saying task `task`'s running attempt's processes are `pids` (`""`: none).
 pub(super) fn pids_line(task: &str, pids: &str) -> std::io::Result<Vec<u8>> {
-    let mut out = serde_json::to_vec(&PidsOut { task, pids }).map_err(std::io::Error::other)?;
+    to_line(&PidsOut { task, pids })
+}
+
+fn to_line(v: &impl serde::Serialize) -> std::io::Result<Vec<u8>> {
+    let mut out = serde_json::to_vec(v).map_err(std::io::Error::other)?;
     out.push(b'\n');
     Ok(out)
 }
@@ -171,35 +172,33 @@ impl Journal {
 
     /// Returns once append number `n` is on disk: by an `fdatasync` that started after
     /// it was written, its own or one it shares with the appends written meanwhile.
-    pub(super) async fn commit(&self, n: u64) -> std::io::Result<()> {
+    pub(super) async fn commit(self: &Arc<Self>, n: u64) -> std::io::Result<()> {
         let mut synced = self.synced.lock().await;
         if *synced >= n {
             return Ok(());
         }
         let upto = self.appended.load(Ordering::Acquire);
-        let f = self.writer()?;
-        let dir = self.new_name.swap(false, Ordering::AcqRel).then(|| self.path.clone());
-        let new_name = dir.is_some();
-        let synced_now = tokio::task::spawn_blocking(move || sync(&f, dir.as_deref()))
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.commit_now())
             .await
-            .map_err(std::io::Error::other)
-            .and_then(|r| r);
-        if let Err(e) = synced_now {
-            // The directory's sync is owed still.
-            self.new_name.fetch_or(new_name, Ordering::AcqRel);
-            return Err(e);
-        }
-        self.syncs.fetch_add(1, Ordering::Relaxed);
+            .map_err(std::io::Error::other)??;
         *synced = upto;
         Ok(())
     }
 
-    /// [`Journal::commit`] on this thread.
+    /// An `fdatasync` of everything appended so far, on this thread (and of the
+    /// directory, once, when this writer made the journal).
     pub(super) fn commit_now(&self) -> std::io::Result<()> {
         let f = self.writer()?;
-        let dir = self.new_name.swap(false, Ordering::AcqRel).then(|| self.path.clone());
-        if let Err(e) = sync(&f, dir.as_deref()) {
-            self.new_name.fetch_or(dir.is_some(), Ordering::AcqRel);
+        let new_name = self.new_name.swap(false, Ordering::AcqRel);
+        let dir = self.path.parent().filter(|_| new_name);
+        let synced = f.sync_data().and_then(|()| match dir {
+            Some(d) => File::open(d)?.sync_all(),
+            None => Ok(()),
+        });
+        if let Err(e) = synced {
+            // The directory's sync is owed still.
+            self.new_name.fetch_or(new_name, Ordering::AcqRel);
             return Err(e);
         }
         self.syncs.fetch_add(1, Ordering::Relaxed);
@@ -328,14 +327,6 @@ fn lines(buf: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
         start += l.len() + 1;
         (!l.is_empty()).then_some((at, l))
     })
-}
-
-fn sync(f: &File, new_name: Option<&Path>) -> std::io::Result<()> {
-    f.sync_data()?;
-    if let Some(dir) = new_name.and_then(Path::parent) {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -272,7 +272,7 @@ pub(super) async fn batch(
         .collect();
     let held = open
         .iter()
-        .any(|t| crate::batch::held_elsewhere(&rec, t));
+        .any(|t| rec.task_held_elsewhere(t));
     let acts = !w.read_only;
     // The batch's end is recorded when no task runs or waits and its result holds every
     // task's latest result (a resume rewrites it as it ends).
@@ -377,7 +377,7 @@ pub(super) async fn task(
     let question = last
         .and_then(|r| r.question.as_ref())
         .filter(|_| rec.state == crate::record::TaskState::Blocked);
-    let held = !rec.state.is_final() && crate::batch::held_elsewhere(&batch, &t);
+    let held = !rec.state.is_final() && batch.task_held_elsewhere(&t);
     let delivery = delivery(&w, &batch, &rec).await;
     let body = html! {
         p { a href={ "/batches/" (b) } { "← batch " (b) } }

@@ -1,4 +1,5 @@
 use std::io::Write as _;
+use std::path::Path;
 
 use aicli_providers::TaskSpec;
 
