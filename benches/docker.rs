@@ -287,7 +287,9 @@ async fn throughput(
         // CLIs) running the fake CLI: on this machine, or the one in the image.
         let (binary, fixture) = match runner {
             RunnerKind::Local => (Some(fake_cli()), fixture("claude", "text")),
-            RunnerKind::Docker => (None, Path::new(FIXTURES_IN_IMAGE).join("claude/text")),
+            RunnerKind::Docker | RunnerKind::Swarm => {
+                (None, Path::new(FIXTURES_IN_IMAGE).join("claude/text"))
+            }
         };
         let mut fake = fake_provider_config("claude", &fixture, &[]);
         fake.binary_path = binary;

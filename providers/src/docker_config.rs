@@ -35,6 +35,9 @@ pub enum RunnerKind {
     Local,
     /// A container on a Docker engine (`engine.docker`).
     Docker,
+    /// A Docker Swarm job on a swarm manager (the first engine of `engine.docker`): the
+    /// container fetches its workspace from aicli and sends its work back over HTTP.
+    Swarm,
 }
 
 impl RunnerKind {
@@ -43,7 +46,14 @@ impl RunnerKind {
         match self {
             RunnerKind::Local => "local",
             RunnerKind::Docker => "docker",
+            RunnerKind::Swarm => "swarm",
         }
+    }
+
+    /// Whether the CLI runs in a container (its image, the MCP server reached over a
+    /// bridge).
+    pub fn is_container(self) -> bool {
+        matches!(self, RunnerKind::Docker | RunnerKind::Swarm)
     }
 
     /// Parses a serialized name.
@@ -51,6 +61,7 @@ impl RunnerKind {
         match s {
             "local" => Some(RunnerKind::Local),
             "docker" => Some(RunnerKind::Docker),
+            "swarm" => Some(RunnerKind::Swarm),
             _ => None,
         }
     }
@@ -472,6 +483,8 @@ mod tests {
         h.remote = Some(false);
         assert!(!h.is_remote());
         assert_eq!(RunnerKind::parse("docker"), Some(RunnerKind::Docker));
+        assert_eq!(RunnerKind::parse("swarm"), Some(RunnerKind::Swarm));
+        assert!(RunnerKind::Swarm.is_container() && !RunnerKind::Local.is_container());
         assert_eq!(RunnerKind::parse("k8s"), None);
     }
 

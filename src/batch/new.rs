@@ -117,7 +117,7 @@ pub(crate) fn container_providers(
         let p = engine
             .registry
             .get(t.provider.as_deref().unwrap_or(&default_provider))?;
-        if engine.runner_kind(t, &p) == aicli_providers::RunnerKind::Docker {
+        if engine.runner_kind(t, &p).is_container() {
             out.insert(p.name().to_owned());
         }
     }

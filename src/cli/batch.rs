@@ -109,11 +109,11 @@ pub(super) async fn batch(
     let repo = task_repo(&r, true).await?;
     let cancel = CancellationToken::new();
     let runner = a.runner.or(file.runner);
-    let docker = runner == Some(RunnerKind::Docker)
+    let docker = runner.is_some_and(RunnerKind::is_container)
         || file
             .tasks
             .iter()
-            .any(|t| t.runner == Some(RunnerKind::Docker));
+            .any(|t| t.runner.is_some_and(RunnerKind::is_container));
     let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
     // Warned about once the config and --fake-api are known good.
     let base = match worktree_base(&repo, a.include_uncommitted).await {

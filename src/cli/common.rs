@@ -378,7 +378,7 @@ pub(super) fn parse_permission_mode(s: &str) -> Result<PermissionMode, String> {
 
 /// `--runner`'s values.
 pub(super) fn parse_runner(s: &str) -> Result<RunnerKind, String> {
-    RunnerKind::parse(s).ok_or_else(|| format!("'{s}' is not a runner: use local or docker"))
+    RunnerKind::parse(s).ok_or_else(|| format!("'{s}' is not a runner: use local, docker or swarm"))
 }
 
 /// Whether a recorded batch has tasks that run in containers.
@@ -437,8 +437,8 @@ pub(super) fn batch_uses_docker(
     spec.tasks.iter().any(|t| {
         let provider = t.provider.as_deref().unwrap_or(&spec.provider);
         match engine.registry().get(provider) {
-            Ok(p) => engine.runner_kind(t, &p) == RunnerKind::Docker,
-            Err(_) => t.runner == Some(RunnerKind::Docker),
+            Ok(p) => engine.runner_kind(t, &p).is_container(),
+            Err(_) => t.runner.is_some_and(RunnerKind::is_container),
         }
     })
 }

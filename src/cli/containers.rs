@@ -5,15 +5,16 @@ use std::process::ExitCode;
 
 use crate::providers::AiCliConfig;
 use crate::runner::DockerRunner;
-use crate::runner::docker::{egress, labels, leftovers};
+use crate::runner::docker::{egress, labels, leftovers, swarm};
 use anyhow::Context;
 use clap::Subcommand;
 
 /// `aicli containers ...`.
 #[derive(Debug, Subcommand)]
 pub enum ContainersAction {
-    /// Remove the containers whose aicli is gone (with --all: every aicli container),
-    /// bringing a remote run's work back into its worktree first.
+    /// Remove the containers and swarm jobs whose aicli is gone (with --all: every
+    /// aicli container and job), bringing a remote run's work back into its worktree
+    /// first.
     Prune {
         /// Also the containers of aicli processes still running.
         #[arg(long)]
@@ -77,7 +78,12 @@ pub async fn run(
             }
         }
         Some(ContainersAction::Prune { all }) => {
-            let lines = leftovers::remove(runner.hosts(), None, all).await;
+            let mut lines = leftovers::remove(runner.hosts(), None, all).await;
+            // Swarm jobs (their services, secrets and configs), on engines that are
+            // swarm managers.
+            for h in runner.hosts() {
+                lines.extend(swarm::remove_leftovers(h, None, all).await);
+            }
             if json_out {
                 println!("{}", serde_json::to_string_pretty(&lines)?);
             } else if lines.is_empty() {

@@ -129,7 +129,7 @@ pub(super) async fn run(
     let prompt = prompt_of(&a)?;
     let repo = task_repo(&r, !a.no_worktree).await?;
     let cancel = CancellationToken::new();
-    let docker = a.runner == Some(RunnerKind::Docker);
+    let docker = a.runner.is_some_and(RunnerKind::is_container);
     // The config and --fake-api are checked (in starting the engine) before the
     // repository's state is warned about.
     let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;

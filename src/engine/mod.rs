@@ -39,6 +39,7 @@ use crate::runner::{LocalRunner, Runner};
 struct Runners {
     local: Arc<dyn Runner>,
     docker: Arc<tokio::sync::OnceCell<Result<Arc<dyn Runner>, String>>>,
+    swarm: Arc<tokio::sync::OnceCell<Result<Arc<dyn Runner>, String>>>,
 }
 
 /// The engine: config, providers, runners, and optionally an agent server. Cheap to
@@ -74,6 +75,7 @@ impl Engine {
             runners: Runners {
                 local: Arc::new(LocalRunner::new(cgroups)),
                 docker: Arc::new(tokio::sync::OnceCell::new()),
+                swarm: Arc::new(tokio::sync::OnceCell::new()),
             },
             agent_server: None,
             search_path: None,
@@ -92,6 +94,9 @@ impl Engine {
             RunnerKind::Local => self.runners.local = runner,
             RunnerKind::Docker => {
                 self.runners.docker = Arc::new(tokio::sync::OnceCell::new_with(Some(Ok(runner))))
+            }
+            RunnerKind::Swarm => {
+                self.runners.swarm = Arc::new(tokio::sync::OnceCell::new_with(Some(Ok(runner))))
             }
         }
         self
@@ -157,7 +162,8 @@ impl Engine {
             .unwrap_or(self.config.engine.runner)
     }
 
-    /// The runner of `kind` (the Docker runner connects to its engines on first use).
+    /// The runner of `kind` (the Docker and swarm runners connect to their engines on
+    /// first use).
     pub async fn runner(&self, kind: RunnerKind) -> Result<Arc<dyn Runner>, String> {
         match kind {
             RunnerKind::Local => Ok(self.runners.local.clone()),
@@ -166,6 +172,20 @@ impl Engine {
                 .docker
                 .get_or_init(|| async {
                     crate::runner::DockerRunner::connect(
+                        &self.config.engine.docker,
+                        &self.source_env,
+                    )
+                    .await
+                    .map(|r| Arc::new(r) as Arc<dyn Runner>)
+                    .map_err(|e| e.to_string())
+                })
+                .await
+                .clone(),
+            RunnerKind::Swarm => self
+                .runners
+                .swarm
+                .get_or_init(|| async {
+                    crate::runner::DockerRunner::connect_swarm(
                         &self.config.engine.docker,
                         &self.source_env,
                     )

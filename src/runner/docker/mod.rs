@@ -40,6 +40,7 @@ pub mod paths;
 pub mod placement;
 pub mod remote;
 mod ssh;
+pub mod swarm;
 pub mod tarball;
 mod warm;
 
@@ -49,6 +50,8 @@ use home::{COMMON_HOME_FILES, copy_home_files, create_private_dir, seed_home};
 
 /// The runner's name.
 const NAME: &str = "docker";
+/// The runner's name on a swarm.
+const SWARM: &str = "swarm";
 
 /// What went wrong with an engine.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +115,8 @@ pub struct DockerRunner {
     cleanups: tokio_util::task::TaskTracker,
     /// Placements made ahead ([`Runner::warm`]), until taken or cooled.
     warm: Mutex<HashMap<warm::WarmKey, warm::WarmEntry>>,
+    /// As the swarm runner: the protocol server its jobs reach ([`swarm`]).
+    swarm: Option<Arc<swarm::Protocol>>,
 }
 
 impl DockerRunner {
@@ -146,6 +151,30 @@ impl DockerRunner {
             images: Mutex::new(HashMap::new()),
             cleanups: closed_tracker(),
             warm: Mutex::new(HashMap::new()),
+            swarm: None,
+        })
+    }
+
+    /// The swarm runner: one manager (the first engine of `config`, else `DOCKER_HOST`,
+    /// else the local socket), each run a swarm job (see [`swarm`]).
+    pub async fn connect_swarm(
+        config: &DockerConfig,
+        env: &BTreeMap<String, String>,
+    ) -> Result<DockerRunner, DockerError> {
+        let wanted = hosts::configured_hosts(config, env);
+        let first = wanted
+            .first()
+            .ok_or_else(|| DockerError::NoEngine("no engine is configured".into()))?;
+        let host = Host::connect(first, config).await?;
+        swarm::check_manager(&host.docker, &host.name).await?;
+        let proto = swarm::Protocol::start(&host).await?;
+        Ok(DockerRunner {
+            config: Arc::new(config.clone()),
+            hosts: vec![Arc::new(host)],
+            images: Mutex::new(HashMap::new()),
+            cleanups: closed_tracker(),
+            warm: Mutex::new(HashMap::new()),
+            swarm: Some(Arc::new(proto)),
         })
     }
 
@@ -216,7 +245,11 @@ impl DockerRunner {
             .await
             .map_err(DockerError::into_runner_error)?;
         let prepared = std::time::Instant::now();
-        let user = container_user(self.config.user.as_deref(), host.remote, req.workspace)
+        let user = container_user(
+            self.config.user.as_deref(),
+            host.remote || self.swarm.is_some(),
+            req.workspace,
+        )
             .map_err(|e| e.into_runner_error())?;
         let work = |e: std::io::Error, what: &str, p: &Path| {
             DockerError::Work(format!("cannot prepare {what} {}: {e}", p.display()))
@@ -255,7 +288,7 @@ impl DockerRunner {
             .with_file_name(format!("{}-{}-transfer", req.task_id, req.attempt));
         let egress = host
             .gateway
-            .filter(|_| self.config.egress.enabled)
+            .filter(|_| self.config.egress.enabled && self.swarm.is_none())
             .map(|gateway| egress::Plan {
                 patterns: req
                     .provider
@@ -295,6 +328,7 @@ impl DockerRunner {
             steps,
             egress,
             agent_port: req.agent_port,
+            swarm: self.swarm.clone(),
         })
     }
 
@@ -304,11 +338,11 @@ impl DockerRunner {
 /// or engines configured).
 pub fn config_uses_docker(config: &aicli_providers::AiCliConfig) -> bool {
     use aicli_providers::RunnerKind;
-    config.engine.runner == RunnerKind::Docker
+    config.engine.runner.is_container()
         || config
             .providers
             .values()
-            .any(|p| p.runner == Some(RunnerKind::Docker))
+            .any(|p| p.runner.is_some_and(RunnerKind::is_container))
         || !config.engine.docker.hosts.is_empty()
 }
 
@@ -333,7 +367,7 @@ fn closed_tracker() -> tokio_util::task::TaskTracker {
 #[async_trait]
 impl Runner for DockerRunner {
     fn name(&self) -> &str {
-        NAME
+        if self.swarm.is_some() { SWARM } else { NAME }
     }
 
     async fn settle(&self) {
@@ -356,7 +390,10 @@ impl Runner for DockerRunner {
     }
 
     async fn warm(&self, req: &PlaceRequest<'_>) {
-        self.make_ahead(req).await;
+        // A swarm job is made at its start (its node is the swarm's choice).
+        if self.swarm.is_none() {
+            self.make_ahead(req).await;
+        }
     }
 
     async fn cool(&self, batch_id: &str) {
@@ -364,6 +401,13 @@ impl Runner for DockerRunner {
     }
 
     async fn remove_leftovers(&self, batch_id: &str, task_id: &str) -> Vec<String> {
+        if self.swarm.is_some() {
+            let mut lines = Vec::new();
+            for h in &self.hosts {
+                lines.extend(swarm::remove_leftovers(h, Some((batch_id, task_id)), false).await);
+            }
+            return lines;
+        }
         leftovers::remove(&self.hosts, Some((batch_id, task_id)), false).await
     }
 }

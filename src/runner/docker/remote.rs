@@ -87,6 +87,24 @@ pub struct Upload {
 
 /// Uploads the run's files into the created container; returns the start commit.
 pub async fn upload(c: &Container, up: &Upload, scratch: &Path) -> Result<String, DockerError> {
+    let (base, clone) = stage(up, scratch).await?;
+    let (up2, base2, clone2) = (up.clone(), base.clone(), clone.clone());
+    tarball::upload(
+        &c.docker,
+        &c.id,
+        (up.uid, up.gid),
+        "the workspace",
+        move |w| write_tar(w, &up2, &clone2, &base2, true),
+    )
+    .await?;
+    let _ = std::fs::remove_dir_all(&clone);
+    Ok(base)
+}
+
+/// Makes what the run's tar holds besides this machine's files, under `scratch`: a
+/// one-commit clone of the worktree's HEAD (`scratch/clone`). Returns the start commit
+/// and the clone.
+pub async fn stage(up: &Upload, scratch: &Path) -> Result<(String, PathBuf), DockerError> {
     let base = git(&up.workspace, &["rev-parse", "HEAD"])
         .await
         .map_err(|e| DockerError::Work(format!("cannot read the worktree's HEAD: {e}")))?;
@@ -125,21 +143,20 @@ pub async fn upload(c: &Container, up: &Upload, scratch: &Path) -> Result<String
         .await
         .map_err(|e| DockerError::Work(e.to_string()))?;
     let _ = git(&clone, &["remote", "remove", "origin"]).await;
-
-    let (up2, base2, clone2) = (up.clone(), base.clone(), clone.clone());
-    tarball::upload(
-        &c.docker,
-        &c.id,
-        (up.uid, up.gid),
-        "the workspace",
-        move |w| write_tar(w, &up2, &clone2, &base2),
-    )
-    .await?;
-    let _ = std::fs::remove_dir_all(&clone);
-    Ok(base)
+    Ok((base, clone))
 }
 
-fn write_tar(w: &mut TarWriter, up: &Upload, clone: &Path, base: &str) -> std::io::Result<()> {
+/// The run's tar, extracted at `/` where it runs: `workspace/` (with `clone`'s `.git`),
+/// `aicli/`, `home/aicli/` and `aicli-runner/` (see the module docs). Without
+/// `runner_dir`, `aicli-runner/` has no entry of its own: it exists where the tar is
+/// unpacked, not the unpacking user's (a swarm job's tmpfs).
+pub fn write_tar(
+    w: &mut TarWriter,
+    up: &Upload,
+    clone: &Path,
+    base: &str,
+    runner_dir: bool,
+) -> std::io::Result<()> {
     w.dir("workspace", 0o755)?;
     w.tree(&up.workspace, "workspace", &|rel| rel == Path::new(".git"))?;
     // Every directory is an entry of its own (an implied parent would be root's, and
@@ -154,7 +171,9 @@ fn write_tar(w: &mut TarWriter, up: &Upload, clone: &Path, base: &str) -> std::i
     if up.task_home.is_dir() {
         w.tree(&up.task_home, "home/aicli", &|_| false)?;
     }
-    w.dir("aicli-runner", 0o700)?;
+    if runner_dir {
+        w.dir("aicli-runner", 0o700)?;
+    }
     w.file("aicli-runner/run.sh", RUN_SH.as_bytes(), 0o755)?;
     w.file("aicli-runner/collect.sh", COLLECT_SH.as_bytes(), 0o755)?;
     w.file("aicli-runner/base", format!("{base}\n").as_bytes(), 0o644)
@@ -229,22 +248,7 @@ pub async fn bring_back(
     if let Some(home) = task_home {
         let got = scratch.join("home");
         download(c, "/home/aicli", &got).await?;
-        let fresh = got.join("aicli");
-        if fresh.is_dir() {
-            let old = scratch.join("home-old");
-            if home.exists() {
-                std::fs::rename(home, &old).map_err(|e| {
-                    DockerError::Work(format!("cannot replace {}: {e}", home.display()))
-                })?;
-            }
-            std::fs::rename(&fresh, home).map_err(|e| {
-                DockerError::Work(format!(
-                    "cannot put the task's home at {}: {e}",
-                    home.display()
-                ))
-            })?;
-            let _ = std::fs::remove_dir_all(&old);
-        }
+        replace_home(&got.join("aicli"), home, scratch)?;
     }
     let Some(ws) = workspace.filter(|w| w.is_dir()) else {
         return Ok(false);
@@ -272,6 +276,27 @@ pub async fn bring_back(
     apply_bundle(ws, &bundle, tag).await?;
     let _ = std::fs::remove_dir_all(scratch);
     Ok(true)
+}
+
+/// Puts `fresh` (the task's home as the run left it, unpacked under `scratch`) in the
+/// place of `home`; nothing when the run sent none.
+pub fn replace_home(fresh: &Path, home: &Path, scratch: &Path) -> Result<(), DockerError> {
+    if !fresh.is_dir() {
+        return Ok(());
+    }
+    let old = scratch.join("home-old");
+    if home.exists() {
+        std::fs::rename(home, &old)
+            .map_err(|e| DockerError::Work(format!("cannot replace {}: {e}", home.display())))?;
+    }
+    std::fs::rename(fresh, home).map_err(|e| {
+        DockerError::Work(format!(
+            "cannot put the task's home at {}: {e}",
+            home.display()
+        ))
+    })?;
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(())
 }
 
 /// Fetches `bundle` into `ws`'s repository, moves the checked-out branch to the agent's

@@ -14,7 +14,8 @@
 //! container; `budget.rs`: the batch budget with runs in containers; `acp.rs`: the real
 //! ACP agents in containers, stdin open both ways; `egress.rs`: the egress allowlist
 //! from inside each real CLI's container; `warm.rs`: containers made ahead of their
-//! tasks' turns.
+//! tasks' turns; `swarm.rs`: the swarm runner on a real single-node swarm (the three
+//! real CLIs, MCP, nothing left, nothing secret in what the engine shows).
 
 mod acp;
 mod budget;
@@ -31,5 +32,6 @@ pub mod remote_engine;
 mod ssh;
 pub mod sshd;
 pub mod support;
+pub mod swarm;
 mod tools;
 mod warm;

@@ -217,6 +217,8 @@ pub struct DockerSetup {
     pub gateway: std::net::IpAddr,
     /// The second engine, when the containers run there.
     pub remote: Option<Arc<super::remote_engine::RemoteEngine>>,
+    /// `docker`, or `swarm` (the local engine as a swarm manager).
+    pub runner: RunnerKind,
 }
 
 impl DockerSetup {
@@ -227,6 +229,15 @@ impl DockerSetup {
             hosts: vec![local_host()],
             gateway: bridge_gateway().await,
             remote: None,
+            runner: RunnerKind::Docker,
+        }
+    }
+
+    /// Swarm jobs on the local engine, a swarm manager ([`super::swarm::Swarm`]).
+    pub async fn swarm(local: Docker) -> DockerSetup {
+        DockerSetup {
+            runner: RunnerKind::Swarm,
+            ..DockerSetup::local(local).await
         }
     }
 
@@ -240,6 +251,7 @@ impl DockerSetup {
             hosts: vec![remote.host("remote")],
             gateway: remote.gateway,
             remote: Some(remote),
+            runner: RunnerKind::Docker,
         }
     }
 
@@ -254,6 +266,7 @@ impl DockerSetup {
             hosts: vec![sshd.host("ssh")],
             gateway: remote.gateway,
             remote: Some(remote),
+            runner: RunnerKind::Docker,
         }
     }
 
@@ -268,6 +281,9 @@ impl DockerSetup {
     /// No container of a task of `repo` is left on any engine.
     pub async fn assert_clean(&self, repo: &Path) {
         assert_no_container_for_repo(&self.local, repo).await;
+        if self.runner == RunnerKind::Swarm {
+            super::swarm::assert_no_job_for_repo(&self.local, repo).await;
+        }
         if let Some(r) = &self.remote {
             assert_no_container_for_repo(&r.docker, repo).await;
         }

@@ -477,7 +477,7 @@ impl E2e {
         }
         if let Some(docker) = &setup.docker {
             docker.prepare(&config, provider_name).await;
-            config.engine.runner = aicli::providers::RunnerKind::Docker;
+            config.engine.runner = docker.runner;
             config.engine.docker.hosts = docker.hosts.clone();
         }
         tweak(&mut config);
@@ -1075,7 +1075,9 @@ pub async fn builtin_tool_with(cli: Cli, setup: Setup) {
         !t.repo.path().join(FILE).exists(),
         "the tool ran in the main checkout"
     );
-    assert!(r.branch.is_some());
+    // The file is in aicli's commit on the task's branch.
+    let branch = r.branch.clone().expect("a branch");
+    crate::suite::support::git(&wt, &["cat-file", "-e", &format!("{branch}:{FILE}")]);
     assert_eq!(r.tool_calls, 1, "{}", describe(r));
     let requests = t.model_requests(2).await;
     assert_eq!(requests.len(), 2, "{}", t.log());

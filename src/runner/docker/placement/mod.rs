@@ -35,7 +35,7 @@ use super::handle::{Container, ContainerHandle, ContainerStdin, Warm, remove_con
 use super::hosts::Host;
 use super::labels::Labelled;
 use super::paths::{HOME, PRIVATE, PathMap, WORKSPACE};
-use super::{DockerError, launch, remote};
+use super::{DockerError, launch, remote, swarm};
 
 mod access;
 mod request;
@@ -103,6 +103,8 @@ pub struct PlacementSpec {
     /// The MCP server's port on loopback: known before the run's grant when made ahead
     /// ([`crate::runner::PlaceRequest::agent_port`]), the grant's once told.
     pub agent_port: Option<u16>,
+    /// The swarm's protocol server, when the run is a swarm job ([`super::swarm`]).
+    pub swarm: Option<Arc<swarm::Protocol>>,
 }
 
 /// A run in a container (see the module docs).
@@ -120,6 +122,8 @@ pub struct DockerPlacement {
     egress: Option<Egress>,
     /// What the proxy refused (once it stopped).
     denied: Vec<EgressDenial>,
+    /// The swarm job, once made, and the key it is served under.
+    job: Option<(swarm::Job, String)>,
 }
 
 impl DockerPlacement {
@@ -139,6 +143,13 @@ impl DockerPlacement {
                 bind: std::net::IpAddr::from([127, 0, 0, 1]),
                 restrict_to_peer: true,
             }
+        } else if spec.swarm.is_some() {
+            // A job's address is not known ahead (nor fixed, on an overlay): the token
+            // alone admits it.
+            AgentReach {
+                restrict_to_peer: false,
+                ..spec.host.reach.clone()
+            }
         } else {
             spec.host.reach.clone()
         };
@@ -150,6 +161,7 @@ impl DockerPlacement {
             reach,
             egress: None,
             denied: Vec::new(),
+            job: None,
         }
     }
 
@@ -299,6 +311,173 @@ impl DockerPlacement {
         };
         remove_container(&c).await
     }
+
+    /// A swarm run: the run's files written for the job to fetch, its orders a secret,
+    /// the job made (see [`super::swarm`]).
+    async fn start_swarm(
+        &mut self,
+        proto: Arc<swarm::Protocol>,
+        cmd: &CommandSpec,
+        out: OutputOptions,
+    ) -> Result<Box<dyn RunHandle>, RunnerError> {
+        if cmd.stdin_open {
+            return Err(self.err(DockerError::Work(
+                "the swarm runner cannot keep a CLI's stdin open for a two-way run (an ACP agent); run it with --runner docker".to_owned(),
+            )));
+        }
+        let (cwd, argv, env) = self.in_container(cmd).map_err(|e| self.err(e))?;
+        let l = &self.spec.labels;
+        let key = swarm::key_of(&l.batch_id, &l.task_id, l.attempt);
+        let scratch = self.spec.scratch.clone();
+        let files_started = std::time::Instant::now();
+        let up = self.write_files(&scratch).await.map_err(|e| self.err(e))?;
+        self.spec.steps.push("write the run's files", files_started);
+        let token = hex::encode(rand::random::<[u8; 32]>());
+        let (senders, receivers) = swarm::handle::streams();
+        let slot = Arc::new(swarm::Slot::new(
+            token.clone(),
+            up,
+            scratch,
+            senders.0,
+            senders.1,
+        ));
+        proto.open(&key, slot.clone());
+        let orders = swarm::Orders {
+            url: proto.url_of(&key),
+            token: &token,
+            argv: &argv,
+            cwd: &cwd,
+            env: env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+            stdin: cmd.stdin.as_deref(),
+        };
+        let orders = serde_json::to_vec(&orders)
+            .map_err(|e| self.err(DockerError::Work(e.to_string())))?;
+        let mut job = swarm::Job {
+            docker: self.spec.host.docker.clone(),
+            host: self.spec.host.name.clone(),
+            key: key.clone(),
+            service: None,
+            secret: None,
+            config: None,
+        };
+        if orders.len() > swarm::MAX_ORDERS {
+            self.job = Some((job, key));
+            return Err(self.err(DockerError::Work(format!(
+                "the run's prompt and environment take {} bytes; a swarm secret holds at most {}",
+                orders.len(),
+                swarm::MAX_ORDERS
+            ))));
+        }
+        let spec = swarm::JobSpec {
+            key: &key,
+            image: &self.spec.image,
+            user: self.spec.user,
+            labels: self.spec.labels.to_map(),
+            limits: &self.spec.limits,
+            stop_grace: swarm::STOP_GRACE,
+        };
+        let create_started = std::time::Instant::now();
+        let made = job.create(&spec, &orders, proto.hosts_entry()).await;
+        self.spec.steps.push("create job", create_started);
+        self.job = Some((job.clone(), key));
+        made.map_err(|e| self.err(e))?;
+        Ok(Box::new(swarm::handle::JobHandle::new(
+            job,
+            slot,
+            receivers,
+            out,
+            swarm::STOP_GRACE,
+        )))
+    }
+
+    /// The run's files as one tar in `scratch` (what a remote engine gets uploaded).
+    async fn write_files(&self, scratch: &Path) -> Result<PathBuf, DockerError> {
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(scratch)
+                .map_err(|e| {
+                    DockerError::Work(format!("cannot create {}: {e}", scratch.display()))
+                })?;
+        }
+        let up = remote::Upload {
+            workspace: self.spec.workspace.clone(),
+            private_dir: self.spec.private_dir.clone(),
+            task_home: self.spec.task_home.clone(),
+            uid: u64::from(self.spec.user.0),
+            gid: u64::from(self.spec.user.1),
+        };
+        let (base, clone) = remote::stage(&up, scratch).await?;
+        let path = scratch.join("up.tar");
+        let (mut w, mut rx) = super::tarball::TarWriter::new(up.uid, up.gid);
+        let clone2 = clone.clone();
+        let writer = tokio::task::spawn_blocking(move || {
+            remote::write_tar(&mut w, &up, &clone2, &base, false)?;
+            w.finish()
+        });
+        let mut f = tokio::fs::File::create(&path)
+            .await
+            .map_err(|e| DockerError::Work(format!("cannot write {}: {e}", path.display())))?;
+        while let Some(chunk) = rx.recv().await {
+            let chunk = chunk.map_err(|e| DockerError::Work(e.to_string()))?;
+            tokio::io::AsyncWriteExt::write_all(&mut f, &chunk)
+                .await
+                .map_err(|e| DockerError::Work(format!("cannot write {}: {e}", path.display())))?;
+        }
+        writer
+            .await
+            .map_err(|e| DockerError::Work(format!("the tar writer failed: {e}")))?
+            .map_err(|e| DockerError::Work(format!("cannot pack the run's files: {e}")))?;
+        let _ = std::fs::remove_dir_all(&clone);
+        Ok(path)
+    }
+
+    /// After a swarm run: its work and home, as its runner posted them, brought in; the
+    /// job removed.
+    async fn finish_swarm(&mut self) -> Result<(), RunnerError> {
+        let Some((mut job, key)) = self.job.take() else {
+            return Ok(());
+        };
+        let mut result = Ok(());
+        let scratch = self.spec.scratch.clone();
+        let bundle = scratch.join("work.bundle");
+        let back_started = std::time::Instant::now();
+        if bundle.is_file() {
+            let tag = format!(
+                "{}-{}-{}",
+                self.spec.labels.batch_id, self.spec.labels.task_id, self.spec.labels.attempt
+            );
+            if let Err(e) = remote::apply_bundle(&self.spec.workspace, &bundle, &tag).await {
+                result = Err(self.err(e));
+            }
+        } else if job.service.is_some() {
+            tracing::warn!(job = %key, "the swarm job sent no work back: its work since the start is not brought back");
+        }
+        if let Err(e) = swarm::apply_home(&scratch, &self.spec.task_home)
+            && result.is_ok()
+        {
+            result = Err(self.err(e));
+        }
+        self.spec.steps.push("bring back", back_started);
+        if let Some(p) = &self.spec.swarm {
+            p.close(&key);
+        }
+        let remove_started = std::time::Instant::now();
+        let removed = job.remove().await;
+        self.spec.steps.push("remove job", remove_started);
+        if let Err(e) = removed {
+            tracing::warn!(error = %e, "removing the swarm job");
+            if result.is_ok() {
+                result = Err(self.err(e));
+            }
+        }
+        if result.is_ok() {
+            let _ = std::fs::remove_dir_all(&scratch);
+        }
+        result
+    }
 }
 
 /// What the container's stdin gets: the command's text, and whether it stays open (a
@@ -313,7 +492,8 @@ fn stdin_of(cmd: &CommandSpec) -> ContainerStdin {
 #[async_trait]
 impl Placement for DockerPlacement {
     fn describe(&self) -> String {
-        format!("docker {} ({})", self.spec.host.name, self.spec.image)
+        let runner = if self.spec.swarm.is_some() { "swarm" } else { "docker" };
+        format!("{runner} {} ({})", self.spec.host.name, self.spec.image)
     }
 
     fn agent_reach(&self) -> Option<&AgentReach> {
@@ -360,6 +540,11 @@ impl Placement for DockerPlacement {
         cmd: &CommandSpec,
         out: OutputOptions,
     ) -> Result<Box<dyn RunHandle>, RunnerError> {
+        if let Some(proto) = self.spec.swarm.clone() {
+            let handle = self.start_swarm(proto, cmd, out).await?;
+            tracing::info!(host = %self.spec.host.name, image = %self.spec.image, task = %self.spec.labels.task_id, "swarm job made");
+            return Ok(handle);
+        }
         let handle = if self.spec.host.remote {
             self.start_remote(cmd, out).await?
         } else {
@@ -382,6 +567,9 @@ impl Placement for DockerPlacement {
     }
 
     async fn finish(&mut self) -> Result<(), RunnerError> {
+        if self.spec.swarm.is_some() {
+            return self.finish_swarm().await;
+        }
         let mut result = Ok(());
         if self.spec.host.remote
             && let Some(c) = self.container.clone()
@@ -430,6 +618,18 @@ impl Placement for DockerPlacement {
 impl Drop for DockerPlacement {
     fn drop(&mut self) {
         // Safety net: finish() is the normal path.
+        if let Some((mut job, key)) = self.job.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            if let Some(p) = &self.spec.swarm {
+                p.close(&key);
+            }
+            self.spec.cleanups.spawn_on(async move {
+                if let Err(e) = job.remove().await {
+                    tracing::warn!(error = %e, "removing a swarm job left by a dropped run");
+                }
+            }, &rt);
+        }
         if let Some(c) = self.container.take()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {

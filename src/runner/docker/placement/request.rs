@@ -41,7 +41,7 @@ impl DockerPlacement {
             ))
         })?;
         let mut argv: Vec<String> = Vec::new();
-        if s.host.remote {
+        if s.host.remote || s.swarm.is_some() {
             argv.extend(["/bin/sh".to_owned(), remote::RUN_SCRIPT.to_owned()]);
         }
         argv.push(self.map.rewrite(&cmd.program.display().to_string()));

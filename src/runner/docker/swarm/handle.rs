@@ -1,0 +1,166 @@
+//! A started swarm job as a [`RunHandle`]: the stdout and stderr its runner streams back
+//! read into the same line reader and stderr tail as a local process's pipes, its exit
+//! as the runner posted it (or as the job's state says, when the runner could not).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::{Ended, Job, Slot};
+use crate::proc::lines::{
+    LINE_QUEUE_BYTES, LineReceiver, StderrTail, drain_stderr, line_channel, read_lines,
+};
+use crate::proc::spawn::OutputOptions;
+use crate::proc::stdin::StdoutRecord;
+use crate::runner::RunHandle;
+
+/// A byte stream as an `AsyncRead` for the line reader.
+fn reader(rx: Rx) -> impl tokio::io::AsyncRead + Unpin {
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    tokio_util::io::StreamReader::new(Box::pin(stream))
+}
+
+/// One side of a byte stream a job's runner feeds.
+type Tx = mpsc::Sender<std::io::Result<Bytes>>;
+/// The other side.
+pub type Rx = mpsc::Receiver<std::io::Result<Bytes>>;
+
+/// The two byte streams (stdout, stderr) a job's runner feeds ([`Slot`]'s), and what
+/// reads them.
+pub fn streams() -> ((Tx, Tx), (Rx, Rx)) {
+    let (out_tx, out_rx) = mpsc::channel(64);
+    let (err_tx, err_rx) = mpsc::channel(64);
+    ((out_tx, err_tx), (out_rx, err_rx))
+}
+
+/// The live side of a swarm job.
+#[derive(Debug)]
+pub struct JobHandle {
+    job: Job,
+    lines: LineReceiver,
+    stderr: StderrTail,
+    readers: Vec<JoinHandle<()>>,
+    ended: watch::Receiver<Option<Ended>>,
+    slot: Arc<Slot>,
+    /// Extra time after SIGTERM for the runner to pack and post the work.
+    stop_allowance: Duration,
+}
+
+impl JobHandle {
+    /// The handle of `job`, whose runner feeds `slot` (its streams `out` and `err`).
+    pub fn new(
+        job: Job,
+        slot: Arc<Slot>,
+        (out_rx, err_rx): (Rx, Rx),
+        out: OutputOptions,
+        stop_allowance: Duration,
+    ) -> JobHandle {
+        let mut readers = Vec::new();
+        if let Some(service) = job.service.clone() {
+            readers.push(tokio::spawn(super::watch(
+                job.docker.clone(),
+                service,
+                slot.clone(),
+            )));
+        }
+        let (tx, lines) = line_channel(LINE_QUEUE_BYTES);
+        readers.push(tokio::spawn(read_lines(
+            reader(out_rx),
+            out.line_cap,
+            StdoutRecord::from(out.stdout_tee),
+            tx,
+        )));
+        let stderr = StderrTail::new(out.stderr_tail);
+        readers.push(tokio::spawn(drain_stderr(
+            reader(err_rx),
+            stderr.clone(),
+            out.stderr_tee,
+            out.stderr_file_cap,
+        )));
+        JobHandle {
+            job,
+            lines,
+            stderr,
+            readers,
+            ended: slot.ended.subscribe(),
+            slot,
+            stop_allowance,
+        }
+    }
+
+    async fn ended(&mut self) -> Ended {
+        loop {
+            if let Some(e) = self.ended.borrow().clone() {
+                return e;
+            }
+            if self.ended.changed().await.is_err() {
+                return Ended::Lost("the swarm job's watch ended".to_owned());
+            }
+        }
+    }
+
+    fn code(e: &Ended) -> Option<i32> {
+        match e {
+            Ended::Exited(code) => *code,
+            Ended::Lost(why) => {
+                tracing::warn!("{why}");
+                None
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl RunHandle for JobHandle {
+    fn take_lines(&mut self) -> LineReceiver {
+        std::mem::replace(&mut self.lines, LineReceiver::closed())
+    }
+
+    fn stderr(&self) -> StderrTail {
+        self.stderr.clone()
+    }
+
+    fn pid(&self) -> Option<u32> {
+        None
+    }
+
+    async fn wait(&mut self) -> Option<i32> {
+        let e = self.ended().await;
+        Self::code(&e)
+    }
+
+    async fn shutdown(&mut self, grace: Duration) -> Option<i32> {
+        if let Some(e) = self.ended.borrow().clone() {
+            return Self::code(&e);
+        }
+        // The runner is told over the protocol (a removed job's container is not stopped
+        // by Swarm 20.10): it sends the CLI SIGTERM, and the wrapper packs the work.
+        self.slot.request_stop();
+        let ended = tokio::time::timeout(grace + self.stop_allowance, self.ended()).await;
+        if let Err(e) = self.job.stop().await {
+            tracing::warn!(error = %e, "removing the swarm job");
+        }
+        match ended {
+            Ok(Ended::Exited(_)) => None,
+            Ok(e @ Ended::Lost(_)) => Self::code(&e),
+            Err(_) => {
+                self.slot.end(Ended::Lost(
+                    "the swarm job did not post its exit after it was told to stop".to_owned(),
+                ));
+                None
+            }
+        }
+    }
+
+    async fn drain(&mut self) {
+        for h in self.readers.drain(..) {
+            let _ = h.await;
+        }
+    }
+}

@@ -1,0 +1,147 @@
+'use strict';
+// aicli's swarm runner, the entrypoint of a swarm job (run by the image's node):
+//   node runner.js /run/secrets/<orders>
+// The orders (a Swarm secret, on tmpfs) say where aicli is, the attempt's token, and the
+// CLI's argv, directory, environment and stdin. The runner fetches the run's files from
+// aicli (a tar unpacked at /), runs the CLI under the packing wrapper, streams its stdout
+// and stderr back as they come, then posts the work (a git bundle), the task's home and
+// the exit status. SIGTERM (the service removed) is passed to the wrapper, which stops
+// the CLI and packs the work first.
+const fs = require('fs');
+const http = require('http');
+const { spawn } = require('child_process');
+
+const orders = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+const base = new URL(orders.url);
+
+function log(msg) {
+  process.stderr.write('aicli-swarm-runner: ' + msg + '\n');
+}
+
+function request(method, path, headers) {
+  return http.request({
+    host: base.hostname,
+    port: base.port,
+    path: base.pathname + path,
+    method,
+    headers: Object.assign({ authorization: 'Bearer ' + orders.token }, headers || {}),
+  });
+}
+
+// Sends `body` (a readable stream, a string or nothing) to `path`; resolves with the
+// status code.
+function send(path, body) {
+  return new Promise((resolve, reject) => {
+    const req = request('POST', path, typeof body === 'string'
+      ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }
+      : { 'content-type': 'application/octet-stream' });
+    req.on('response', (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    });
+    req.on('error', reject);
+    if (body === undefined || body === null) {
+      req.end();
+    } else if (typeof body === 'string') {
+      req.end(body);
+    } else {
+      body.on('error', (e) => req.destroy(e));
+      body.pipe(req);
+    }
+  });
+}
+
+// Runs `argv` with its stdout piped into `path`; resolves with [exit code, status].
+function sendFrom(path, argv, opts) {
+  const child = spawn(argv[0], argv.slice(1), Object.assign({ stdio: ['ignore', 'pipe', 'inherit'] }, opts));
+  const exited = new Promise((resolve) => child.on('close', (code) => resolve(code)));
+  return Promise.all([exited, send(path, child.stdout)]);
+}
+
+function fetchFiles() {
+  return new Promise((resolve, reject) => {
+    const req = request('GET', '/up');
+    req.on('response', (res) => {
+      if (res.statusCode !== 200) {
+        res.resume();
+        reject(new Error('GET /up: HTTP ' + res.statusCode));
+        return;
+      }
+      // As the image's user: existing directories (/workspace, /home/aicli, /aicli)
+      // keep their owner and mode.
+      const tar = spawn('tar', ['-x', '--no-overwrite-dir', '-f', '-', '-C', '/'], { stdio: ['pipe', 'inherit', 'pipe'] });
+      let said = '';
+      tar.stderr.on('data', (d) => { if (said.length < 4096) said += d; });
+      res.pipe(tar.stdin);
+      tar.on('close', (code) => (code === 0 ? resolve() : reject(new Error('tar -x exited with ' + code + ': ' + said.trim()))));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function main() {
+  await fetchFiles();
+  const env = Object.assign({}, process.env, orders.env);
+  // The packing wrapper, then the CLI.
+  const cli = spawn(orders.argv[0], orders.argv.slice(1), {
+    cwd: orders.cwd,
+    env,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let stopping = false;
+  for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP']) {
+    process.on(sig, () => {
+      stopping = true;
+      cli.kill('SIGTERM');
+    });
+  }
+  // aicli's stop (a cancel, a timeout) comes as the answer to a request held open.
+  let done = false;
+  const pollSignal = () => {
+    if (done) return;
+    const req = request('GET', '/signal');
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => {
+        if (res.statusCode === 200 && body.trim() === 'TERM') {
+          stopping = true;
+          cli.kill('SIGTERM');
+        } else {
+          setTimeout(pollSignal, 1000);
+        }
+      });
+    });
+    req.on('error', () => setTimeout(pollSignal, 1000));
+    req.end();
+  };
+  pollSignal();
+  const out = send('/out', cli.stdout);
+  const err = send('/err', cli.stderr);
+  cli.stdin.on('error', () => {});
+  if (orders.stdin !== null && orders.stdin !== undefined) {
+    cli.stdin.write(orders.stdin);
+  }
+  cli.stdin.end();
+  const [code, signal] = await new Promise((resolve) => cli.on('close', (c, s) => resolve([c, s])));
+  done = true;
+  await Promise.all([out.catch((e) => log('stdout: ' + e)), err.catch((e) => log('stderr: ' + e))]);
+  if (fs.existsSync('/aicli-runner/work.bundle')) {
+    const status = await send('/work', fs.createReadStream('/aicli-runner/work.bundle'));
+    if (status !== 204) log('POST /work: HTTP ' + status);
+  } else {
+    log('no work bundle (see /aicli-runner/collect.log)');
+  }
+  const [tarCode, homeStatus] = await sendFrom('/home', ['tar', '-c', '-f', '-', '-C', '/home', 'aicli']);
+  if (tarCode !== 0 || homeStatus !== 204) log('home: tar ' + tarCode + ', HTTP ' + homeStatus);
+  await send('/exit', JSON.stringify({ code, signal, stopping }));
+  process.exit(code === null ? 1 : code);
+}
+
+main().catch((e) => {
+  log(String(e && e.stack ? e.stack : e));
+  send('/exit', JSON.stringify({ code: null, signal: null, error: String(e) }))
+    .catch(() => {})
+    .finally(() => process.exit(70));
+});

@@ -1,0 +1,295 @@
+//! The HTTP side of the swarm protocol: what a job's runner fetches and posts, per
+//! attempt, behind that attempt's token (`Authorization: Bearer`, compared in constant
+//! time).
+//!
+//! | request | what |
+//! |---|---|
+//! | `GET /swarm/{key}/up` | the run's files, a tar unpacked at `/` ([`super::super::remote::write_tar`]) |
+//! | `POST /swarm/{key}/out`, `/err` | the CLI's stdout and stderr, streamed as they come |
+//! | `POST /swarm/{key}/work` | the git bundle of the work (at most [`MAX_DOWNLOAD`] bytes) |
+//! | `POST /swarm/{key}/home` | a tar of the task's home as the run left it (same limit) |
+//! | `GET /swarm/{key}/signal` | answers `TERM` once aicli wants the CLI stopped (a cancel, a timeout): the runner asks again whenever the request ends otherwise |
+//! | `POST /swarm/{key}/exit` | `{"code":…,"signal":…}`, last |
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use subtle::ConstantTimeEq;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, watch};
+
+use super::super::remote::MAX_DOWNLOAD;
+
+/// How an attempt's job ended, as aicli learnt it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// The runner posted the CLI's exit: its code (`None`: killed by a signal).
+    Exited(Option<i32>),
+    /// The job ended without a word from the runner (it could not start, it was killed,
+    /// its node went away): why.
+    Lost(String),
+}
+
+/// One attempt's side of the protocol.
+#[derive(Debug)]
+pub struct Slot {
+    token: String,
+    /// The run's files.
+    up: PathBuf,
+    /// Where what the runner posts lands (`work.bundle`, `home.tar`).
+    pub dir: PathBuf,
+    out: Mutex<Option<mpsc::Sender<std::io::Result<Bytes>>>>,
+    err: Mutex<Option<mpsc::Sender<std::io::Result<Bytes>>>>,
+    /// Set once, when the run ended.
+    pub ended: watch::Sender<Option<Ended>>,
+    /// Set when aicli wants the CLI stopped.
+    stop: watch::Sender<bool>,
+}
+
+impl Slot {
+    /// A slot whose runner authenticates with `token`, fetches `up` and posts into `dir`;
+    /// its stdout and stderr go to `out` and `err`.
+    pub fn new(
+        token: String,
+        up: PathBuf,
+        dir: PathBuf,
+        out: mpsc::Sender<std::io::Result<Bytes>>,
+        err: mpsc::Sender<std::io::Result<Bytes>>,
+    ) -> Slot {
+        Slot {
+            token,
+            up,
+            dir,
+            out: Mutex::new(Some(out)),
+            err: Mutex::new(Some(err)),
+            ended: watch::channel(None).0,
+            stop: watch::channel(false).0,
+        }
+    }
+
+    /// Asks the runner to stop the CLI (SIGTERM: the wrapper packs the work first).
+    pub fn request_stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Ends the run as `how` unless it already ended; closes its output streams when
+    /// nothing streams them (a runner that never started).
+    pub fn end(&self, how: Ended) {
+        self.ended.send_if_modified(|e| {
+            if e.is_some() {
+                return false;
+            }
+            *e = Some(how);
+            true
+        });
+        lock(&self.out).take();
+        lock(&self.err).take();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The attempts being served, by key.
+pub type Slots = Arc<Mutex<HashMap<String, Arc<Slot>>>>;
+
+/// The routes (see the module docs).
+pub fn router(slots: Slots) -> Router {
+    Router::new()
+        .route("/swarm/{key}/up", get(up))
+        .route("/swarm/{key}/out", post(out))
+        .route("/swarm/{key}/err", post(err))
+        .route("/swarm/{key}/work", post(work))
+        .route("/swarm/{key}/home", post(home))
+        .route("/swarm/{key}/signal", get(signal))
+        .route("/swarm/{key}/exit", post(exit))
+        .with_state(slots)
+}
+
+/// The slot of `key` when `headers` carry its token.
+fn authorized(slots: &Slots, key: &str, headers: &HeaderMap) -> Result<Arc<Slot>, StatusCode> {
+    let slot = lock(slots).get(key).cloned().ok_or(StatusCode::NOT_FOUND)?;
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if bool::from(given.as_bytes().ct_eq(slot.token.as_bytes())) {
+        Ok(slot)
+    } else {
+        tracing::warn!(attempt = %key, "swarm runner request with a wrong token refused");
+        Err(StatusCode::UNAUTHORIZED)
+    }
+}
+
+async fn up(
+    State(slots): State<Slots>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Body, StatusCode> {
+    let slot = authorized(&slots, &key, &headers)?;
+    let file = tokio::fs::File::open(&slot.up).await.map_err(|e| {
+        tracing::warn!(attempt = %key, error = %e, "the run's files are gone");
+        StatusCode::GONE
+    })?;
+    Ok(Body::from_stream(tokio_util::io::ReaderStream::new(file)))
+}
+
+/// Streams a request body into the run's stdout or stderr (taken once: a second stream
+/// is refused).
+async fn stream_into(
+    sender: Option<mpsc::Sender<std::io::Result<Bytes>>>,
+    body: Body,
+) -> StatusCode {
+    let Some(tx) = sender else {
+        return StatusCode::CONFLICT;
+    };
+    let mut s = body.into_data_stream();
+    while let Some(chunk) = s.next().await {
+        let item = chunk.map_err(std::io::Error::other);
+        let failed = item.is_err();
+        if tx.send(item).await.is_err() || failed {
+            break;
+        }
+    }
+    StatusCode::NO_CONTENT
+}
+
+async fn out(
+    State(slots): State<Slots>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> StatusCode {
+    match authorized(&slots, &key, &headers) {
+        Ok(slot) => {
+            let tx = lock(&slot.out).take();
+            stream_into(tx, body).await
+        }
+        Err(s) => s,
+    }
+}
+
+async fn err(
+    State(slots): State<Slots>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> StatusCode {
+    match authorized(&slots, &key, &headers) {
+        Ok(slot) => {
+            let tx = lock(&slot.err).take();
+            stream_into(tx, body).await
+        }
+        Err(s) => s,
+    }
+}
+
+/// Writes a posted body to `name` in the slot's directory, refusing more than
+/// [`MAX_DOWNLOAD`] bytes (the partial file is removed).
+async fn save(slot: &Slot, name: &str, body: Body) -> StatusCode {
+    let path = slot.dir.join(name);
+    let part = slot.dir.join(format!("{name}.part"));
+    let written = async {
+        let mut f = tokio::fs::File::create(&part).await?;
+        let mut n: u64 = 0;
+        let mut s = body.into_data_stream();
+        while let Some(chunk) = s.next().await {
+            let chunk = chunk.map_err(std::io::Error::other)?;
+            n += chunk.len() as u64;
+            if n > MAX_DOWNLOAD {
+                return Err(std::io::Error::other(format!(
+                    "larger than {MAX_DOWNLOAD} bytes"
+                )));
+            }
+            f.write_all(&chunk).await?;
+        }
+        f.flush().await?;
+        tokio::fs::rename(&part, &path).await
+    }
+    .await;
+    match written {
+        Ok(()) => StatusCode::NO_CONTENT,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&part).await;
+            tracing::warn!(file = %path.display(), error = %e, "what a swarm runner posted is not kept");
+            StatusCode::PAYLOAD_TOO_LARGE
+        }
+    }
+}
+
+async fn work(
+    State(slots): State<Slots>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> StatusCode {
+    match authorized(&slots, &key, &headers) {
+        Ok(slot) => save(&slot, "work.bundle", body).await,
+        Err(s) => s,
+    }
+}
+
+async fn home(
+    State(slots): State<Slots>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> StatusCode {
+    match authorized(&slots, &key, &headers) {
+        Ok(slot) => save(&slot, "home.tar", body).await,
+        Err(s) => s,
+    }
+}
+
+/// Answers `TERM` once the run is to stop (held open until then).
+async fn signal(
+    State(slots): State<Slots>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<&'static str, StatusCode> {
+    let slot = authorized(&slots, &key, &headers)?;
+    let mut stop = slot.stop.subscribe();
+    let _ = stop.wait_for(|s| *s).await;
+    Ok("TERM")
+}
+
+/// What `/exit` carries.
+#[derive(serde::Deserialize)]
+struct ExitBody {
+    code: Option<i32>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+async fn exit(
+    State(slots): State<Slots>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let slot = match authorized(&slots, &key, &headers) {
+        Ok(s) => s,
+        Err(s) => return s,
+    };
+    if body.len() > 4096 {
+        return StatusCode::PAYLOAD_TOO_LARGE;
+    }
+    let Ok(b) = serde_json::from_slice::<ExitBody>(&body) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    slot.end(match b.error {
+        Some(e) => Ended::Lost(format!("the swarm runner failed: {e}")),
+        None => Ended::Exited(b.code),
+    });
+    StatusCode::NO_CONTENT
+}
