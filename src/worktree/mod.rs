@@ -96,6 +96,10 @@ pub struct WorktreeInfo {
     pub holds_work: Option<String>,
 }
 
+/// aicli's directory in a repository (its runs, worktrees, skills): never part of a
+/// task's work, never sent into a container.
+pub const STATE_DIR: &str = ".aicli";
+
 /// The git binary: `git` looked up along `PATH` once per process, then run by its
 /// absolute path (a lookup per run costs an `execve` for every `PATH` entry before git's;
 /// a task runs several). `git` itself when it is not found: running it then fails as
@@ -337,7 +341,7 @@ impl Repo {
 
     /// The directory aicli keeps its state in (`<repo>/.aicli`), git-ignored.
     pub fn state_dir(&self) -> PathBuf {
-        self.root.join(".aicli")
+        self.root.join(STATE_DIR)
     }
 
     /// Makes sure `<repo>/.aicli/` and `<repo>/.aicli/worktrees/` exist, the owner's

@@ -94,7 +94,7 @@ pub async fn upload(c: &Container, up: &Upload, scratch: &Path) -> Result<String
         &c.id,
         (up.uid, up.gid),
         "the workspace",
-        move |w| write_tar(w, &up2, &clone2, &base2, true),
+        move |w| write_tar(w, &up2, &clone2, &base2),
     )
     .await?;
     let _ = std::fs::remove_dir_all(&clone);
@@ -147,22 +147,26 @@ pub async fn stage(up: &Upload, scratch: &Path) -> Result<(String, PathBuf), Doc
 }
 
 /// The run's tar, extracted at `/` where it runs: `workspace/` (with `clone`'s `.git`),
-/// `aicli/`, `home/aicli/` and `aicli-runner/` (see the module docs). Without
-/// `runner_dir`, `aicli-runner/` has no entry of its own: it exists where the tar is
-/// unpacked, not the unpacking user's (a swarm job's tmpfs).
-pub fn write_tar(
-    w: &mut TarWriter,
-    up: &Upload,
-    clone: &Path,
-    base: &str,
-    runner_dir: bool,
-) -> std::io::Result<()> {
+/// `aicli/`, `home/aicli/` and `aicli-runner/` (see the module docs).
+pub fn write_tar(w: &mut TarWriter, up: &Upload, clone: &Path, base: &str) -> std::io::Result<()> {
     w.dir("workspace", 0o755)?;
-    w.tree(&up.workspace, "workspace", &|rel| rel == Path::new(".git"))?;
+    // aicli's own directory stays here (a run in the repository itself): brought back,
+    // an old copy of it would overwrite the live records.
+    w.tree(&up.workspace, "workspace", &|rel| {
+        rel == Path::new(".git") || rel == Path::new(crate::worktree::STATE_DIR)
+    })?;
     // Every directory is an entry of its own (an implied parent would be root's, and
     // git refuses a repository its user does not own).
     w.dir("workspace/.git", 0o755)?;
     w.tree(&clone.join(".git"), "workspace/.git", &|_| false)?;
+    w.dir("aicli-runner", 0o700)?;
+    write_run_files(w, up, base)
+}
+
+/// What a run needs besides its workspace: `aicli/` (the private directory),
+/// `home/aicli/` (the task's home), and the wrapper's files in `aicli-runner/` (whose own
+/// entry is the caller's: a swarm job's is a tmpfs that exists already).
+pub fn write_run_files(w: &mut TarWriter, up: &Upload, base: &str) -> std::io::Result<()> {
     w.dir("aicli", 0o700)?;
     if up.private_dir.is_dir() {
         w.tree(&up.private_dir, "aicli", &|_| false)?;
@@ -170,9 +174,6 @@ pub fn write_tar(
     w.dir("home/aicli", 0o700)?;
     if up.task_home.is_dir() {
         w.tree(&up.task_home, "home/aicli", &|_| false)?;
-    }
-    if runner_dir {
-        w.dir("aicli-runner", 0o700)?;
     }
     w.file("aicli-runner/run.sh", RUN_SH.as_bytes(), 0o755)?;
     w.file("aicli-runner/collect.sh", COLLECT_SH.as_bytes(), 0o755)?;

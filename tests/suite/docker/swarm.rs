@@ -460,3 +460,68 @@ async fn prune_removes_the_jobs_of_a_killed_aicli() {
     })
     .await;
 }
+
+/// A task run in the repository itself (no worktree) whose checkout has uncommitted
+/// changes: the job's workspace holds them as uncommitted changes on the start commit (a
+/// modified file, a new one, a deleted one: the bundle's carry), and the CLI's work comes
+/// back beside them, the user's changes untouched and still uncommitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_uncommitted_carry_reaches_the_job_and_stays_uncommitted() {
+    on_swarm("the_uncommitted_carry", |docker| async move {
+        let image = support::fake_cli_image(&docker).await;
+        let repo = git_repo();
+        let root = repo.path();
+        std::fs::write(root.join("data.txt"), "v1\n").unwrap();
+        std::fs::write(root.join("gone.txt"), "x\n").unwrap();
+        git(root, &["add", "data.txt", "gone.txt"]);
+        git(root, &["commit", "-q", "-m", "data"]);
+        let head = git(root, &["rev-parse", "HEAD"]);
+        std::fs::write(root.join("data.txt"), "v2 uncommitted\n").unwrap();
+        std::fs::write(root.join("new.txt"), "untracked\n").unwrap();
+        std::fs::remove_file(root.join("gone.txt")).unwrap();
+        let mut config = docker_config(vec![local_host()], &image);
+        config.engine.runner = RunnerKind::Swarm;
+        support::adapter_fake(&mut config, "claude", "text", &[]);
+        let engine = support::config_engine(config);
+        // The CLI sees the carry: it fails unless new.txt is there and gone.txt is not
+        // (--require-file), and copies what it read of data.txt to its own file.
+        let task = fake_task(
+            "carry",
+            &[
+                "--require-file",
+                "/workspace/new.txt",
+                "--probe",
+                "probe.json",
+            ],
+        );
+        let mut opts = BatchOptions::new(root);
+        opts.provider = Some("fake".into());
+        opts.worktrees = false;
+        let b = support::run_batch_within(
+            &engine,
+            vec![task],
+            opts,
+            Duration::from_secs(150),
+            CancellationToken::new(),
+        )
+        .await;
+        let r = &b.tasks[0];
+        assert_eq!(r.status, SessionStatus::Succeeded, "{r:#?}");
+        // HEAD did not move; the user's changes and the CLI's file are uncommitted.
+        assert_eq!(git(root, &["rev-parse", "HEAD"]), head);
+        assert_eq!(
+            std::fs::read_to_string(root.join("data.txt")).unwrap(),
+            "v2 uncommitted\n"
+        );
+        assert!(!root.join("gone.txt").exists());
+        assert_eq!(
+            git(root, &["diff", "--name-status"]),
+            "M\tdata.txt\nD\tgone.txt"
+        );
+        assert_eq!(git(root, &["diff", "--cached", "--name-status"]), "");
+        let untracked = git(root, &["ls-files", "--others", "--", ":!.aicli"]);
+        assert_eq!(untracked, "new.txt\nprobe.json");
+        assert_no_job_for_repo(&docker, root).await;
+    })
+    .await;
+}

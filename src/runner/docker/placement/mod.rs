@@ -330,13 +330,13 @@ impl DockerPlacement {
         let key = swarm::key_of(&l.batch_id, &l.task_id, l.attempt);
         let scratch = self.spec.scratch.clone();
         let files_started = std::time::Instant::now();
-        let up = self.write_files(&scratch).await.map_err(|e| self.err(e))?;
-        self.spec.steps.push("write the run's files", files_started);
+        let staged = self.stage_swarm(&scratch).await.map_err(|e| self.err(e))?;
+        self.spec.steps.push("bundle the start, pack the files", files_started);
         let token = hex::encode(rand::random::<[u8; 32]>());
         let (senders, receivers) = swarm::handle::streams();
         let slot = Arc::new(swarm::Slot::new(
             token.clone(),
-            up,
+            &staged,
             scratch,
             senders.0,
             senders.1,
@@ -349,6 +349,9 @@ impl DockerPlacement {
             cwd: &cwd,
             env: env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
             stdin: cmd.stdin.as_deref(),
+            base: &staged.base,
+            branch: self.spec.labels.branch.as_deref(),
+            carry: staged.carry,
         };
         let orders = serde_json::to_vec(&orders)
             .map_err(|e| self.err(DockerError::Work(e.to_string())))?;
@@ -390,18 +393,14 @@ impl DockerPlacement {
         )))
     }
 
-    /// The run's files as one tar in `scratch` (what a remote engine gets uploaded).
-    async fn write_files(&self, scratch: &Path) -> Result<PathBuf, DockerError> {
-        {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(scratch)
-                .map_err(|e| {
-                    DockerError::Work(format!("cannot create {}: {e}", scratch.display()))
-                })?;
-        }
+    /// The attempt's start bundle and files, in `scratch` ([`swarm::up`]).
+    async fn stage_swarm(&self, scratch: &Path) -> Result<swarm::up::Staged, DockerError> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(scratch)
+            .map_err(|e| DockerError::Work(format!("cannot create {}: {e}", scratch.display())))?;
         let up = remote::Upload {
             workspace: self.spec.workspace.clone(),
             private_dir: self.spec.private_dir.clone(),
@@ -409,29 +408,7 @@ impl DockerPlacement {
             uid: u64::from(self.spec.user.0),
             gid: u64::from(self.spec.user.1),
         };
-        let (base, clone) = remote::stage(&up, scratch).await?;
-        let path = scratch.join("up.tar");
-        let (mut w, mut rx) = super::tarball::TarWriter::new(up.uid, up.gid);
-        let clone2 = clone.clone();
-        let writer = tokio::task::spawn_blocking(move || {
-            remote::write_tar(&mut w, &up, &clone2, &base, false)?;
-            w.finish()
-        });
-        let mut f = tokio::fs::File::create(&path)
-            .await
-            .map_err(|e| DockerError::Work(format!("cannot write {}: {e}", path.display())))?;
-        while let Some(chunk) = rx.recv().await {
-            let chunk = chunk.map_err(|e| DockerError::Work(e.to_string()))?;
-            tokio::io::AsyncWriteExt::write_all(&mut f, &chunk)
-                .await
-                .map_err(|e| DockerError::Work(format!("cannot write {}: {e}", path.display())))?;
-        }
-        writer
-            .await
-            .map_err(|e| DockerError::Work(format!("the tar writer failed: {e}")))?
-            .map_err(|e| DockerError::Work(format!("cannot pack the run's files: {e}")))?;
-        let _ = std::fs::remove_dir_all(&clone);
-        Ok(path)
+        swarm::up::stage(&up, scratch).await
     }
 
     /// After a swarm run: its work and home, as its runner posted them, brought in; the

@@ -2,11 +2,10 @@
 //! replica, no restart: a retry is aicli's decision, never Swarm's), and its workspace
 //! travels by protocol, not by filesystem, so the job can land on any node.
 //!
-//! 1. aicli writes the run's files (the worktree as it is, with a one-commit clone of its
-//!    branch as `.git`, the run's private directory, the task's home, the packing
-//!    wrapper: the same tar a remote engine gets, [`super::remote`]) and serves them
-//!    over HTTP behind the attempt's token ([`serve`]), on the address the engine's
-//!    containers reach aicli at.
+//! 1. aicli serves the attempt's start commit (and the worktree's uncommitted changes)
+//!    as a git bundle, and the run's other files (its private directory, the task's
+//!    home, the packing wrapper) as a tar ([`up`]), over HTTP behind the attempt's token
+//!    ([`serve`]), on the address the engine's containers reach aicli at.
 //! 2. The attempt's orders (that address, the token, the CLI's argv, directory,
 //!    environment and stdin: the prompt and the credentials) are a Swarm **secret**,
 //!    mounted on tmpfs at `/run/secrets/`: never in the service's env, args or labels.
@@ -44,6 +43,7 @@ use crate::http::listener::{ConnLimits, ConnStats};
 
 pub mod handle;
 pub mod serve;
+pub mod up;
 
 pub use serve::{Ended, Slot};
 
@@ -190,6 +190,12 @@ pub struct Orders<'a> {
     pub env: HashMap<&'a str, &'a str>,
     /// What its stdin gets (the prompt).
     pub stdin: Option<&'a str>,
+    /// The start commit.
+    pub base: &'a str,
+    /// The task's branch (absent: a detached HEAD).
+    pub branch: Option<&'a str>,
+    /// Whether the start bundle holds an uncommitted carry.
+    pub carry: bool,
 }
 
 /// What a job needs besides its orders.

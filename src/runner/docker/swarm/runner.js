@@ -1,15 +1,16 @@
 'use strict';
 // aicli's swarm runner, the entrypoint of a swarm job (run by the image's node):
 //   node runner.js /run/secrets/<orders>
-// The orders (a Swarm secret, on tmpfs) say where aicli is, the attempt's token, and the
-// CLI's argv, directory, environment and stdin. The runner fetches the run's files from
-// aicli (a tar unpacked at /), runs the CLI under the packing wrapper, streams its stdout
-// and stderr back as they come, then posts the work (a git bundle), the task's home and
-// the exit status. SIGTERM (the service removed) is passed to the wrapper, which stops
-// the CLI and packs the work first.
+// The orders (a Swarm secret, on tmpfs) say where aicli is, the attempt's token, the
+// start commit, and the CLI's argv, directory, environment and stdin. The runner fetches
+// the start commit (a git bundle) and the run's other files (a tar unpacked at /) from
+// aicli, runs the CLI under the packing wrapper, streams its stdout and stderr back as
+// they come, then posts the work (a git bundle), the task's home and the exit status.
+// aicli's stop (the answer to GET /signal) or SIGTERM is passed to the wrapper, which
+// stops the CLI and packs the work first.
 const fs = require('fs');
 const http = require('http');
-const { spawn } = require('child_process');
+const { spawn, spawnSync } = require('child_process');
 
 const orders = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 const base = new URL(orders.url);
@@ -58,30 +59,71 @@ function sendFrom(path, argv, opts) {
   return Promise.all([exited, send(path, child.stdout)]);
 }
 
-function fetchFiles() {
+// GET `path` into the stdin of `argv` (or a file when `argv` is a string).
+function fetchInto(path, argv) {
   return new Promise((resolve, reject) => {
-    const req = request('GET', '/up');
+    const req = request('GET', path);
     req.on('response', (res) => {
       if (res.statusCode !== 200) {
         res.resume();
-        reject(new Error('GET /up: HTTP ' + res.statusCode));
+        reject(new Error('GET ' + path + ': HTTP ' + res.statusCode));
         return;
       }
-      // As the image's user: existing directories (/workspace, /home/aicli, /aicli)
-      // keep their owner and mode.
-      const tar = spawn('tar', ['-x', '--no-overwrite-dir', '-f', '-', '-C', '/'], { stdio: ['pipe', 'inherit', 'pipe'] });
+      if (typeof argv === 'string') {
+        const f = fs.createWriteStream(argv, { mode: 0o600 });
+        res.pipe(f);
+        f.on('finish', resolve);
+        f.on('error', reject);
+        return;
+      }
+      const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'inherit', 'pipe'] });
       let said = '';
-      tar.stderr.on('data', (d) => { if (said.length < 4096) said += d; });
-      res.pipe(tar.stdin);
-      tar.on('close', (code) => (code === 0 ? resolve() : reject(new Error('tar -x exited with ' + code + ': ' + said.trim()))));
+      child.stderr.on('data', (d) => { if (said.length < 4096) said += d; });
+      res.pipe(child.stdin);
+      child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(argv[0] + ' exited with ' + code + ': ' + said.trim()))));
     });
     req.on('error', reject);
     req.end();
   });
 }
 
+function git(args) {
+  const r = spawnSync('git', ['-c', 'core.hooksPath=/dev/null'].concat(args), { cwd: '/workspace', encoding: 'utf8' });
+  if (r.status !== 0) {
+    throw new Error('git ' + args.join(' ') + ': ' + (r.error || r.stderr.trim()));
+  }
+}
+
+// The workspace: the start commit fetched from its bundle into an empty repository that
+// knows it is shallow (the branch's history never travels), checked out, and the
+// uncommitted carry restored as uncommitted changes.
+async function checkout() {
+  const bundle = '/aicli-runner/start.bundle';
+  await fetchInto('/start', bundle);
+  git(['init', '-q']);
+  fs.writeFileSync('/workspace/.git/shallow', orders.base + '\n');
+  git(['fetch', '-q', '--no-tags', bundle, '+refs/aicli/*:refs/aicli/*']);
+  if (orders.branch) {
+    git(['update-ref', 'refs/heads/' + orders.branch, orders.base]);
+    git(['symbolic-ref', 'HEAD', 'refs/heads/' + orders.branch]);
+  } else {
+    git(['update-ref', '--no-deref', 'HEAD', orders.base]);
+  }
+  git(['reset', '-q', '--hard', orders.base]);
+  if (orders.carry) {
+    git(['read-tree', '-u', '--reset', 'refs/aicli/carry']);
+    git(['reset', '-q']);
+    git(['update-ref', '-d', 'refs/aicli/carry']);
+  }
+  git(['update-ref', '-d', 'refs/aicli/start']);
+  fs.unlinkSync(bundle);
+}
+
 async function main() {
-  await fetchFiles();
+  // As the image's user: existing directories (/workspace, /home/aicli, /aicli) keep
+  // their owner and mode.
+  await fetchInto('/files', ['tar', '-x', '--no-overwrite-dir', '-f', '-', '-C', '/']);
+  await checkout();
   const env = Object.assign({}, process.env, orders.env);
   // The packing wrapper, then the CLI.
   const cli = spawn(orders.argv[0], orders.argv.slice(1), {

@@ -4,7 +4,8 @@
 //!
 //! | request | what |
 //! |---|---|
-//! | `GET /swarm/{key}/up` | the run's files, a tar unpacked at `/` ([`super::super::remote::write_tar`]) |
+//! | `GET /swarm/{key}/start` | the start commit (and the uncommitted carry) as a git bundle ([`super::up`]) |
+//! | `GET /swarm/{key}/files` | the rest of the run's files, a tar unpacked at `/` |
 //! | `POST /swarm/{key}/out`, `/err` | the CLI's stdout and stderr, streamed as they come |
 //! | `POST /swarm/{key}/work` | the git bundle of the work (at most [`MAX_DOWNLOAD`] bytes) |
 //! | `POST /swarm/{key}/home` | a tar of the task's home as the run left it (same limit) |
@@ -42,8 +43,10 @@ pub enum Ended {
 #[derive(Debug)]
 pub struct Slot {
     token: String,
-    /// The run's files.
-    up: PathBuf,
+    /// The start bundle.
+    bundle: PathBuf,
+    /// The rest of the run's files.
+    files: PathBuf,
     /// Where what the runner posts lands (`work.bundle`, `home.tar`).
     pub dir: PathBuf,
     out: Mutex<Option<mpsc::Sender<std::io::Result<Bytes>>>>,
@@ -55,18 +58,19 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// A slot whose runner authenticates with `token`, fetches `up` and posts into `dir`;
-    /// its stdout and stderr go to `out` and `err`.
+    /// A slot whose runner authenticates with `token`, fetches what `staged` names and
+    /// posts into `dir`; its stdout and stderr go to `out` and `err`.
     pub fn new(
         token: String,
-        up: PathBuf,
+        staged: &super::up::Staged,
         dir: PathBuf,
         out: mpsc::Sender<std::io::Result<Bytes>>,
         err: mpsc::Sender<std::io::Result<Bytes>>,
     ) -> Slot {
         Slot {
             token,
-            up,
+            bundle: staged.bundle.clone(),
+            files: staged.files.clone(),
             dir,
             out: Mutex::new(Some(out)),
             err: Mutex::new(Some(err)),
@@ -105,7 +109,8 @@ pub type Slots = Arc<Mutex<HashMap<String, Arc<Slot>>>>;
 /// The routes (see the module docs).
 pub fn router(slots: Slots) -> Router {
     Router::new()
-        .route("/swarm/{key}/up", get(up))
+        .route("/swarm/{key}/start", get(start))
+        .route("/swarm/{key}/files", get(files))
         .route("/swarm/{key}/out", post(out))
         .route("/swarm/{key}/err", post(err))
         .route("/swarm/{key}/work", post(work))
@@ -131,13 +136,26 @@ fn authorized(slots: &Slots, key: &str, headers: &HeaderMap) -> Result<Arc<Slot>
     }
 }
 
-async fn up(
+async fn start(
     State(slots): State<Slots>,
     Path(key): Path<String>,
     headers: HeaderMap,
 ) -> Result<Body, StatusCode> {
     let slot = authorized(&slots, &key, &headers)?;
-    let file = tokio::fs::File::open(&slot.up).await.map_err(|e| {
+    serve_file(&key, &slot.bundle).await
+}
+
+async fn files(
+    State(slots): State<Slots>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Body, StatusCode> {
+    let slot = authorized(&slots, &key, &headers)?;
+    serve_file(&key, &slot.files).await
+}
+
+async fn serve_file(key: &str, path: &std::path::Path) -> Result<Body, StatusCode> {
+    let file = tokio::fs::File::open(path).await.map_err(|e| {
         tracing::warn!(attempt = %key, error = %e, "the run's files are gone");
         StatusCode::GONE
     })?;
