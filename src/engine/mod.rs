@@ -165,37 +165,25 @@ impl Engine {
     /// The runner of `kind` (the Docker and swarm runners connect to their engines on
     /// first use).
     pub async fn runner(&self, kind: RunnerKind) -> Result<Arc<dyn Runner>, String> {
-        match kind {
-            RunnerKind::Local => Ok(self.runners.local.clone()),
-            RunnerKind::Docker => self
-                .runners
-                .docker
-                .get_or_init(|| async {
-                    crate::runner::DockerRunner::connect(
-                        &self.config.engine.docker,
-                        &self.source_env,
-                    )
-                    .await
-                    .map(|r| Arc::new(r) as Arc<dyn Runner>)
-                    .map_err(|e| e.to_string())
-                })
-                .await
-                .clone(),
-            RunnerKind::Swarm => self
-                .runners
-                .swarm
-                .get_or_init(|| async {
-                    crate::runner::DockerRunner::connect_swarm(
-                        &self.config.engine.docker,
-                        &self.source_env,
-                    )
-                    .await
-                    .map(|r| Arc::new(r) as Arc<dyn Runner>)
-                    .map_err(|e| e.to_string())
-                })
-                .await
-                .clone(),
-        }
+        use crate::runner::DockerRunner;
+        let (cell, swarm) = match kind {
+            RunnerKind::Local => return Ok(self.runners.local.clone()),
+            RunnerKind::Docker => (&self.runners.docker, false),
+            RunnerKind::Swarm => (&self.runners.swarm, true),
+        };
+        cell.get_or_init(|| async {
+            let (docker, env) = (&self.config.engine.docker, &self.source_env);
+            let connected = if swarm {
+                DockerRunner::connect_swarm(docker, env).await
+            } else {
+                DockerRunner::connect(docker, env).await
+            };
+            connected
+                .map(|r| Arc::new(r) as Arc<dyn Runner>)
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .clone()
     }
 
     /// The environment a probe of `provider` (auth status, version) runs with: what a

@@ -66,6 +66,9 @@ where
     }
 }
 
+/// A swarm object's labels.
+type Labels = HashMap<String, String>;
+
 /// What aicli made on the swarm for the tasks of `repo` and left: services, secrets,
 /// configs, and the containers of its jobs.
 pub async fn jobs_left(docker: &Docker, repo: &Path) -> Vec<String> {
@@ -74,7 +77,8 @@ pub async fn jobs_left(docker: &Docker, repo: &Path) -> Vec<String> {
         l.and_then(|l| l.get(labels::WORKSPACE))
             .is_some_and(|w| Path::new(w).starts_with(repo))
     };
-    let mut left = Vec::new();
+    // (kind, name, labels) of every aicli service, secret and config.
+    let mut objects: Vec<(&str, Option<String>, Option<Labels>)> = Vec::new();
     let services = docker
         .list_services(Some(
             bollard::query_parameters::ListServicesOptionsBuilder::default()
@@ -83,11 +87,8 @@ pub async fn jobs_left(docker: &Docker, repo: &Path) -> Vec<String> {
         ))
         .await
         .expect("list services");
-    for s in services {
-        let spec = s.spec.unwrap_or_default();
-        if mine(spec.labels.as_ref()) {
-            left.push(format!("service {}", spec.name.unwrap_or_default()));
-        }
+    for spec in services.into_iter().map(|s| s.spec.unwrap_or_default()) {
+        objects.push(("service", spec.name, spec.labels));
     }
     let secrets = docker
         .list_secrets(Some(
@@ -97,11 +98,8 @@ pub async fn jobs_left(docker: &Docker, repo: &Path) -> Vec<String> {
         ))
         .await
         .expect("list secrets");
-    for s in secrets {
-        let spec = s.spec.unwrap_or_default();
-        if mine(spec.labels.as_ref()) {
-            left.push(format!("secret {}", spec.name.unwrap_or_default()));
-        }
+    for spec in secrets.into_iter().map(|s| s.spec.unwrap_or_default()) {
+        objects.push(("secret", spec.name, spec.labels));
     }
     let configs = docker
         .list_configs(Some(
@@ -111,12 +109,14 @@ pub async fn jobs_left(docker: &Docker, repo: &Path) -> Vec<String> {
         ))
         .await
         .expect("list configs");
-    for c in configs {
-        let spec = c.spec.unwrap_or_default();
-        if mine(spec.labels.as_ref()) {
-            left.push(format!("config {}", spec.name.unwrap_or_default()));
-        }
+    for spec in configs.into_iter().map(|c| c.spec.unwrap_or_default()) {
+        objects.push(("config", spec.name, spec.labels));
     }
+    let mut left: Vec<String> = objects
+        .into_iter()
+        .filter(|(_, _, l)| mine(l.as_ref()))
+        .map(|(kind, name, _)| format!("{kind} {}", name.unwrap_or_default()))
+        .collect();
     for c in support::labelled(docker, JOB_LABEL).await {
         left.push(format!(
             "container {}",

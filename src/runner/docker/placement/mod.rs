@@ -355,14 +355,7 @@ impl DockerPlacement {
         };
         let orders = serde_json::to_vec(&orders)
             .map_err(|e| self.err(DockerError::Work(e.to_string())))?;
-        let mut job = swarm::Job {
-            docker: self.spec.host.docker.clone(),
-            host: self.spec.host.name.clone(),
-            key: key.clone(),
-            service: None,
-            secret: None,
-            config: None,
-        };
+        let mut job = swarm::Job::new(&self.spec.host.docker, &self.spec.host.name, key.clone());
         if orders.len() > swarm::MAX_ORDERS {
             self.job = Some((job, key));
             return Err(self.err(DockerError::Work(format!(
@@ -395,12 +388,7 @@ impl DockerPlacement {
 
     /// The attempt's start bundle and files, in `scratch` ([`swarm::up`]).
     async fn stage_swarm(&self, scratch: &Path) -> Result<swarm::up::Staged, DockerError> {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(scratch)
-            .map_err(|e| DockerError::Work(format!("cannot create {}: {e}", scratch.display())))?;
+        // remote::stage makes `scratch`, the owner's only.
         let up = remote::Upload {
             workspace: self.spec.workspace.clone(),
             private_dir: self.spec.private_dir.clone(),

@@ -244,6 +244,18 @@ fn b64(data: &[u8]) -> String {
 }
 
 impl Job {
+    /// A job of attempt `key` on `host`'s engine, nothing made yet.
+    pub fn new(docker: &Docker, host: &str, key: String) -> Job {
+        Job {
+            docker: docker.clone(),
+            host: host.to_owned(),
+            key,
+            service: None,
+            secret: None,
+            config: None,
+        }
+    }
+
     /// Makes the secret (`orders`), the config (the runner) and the service of `spec` on
     /// `docker`. Whatever was made is in the job, for [`Job::remove`], also on error.
     pub async fn create(
@@ -603,52 +615,31 @@ pub async fn remove_leftovers(host: &Host, only: Option<(&str, &str)>, all: bool
             host.name
         ));
     }
-    let secrets = docker
-        .list_secrets(Some(
-            bollard::query_parameters::ListSecretsOptionsBuilder::default()
-                .filters(&filter)
-                .build(),
-        ))
-        .await
-        .unwrap_or_default();
-    for s in secrets {
+    // The secrets and configs, each removed as a job of that one object.
+    let secret_filter = bollard::query_parameters::ListSecretsOptionsBuilder::default()
+        .filters(&filter)
+        .build();
+    let config_filter = bollard::query_parameters::ListConfigsOptionsBuilder::default()
+        .filters(&filter)
+        .build();
+    let mut objects = Vec::new();
+    for s in docker.list_secrets(Some(secret_filter)).await.unwrap_or_default() {
         let spec = s.spec.unwrap_or_default();
-        if let (true, Some(id)) = (wanted(&spec.labels), s.id) {
-            let mut job = Job {
-                docker: docker.clone(),
-                host: host.name.clone(),
-                key: spec.name.unwrap_or_default(),
-                service: None,
-                secret: Some(id),
-                config: None,
-            };
-            if let Err(e) = job.remove().await {
-                lines.push(e.to_string());
-            }
-        }
+        let mut job = Job::new(docker, &host.name, spec.name.unwrap_or_default());
+        job.secret = s.id;
+        objects.push((job, spec.labels));
     }
-    let configs = docker
-        .list_configs(Some(
-            bollard::query_parameters::ListConfigsOptionsBuilder::default()
-                .filters(&filter)
-                .build(),
-        ))
-        .await
-        .unwrap_or_default();
-    for c in configs {
+    for c in docker.list_configs(Some(config_filter)).await.unwrap_or_default() {
         let spec = c.spec.unwrap_or_default();
-        if let (true, Some(id)) = (wanted(&spec.labels), c.id) {
-            let mut job = Job {
-                docker: docker.clone(),
-                host: host.name.clone(),
-                key: spec.name.unwrap_or_default(),
-                service: None,
-                secret: None,
-                config: Some(id),
-            };
-            if let Err(e) = job.remove().await {
-                lines.push(e.to_string());
-            }
+        let mut job = Job::new(docker, &host.name, spec.name.unwrap_or_default());
+        job.config = c.id;
+        objects.push((job, spec.labels));
+    }
+    for (mut job, l) in objects {
+        if wanted(&l)
+            && let Err(e) = job.remove().await
+        {
+            lines.push(e.to_string());
         }
     }
     lines

@@ -20,7 +20,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{get, post};
+use axum::routing::get;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use subtle::ConstantTimeEq;
@@ -109,14 +109,7 @@ pub type Slots = Arc<Mutex<HashMap<String, Arc<Slot>>>>;
 /// The routes (see the module docs).
 pub fn router(slots: Slots) -> Router {
     Router::new()
-        .route("/swarm/{key}/start", get(start))
-        .route("/swarm/{key}/files", get(files))
-        .route("/swarm/{key}/out", post(out))
-        .route("/swarm/{key}/err", post(err))
-        .route("/swarm/{key}/work", post(work))
-        .route("/swarm/{key}/home", post(home))
-        .route("/swarm/{key}/signal", get(signal))
-        .route("/swarm/{key}/exit", post(exit))
+        .route("/swarm/{key}/{part}", get(fetch).post(receive))
         .with_state(slots)
 }
 
@@ -136,22 +129,51 @@ fn authorized(slots: &Slots, key: &str, headers: &HeaderMap) -> Result<Arc<Slot>
     }
 }
 
-async fn start(
+/// `GET`: the start bundle, the files, the stop signal.
+async fn fetch(
     State(slots): State<Slots>,
-    Path(key): Path<String>,
+    Path((key, part)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Body, StatusCode> {
     let slot = authorized(&slots, &key, &headers)?;
-    serve_file(&key, &slot.bundle).await
+    match part.as_str() {
+        "start" => serve_file(&key, &slot.bundle).await,
+        "files" => serve_file(&key, &slot.files).await,
+        // Held open until the run is to stop.
+        "signal" => {
+            let mut stop = slot.stop.subscribe();
+            let _ = stop.wait_for(|s| *s).await;
+            Ok(Body::from("TERM"))
+        }
+        _ => Err(StatusCode::NOT_FOUND),
+    }
 }
 
-async fn files(
+/// `POST`: the CLI's output, the work, the home, the exit.
+async fn receive(
     State(slots): State<Slots>,
-    Path(key): Path<String>,
+    Path((key, part)): Path<(String, String)>,
     headers: HeaderMap,
-) -> Result<Body, StatusCode> {
-    let slot = authorized(&slots, &key, &headers)?;
-    serve_file(&key, &slot.files).await
+    body: Body,
+) -> StatusCode {
+    let slot = match authorized(&slots, &key, &headers) {
+        Ok(s) => s,
+        Err(s) => return s,
+    };
+    match part.as_str() {
+        "out" => {
+            let tx = lock(&slot.out).take();
+            stream_into(tx, body).await
+        }
+        "err" => {
+            let tx = lock(&slot.err).take();
+            stream_into(tx, body).await
+        }
+        "work" => save(&slot, "work.bundle", body).await,
+        "home" => save(&slot, "home.tar", body).await,
+        "exit" => exit(&slot, body).await,
+        _ => StatusCode::NOT_FOUND,
+    }
 }
 
 async fn serve_file(key: &str, path: &std::path::Path) -> Result<Body, StatusCode> {
@@ -180,36 +202,6 @@ async fn stream_into(
         }
     }
     StatusCode::NO_CONTENT
-}
-
-async fn out(
-    State(slots): State<Slots>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> StatusCode {
-    match authorized(&slots, &key, &headers) {
-        Ok(slot) => {
-            let tx = lock(&slot.out).take();
-            stream_into(tx, body).await
-        }
-        Err(s) => s,
-    }
-}
-
-async fn err(
-    State(slots): State<Slots>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> StatusCode {
-    match authorized(&slots, &key, &headers) {
-        Ok(slot) => {
-            let tx = lock(&slot.err).take();
-            stream_into(tx, body).await
-        }
-        Err(s) => s,
-    }
 }
 
 /// Writes a posted body to `name` in the slot's directory, refusing more than
@@ -245,42 +237,6 @@ async fn save(slot: &Slot, name: &str, body: Body) -> StatusCode {
     }
 }
 
-async fn work(
-    State(slots): State<Slots>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> StatusCode {
-    match authorized(&slots, &key, &headers) {
-        Ok(slot) => save(&slot, "work.bundle", body).await,
-        Err(s) => s,
-    }
-}
-
-async fn home(
-    State(slots): State<Slots>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> StatusCode {
-    match authorized(&slots, &key, &headers) {
-        Ok(slot) => save(&slot, "home.tar", body).await,
-        Err(s) => s,
-    }
-}
-
-/// Answers `TERM` once the run is to stop (held open until then).
-async fn signal(
-    State(slots): State<Slots>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-) -> Result<&'static str, StatusCode> {
-    let slot = authorized(&slots, &key, &headers)?;
-    let mut stop = slot.stop.subscribe();
-    let _ = stop.wait_for(|s| *s).await;
-    Ok("TERM")
-}
-
 /// What `/exit` carries.
 #[derive(serde::Deserialize)]
 struct ExitBody {
@@ -289,19 +245,10 @@ struct ExitBody {
     error: Option<String>,
 }
 
-async fn exit(
-    State(slots): State<Slots>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    let slot = match authorized(&slots, &key, &headers) {
-        Ok(s) => s,
-        Err(s) => return s,
-    };
-    if body.len() > 4096 {
+async fn exit(slot: &Slot, body: Body) -> StatusCode {
+    let Ok(body) = axum::body::to_bytes(body, 4096).await else {
         return StatusCode::PAYLOAD_TOO_LARGE;
-    }
+    };
     let Ok(b) = serde_json::from_slice::<ExitBody>(&body) else {
         return StatusCode::BAD_REQUEST;
     };
