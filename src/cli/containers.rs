@@ -42,12 +42,16 @@ pub async fn run(
                 found.push(c);
             }
             let proxies = egress::list();
+            let mut jobs = Vec::new();
+            for h in runner.hosts() {
+                jobs.extend(swarm::list_jobs(h).await);
+            }
             if json_out {
-                let v = serde_json::json!({"containers": found, "egress_proxies": proxies});
+                let v = serde_json::json!({"containers": found, "swarm_jobs": jobs, "egress_proxies": proxies});
                 println!("{}", serde_json::to_string_pretty(&v)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            if found.is_empty() {
+            if found.is_empty() && jobs.is_empty() {
                 println!("no aicli containers");
             }
             for c in &found {
@@ -66,6 +70,24 @@ pub async fn run(
                     c.labels.provider,
                     age(c.created),
                     owner_words(Some(&c.labels.owner), c.owner_alive)
+                );
+            }
+            for j in &jobs {
+                println!(
+                    "swarm job {} on {}: {} · task {}/{} (attempt {}, {}) · {} old · {}",
+                    j.name,
+                    j.host,
+                    if j.state.is_empty() {
+                        "pending"
+                    } else {
+                        &j.state
+                    },
+                    j.labels.batch_id,
+                    j.labels.task_id,
+                    j.labels.attempt,
+                    j.labels.provider,
+                    age(j.created),
+                    owner_words(Some(&j.labels.owner), j.owner_alive)
                 );
             }
             for p in &proxies {

@@ -423,8 +423,8 @@ async fn every_end_of_a_job_removes_it_and_keeps_the_work() {
 }
 
 /// `aicli batch --runner swarm` killed with SIGKILL while its job runs: the service, its
-/// secret and config stay (their owner gone); `aicli containers prune` removes them and
-/// the job's container.
+/// secret and config stay (their owner gone) and `aicli containers` lists the job;
+/// `aicli containers prune` removes them and the job's container.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prune_removes_the_jobs_of_a_killed_aicli() {
     use crate::suite::support::{
@@ -447,11 +447,18 @@ async fn prune_removes_the_jobs_of_a_killed_aicli() {
             "the run never printed",
             |b| task_printed(b, "slow"),
         );
-        let _ = batch_id(&batch_dir);
+        let batch = batch_id(&batch_dir);
         kill_9(&mut child);
         let left = jobs_left(&docker, repo.path()).await;
         assert!(left.iter().any(|l| l.starts_with("service ")), "{left:?}");
         assert!(left.iter().any(|l| l.starts_with("secret ")), "{left:?}");
+        // `aicli containers` lists the job with its task.
+        let out = aicli_with(&cfg, &["containers"]).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            said.lines().any(|l| l.starts_with("swarm job aicli-") && l.contains(&format!("task {batch}/slow"))),
+            "{said}"
+        );
         let out = aicli_with(&cfg, &["containers", "prune"]).output().unwrap();
         let said = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));

@@ -571,6 +571,73 @@ pub fn key_of(batch: &str, task: &str, attempt: u32) -> String {
     format!("{}-{end}", head.trim_end_matches('-'))
 }
 
+/// One of aicli's swarm jobs, as `aicli containers` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct JobInfo {
+    /// The engine's name.
+    pub host: String,
+    /// The service's name.
+    pub name: String,
+    /// Its task's state (`running`, `complete`, …; empty before it has one).
+    pub state: String,
+    /// When the service was made (Unix seconds).
+    pub created: i64,
+    /// What its labels say.
+    pub labels: super::labels::Labelled,
+    /// Whether the aicli that made it is alive.
+    pub owner_alive: bool,
+}
+
+/// aicli's swarm jobs on `host` (none when it is not a swarm manager).
+pub async fn list_jobs(host: &Host) -> Vec<JobInfo> {
+    use super::labels::{self, Labelled};
+    let filter = HashMap::from([("label", vec![labels::MANAGED])]);
+    let services = host
+        .docker
+        .list_services(Some(
+            bollard::query_parameters::ListServicesOptionsBuilder::default()
+                .filters(&filter)
+                .build(),
+        ))
+        .await
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for s in services {
+        let spec = s.spec.unwrap_or_default();
+        let Some(l) = spec.labels.as_ref().and_then(Labelled::read) else {
+            continue;
+        };
+        let name = spec.name.unwrap_or_default();
+        let opts = bollard::query_parameters::ListTasksOptionsBuilder::default()
+            .filters(&HashMap::from([("service", vec![name.as_str()])]))
+            .build();
+        let state = host
+            .docker
+            .list_tasks(Some(opts))
+            .await
+            .ok()
+            .and_then(|t| t.into_iter().next())
+            .and_then(|t| t.status)
+            .and_then(|s| s.state)
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let created = s
+            .created_at
+            .and_then(|c| c.parse::<jiff::Timestamp>().ok())
+            .map(|t| t.as_second())
+            .unwrap_or(0);
+        out.push(JobInfo {
+            host: host.name.clone(),
+            name,
+            state,
+            created,
+            owner_alive: labels::owner_alive(&l.owner),
+            labels: l,
+        });
+    }
+    out
+}
+
 /// Removes the swarm objects (services, secrets, configs) aicli made for `only` (a
 /// batch's task), or, without it, those whose aicli is gone (every one with `all`).
 /// Returns a line per service removed.
