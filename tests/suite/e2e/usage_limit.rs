@@ -18,7 +18,16 @@ const RESET: Duration = Duration::from_secs(6);
 /// own after the reset: the first run's session resumed (gemini saves no session whose
 /// only request failed: there, a new run carries the task), nothing paid twice.
 async fn three_tasks_park_at_the_limit_and_finish_after_the_reset(cli: Cli) {
-    let t = E2e::start(
+    // Codex names the reset to the minute ("try again at 8:24 PM"), so aicli waits to
+    // the end of that minute: up to 60 s past the fake's reset. A run that met the limit
+    // in the last seconds of a minute would not fit in the default 60 s timeout, and
+    // would (rightly) end as a timeout instead of parking.
+    let setup = Setup {
+        timeout: RESET + Duration::from_secs(150),
+        ..Setup::default()
+    };
+    let t = E2e::start_in(
+        setup,
         cli,
         Script::usage_limit(RESET).then_text("Done after the reset."),
     )
