@@ -54,8 +54,9 @@ const RUNNER_PATH: &str = "/aicli-swarm/runner.js";
 /// Label on a swarm job's container (not [`super::labels::MANAGED`]: the container is
 /// Swarm's to remove, with its service).
 pub const JOB_LABEL: &str = "dev.aicli.swarm-job";
-/// How often a job's state is asked.
-const POLL: Duration = Duration::from_millis(250);
+/// How often a job's state is asked (one request per running job: the runner's own
+/// exit comes over the protocol, this only notices a job that ended without it).
+const POLL: Duration = Duration::from_secs(1);
 /// How long a runner has to post its exit after its job ended, before the run counts as
 /// lost.
 const EXIT_GRACE: Duration = Duration::from_secs(3);
