@@ -12,6 +12,12 @@ pub const PRIVATE_DIR_MODE: u32 = 0o700;
 /// The mode of every file aicli writes into its state directories.
 pub const PRIVATE_FILE_MODE: u32 = 0o600;
 
+/// Locks `m`, also when a thread panicked holding it (what it guards stays usable: every
+/// caller keeps it consistent between statements).
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Creates `dir` and its missing parents, each new one [`PRIVATE_DIR_MODE`] (the mode is
 /// given to `mkdir`, and a umask only ever removes bits, so no umask makes them wider).
 /// Existing directories are left as they are.

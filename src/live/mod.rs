@@ -12,9 +12,11 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
+
+use crate::util::lock;
 
 mod events;
 
@@ -62,10 +64,6 @@ struct Queue {
     events: VecDeque<(BatchEvent, usize)>,
     bytes: usize,
     dropped: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The sending side; cheap to clone. The channel closes when the last clone is dropped.

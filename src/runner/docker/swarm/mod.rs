@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use super::DockerError;
 use super::hosts::{HOST_ALIAS, Host};
 use crate::http::listener::{ConnLimits, ConnStats};
+use crate::util::lock;
 
 pub mod handle;
 pub mod serve;
@@ -145,10 +146,6 @@ impl Protocol {
     pub fn url_of(&self, key: &str) -> String {
         format!("{}/{key}", self.url)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Checks that `docker` is a swarm manager.

@@ -28,6 +28,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 
 use super::super::remote::MAX_DOWNLOAD;
+use crate::util::lock;
 
 /// How an attempt's job ended, as aicli learnt it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,10 +98,6 @@ impl Slot {
         lock(&self.out).take();
         lock(&self.err).take();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The attempts being served, by key.
