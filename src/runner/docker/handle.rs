@@ -77,15 +77,37 @@ type AttachOutput = std::pin::Pin<
     Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
 >;
 
-/// One stream of the attach's output, demultiplexed ([`demux`]).
-type ByteStream = mpsc::Receiver<std::io::Result<Bytes>>;
+/// A run's stdout or stderr as byte chunks (the attach's, demultiplexed by [`demux`];
+/// a swarm job's, as its runner posts them).
+pub type ByteStream = mpsc::Receiver<std::io::Result<Bytes>>;
 
-/// One stream of the attach, as an `AsyncRead` for the line reader.
+/// One stream as an `AsyncRead` for the line reader.
 fn reader(rx: ByteStream) -> impl tokio::io::AsyncRead + Unpin {
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     });
     tokio_util::io::StreamReader::new(Box::pin(stream))
+}
+
+/// What reads a run's output: its stdout lines (recorded into `record`), its stderr
+/// tail (and `out`'s stderr file), and the two tasks that read them. `out`'s stdout tee
+/// is `record`'s already.
+pub fn read_output(
+    out_rx: ByteStream,
+    err_rx: ByteStream,
+    record: StdoutRecord,
+    out: OutputOptions,
+) -> (LineReceiver, StderrTail, [JoinHandle<()>; 2]) {
+    let (tx, lines) = line_channel(LINE_QUEUE_BYTES);
+    let read = tokio::spawn(read_lines(reader(out_rx), out.line_cap, record, tx));
+    let stderr = StderrTail::new(out.stderr_tail);
+    let drain = tokio::spawn(drain_stderr(
+        reader(err_rx),
+        stderr.clone(),
+        out.stderr_tee,
+        out.stderr_file_cap,
+    ));
+    (lines, stderr, [read, drain])
 }
 
 /// A created container, attached (nothing it prints is missed) and started: its first
@@ -156,7 +178,7 @@ impl ContainerHandle {
         warm: Warm,
         go: Option<&str>,
         stdin: ContainerStdin,
-        out: OutputOptions,
+        mut out: OutputOptions,
         stop_allowance: Duration,
     ) -> ContainerHandle {
         let Warm {
@@ -176,7 +198,7 @@ impl ContainerHandle {
         let mut readers = vec![waiter];
         // The stdout record is shared with a two-way run's stdin writer, which puts its
         // messages between the CLI's lines, as for a local process.
-        let record = StdoutRecord::from(out.stdout_tee);
+        let record = StdoutRecord::from(out.stdout_tee.take());
         let mut stdin_writer = None;
         match stdin {
             ContainerStdin { open: true, text } => {
@@ -199,20 +221,8 @@ impl ContainerHandle {
         }
         let (demuxer, out_rx, err_rx) = demux(attach.output);
         readers.push(demuxer);
-        let (tx, lines) = line_channel(LINE_QUEUE_BYTES);
-        readers.push(tokio::spawn(read_lines(
-            reader(out_rx),
-            out.line_cap,
-            record,
-            tx,
-        )));
-        let stderr = StderrTail::new(out.stderr_tail);
-        readers.push(tokio::spawn(drain_stderr(
-            reader(err_rx),
-            stderr.clone(),
-            out.stderr_tee,
-            out.stderr_file_cap,
-        )));
+        let (lines, stderr, read) = read_output(out_rx, err_rx, record, out);
+        readers.extend(read);
         tracing::debug!(container = %id, host = %container.host, ?peer, "container running its CLI");
         ContainerHandle {
             container,

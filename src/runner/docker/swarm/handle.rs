@@ -10,26 +10,15 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::super::handle::{ByteStream as Rx, read_output};
 use super::{Ended, Job, Slot};
-use crate::proc::lines::{
-    LINE_QUEUE_BYTES, LineReceiver, StderrTail, drain_stderr, line_channel, read_lines,
-};
+use crate::proc::lines::{LineReceiver, StderrTail};
 use crate::proc::spawn::OutputOptions;
 use crate::proc::stdin::StdoutRecord;
 use crate::runner::RunHandle;
 
-/// A byte stream as an `AsyncRead` for the line reader.
-fn reader(rx: Rx) -> impl tokio::io::AsyncRead + Unpin {
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    tokio_util::io::StreamReader::new(Box::pin(stream))
-}
-
-/// One side of a byte stream a job's runner feeds.
+/// The side of a byte stream a job's runner feeds; the other is a [`Rx`].
 type Tx = mpsc::Sender<std::io::Result<Bytes>>;
-/// The other side.
-pub type Rx = mpsc::Receiver<std::io::Result<Bytes>>;
 
 /// The two byte streams (stdout, stderr) a job's runner feeds ([`Slot`]'s), and what
 /// reads them.
@@ -48,7 +37,7 @@ pub struct JobHandle {
     readers: Vec<JoinHandle<()>>,
     ended: watch::Receiver<Option<Ended>>,
     slot: Arc<Slot>,
-    /// Extra time after SIGTERM for the runner to pack and post the work.
+    /// Extra time after aicli's stop for the runner to pack and post the work.
     stop_allowance: Duration,
 }
 
@@ -58,7 +47,7 @@ impl JobHandle {
         job: Job,
         slot: Arc<Slot>,
         (out_rx, err_rx): (Rx, Rx),
-        out: OutputOptions,
+        mut out: OutputOptions,
         stop_allowance: Duration,
     ) -> JobHandle {
         let mut readers = Vec::new();
@@ -69,20 +58,9 @@ impl JobHandle {
                 slot.clone(),
             )));
         }
-        let (tx, lines) = line_channel(LINE_QUEUE_BYTES);
-        readers.push(tokio::spawn(read_lines(
-            reader(out_rx),
-            out.line_cap,
-            StdoutRecord::from(out.stdout_tee),
-            tx,
-        )));
-        let stderr = StderrTail::new(out.stderr_tail);
-        readers.push(tokio::spawn(drain_stderr(
-            reader(err_rx),
-            stderr.clone(),
-            out.stderr_tee,
-            out.stderr_file_cap,
-        )));
+        let record = StdoutRecord::from(out.stdout_tee.take());
+        let (lines, stderr, read) = read_output(out_rx, err_rx, record, out);
+        readers.extend(read);
         JobHandle {
             job,
             lines,
