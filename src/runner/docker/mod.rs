@@ -156,7 +156,7 @@ impl DockerRunner {
     }
 
     /// The swarm runner: one manager (the first engine of `config`, else `DOCKER_HOST`,
-    /// else the local socket), each run a swarm job (see [`swarm`]).
+    /// else the local socket), each run a swarm job (see the `swarm` module).
     pub async fn connect_swarm(
         config: &DockerConfig,
         env: &BTreeMap<String, String>,
@@ -166,7 +166,7 @@ impl DockerRunner {
             .first()
             .ok_or_else(|| DockerError::NoEngine("no engine is configured".into()))?;
         let host = Host::connect(first, config).await?;
-        swarm::check_manager(&host.docker, &host.name).await?;
+        swarm::check_manager(&host.docker, &host.name, &first.url).await?;
         let proto = swarm::Protocol::start(&host).await?;
         Ok(DockerRunner {
             config: Arc::new(config.clone()),

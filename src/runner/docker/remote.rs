@@ -202,11 +202,8 @@ pub async fn download(c: &Container, path: &str, into: &Path) -> Result<(), Dock
             inner: bridge,
             n: 0,
         };
-        let mut archive = tar::Archive::new(counted);
-        archive.set_preserve_permissions(true);
-        archive.set_overwrite(true);
-        let r = archive.unpack(&into);
-        let n = archive.into_inner().n;
+        let (r, counted) = unpack(counted, &into);
+        let n = counted.n;
         if n > MAX_DOWNLOAD {
             return Err(DockerError::Work(format!(
                 "{what2} is larger than {MAX_DOWNLOAD} bytes; not brought back"
@@ -219,6 +216,16 @@ pub async fn download(c: &Container, path: &str, into: &Path) -> Result<(), Dock
     })
     .await
     .map_err(|e| DockerError::Work(format!("downloading {what}: {e}")))?
+}
+
+/// Unpacks the tar read from `r` under `into` as the work that comes back is unpacked:
+/// modes kept, files overwritten. Returns the reader too (what it counted).
+pub fn unpack<R: Read>(r: R, into: &Path) -> (std::io::Result<()>, R) {
+    let mut archive = tar::Archive::new(r);
+    archive.set_preserve_permissions(true);
+    archive.set_overwrite(true);
+    let unpacked = archive.unpack(into);
+    (unpacked, archive.into_inner())
 }
 
 struct Counted<R> {
