@@ -97,6 +97,14 @@ pub struct DockerConfig {
     pub cpus: f64,
     /// Most processes per container (0: none).
     pub pids_limit: i64,
+    /// CPUs a swarm job reserves on its node (0: none): the swarm places a job only on a
+    /// node where that much is not reserved yet, and aicli counts the swarm's room by it.
+    pub reserve_cpus: f64,
+    /// Memory a swarm job reserves on its node, MiB (0: none).
+    pub reserve_memory_mb: u64,
+    /// Swarm placement constraints per provider (`{"claude": ["node.labels.gpu==true"]}`),
+    /// besides each task's own `constraints`. Only the swarm runner places by them.
+    pub constraints: BTreeMap<String, Vec<String>>,
     /// The container network when `egress` is off (`bridge`: the engine's default
     /// bridge, through which the container reaches aicli's MCP server; `none` cuts the
     /// container off entirely, aicli's MCP server and the model API included), and on a
@@ -132,6 +140,9 @@ impl Default for DockerConfig {
             memory_mb: 4096,
             cpus: 2.0,
             pids_limit: 1024,
+            reserve_cpus: 0.0,
+            reserve_memory_mb: 0,
+            constraints: BTreeMap::new(),
             network_mode: "bridge".to_owned(),
             user: None,
             deb_cache: None,
@@ -277,11 +288,12 @@ impl DockerConfig {
 
     /// Checks what types cannot; errors name the JSON path (under `engine.docker`).
     pub fn check(&self) -> Result<(), (String, String)> {
-        if !(self.cpus.is_finite() && self.cpus >= 0.0) {
-            return Err((
-                "cpus".into(),
-                format!("{} is not a non-negative number", self.cpus),
-            ));
+        crate::placement::Resources::of(self, None).check()?;
+        for (provider, list) in &self.constraints {
+            for (i, c) in list.iter().enumerate() {
+                crate::placement::check_constraint(c)
+                    .map_err(|m| (format!("constraints.{provider}[{i}]"), m))?;
+            }
         }
         if self.pids_limit < 0 {
             return Err(("pids_limit".into(), "must not be negative".into()));

@@ -19,6 +19,7 @@
 //! | `config/engine` | [`EngineConfig`]: the `engine` section (limits, retries, the MCP server and its [`McpLimits`], env, cgroups) |
 //! | [`docker_config`] | [`RunnerKind`] and the `engine.docker` section (engines, images, limits) |
 //! | [`egress_config`] | `engine.docker.egress`: the containers' egress allowlist |
+//! | [`placement`] | a task's resources over `engine.docker`'s, swarm placement constraints |
 //! | [`event`] | the normalized [`AgentEvent`] model (every event keeps its raw line) |
 //! | [`usage`] | [`CanonicalUsage`], prices, cost estimation |
 //! | [`task`] | [`TaskSpec`], the vendor-neutral task |
@@ -96,6 +97,7 @@ pub mod error;
 pub mod event;
 pub mod gemini;
 pub mod mcp_tools;
+pub mod placement;
 pub mod provider;
 pub mod registry;
 pub mod replay;
@@ -115,6 +117,7 @@ pub use egress_config::{EgressConfig, HostPattern};
 pub use error::{ConfigError, ErrorKind, ProviderError};
 pub use event::{AgentEvent, EventKind, LogLevel, PlanItem};
 pub use mcp_tools::{InputSchema, McpToolConfig, McpUpstreamConfig};
+pub use placement::{Resources, TaskResources};
 pub use provider::{
     AiCliProvider, AuthStatus, BinaryLocation, CommandSpec, Feature, FileSpec, LaunchContext,
     LinkSpec, McpEndpoint, McpWiring, SharedProvider,

@@ -98,12 +98,18 @@ pub struct TaskSpec {
     pub skills: Vec<String>,
     /// Credential names the agent may read through MCP.
     pub credentials: Vec<String>,
-    /// Where the task runs (`local` or `docker`), overriding the batch's and the
-    /// provider's runner.
+    /// Where the task runs (`local`, `docker` or `swarm`), overriding the batch's and
+    /// the provider's runner.
     pub runner: Option<crate::docker_config::RunnerKind>,
     /// Names in the config's `mcp_tools` or `mcp_upstreams` the agent may call through
     /// aicli's MCP server (besides `engine.mcp_tools`, granted to every task).
     pub mcp_tools: Vec<String>,
+    /// Resources of the task's container or swarm job, each over `engine.docker`'s.
+    pub resources: Option<crate::placement::TaskResources>,
+    /// Swarm placement constraints (`node.labels.gpu==true`, `node.role!=manager`),
+    /// besides the provider's in `engine.docker.constraints`; only the swarm runner
+    /// places by them.
+    pub constraints: Vec<String>,
 }
 
 impl TaskSpec {
@@ -150,6 +156,23 @@ impl TaskSpec {
             return Err(
                 "idle_timeout_secs: must be at least 1 (0 would stop the run at once)".into(),
             );
+        }
+        if let Some(r) = &self.resources {
+            let defaults = crate::DockerConfig::default();
+            // Each given number checked against the others given (a reservation above
+            // the engine's limit is the runner's to refuse, where that limit is known).
+            let given = crate::placement::Resources {
+                cpus: r.cpus.unwrap_or(0.0),
+                memory_mb: r.memory_mb.unwrap_or(0),
+                reserve_cpus: r.reserve_cpus.unwrap_or(defaults.reserve_cpus),
+                reserve_memory_mb: r.reserve_memory_mb.unwrap_or(defaults.reserve_memory_mb),
+            };
+            given
+                .check()
+                .map_err(|(f, m)| format!("resources.{f}: {m}"))?;
+        }
+        for (i, c) in self.constraints.iter().enumerate() {
+            crate::placement::check_constraint(c).map_err(|m| format!("constraints[{i}]: {m}"))?;
         }
         if let Some(cwd) = &self.cwd
             && (cwd.is_absolute()

@@ -101,6 +101,8 @@ impl Batch {
             branch,
             inherited_env: &base_env,
             agent_port,
+            resources: task.resources.as_ref(),
+            constraints: &task.constraints,
         };
         runner.warm(&req).await;
     }

@@ -8,7 +8,7 @@ use crate::record::{RunStore, TaskState};
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
-use super::common::{batch_uses_docker, ctrl_c_cancels, finish, repo_dir, start_engine, usage};
+use super::common::{batch_containers, ctrl_c_cancels, finish, repo_dir, start_engine, usage};
 use super::fake::FakeApiArgs;
 
 pub(super) async fn answer(
@@ -46,7 +46,7 @@ pub(super) async fn answer(
     let batch_id = task_ref.split_once('/').map(|(b, _)| b.to_owned());
     let docker = batch_id
         .as_deref()
-        .is_some_and(|b| batch_uses_docker(config_path, &repo, &r, b));
+        .and_then(|b| batch_containers(config_path, &repo, &r, b));
     let fake =
         super::common::recorded_fake(fake, config_path, &repo, &r, batch_id.as_deref(), true);
     let cancel = CancellationToken::new();

@@ -50,7 +50,7 @@ pub struct BatchArgs {
     /// worktree (as a commit on the task's branch); without it tasks start from HEAD.
     #[arg(long)]
     pub include_uncommitted: bool,
-    /// Where tasks that name no runner run: `local` or `docker` (over the tasks file's
+    /// Where tasks that name no runner run: `local`, `docker` or `swarm` (over the tasks file's
     /// `runner`, the provider's and engine.runner).
     #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
     pub runner: Option<RunnerKind>,
@@ -109,11 +109,11 @@ pub(super) async fn batch(
     let repo = task_repo(&r, true).await?;
     let cancel = CancellationToken::new();
     let runner = a.runner.or(file.runner);
-    let docker = runner.is_some_and(RunnerKind::is_container)
-        || file
-            .tasks
-            .iter()
-            .any(|t| t.runner.is_some_and(RunnerKind::is_container));
+    let docker = super::common::container_kind(
+        runner
+            .into_iter()
+            .chain(file.tasks.iter().filter_map(|t| t.runner)),
+    );
     let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;
     // Warned about once the config and --fake-api are known good.
     let base = match worktree_base(&repo, a.include_uncommitted).await {

@@ -255,26 +255,33 @@ impl Running {
 }
 
 /// Starts the engine of a command that runs tasks (see [`Running`]).
-/// `containers`: tasks may run in containers (the MCP server then accepts the names
-/// they reach it under, and `--fake-api` serves them on the bridge).
+/// `containers`: the container runner tasks may run under (the MCP server then accepts
+/// the names they reach it under, and `--fake-api` serves them where they reach aicli:
+/// the bridge, or the swarm manager's address).
 pub(super) async fn start_engine(
     config_path: Option<&Path>,
     repo: &Path,
     no_mcp: bool,
     fake: &FakeApiArgs,
-    containers: bool,
+    containers: Option<RunnerKind>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<Running> {
     let mut config = load_config(config_path)?;
-    let containers = containers || crate::runner::docker::config_uses_docker(&config);
+    let containers = container_kind(
+        containers
+            .into_iter()
+            .chain(crate::runner::docker::config_uses_docker(&config).then_some(RunnerKind::Docker))
+            .chain([config.engine.runner])
+            .chain(config.providers.values().filter_map(|p| p.runner)),
+    );
     let fake = match &fake.script {
         Some(spec) => {
             let script = super::fake::script(spec)
                 .map_err(|e| usage(format!("--fake-api: {e}")))?
                 .skipping(fake.served);
             let home = super::fake::home_of(repo);
-            Some(if containers {
-                let bind = super::containers::bridge_address(&config).await?;
+            Some(if let Some(kind) = containers {
+                let bind = super::containers::bridge_address(&config, kind).await?;
                 FakeSetup::start_in_containers(&mut config, script, &home, bind).await?
             } else {
                 FakeSetup::start(&mut config, script, &home).await?
@@ -295,7 +302,7 @@ pub(super) async fn start_engine(
         });
     }
     let mut opts = McpServerOptions::from_config(engine.config(), repo);
-    if containers {
+    if containers.is_some() {
         // Containers name aicli's machine host.docker.internal (or a configured address).
         opts.allowed_hosts
             .extend(crate::runner::docker::container_hosts(
@@ -381,7 +388,7 @@ pub(super) fn parse_runner(s: &str) -> Result<RunnerKind, String> {
     RunnerKind::parse(s).ok_or_else(|| format!("'{s}' is not a runner: use local, docker or swarm"))
 }
 
-/// Whether a recorded batch has tasks that run in containers.
+/// The container runner a recorded batch's tasks run under, if any ([`container_kind`]).
 /// The fake model APIs an answer (`answering`) or a resume of batch `batch_id` talks
 /// to: the ones asked for (`--fake-api`), else the ones the batch was recorded with
 /// (said on stderr; an answer to an `ask:` script goes on after the question), else
@@ -417,28 +424,32 @@ pub(super) fn recorded_fake(
     }
 }
 
-pub(super) fn batch_uses_docker(
+pub(super) fn batch_containers(
     config_path: Option<&Path>,
     repo: &Path,
     r: &RepoArgs,
     batch_id: &str,
-) -> bool {
-    let Ok(config) = load_config(config_path) else {
-        return false;
-    };
-    let Ok(reg) = registry(&config) else {
-        return false;
-    };
+) -> Option<RunnerKind> {
+    let config = load_config(config_path).ok()?;
+    let reg = registry(&config).ok()?;
     let engine = Engine::new(config, reg);
     let store = engine.store(repo, r.runs_dir.as_deref());
-    let Ok(spec) = store.open_batch(batch_id).and_then(|b| b.spec()) else {
-        return false;
-    };
-    spec.tasks.iter().any(|t| {
+    let spec = store.open_batch(batch_id).and_then(|b| b.spec()).ok()?;
+    container_kind(spec.tasks.iter().filter_map(|t| {
         let provider = t.provider.as_deref().unwrap_or(&spec.provider);
         match engine.registry().get(provider) {
-            Ok(p) => engine.runner_kind(t, &p).is_container(),
-            Err(_) => t.runner.is_some_and(RunnerKind::is_container),
+            Ok(p) => Some(engine.runner_kind(t, &p)),
+            Err(_) => t.runner,
         }
-    })
+    }))
+}
+
+/// The container runner among `kinds`, if any: the swarm when any is (its jobs reach
+/// aicli at the manager's address, which is what `--fake-api` then serves on), else
+/// Docker.
+pub(super) fn container_kind(kinds: impl IntoIterator<Item = RunnerKind>) -> Option<RunnerKind> {
+    kinds
+        .into_iter()
+        .filter(|k| k.is_container())
+        .max_by_key(|k| *k == RunnerKind::Swarm)
 }

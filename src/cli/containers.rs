@@ -103,8 +103,9 @@ pub async fn run(
             let mut lines = leftovers::remove(runner.hosts(), None, all).await;
             // Swarm jobs (their services, secrets and configs), on engines that are
             // swarm managers.
+            let engines: Vec<_> = runner.hosts().iter().map(|h| h.docker.clone()).collect();
             for h in runner.hosts() {
-                lines.extend(swarm::remove_leftovers(h, None, all).await);
+                lines.extend(swarm::remove_leftovers(h, &engines, None, all).await);
             }
             if json_out {
                 println!("{}", serde_json::to_string_pretty(&lines)?);
@@ -120,13 +121,20 @@ pub async fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where the fake model APIs listen for containers: the first local engine's bridge
-/// gateway (what `host.docker.internal` names in its containers).
-pub async fn bridge_address(config: &AiCliConfig) -> anyhow::Result<std::net::IpAddr> {
+/// Where the fake model APIs listen for containers of runner `kind`: what
+/// `host.docker.internal` names in them. For Docker, the first local engine's bridge
+/// gateway; for the swarm, the address its jobs reach aicli at on every node.
+pub async fn bridge_address(
+    config: &AiCliConfig,
+    kind: crate::providers::RunnerKind,
+) -> anyhow::Result<std::net::IpAddr> {
     let env = std::env::vars().collect();
-    let runner = DockerRunner::connect(&config.engine.docker, &env)
-        .await
-        .context("cannot reach a Docker engine")?;
+    let runner = if kind == crate::providers::RunnerKind::Swarm {
+        DockerRunner::connect_swarm(&config.engine.docker, &env).await
+    } else {
+        DockerRunner::connect(&config.engine.docker, &env).await
+    }
+    .context("cannot reach a Docker engine")?;
     runner
         .hosts()
         .iter()

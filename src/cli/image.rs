@@ -8,6 +8,7 @@ use crate::providers::{AiCliConfig, ProviderRegistry};
 use crate::runner::DockerRunner;
 use crate::runner::docker::hosts::Host;
 use crate::runner::docker::image::{self, BuildSpec, ImageReport};
+use crate::runner::docker::swarm;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 
@@ -29,8 +30,13 @@ pub struct BuildArgs {
     #[arg(long, value_name = "IMAGE")]
     pub base: Option<String>,
     /// Only on this engine (a name in engine.docker.hosts); default: every engine.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", conflicts_with = "swarm")]
     pub host: Option<String>,
+    /// For the swarm runner: build on the manager (the first engine), then load the
+    /// image into every other node of its swarm through that node's engine in
+    /// engine.docker.hosts. A node with no engine there is named, and the build fails.
+    #[arg(long)]
+    pub swarm: bool,
     /// aicli's npm cache holding the pinned CLIs, where missing ones are installed first
     /// (default: `aicli install`'s: $AICLI_CLI_CACHE, else <aicli cache>/npm).
     #[arg(long, value_name = "DIR")]
@@ -80,6 +86,22 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
         .filter(|h| a.host.as_deref().is_none_or(|n| n == h.name))
         .cloned()
         .collect();
+    if a.swarm {
+        let wanted = crate::runner::docker::hosts::configured_hosts(&config.engine.docker, &env);
+        let first = wanted.first().context("no engine is configured")?;
+        let manager = hosts
+            .first()
+            .filter(|h| h.name == first.name)
+            .with_context(|| {
+                format!(
+                    "the swarm's manager, engine '{}', does not answer",
+                    first.name
+                )
+            })?;
+        swarm::check_manager(&manager.docker, &manager.name, &first.url).await?;
+    }
+    // With --swarm only the manager builds; the other engines get its image loaded.
+    let builders = if a.swarm { &hosts[..1] } else { &hosts[..] };
     if hosts.is_empty() {
         bail!(
             "no connected Docker engine is named '{}'",
@@ -93,6 +115,7 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| config.engine.docker.base_image.clone());
     let mut built = Vec::new();
+    let mut nodes_out = Vec::new();
     for (tag, users) in by_image(config, &names) {
         // Every entry of the config that runs in it, named or not.
         let all: Vec<&str> = config
@@ -101,7 +124,7 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
             .filter(|(n, p)| config.engine.docker.image_for(n, p) == tag)
             .map(|(n, _)| n.as_str())
             .collect();
-        for h in &hosts {
+        for h in builders {
             let b = build_on(config, &users, h, &caches, &base, a.force, a.json).await?;
             if !a.json {
                 println!(
@@ -116,9 +139,45 @@ async fn build(config: &AiCliConfig, a: BuildArgs) -> anyhow::Result<ExitCode> {
                 built.push(serde_json::json!({"provider": name, "host": h.name, "image": b}));
             }
         }
+        if a.swarm {
+            let quiet = a.json;
+            let progress = move |line: &str| {
+                if !quiet {
+                    eprintln!("[swarm] {line}");
+                }
+            };
+            let nodes = swarm::images::spread(&hosts, &tag, &progress).await?;
+            let lacking: Vec<String> = nodes
+                .iter()
+                .filter(|n| n.done == swarm::images::OnNode::NoEngine)
+                .map(|n| n.about.clone())
+                .collect();
+            if !a.json {
+                for n in &nodes {
+                    println!(
+                        "{tag} on swarm {}: {}",
+                        n.about,
+                        serde_json::to_value(&n.done)?.as_str().unwrap_or_default()
+                    );
+                }
+            }
+            nodes_out.push(serde_json::json!({"image": tag, "nodes": nodes}));
+            if !lacking.is_empty() {
+                bail!(
+                    "{tag} is not on {} of the swarm's nodes, which no engine in engine.docker.hosts answers for: {}; add each node's engine there (unix socket, tcp+TLS or ssh://) and run `aicli image build --swarm` again",
+                    lacking.len(),
+                    lacking.join("; ")
+                );
+            }
+        }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&built)?);
+        let out = if a.swarm {
+            serde_json::json!({"built": built, "swarm": nodes_out})
+        } else {
+            serde_json::Value::Array(built)
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
-use super::common::{batch_uses_docker, recorded_fake, start_engine};
+use super::common::{batch_containers, recorded_fake, start_engine};
 use super::fake::FakeApiArgs;
 use crate::deliver::land::{LandHow, LandReport, LandTask, SkippedTask};
 use crate::record::BatchRecord;
@@ -44,7 +44,7 @@ pub(super) async fn resolve(
         return Ok(notes);
     }
     let batch_id = x.batch.batch_id();
-    let docker = batch_uses_docker(x.config_path, x.repo, x.r, &batch_id);
+    let docker = batch_containers(x.config_path, x.repo, x.r, &batch_id);
     let fake = recorded_fake(x.fake, x.config_path, x.repo, x.r, Some(&batch_id), false);
     let cancel = CancellationToken::new();
     super::common::ctrl_c_cancels(cancel.clone(), true);

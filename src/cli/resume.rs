@@ -6,9 +6,7 @@ use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
 use super::RepoArgs;
-use super::common::{
-    batch_uses_docker, ctrl_c_cancels, print_batch, repo_dir, start_engine, usage,
-};
+use super::common::{batch_containers, ctrl_c_cancels, print_batch, repo_dir, start_engine, usage};
 use super::fake::FakeApiArgs;
 
 pub(super) async fn resume(
@@ -21,7 +19,7 @@ pub(super) async fn resume(
 ) -> anyhow::Result<ExitCode> {
     let repo = repo_dir(&r)?;
     let cancel = CancellationToken::new();
-    let docker = batch_uses_docker(config_path, &repo, &r, batch_id);
+    let docker = batch_containers(config_path, &repo, &r, batch_id);
     let fake = super::common::recorded_fake(fake, config_path, &repo, &r, Some(batch_id), false);
     let running = start_engine(config_path, &repo, no_mcp, &fake, docker, &cancel).await?;
     let store = running.engine.store(&repo, r.runs_dir.as_deref());

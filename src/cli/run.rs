@@ -66,8 +66,9 @@ pub struct RunArgs {
     /// worktree (as a commit on the task's branch); without it the task starts from HEAD.
     #[arg(long)]
     pub include_uncommitted: bool,
-    /// Where the CLI runs: `local` (a child process) or `docker` (a container; see
-    /// engine.docker in the config). Default: the provider's, else engine.runner.
+    /// Where the CLI runs: `local` (a child process), `docker` (a container; see
+    /// engine.docker in the config) or `swarm` (a Docker Swarm job). Default: the
+    /// provider's, else engine.runner.
     #[arg(long, value_name = "RUNNER", value_parser = parse_runner)]
     pub runner: Option<RunnerKind>,
     /// What the CLI may do without asking: plan, default, accept_edits, sandbox (edits and
@@ -129,7 +130,7 @@ pub(super) async fn run(
     let prompt = prompt_of(&a)?;
     let repo = task_repo(&r, !a.no_worktree).await?;
     let cancel = CancellationToken::new();
-    let docker = a.runner.is_some_and(RunnerKind::is_container);
+    let docker = super::common::container_kind(a.runner);
     // The config and --fake-api are checked (in starting the engine) before the
     // repository's state is warned about.
     let running = start_engine(config_path, &repo, a.no_mcp, &a.fake, docker, &cancel).await?;

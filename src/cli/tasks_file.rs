@@ -25,7 +25,7 @@ pub struct TasksFile {
     /// The repository the tasks run against (relative to this file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo: Option<PathBuf>,
-    /// Where tasks that name no runner run (`local` or `docker`).
+    /// Where tasks that name no runner run (`local`, `docker` or `swarm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<aicli_providers::RunnerKind>,
     /// The tasks.

@@ -288,6 +288,8 @@ async fn start_and_supervise(
         branch: p.branch.as_deref(),
         inherited_env: &spec.base_env,
         agent_port: None,
+        resources: spec.task.resources.as_ref(),
+        constraints: &spec.task.constraints,
     };
     let placed = tokio::select! {
         p = spec.runner.place(&request) => p,
@@ -327,5 +329,39 @@ async fn start_and_supervise(
             reach.as_ref().is_some_and(|r| r.restrict_to_peer),
         )
         .await?;
+    let injected = with_notices(injected, guards.process()?.notices());
     supervise::supervise(spec, io, &launch, guards, injected).await
+}
+
+/// The events injected into the run's stream: the MCP server's (`injected`) and what
+/// the runner says about the run (`notices`, as status events), in one stream.
+fn with_notices(
+    injected: Option<tokio::sync::mpsc::UnboundedReceiver<aicli_providers::AgentEvent>>,
+    notices: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
+) -> Option<tokio::sync::mpsc::UnboundedReceiver<aicli_providers::AgentEvent>> {
+    let Some(mut notices) = notices else {
+        return injected;
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let said = tx.clone();
+    tokio::spawn(async move {
+        while let Some(status) = notices.recv().await {
+            let ev = aicli_providers::AgentEvent::synthetic(aicli_providers::EventKind::Status {
+                status,
+            });
+            if said.send(ev).is_err() {
+                return;
+            }
+        }
+    });
+    if let Some(mut injected) = injected {
+        tokio::spawn(async move {
+            while let Some(ev) = injected.recv().await {
+                if tx.send(ev).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    Some(rx)
 }

@@ -48,6 +48,14 @@ pub enum RunnerError {
         /// What is missing and how to get it.
         message: String,
     },
+    /// The task asks what the runner cannot do (say, placement constraints off a swarm).
+    #[error("{runner} runner: {message}")]
+    BadRequest {
+        /// The runner's name.
+        runner: String,
+        /// What was asked, and why it cannot be.
+        message: String,
+    },
     /// The runner's backend failed (e.g. the container engine).
     #[error("{runner} runner: {message}")]
     Backend {
@@ -70,6 +78,7 @@ impl RunnerError {
                 ErrorKind::NotInstalled
             }
             RunnerError::Missing { .. } => ErrorKind::NotInstalled,
+            RunnerError::BadRequest { .. } => ErrorKind::BadRequest,
             RunnerError::Spawn(_) | RunnerError::Backend { .. } => ErrorKind::Crashed,
         }
     }
@@ -108,6 +117,11 @@ pub struct PlaceRequest<'a> {
     /// it is known before the grant: a container made ahead needs it (its egress
     /// forwarder listens there from the start).
     pub agent_port: Option<u16>,
+    /// The task's resources, over the runner's (a container runner's limits, a swarm
+    /// job's reservations).
+    pub resources: Option<&'a aicli_providers::TaskResources>,
+    /// The task's swarm placement constraints (only the swarm runner places by them).
+    pub constraints: &'a [String],
 }
 
 /// How a CLI reaches aicli's MCP server from where it runs.
@@ -275,6 +289,11 @@ pub trait RunHandle: Send + std::fmt::Debug {
     fn stderr(&self) -> StderrTail;
     /// The process id on this machine, when there is one.
     fn pid(&self) -> Option<u32>;
+    /// What the runner says about the run while it waits or starts (a swarm job's
+    /// placement), for the task's live stream; taken once.
+    fn notices(&mut self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        None
+    }
     /// The address the run's network requests come from, when it has its own (a
     /// container's on a local bridge).
     fn peer(&self) -> Option<IpAddr> {

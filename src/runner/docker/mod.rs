@@ -83,6 +83,9 @@ pub enum DockerError {
     /// Files or git on this machine.
     #[error("{0}")]
     Work(String),
+    /// The task asks what this runner cannot do.
+    #[error("{0}")]
+    BadRequest(String),
 }
 
 impl DockerError {
@@ -90,6 +93,10 @@ impl DockerError {
     pub fn into_runner_error(self) -> RunnerError {
         match self {
             DockerError::MissingImage(message) => RunnerError::Missing {
+                runner: NAME.to_owned(),
+                message,
+            },
+            DockerError::BadRequest(message) => RunnerError::BadRequest {
                 runner: NAME.to_owned(),
                 message,
             },
@@ -165,9 +172,45 @@ impl DockerRunner {
         let first = wanted
             .first()
             .ok_or_else(|| DockerError::NoEngine("no engine is configured".into()))?;
-        let host = Host::connect(first, config).await?;
-        swarm::check_manager(&host.docker, &host.name, &first.url).await?;
-        let proto = swarm::Protocol::start(&host).await?;
+        let mut host = Host::connect(first, config).await?;
+        let manager = swarm::check_manager(&host.docker, &host.name, &first.url).await?;
+        // Jobs on any node reach aicli at the manager's swarm address (the one the other
+        // nodes join), unless the config names one; a swarm advertised on loopback has
+        // one node, whose containers reach aicli as a local engine's do.
+        if let Some(addr) = manager.addr
+            && !host.remote
+            && first.mcp_address.is_none()
+            && first.mcp_bind.is_none()
+        {
+            host.reach = crate::runner::AgentReach {
+                url_host: hosts::HOST_ALIAS.to_owned(),
+                bind: addr,
+                restrict_to_peer: false,
+            };
+            host.alias_target = addr.to_string();
+        }
+        // The pool's parallelism is what the swarm's nodes can run (a configured
+        // max_containers is the user's word).
+        if first.max_containers.is_none() {
+            let nodes = swarm::nodes::usable(&host.docker).await?;
+            host.capacity = swarm::nodes::capacity(&nodes, config);
+            host.slots = Arc::new(tokio::sync::Semaphore::new(host.capacity));
+            tracing::info!(nodes = nodes.len(), capacity = host.capacity, mcp = %host.reach.bind, "swarm connected");
+        }
+        // The other engines of the config are the other nodes' (their jobs' containers
+        // are removed there; `aicli image build --swarm` loads images into them).
+        let others = futures_util::future::join_all(
+            wanted.iter().skip(1).map(|h| Host::connect(h, config)),
+        )
+        .await;
+        let mut nodes = Vec::new();
+        for (cfg, h) in wanted.iter().skip(1).zip(others) {
+            match h {
+                Ok(h) => nodes.push(h.docker),
+                Err(e) => tracing::warn!(host = %cfg.name, error = %e, "a swarm node's engine left out: its jobs' containers stay there after they end"),
+            }
+        }
+        let proto = swarm::Protocol::start(&host, nodes).await?;
         Ok(DockerRunner {
             config: Arc::new(config.clone()),
             hosts: vec![Arc::new(host)],
@@ -237,6 +280,9 @@ impl DockerRunner {
     ) -> Result<placement::PlacementSpec, RunnerError> {
         let image = Self::image_for(&self.config, req.provider);
         let host = self.hosts[idx].clone();
+        let (resources, constraints) = self
+            .placing(req)
+            .map_err(DockerError::into_runner_error)?;
         let image_path = steps
             .time(
                 "image inspect",
@@ -319,6 +365,8 @@ impl DockerRunner {
             binary_name: req.provider.binary_name().to_owned(),
             user,
             limits: self.config.clone(),
+            resources,
+            constraints,
             workspace: req.workspace.to_path_buf(),
             private_dir: req.private_dir.to_path_buf(),
             task_home: req.task_home.to_path_buf(),
@@ -332,6 +380,44 @@ impl DockerRunner {
         })
     }
 
+}
+
+impl DockerRunner {
+    /// A run's resources (the task's over `engine.docker`'s) and, for a swarm job, its
+    /// placement constraints (the provider's, then the task's); a task's constraints
+    /// with a runner that cannot place by them are refused.
+    fn placing(
+        &self,
+        req: &PlaceRequest<'_>,
+    ) -> Result<(aicli_providers::Resources, Vec<String>), DockerError> {
+        let resources = aicli_providers::Resources::of(&self.config, req.resources);
+        resources.check().map_err(|(field, m)| {
+            DockerError::BadRequest(format!(
+                "task {}: resources.{field} (over engine.docker's): {m}",
+                req.task_id
+            ))
+        })?;
+        if self.swarm.is_none() {
+            if !req.constraints.is_empty() {
+                return Err(DockerError::BadRequest(format!(
+                    "task {} has placement constraints ({}), which only the swarm runner places by: run it with --runner swarm, or drop them",
+                    req.task_id,
+                    req.constraints.join(", ")
+                )));
+            }
+            return Ok((resources, Vec::new()));
+        }
+        let constraints = self
+            .config
+            .constraints
+            .get(req.provider.name())
+            .into_iter()
+            .flatten()
+            .chain(req.constraints)
+            .cloned()
+            .collect();
+        Ok((resources, constraints))
+    }
 }
 
 /// Whether a config sends any task to containers by default (engine or provider runner,
@@ -403,8 +489,11 @@ impl Runner for DockerRunner {
     async fn remove_leftovers(&self, batch_id: &str, task_id: &str) -> Vec<String> {
         if self.swarm.is_some() {
             let mut lines = Vec::new();
+            let nodes = self.swarm.as_ref().map(|p| p.nodes()).unwrap_or_default();
             for h in &self.hosts {
-                lines.extend(swarm::remove_leftovers(h, Some((batch_id, task_id)), false).await);
+                lines.extend(
+                    swarm::remove_leftovers(h, nodes, Some((batch_id, task_id)), false).await,
+                );
             }
             return lines;
         }

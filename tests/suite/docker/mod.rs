@@ -33,5 +33,6 @@ mod ssh;
 pub mod sshd;
 pub mod support;
 pub mod swarm;
+mod swarm_nodes;
 mod tools;
 mod warm;

@@ -26,7 +26,7 @@ use crate::suite::e2e::{
 use crate::suite::support::{git, git_repo};
 
 /// One swarm test at a time: the swarm is made and left around each.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs `body` with the local engine a swarm manager (made and left around it when the
 /// engine was in no swarm); skipped without an engine.

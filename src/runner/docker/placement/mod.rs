@@ -83,6 +83,11 @@ pub struct PlacementSpec {
     pub user: (u32, u32),
     /// Limits.
     pub limits: Arc<DockerConfig>,
+    /// The run's CPU and memory limits and reservations (`limits`', over which the
+    /// task's).
+    pub resources: aicli_providers::Resources,
+    /// A swarm job's placement constraints (the provider's, then the task's).
+    pub constraints: Vec<String>,
     /// The task's worktree.
     pub workspace: PathBuf,
     /// The run's private directory.
@@ -123,8 +128,16 @@ pub struct DockerPlacement {
     egress: Option<Egress>,
     /// What the proxy refused (once it stopped).
     denied: Vec<EgressDenial>,
-    /// The swarm job, once made, and the key it is served under.
-    job: Option<(swarm::Job, String)>,
+    /// The swarm job, once made.
+    job: Option<SwarmRun>,
+}
+
+/// A swarm run's job, the key it is served under, and its slot.
+#[derive(Debug)]
+pub(super) struct SwarmRun {
+    job: swarm::Job,
+    key: String,
+    slot: Arc<swarm::Slot>,
 }
 
 impl DockerPlacement {
@@ -326,8 +339,16 @@ fn stdin_of(cmd: &CommandSpec) -> ContainerStdin {
 #[async_trait]
 impl Placement for DockerPlacement {
     fn describe(&self) -> String {
-        let runner = if self.spec.swarm.is_some() { "swarm" } else { "docker" };
-        format!("{runner} {} ({})", self.spec.host.name, self.spec.image)
+        if self.spec.swarm.is_some() {
+            let node = self
+                .job
+                .as_ref()
+                .and_then(|j| crate::util::lock(&j.slot.node).clone())
+                .map(|n| format!(" on {n}"))
+                .unwrap_or_default();
+            return format!("swarm {} ({}){node}", self.spec.host.name, self.spec.image);
+        }
+        format!("docker {} ({})", self.spec.host.name, self.spec.image)
     }
 
     fn agent_reach(&self) -> Option<&AgentReach> {
@@ -452,7 +473,7 @@ impl Placement for DockerPlacement {
 impl Drop for DockerPlacement {
     fn drop(&mut self) {
         // Safety net: finish() is the normal path.
-        if let Some((mut job, key)) = self.job.take()
+        if let Some(SwarmRun { mut job, key, .. }) = self.job.take()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
             if let Some(p) = &self.spec.swarm {

@@ -102,14 +102,15 @@ impl DockerPlacement {
             extra_hosts,
             ..HostConfig::default()
         };
-        if l.memory_mb > 0 {
-            let bytes = (l.memory_mb * 1024 * 1024) as i64;
+        let r = &s.resources;
+        if r.memory_mb > 0 {
+            let bytes = (r.memory_mb * 1024 * 1024) as i64;
             host_config.memory = Some(bytes);
             // No swap beyond the limit: a run over its memory is killed (exit 137).
             host_config.memory_swap = Some(bytes);
         }
-        if l.cpus > 0.0 {
-            host_config.nano_cpus = Some((l.cpus * 1e9) as i64);
+        if r.cpus > 0.0 {
+            host_config.nano_cpus = Some((r.cpus * 1e9) as i64);
         }
         if l.pids_limit > 0 {
             host_config.pids_limit = Some(l.pids_limit);

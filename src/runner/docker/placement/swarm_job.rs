@@ -7,7 +7,7 @@ use std::sync::Arc;
 use aicli_providers::CommandSpec;
 
 use super::super::{DockerError, remote, swarm};
-use super::DockerPlacement;
+use super::{DockerPlacement, SwarmRun};
 use crate::proc::spawn::OutputOptions;
 use crate::runner::{RunHandle, RunnerError};
 
@@ -56,8 +56,9 @@ impl DockerPlacement {
         let orders = serde_json::to_vec(&orders)
             .map_err(|e| self.err(DockerError::Work(e.to_string())))?;
         let mut job = swarm::Job::new(&self.spec.host.docker, &self.spec.host.name, key.clone());
+        job.nodes = proto.nodes().to_vec();
         if orders.len() > swarm::MAX_ORDERS {
-            self.job = Some((job, key));
+            self.job = Some(SwarmRun { job, key, slot });
             return Err(self.err(DockerError::Work(format!(
                 "the run's prompt and environment take {} bytes; a swarm secret holds at most {}",
                 orders.len(),
@@ -70,12 +71,18 @@ impl DockerPlacement {
             user: self.spec.user,
             labels: self.spec.labels.to_map(),
             limits: &self.spec.limits,
+            resources: self.spec.resources,
+            constraints: &self.spec.constraints,
             stop_grace: swarm::STOP_GRACE,
         };
         let create_started = std::time::Instant::now();
         let made = job.create(&spec, &orders, proto.hosts_entry()).await;
         self.spec.steps.push("create job", create_started);
-        self.job = Some((job.clone(), key));
+        self.job = Some(SwarmRun {
+            job: job.clone(),
+            key,
+            slot: slot.clone(),
+        });
         made.map_err(|e| self.err(e))?;
         Ok(Box::new(swarm::handle::JobHandle::new(
             job,
@@ -102,7 +109,7 @@ impl DockerPlacement {
     /// After a swarm run: its work and home, as its runner posted them, brought in; the
     /// job removed.
     pub(super) async fn finish_swarm(&mut self) -> Result<(), RunnerError> {
-        let Some((mut job, key)) = self.job.take() else {
+        let Some(SwarmRun { mut job, key, slot }) = self.job.take() else {
             return Ok(());
         };
         let mut result = Ok(());
@@ -117,7 +124,7 @@ impl DockerPlacement {
             if let Err(e) = remote::apply_bundle(&self.spec.workspace, &bundle, &tag).await {
                 result = Err(self.err(e));
             }
-        } else if job.service.is_some() {
+        } else if job.service.is_some() && !slot.refuse_start() {
             tracing::warn!(job = %key, "the swarm job sent no work back: its work since the start is not brought back");
         }
         if let Err(e) = swarm::apply_home(&scratch, &self.spec.task_home)

@@ -108,6 +108,10 @@ impl RunHandle for JobHandle {
         None
     }
 
+    fn notices(&mut self) -> Option<mpsc::UnboundedReceiver<String>> {
+        self.slot.take_notices()
+    }
+
     async fn wait(&mut self) -> Option<i32> {
         let e = self.ended().await;
         Self::code(&e)
@@ -116,6 +120,18 @@ impl RunHandle for JobHandle {
     async fn shutdown(&mut self, grace: Duration) -> Option<i32> {
         if let Some(e) = self.ended.borrow().clone() {
             return Self::code(&e);
+        }
+        // A job whose runner has not fetched its start has no CLI to stop: it is
+        // removed at once (one waiting for a node, say), and its runner, should it come
+        // now, is turned away.
+        if self.slot.refuse_start() {
+            if let Err(e) = self.job.stop().await {
+                tracing::warn!(error = %e, "removing the swarm job");
+            }
+            self.slot.end(Ended::Lost(
+                "the swarm job was stopped before its runner started the CLI".to_owned(),
+            ));
+            return None;
         }
         // The runner is told over the protocol (a removed job's container is not stopped
         // by Swarm 20.10): it sends the CLI SIGTERM, and the wrapper packs the work.

@@ -10,7 +10,7 @@ use bollard::models::{
     ConfigSpec, Mount, MountTmpfsOptions, MountType, ResourceObject, SecretSpec, ServiceSpec,
     ServiceSpecMode, ServiceSpecModeReplicatedJob, TaskSpec, TaskSpecContainerSpec,
     TaskSpecContainerSpecConfigs, TaskSpecContainerSpecFile, TaskSpecContainerSpecFile1,
-    TaskSpecContainerSpecSecrets, TaskSpecResources, TaskSpecRestartPolicy,
+    TaskSpecContainerSpecSecrets, TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy,
     TaskSpecRestartPolicyConditionEnum,
 };
 
@@ -29,8 +29,12 @@ pub struct JobSpec<'a> {
     pub user: (u32, u32),
     /// Labels of the service, its secret and its config.
     pub labels: HashMap<String, String>,
-    /// Limits.
+    /// Limits (`pids_limit`).
     pub limits: &'a aicli_providers::DockerConfig,
+    /// CPU and memory limits and reservations.
+    pub resources: aicli_providers::Resources,
+    /// Placement constraints.
+    pub constraints: &'a [String],
     /// How long the runner may take to stop the CLI and post its work after SIGTERM.
     pub stop_grace: Duration,
 }
@@ -50,6 +54,8 @@ pub struct Job {
     pub secret: Option<String>,
     /// The config's id, once made.
     pub config: Option<String>,
+    /// The other nodes' engines aicli knows (its container is removed wherever it ran).
+    pub nodes: Vec<Docker>,
 }
 
 fn api(what: String) -> impl FnOnce(bollard::errors::Error) -> DockerError {
@@ -73,6 +79,7 @@ impl Job {
             service: None,
             secret: None,
             config: None,
+            nodes: Vec::new(),
         }
     }
 
@@ -125,17 +132,19 @@ impl Job {
         hosts_entry: Option<&str>,
     ) -> ServiceSpec {
         let (uid, gid) = (spec.user.0.to_string(), spec.user.1.to_string());
-        let l = spec.limits;
-        let mut limits = bollard::models::Limit::default();
-        if l.memory_mb > 0 {
-            limits.memory_bytes = Some((l.memory_mb * 1024 * 1024) as i64);
-        }
-        if l.cpus > 0.0 {
-            limits.nano_cpus = Some((l.cpus * 1e9) as i64);
-        }
-        if l.pids_limit > 0 {
-            limits.pids = Some(l.pids_limit);
-        }
+        let (l, r) = (spec.limits, &spec.resources);
+        let mib = |mb: u64| (mb > 0).then_some((mb * 1024 * 1024) as i64);
+        let nano = |cpus: f64| (cpus > 0.0).then_some((cpus * 1e9) as i64);
+        let limits = bollard::models::Limit {
+            memory_bytes: mib(r.memory_mb),
+            nano_cpus: nano(r.cpus),
+            pids: (l.pids_limit > 0).then_some(l.pids_limit),
+        };
+        let reservations = ResourceObject {
+            memory_bytes: mib(r.reserve_memory_mb),
+            nano_cpus: nano(r.reserve_cpus),
+            ..ResourceObject::default()
+        };
         let tmpfs = |target: &str, mode: i64| Mount {
             target: Some(target.to_owned()),
             typ: Some(MountType::TMPFS),
@@ -196,8 +205,12 @@ impl Job {
                 }),
                 resources: Some(TaskSpecResources {
                     limits: Some(limits),
-                    reservations: Some(ResourceObject::default()),
+                    reservations: Some(reservations),
                     ..TaskSpecResources::default()
+                }),
+                placement: (!spec.constraints.is_empty()).then(|| TaskSpecPlacement {
+                    constraints: Some(spec.constraints.to_vec()),
+                    ..TaskSpecPlacement::default()
                 }),
                 ..TaskSpec::default()
             }),
@@ -232,7 +245,10 @@ impl Job {
     /// used by a service that is going away is asked again for a while).
     pub async fn remove(&mut self) -> Result<(), DockerError> {
         self.stop().await?;
-        remove_job_containers(&self.docker, Some(&self.key)).await;
+        let engines: Vec<Docker> = std::iter::once(self.docker.clone())
+            .chain(self.nodes.iter().cloned())
+            .collect();
+        remove_job_containers(&engines, &self.docker, Some(&self.key)).await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         if let Some(id) = self.secret.clone() {
             self.delete_until(deadline, "secret", &id).await?;
@@ -276,49 +292,58 @@ impl Job {
     }
 }
 
-/// Removes the containers of swarm jobs on `docker`: those of job `key`, or, without it,
-/// those whose service is gone. Swarm (20.10) leaves a finished job's container behind
-/// when its service is removed. Returns how many were removed.
-pub(super) async fn remove_job_containers(docker: &Docker, key: Option<&str>) -> usize {
+/// Removes the containers of swarm jobs on `engines` (the manager's and the other nodes'
+/// engines aicli knows): those of job `key`, or, without it, those whose service is gone
+/// from `manager`. Swarm (20.10) leaves a finished job's container behind when its
+/// service is removed. Returns how many were removed.
+pub(super) async fn remove_job_containers(
+    engines: &[Docker],
+    manager: &Docker,
+    key: Option<&str>,
+) -> usize {
     let label = match key {
         Some(k) => format!("{JOB_LABEL}={k}"),
         None => JOB_LABEL.to_owned(),
     };
-    let opts = bollard::query_parameters::ListContainersOptionsBuilder::default()
-        .all(true)
-        .filters(&HashMap::from([("label", vec![label.as_str()])]))
-        .build();
-    let Ok(found) = docker.list_containers(Some(opts)).await else {
-        return 0;
-    };
     let services: Vec<String> = if key.is_none() {
-        docker
+        // Without the manager's list, no container can be told to be a leftover.
+        let Ok(list) = manager
             .list_services(None::<bollard::query_parameters::ListServicesOptions>)
             .await
-            .unwrap_or_default()
-            .into_iter()
+        else {
+            return 0;
+        };
+        list.into_iter()
             .filter_map(|s| s.spec.and_then(|s| s.name))
             .collect()
     } else {
         Vec::new()
     };
+    let opts = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&HashMap::from([("label", vec![label.as_str()])]))
+        .build();
     let mut n = 0;
-    for c in found {
-        let job = c.labels.as_ref().and_then(|l| l.get(JOB_LABEL)).cloned().unwrap_or_default();
-        if key.is_none() && services.contains(&job) {
+    for docker in engines {
+        let Ok(found) = docker.list_containers(Some(opts.clone())).await else {
             continue;
-        }
-        let Some(id) = c.id else { continue };
-        let container = Container {
-            docker: docker.clone(),
-            id,
-            host: String::new(),
         };
-        match remove_container(&container).await {
-            Ok(()) => n += 1,
-            Err(e) => tracing::debug!(error = %e, "removing a swarm job's container"),
+        for c in found {
+            let job = c.labels.as_ref().and_then(|l| l.get(JOB_LABEL)).cloned().unwrap_or_default();
+            if key.is_none() && services.contains(&job) {
+                continue;
+            }
+            let Some(id) = c.id else { continue };
+            let container = Container {
+                docker: docker.clone(),
+                id,
+                host: String::new(),
+            };
+            match remove_container(&container).await {
+                Ok(()) => n += 1,
+                Err(e) => tracing::debug!(error = %e, "removing a swarm job's container"),
+            }
         }
     }
     n
 }
-

@@ -73,11 +73,20 @@ pub async fn list_jobs(host: &Host) -> Vec<JobInfo> {
     out
 }
 
-/// Removes the swarm objects (services, secrets, configs) aicli made for `only` (a
-/// batch's task), or, without it, those whose aicli is gone (every one with `all`).
-/// Returns a line per service removed.
-pub async fn remove_leftovers(host: &Host, only: Option<(&str, &str)>, all: bool) -> Vec<String> {
+/// Removes the swarm objects (services, secrets, configs) aicli made on manager `host`
+/// for `only` (a batch's task), or, without it, those whose aicli is gone (every one
+/// with `all`), and the containers of gone jobs on it and on `nodes` (the other nodes'
+/// engines). Nothing on an engine that is no manager. Returns a line per removal.
+pub async fn remove_leftovers(
+    host: &Host,
+    nodes: &[bollard::Docker],
+    only: Option<(&str, &str)>,
+    all: bool,
+) -> Vec<String> {
     let docker = &host.docker;
+    if docker.inspect_swarm().await.is_err() {
+        return Vec::new();
+    }
     let mut filters = vec![format!("{}=1", labels::MANAGED)];
     if let Some((b, t)) = only {
         filters.push(format!("{}={b}", labels::BATCH));
@@ -109,10 +118,13 @@ pub async fn remove_leftovers(host: &Host, only: Option<(&str, &str)>, all: bool
             Err(e) => lines.push(format!("could not remove swarm service {name} on {}: {e}", host.name)),
         }
     }
-    let swept = remove_job_containers(docker, None).await;
+    let engines: Vec<bollard::Docker> = std::iter::once(docker.clone())
+        .chain(nodes.iter().cloned())
+        .collect();
+    let swept = remove_job_containers(&engines, docker, None).await;
     if swept > 0 {
         lines.push(format!(
-            "removed {swept} container(s) of swarm jobs whose service is gone on {}",
+            "removed {swept} container(s) of swarm jobs whose service is gone on {}'s nodes",
             host.name
         ));
     }
@@ -127,12 +139,14 @@ pub async fn remove_leftovers(host: &Host, only: Option<(&str, &str)>, all: bool
     for s in docker.list_secrets(Some(secret_filter)).await.unwrap_or_default() {
         let spec = s.spec.unwrap_or_default();
         let mut job = Job::new(docker, &host.name, spec.name.unwrap_or_default());
+        job.nodes = nodes.to_vec();
         job.secret = s.id;
         objects.push((job, spec.labels));
     }
     for c in docker.list_configs(Some(config_filter)).await.unwrap_or_default() {
         let spec = c.spec.unwrap_or_default();
         let mut job = Job::new(docker, &host.name, spec.name.unwrap_or_default());
+        job.nodes = nodes.to_vec();
         job.config = c.id;
         objects.push((job, spec.labels));
     }

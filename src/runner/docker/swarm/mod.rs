@@ -38,12 +38,15 @@ use crate::util::lock;
 
 pub mod handle;
 mod job;
+pub mod images;
 pub mod leftovers;
+pub mod nodes;
 pub mod serve;
 pub mod up;
 
 pub use job::{Job, JobSpec};
 pub use leftovers::{list_jobs, remove_leftovers};
+pub use nodes::check_manager;
 pub use serve::{Ended, Slot};
 
 /// The runner the job runs (see the module docs).
@@ -74,12 +77,15 @@ pub struct Protocol {
     /// The `/etc/hosts` line a job's container needs for that host (`IP name`).
     hosts_entry: Option<String>,
     slots: serve::Slots,
+    /// The other nodes' engines aicli knows.
+    nodes: Vec<Docker>,
     _stop: tokio_util::sync::DropGuard,
 }
 
 impl Protocol {
-    /// Starts the server on the address `host`'s containers reach aicli at.
-    pub async fn start(host: &Host) -> Result<Protocol, DockerError> {
+    /// Starts the server on the address `host`'s containers reach aicli at; `nodes` are
+    /// the other nodes' engines aicli knows.
+    pub async fn start(host: &Host, nodes: Vec<Docker>) -> Result<Protocol, DockerError> {
         let bind = host.reach.bind;
         let listener = tokio::net::TcpListener::bind((bind, 0)).await.map_err(|e| {
             DockerError::Work(format!(
@@ -121,6 +127,7 @@ impl Protocol {
             url: format!("http://{}:{port}/swarm", host.reach.url_host),
             hosts_entry,
             slots,
+            nodes,
             _stop: stop.drop_guard(),
         })
     }
@@ -140,35 +147,15 @@ impl Protocol {
         self.hosts_entry.as_deref()
     }
 
+    /// The other nodes' engines aicli knows.
+    pub fn nodes(&self) -> &[Docker] {
+        &self.nodes
+    }
+
     /// Attempt `key`'s base URL.
     pub fn url_of(&self, key: &str) -> String {
         format!("{}/{key}", self.url)
     }
-}
-
-/// Checks that `docker` (engine `name` at `url`) is a swarm manager.
-pub async fn check_manager(docker: &Docker, name: &str, url: &str) -> Result<(), DockerError> {
-    let info = docker.info().await.map_err(|e| DockerError::Api {
-        what: format!("asking docker host '{name}' about its swarm"),
-        message: e.to_string(),
-    })?;
-    let swarm = info.swarm.unwrap_or_default();
-    let state = swarm
-        .local_node_state
-        .map(|s| s.to_string())
-        .unwrap_or_default();
-    if state != "active" || swarm.control_available != Some(true) {
-        return Err(DockerError::Connect {
-            host: name.to_owned(),
-            url: url.to_owned(),
-            message: format!(
-                "the swarm runner needs a swarm manager, and this engine's swarm state is '{}'{}: run `docker swarm init` there (or point engine.docker.hosts at a manager)",
-                if state.is_empty() { "unknown" } else { &state },
-                if state == "active" { " as a worker" } else { "" }
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// The attempt's orders: what the runner reads from its secret.
@@ -202,6 +189,7 @@ pub async fn watch(docker: Docker, service: String, slot: Arc<Slot>) {
     let mut ended_at: Option<tokio::time::Instant> = None;
     let mut wait = EXIT_GRACE;
     let mut said = String::new();
+    let mut waiting = String::new();
     loop {
         if slot.ended.borrow().is_some() {
             return;
@@ -220,6 +208,7 @@ pub async fn watch(docker: Docker, service: String, slot: Arc<Slot>) {
                 if let Some(t) = tasks.first() {
                     let status = t.status.clone().unwrap_or_default();
                     let state = status.state.unwrap_or(TaskState::NEW);
+                    placed(&docker, t, &slot, &mut waiting).await;
                     if matches!(
                         state,
                         TaskState::COMPLETE
@@ -229,6 +218,11 @@ pub async fn watch(docker: Docker, service: String, slot: Arc<Slot>) {
                             | TaskState::ORPHANED
                             | TaskState::REMOVE
                     ) {
+                        let hint = if status.err.as_deref().is_some_and(|e| e.contains("No such image")) {
+                            " (the image is not on that node: `aicli image build --swarm` loads it on every node)"
+                        } else {
+                            ""
+                        };
                         let code = status
                             .container_status
                             .and_then(|c| c.exit_code)
@@ -239,7 +233,7 @@ pub async fn watch(docker: Docker, service: String, slot: Arc<Slot>) {
                             status
                                 .err
                                 .or(status.message)
-                                .map(|m| format!(": {m}"))
+                                .map(|m| format!(": {m}{hint}"))
                                 .unwrap_or_default()
                         );
                         ended_at = Some(tokio::time::Instant::now());
@@ -258,6 +252,28 @@ pub async fn watch(docker: Docker, service: String, slot: Arc<Slot>) {
             Err(e) => tracing::debug!(%service, error = %e, "asking for the swarm job's state"),
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Notes where the swarm put job task `t`: its node once it has one (in `slot`, and said
+/// on the run's stream), or, while no node takes it, the scheduler's reason (said each
+/// time it changes; `waiting` holds the last).
+async fn placed(docker: &Docker, t: &bollard::models::Task, slot: &Slot, waiting: &mut String) {
+    if let Some(node) = t.node_id.as_deref().filter(|n| !n.is_empty()) {
+        if lock(&slot.node).is_none() {
+            let words = nodes::describe(docker, node).await;
+            slot.notice(format!("running as a swarm job on {words}"));
+            *lock(&slot.node) = Some(words);
+        }
+        return;
+    }
+    // A job the scheduler cannot place stays pending with its reason in `err`
+    // ("no suitable node (scheduling constraints not satisfied on 2 nodes)",
+    // "insufficient resources on 2 nodes"); it waits, as long as the task's timeout.
+    let why = t.status.as_ref().and_then(|s| s.err.clone()).unwrap_or_default();
+    if !why.is_empty() && why != *waiting {
+        slot.notice(format!("waiting for a swarm node to take the job: {why}"));
+        *waiting = why;
     }
 }
 

@@ -56,6 +56,15 @@ pub struct Slot {
     pub ended: watch::Sender<Option<Ended>>,
     /// Set when aicli wants the CLI stopped.
     stop: watch::Sender<bool>,
+    /// Whether the runner fetched the start ([`START_FETCHED`]), or aicli turned it away
+    /// before it did ([`START_REFUSED`]).
+    start: std::sync::atomic::AtomicU8,
+    /// The node the swarm placed the job on, once it did ([`super::nodes::describe`]).
+    pub node: Mutex<Option<String>>,
+    /// What the run's watch says while the job waits for a node or lands on one (for
+    /// the task's live stream).
+    notices: mpsc::UnboundedSender<String>,
+    notices_rx: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
 }
 
 impl Slot {
@@ -68,6 +77,7 @@ impl Slot {
         out: mpsc::Sender<std::io::Result<Bytes>>,
         err: mpsc::Sender<std::io::Result<Bytes>>,
     ) -> Slot {
+        let notices = mpsc::unbounded_channel();
         Slot {
             token,
             bundle: staged.bundle.clone(),
@@ -77,7 +87,35 @@ impl Slot {
             err: Mutex::new(Some(err)),
             ended: watch::channel(None).0,
             stop: watch::channel(false).0,
+            start: std::sync::atomic::AtomicU8::new(START_WAITING),
+            node: Mutex::new(None),
+            notices: notices.0,
+            notices_rx: Mutex::new(Some(notices.1)),
         }
+    }
+
+    /// Turns the runner away if it has not fetched the start yet: `true` when so (no CLI
+    /// was started, nor will be, by this attempt's job).
+    pub fn refuse_start(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        match self
+            .start
+            .compare_exchange(START_WAITING, START_REFUSED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(now) => now == START_REFUSED,
+        }
+    }
+
+    /// Says `what` on the task's live stream (once someone took the notices).
+    pub fn notice(&self, what: String) {
+        tracing::info!("{what}");
+        let _ = self.notices.send(what);
+    }
+
+    /// The notices, for the run's live stream (once).
+    pub fn take_notices(&self) -> Option<mpsc::UnboundedReceiver<String>> {
+        lock(&self.notices_rx).take()
     }
 
     /// Asks the runner to stop the CLI (SIGTERM: the wrapper packs the work first).
@@ -99,6 +137,10 @@ impl Slot {
         lock(&self.err).take();
     }
 }
+
+const START_WAITING: u8 = 0;
+const START_FETCHED: u8 = 1;
+const START_REFUSED: u8 = 2;
 
 /// The attempts being served, by key.
 pub type Slots = Arc<Mutex<HashMap<String, Arc<Slot>>>>;
@@ -134,7 +176,17 @@ async fn fetch(
 ) -> Result<Body, StatusCode> {
     let slot = authorized(&slots, &key, &headers)?;
     match part.as_str() {
-        "start" => serve_file(&key, &slot.bundle).await,
+        "start" => {
+            use std::sync::atomic::Ordering;
+            let was = slot
+                .start
+                .compare_exchange(START_WAITING, START_FETCHED, Ordering::AcqRel, Ordering::Acquire)
+                .unwrap_or_else(|now| now);
+            if was == START_REFUSED {
+                return Err(StatusCode::GONE);
+            }
+            serve_file(&key, &slot.bundle).await
+        }
         "files" => serve_file(&key, &slot.files).await,
         // Held open until the run is to stop.
         "signal" => {
