@@ -61,6 +61,8 @@ pub(crate) struct Closed {
     pub egress_denied: Vec<crate::record::EgressDenial>,
     /// What the run laid out for its CLI ([`super::scaffold::Scaffold::laid_out`]).
     pub scaffold: Vec<PathBuf>,
+    /// Why the run ended with its place ([`crate::runner::RunHandle::lost_place`]).
+    pub lost_place: Option<String>,
 }
 
 impl RunGuards {
@@ -161,8 +163,10 @@ impl RunGuards {
         streamed: &LiveSpend,
     ) -> Closed {
         let started = self.process.is_some();
+        let mut lost_place = None;
         if let Some(mut p) = self.process.take() {
             let _ = p.shutdown(grace).await;
+            lost_place = p.lost_place();
         }
         self.scaffold.remove();
         drop(self.token.take());
@@ -192,6 +196,7 @@ impl RunGuards {
             steps,
             egress_denied,
             scaffold: self.scaffold.laid_out().to_vec(),
+            lost_place,
         }
     }
 }

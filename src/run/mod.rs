@@ -247,6 +247,13 @@ pub(crate) async fn run(spec: RunSpec, io: RunIo) -> RunOutcome {
         tracing::warn!(task = %spec.task.id, error = %e, "the run's work was not brought back");
         result.fail(ErrorKind::Crashed, e.clone());
     }
+    if let Some(why) = &closed.lost_place
+        && !result.success
+    {
+        // The place went, not the task: `aicli resume` runs it again.
+        result.fail(ErrorKind::Crashed, why.clone());
+        result.status = aicli_providers::SessionStatus::Interrupted;
+    }
     // The outcome, built once: every field set here, where it is known.
     result.task_id = spec.task.id.clone();
     result.provider = spec.provider.name().to_owned();

@@ -289,6 +289,12 @@ pub trait RunHandle: Send + std::fmt::Debug {
     fn stderr(&self) -> StderrTail;
     /// The process id on this machine, when there is one.
     fn pid(&self) -> Option<u32>;
+    /// Why the run ended with the place it ran on (a swarm node that went down), when it
+    /// did: not the task's doing, so the run ends interrupted, for `aicli resume`.
+    fn lost_place(&self) -> Option<String> {
+        None
+    }
+
     /// What the runner says about the run while it waits or starts (a swarm job's
     /// placement), for the task's live stream; taken once.
     fn notices(&mut self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {

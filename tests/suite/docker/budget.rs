@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use aicli::BatchOptions;
-use aicli::providers::{CostSource, ErrorKind, TaskSpec};
+use aicli::providers::{CostSource, ErrorKind, RunnerKind, TaskSpec};
 use aicli::record::RunStore;
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +23,12 @@ async fn parallel_runs_in_containers_are_stopped_at_the_budget() {
     let Some(docker) = support::local_engine("parallel_runs_in_containers_budget").await else {
         return;
     };
+    stopped_at_the_budget(docker, RunnerKind::Docker).await;
+}
+
+/// [`parallel_runs_in_containers_are_stopped_at_the_budget`] under `runner` (`docker`,
+/// or `swarm` on an engine that is a swarm manager).
+pub async fn stopped_at_the_budget(docker: bollard::Docker, runner: RunnerKind) {
     let image = support::fake_cli_image(&docker).await;
     let repo = git_repo();
     // The transcript is committed: every worktree (bind-mounted into its container) has
@@ -33,8 +39,10 @@ async fn parallel_runs_in_containers_are_stopped_at_the_budget() {
         &["add", "long.ndjson", "long.stderr", "long.exit"],
     );
     git(repo.path(), &["commit", "-q", "-m", "a long transcript"]);
+    let mut config = docker_config(vec![local_host()], &image);
+    config.engine.runner = runner;
     let engine = support::engine(
-        docker_config(vec![local_host()], &image),
+        config,
         Arc::new(replay_provider("fake", "claude", Some(Path::new("long")))),
     );
     let c = message_cost();
@@ -94,7 +102,9 @@ async fn parallel_runs_in_containers_are_stopped_at_the_budget() {
     for id in ["a", "b", "c"] {
         let a = &rec.task(id).expect("task").attempts[0];
         assert!(
-            a.place.as_deref().is_some_and(|p| p.starts_with("docker")),
+            a.place
+                .as_deref()
+                .is_some_and(|p| p.starts_with(runner.as_str())),
             "{:?}",
             a.place
         );
@@ -103,4 +113,7 @@ async fn parallel_runs_in_containers_are_stopped_at_the_budget() {
         assert_eq!(b.charged_usd, a.result.as_ref().expect("result").cost_usd);
     }
     assert_no_container(&docker, &r.batch_id).await;
+    if runner == RunnerKind::Swarm {
+        super::swarm::assert_no_job_for_repo(&docker, repo.path()).await;
+    }
 }

@@ -18,7 +18,7 @@
 //! real CLIs, MCP, nothing left, nothing secret in what the engine shows).
 
 mod acp;
-mod budget;
+pub mod budget;
 pub mod clis;
 mod confined;
 mod egress;
@@ -33,6 +33,7 @@ mod ssh;
 pub mod sshd;
 pub mod support;
 pub mod swarm;
+mod swarm_faults;
 mod swarm_nodes;
 mod tools;
 mod warm;

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::support::{self, DockerSetup, docker_config, local_host};
 use crate::suite::e2e::{
     Cli, Setup, builtin_tool_with, mcp_workspace_files_with, plain_answer_with,
+    question_then_answer_with,
 };
 use crate::suite::support::{git, git_repo};
 
@@ -30,7 +31,7 @@ pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new
 
 /// Runs `body` with the local engine a swarm manager (made and left around it when the
 /// engine was in no swarm); skipped without an engine.
-async fn on_swarm<F, Fut>(test: &str, body: F)
+pub(super) async fn on_swarm<F, Fut>(test: &str, body: F)
 where
     F: FnOnce(Docker) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -152,6 +153,7 @@ contract! {
     claude_on_swarm_plain_answer: plain_answer_with(Cli::Claude);
     claude_on_swarm_bash_tool_commits_on_the_branch: builtin_tool_with(Cli::Claude);
     claude_on_swarm_mcp_get_workspace_files: mcp_workspace_files_with(Cli::Claude);
+    claude_on_swarm_question_answer_resumes_the_session_in_a_new_job: question_then_answer_with(Cli::Claude);
     codex_on_swarm_plain_answer: plain_answer_with(Cli::Codex);
     codex_on_swarm_shell_tool_commits_on_the_branch: builtin_tool_with(Cli::Codex);
     gemini_on_swarm_plain_answer: plain_answer_with(Cli::Gemini);

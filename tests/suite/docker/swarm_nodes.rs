@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use aicli::providers::AiCliConfig;
 use bollard::Docker;
@@ -287,4 +288,195 @@ async fn two_nodes_constraints_send_tasks_to_their_node_and_ten_spread_each_on_i
         left.is_empty(),
         "job containers left on the worker: {left:?}"
     );
+}
+
+/// The worker dies mid-run, as when its machine goes: its link cut, its engine's
+/// processes (dockerd, containerd, the shims) and every process of the job's container
+/// killed with SIGKILL. Once the manager says the node is down, the run ends
+/// `interrupted` (error `crashed`, naming the node) with what the CLI streamed before
+/// kept, nothing is left on the manager, and `aicli resume` runs the task again on the
+/// manager, where it succeeds with its work on its branch. (The fake CLI, whose stream
+/// is paced: a real CLI against the fake API may end before the node does.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_dies_mid_run_interrupts_the_task_and_resume_reruns_it_on_the_manager() {
+    use crate::suite::support::{batch_id, kill_9, task_printed, wait_for_batch};
+    let test = "worker_dies";
+    let Some(docker) = support::local_engine(test).await else {
+        return;
+    };
+    let _one = super::swarm::ONE_AT_A_TIME.lock().await;
+    if docker.inspect_swarm().await.is_ok() {
+        eprintln!("skipped {test}: the engine is in a swarm already (leave it to run this test)");
+        return;
+    }
+    let image = support::fake_cli_image(&docker).await;
+    let nodes = TwoNodes::up();
+    load_into(&docker, &nodes.worker, &image).await;
+    let repo = git_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let hosts: Vec<aicli::providers::DockerHostConfig> =
+        serde_json::from_value(serde_json::json!([
+            {"name": "manager", "url": "unix:///var/run/docker.sock"},
+            {"name": "worker", "url": format!("unix://{WORKER_SOCK}")},
+        ]))
+        .unwrap();
+    // First on the worker (the provider's constraint); the resume runs without it.
+    let anywhere = support::image_fake_config(dir.path(), &image, &hosts);
+    let mut with_constraint: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&anywhere).unwrap()).unwrap();
+    with_constraint["engine"]["docker"]["constraints"] =
+        serde_json::json!({"fake": ["node.labels.role==worker"]});
+    let on_worker = dir.path().join("on-worker.json");
+    std::fs::write(&on_worker, with_constraint.to_string()).unwrap();
+    let file = dir.path().join("tasks.json");
+    std::fs::write(
+        &file,
+        serde_json::json!({"tasks": [{"id": "long", "prompt": "work",
+            "extra_args": ["--touch", "long.txt", "--line-delay-ms", "8000"]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let mut child = Command::new(aicli_bin())
+        .arg("--config")
+        .arg(&on_worker)
+        .args(["batch", file.to_str().unwrap(), "--runner", "swarm"])
+        .current_dir(repo.path())
+        .env_remove("DOCKER_HOST")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let runs = repo.path().join(".aicli/runs");
+    let batch_dir = wait_for_batch(
+        &runs,
+        Duration::from_secs(120),
+        Duration::from_millis(200),
+        "the job on the worker never printed",
+        |b| task_printed(b, "long"),
+    );
+    let batch = batch_id(&batch_dir);
+    let running = support::labelled(&nodes.worker, aicli::runner::docker::swarm::JOB_LABEL).await;
+    assert_eq!(running.len(), 1, "the job runs on the worker: {running:?}");
+    let container = running[0].id.clone().expect("the container's id");
+    let link = Command::new("ip")
+        .args(["link", "set", "vh-aicli-sw1", "down"])
+        .status()
+        .unwrap();
+    assert!(link.success(), "ip link set vh-aicli-sw1 down");
+    let engine_pids = Command::new("ip")
+        .args(["netns", "pids", "aicli-sw1"])
+        .output()
+        .unwrap();
+    let mut doomed: Vec<i32> = String::from_utf8_lossy(&engine_pids.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert!(!doomed.is_empty(), "the worker's engine processes");
+    doomed.extend(processes_in_cgroup_of(&container));
+    for p in doomed {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    // The manager notices (its heartbeat), aicli ends the run within its grace.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let (status, stdout, stderr) = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            use std::io::Read;
+            let (mut out, mut err) = (String::new(), String::new());
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            break (status, out, err);
+        }
+        if std::time::Instant::now() > deadline {
+            kill_9(&mut child);
+            panic!("aicli did not end the run of the dead worker within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let events = std::fs::read_to_string(batch_dir.join("tasks/long/events.ndjson")).unwrap();
+    // Exit 5: interrupted, for `aicli resume`.
+    assert_eq!(
+        status.code(),
+        Some(5),
+        "{stdout}\n{stderr}\nevents: {events}"
+    );
+    let recs = tasks_of(repo.path());
+    let (_, rec, _) = &recs[0];
+    assert_eq!(rec["state"], "interrupted", "{rec}");
+    let first = &rec["attempts"][0];
+    assert_eq!(first["result"]["error_kind"], "crashed", "{rec}");
+    let error = first["result"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("went down mid-run") && error.contains(WORKER_ADDR),
+        "{error}"
+    );
+    assert!(
+        first["place"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(WORKER_ADDR),
+        "{rec}"
+    );
+    // What the CLI streamed is kept: its first line, not its last.
+    assert!(events.contains(r#""subtype":"init""#), "{events}");
+    assert!(!events.contains(r#""type":"result""#), "{events}");
+    super::swarm::assert_no_job_for_repo(&docker, repo.path()).await;
+
+    // The resume runs it again: the worker is down, the manager takes it.
+    let out = aicli(repo.path(), &anywhere, &["resume", &batch, "--json"]);
+    assert_code(&out, 0, "aicli resume");
+    let recs = tasks_of(repo.path());
+    let (_, rec, _) = &recs[0];
+    assert_eq!(rec["state"], "succeeded", "{rec}");
+    let second = &rec["attempts"][1];
+    assert!(
+        second["place"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(MANAGER_ADDR),
+        "{rec}"
+    );
+    let branch = rec["branch"].as_str().expect("branch");
+    let files = git(repo.path(), &["ls-tree", "--name-only", branch]);
+    assert!(files.lines().any(|f| f == "long.txt"), "{files}");
+    super::swarm::assert_no_job_for_repo(&docker, repo.path()).await;
+}
+
+/// Loads `image` from `from` into `to` (as `docker save | docker load`).
+async fn load_into(from: &Docker, to: &Docker, image: &str) {
+    use futures_util::StreamExt;
+    let export = from.export_image(image);
+    let mut load = to.import_image_stream(
+        bollard::query_parameters::ImportImageOptions::default(),
+        export,
+        None,
+    );
+    while let Some(r) = load.next().await {
+        r.unwrap_or_else(|e| panic!("loading {image} into the worker: {e}"));
+    }
+}
+
+/// The processes whose cgroup path names container `id` (its CLI, the runner, its init).
+fn processes_in_cgroup_of(id: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(id))
+        })
+        .collect()
 }

@@ -86,7 +86,7 @@ impl JobHandle {
     fn code(e: &Ended) -> Option<i32> {
         match e {
             Ended::Exited(code) => *code,
-            Ended::Lost(why) => {
+            Ended::Lost(why) | Ended::NodeLost(why) => {
                 tracing::warn!("{why}");
                 None
             }
@@ -106,6 +106,13 @@ impl RunHandle for JobHandle {
 
     fn pid(&self) -> Option<u32> {
         None
+    }
+
+    fn lost_place(&self) -> Option<String> {
+        match self.ended.borrow().as_ref() {
+            Some(Ended::NodeLost(why)) => Some(why.clone()),
+            _ => None,
+        }
     }
 
     fn notices(&mut self) -> Option<mpsc::UnboundedReceiver<String>> {
@@ -142,7 +149,7 @@ impl RunHandle for JobHandle {
         }
         match ended {
             Ok(Ended::Exited(_)) => None,
-            Ok(e @ Ended::Lost(_)) => Self::code(&e),
+            Ok(e) => Self::code(&e),
             Err(_) => {
                 self.slot.end(Ended::Lost(
                     "the swarm job did not post its exit after it was told to stop".to_owned(),

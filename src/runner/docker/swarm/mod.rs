@@ -62,6 +62,11 @@ const POLL: Duration = Duration::from_secs(1);
 /// How long a runner has to post its exit after its job ended, before the run counts as
 /// lost.
 const EXIT_GRACE: Duration = Duration::from_secs(3);
+/// How often (in polls) the job's node is asked whether it is up.
+const NODE_EVERY: u32 = 3;
+/// How long a job whose node went down has for its runner's word before the run counts
+/// as lost with its node.
+const NODE_LOST_GRACE: Duration = Duration::from_secs(10);
 /// How long a job's runner has to stop the CLI, pack and post the work once aicli told
 /// it to stop (then the job is removed whatever it did).
 pub const STOP_GRACE: Duration = Duration::from_secs(40);
@@ -190,6 +195,8 @@ pub async fn watch(docker: Docker, service: String, slot: Arc<Slot>) {
     let mut wait = EXIT_GRACE;
     let mut said = String::new();
     let mut waiting = String::new();
+    let mut polls = 0u32;
+    let mut node_down_at: Option<tokio::time::Instant> = None;
     loop {
         if slot.ended.borrow().is_some() {
             return;
@@ -209,6 +216,13 @@ pub async fn watch(docker: Docker, service: String, slot: Arc<Slot>) {
                     let status = t.status.clone().unwrap_or_default();
                     let state = status.state.unwrap_or(TaskState::NEW);
                     placed(&docker, t, &slot, &mut waiting).await;
+                    polls += 1;
+                    if let Some(node) = t.node_id.as_deref().filter(|n| !n.is_empty())
+                        && polls.is_multiple_of(NODE_EVERY)
+                        && node_gone(&docker, node, &slot, &mut node_down_at).await
+                    {
+                        return;
+                    }
                     if matches!(
                         state,
                         TaskState::COMPLETE
@@ -253,6 +267,45 @@ pub async fn watch(docker: Docker, service: String, slot: Arc<Slot>) {
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Whether the job's `node` went down for good: once the manager says it is down, the
+/// runner is told to stop (if it still can, it posts the work), and after
+/// [`NODE_LOST_GRACE`] without its exit the run ends as [`Ended::NodeLost`].
+async fn node_gone(
+    docker: &Docker,
+    node: &str,
+    slot: &Slot,
+    down_at: &mut Option<tokio::time::Instant>,
+) -> bool {
+    use bollard::models::NodeState;
+    if let Some(t) = down_at {
+        if t.elapsed() < NODE_LOST_GRACE {
+            return false;
+        }
+        let words = lock(&slot.node).clone().unwrap_or_else(|| format!("node {node}"));
+        slot.end(Ended::NodeLost(format!(
+            "the swarm {words} went down mid-run (the manager lost its engine) and its runner said nothing more: the work on it since the start is lost, what it streamed is kept; `aicli resume` runs the task again"
+        )));
+        return true;
+    }
+    let state = match docker.inspect_node(node).await {
+        Ok(n) => n.status.and_then(|s| s.state),
+        Err(e) => {
+            tracing::debug!(%node, error = %e, "asking for the swarm node's state");
+            return false;
+        }
+    };
+    if matches!(state, Some(NodeState::DOWN | NodeState::DISCONNECTED)) {
+        *down_at = Some(tokio::time::Instant::now());
+        slot.notice(format!(
+            "the swarm node of this job is {}: telling its runner to stop, {} s for its word",
+            state.map(|s| s.to_string()).unwrap_or_default(),
+            NODE_LOST_GRACE.as_secs()
+        ));
+        slot.request_stop();
+    }
+    false
 }
 
 /// Notes where the swarm put job task `t`: its node once it has one (in `slot`, and said

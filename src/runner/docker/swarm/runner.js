@@ -19,12 +19,16 @@ function log(msg) {
   process.stderr.write('aicli-swarm-runner: ' + msg + '\n');
 }
 
+// Each request on a connection of its own (`agent: false`): aicli's server closes a
+// kept-alive connection that waits 10 s for its next request head, and a request sent
+// on one just as it closes would fail ("socket hang up").
 function request(method, path, headers) {
   return http.request({
     host: base.hostname,
     port: base.port,
     path: base.pathname + path,
     method,
+    agent: false,
     headers: Object.assign({ authorization: 'Bearer ' + orders.token }, headers || {}),
   });
 }
@@ -46,6 +50,9 @@ function send(path, body) {
     } else if (typeof body === 'string') {
       req.end(body);
     } else {
+      // The head now: a stream may say nothing for minutes (a CLI's quiet stderr), and
+      // aicli's server wants a request's head within 10 s of the connection.
+      req.flushHeaders();
       body.on('error', (e) => req.destroy(e));
       body.pipe(req);
     }
@@ -159,8 +166,15 @@ async function main() {
     req.end();
   };
   pollSignal();
-  const out = send('/out', cli.stdout);
-  const err = send('/err', cli.stderr);
+  // A failed stream is said and the run goes on (its exit and work still go back).
+  // A failed stream is said and drained (the CLI must not block on a full pipe), and
+  // the run goes on: its exit and work still go back.
+  const drainOnFailure = (stream, name) => (e) => {
+    log(name + ': ' + e);
+    stream.resume();
+  };
+  const out = send('/out', cli.stdout).catch(drainOnFailure(cli.stdout, 'stdout'));
+  const err = send('/err', cli.stderr).catch(drainOnFailure(cli.stderr, 'stderr'));
   cli.stdin.on('error', () => {});
   if (orders.stdin !== null && orders.stdin !== undefined) {
     cli.stdin.write(orders.stdin);
@@ -168,7 +182,7 @@ async function main() {
   cli.stdin.end();
   const [code, signal] = await new Promise((resolve) => cli.on('close', (c, s) => resolve([c, s])));
   done = true;
-  await Promise.all([out.catch((e) => log('stdout: ' + e)), err.catch((e) => log('stderr: ' + e))]);
+  await Promise.all([out, err]);
   if (fs.existsSync('/aicli-runner/work.bundle')) {
     const status = await send('/work', fs.createReadStream('/aicli-runner/work.bundle'));
     if (status !== 204) log('POST /work: HTTP ' + status);

@@ -35,9 +35,12 @@ use crate::util::lock;
 pub enum Ended {
     /// The runner posted the CLI's exit: its code (`None`: killed by a signal).
     Exited(Option<i32>),
-    /// The job ended without a word from the runner (it could not start, it was killed,
-    /// its node went away): why.
+    /// The job ended without a word from the runner (it could not start, it was
+    /// killed): why.
     Lost(String),
+    /// The node the job ran on went down mid-run, and its runner said nothing more: why.
+    /// Not the task's doing: the run ends interrupted, for `aicli resume`.
+    NodeLost(String),
 }
 
 /// One attempt's side of the protocol.
