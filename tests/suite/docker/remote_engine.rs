@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use aicli::providers::{DockerHostConfig, DockerTls};
 use bollard::Docker;
-use futures_util::StreamExt;
 
 /// A running second engine.
 pub struct RemoteEngine {
@@ -189,23 +188,7 @@ impl RemoteEngine {
     /// Makes `tag` (an image of the local engine `local`) available here: loaded
     /// through the Engine API unless an image of the same id is there.
     pub async fn load_from(&self, local: &Docker, tag: &str) {
-        let want = local
-            .inspect_image(tag)
-            .await
-            .unwrap_or_else(|e| panic!("{tag} on the local engine: {e}"))
-            .id;
-        if self.docker.inspect_image(tag).await.ok().and_then(|i| i.id) == want {
-            return;
-        }
-        let export = local.export_image(tag);
-        let mut load = self.docker.import_image_stream(
-            bollard::query_parameters::ImportImageOptions::default(),
-            export,
-            None,
-        );
-        while let Some(r) = load.next().await {
-            r.unwrap_or_else(|e| panic!("loading {tag} into the remote engine: {e}"));
-        }
+        super::support::load_image(local, &self.docker, tag).await;
     }
 }
 

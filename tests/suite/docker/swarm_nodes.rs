@@ -100,19 +100,24 @@ fn tasks_of(repo: &Path) -> Vec<(String, serde_json::Value, String)> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_nodes_constraints_send_tasks_to_their_node_and_ten_spread_each_on_its_branch() {
-    let test = "two_nodes";
-    let Some(docker) = support::local_engine(test).await else {
-        return;
-    };
-    let _one = super::swarm::ONE_AT_A_TIME.lock().await;
-    // The script makes the engine a manager and leaves the swarm afterwards: never over
-    // a swarm that was there before.
+/// The local engine and the swarm tests' lock, when the engine is in no swarm: the
+/// script makes it a manager and leaves the swarm afterwards, so never over a swarm that
+/// was there before. `None` (said) when the test is skipped.
+async fn engine_in_no_swarm(test: &str) -> Option<(Docker, tokio::sync::MutexGuard<'static, ()>)> {
+    let docker = support::local_engine(test).await?;
+    let one = super::swarm::ONE_AT_A_TIME.lock().await;
     if docker.inspect_swarm().await.is_ok() {
         eprintln!("skipped {test}: the engine is in a swarm already (leave it to run this test)");
-        return;
+        return None;
     }
+    Some((docker, one))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_constraints_send_tasks_to_their_node_and_ten_spread_each_on_its_branch() {
+    let Some((docker, _one)) = engine_in_no_swarm("two_nodes").await else {
+        return;
+    };
     let config = AiCliConfig::builtin().unwrap();
     let image = support::provider_image(&docker, &config, "claude").await;
     let nodes = TwoNodes::up();
@@ -300,18 +305,12 @@ async fn two_nodes_constraints_send_tasks_to_their_node_and_ten_spread_each_on_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_dies_mid_run_interrupts_the_task_and_resume_reruns_it_on_the_manager() {
     use crate::suite::support::{batch_id, kill_9, task_printed, wait_for_batch};
-    let test = "worker_dies";
-    let Some(docker) = support::local_engine(test).await else {
+    let Some((docker, _one)) = engine_in_no_swarm("worker_dies").await else {
         return;
     };
-    let _one = super::swarm::ONE_AT_A_TIME.lock().await;
-    if docker.inspect_swarm().await.is_ok() {
-        eprintln!("skipped {test}: the engine is in a swarm already (leave it to run this test)");
-        return;
-    }
     let image = support::fake_cli_image(&docker).await;
     let nodes = TwoNodes::up();
-    load_into(&docker, &nodes.worker, &image).await;
+    support::load_image(&docker, &nodes.worker, &image).await;
     let repo = git_repo();
     let dir = tempfile::tempdir().unwrap();
     let hosts: Vec<aicli::providers::DockerHostConfig> =
@@ -453,20 +452,6 @@ async fn a_worker_that_dies_mid_run_interrupts_the_task_and_resume_reruns_it_on_
     let files = git(repo.path(), &["ls-tree", "--name-only", branch]);
     assert!(files.lines().any(|f| f == "long.txt"), "{files}");
     super::swarm::assert_no_job_for_repo(&docker, repo.path()).await;
-}
-
-/// Loads `image` from `from` into `to` (as `docker save | docker load`).
-async fn load_into(from: &Docker, to: &Docker, image: &str) {
-    use futures_util::StreamExt;
-    let export = from.export_image(image);
-    let mut load = to.import_image_stream(
-        bollard::query_parameters::ImportImageOptions::default(),
-        export,
-        None,
-    );
-    while let Some(r) = load.next().await {
-        r.unwrap_or_else(|e| panic!("loading {image} into the worker: {e}"));
-    }
 }
 
 /// The processes whose cgroup path names container `id` (its CLI, the runner, its init).
