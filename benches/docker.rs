@@ -22,24 +22,18 @@
 //!    for its container), p50 and mean.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::path::Path;
 
-use aicli::mcp::{McpServer, McpServerOptions};
-use aicli::providers::{AiCliConfig, DockerHostConfig, ProviderRegistry, RunnerKind, TaskSpec};
-use aicli::{BatchEvent, BatchOptions, Engine};
-use aicli_testkit::{CliWiring, FakeApi, RunDirs, Script, Vendor, WiringOptions};
-use tokio_util::sync::CancellationToken;
+use aicli::providers::{AiCliConfig, DockerHostConfig, ProviderRegistry, RunnerKind};
+use aicli::{BatchOptions, Engine};
+use aicli_testkit::Vendor;
 
 #[path = "../tests/support/mod.rs"]
 mod support;
-use support::docker::{FIXTURES_IN_IMAGE, bridge_gateway, fake_cli_image, provider_image};
+use support::bench::{FirstEventSetup, first_event_means, step_table, timed};
+use support::docker::{FIXTURES_IN_IMAGE, bridge_gateway, fake_cli_image};
 use support::fake::{fake_cli, fake_provider_config, fake_tasks, fixture};
-use support::git::git_repo;
-use support::wiring::{fake_model, wiring_extra_args};
 
 const LINE_DELAY_MS: u64 = 20;
 
@@ -51,85 +45,6 @@ fn local_host() -> DockerHostConfig {
     }
 }
 
-/// (TaskStarted -> first CLI event, TaskStarted -> TaskFinished) per task, in ms.
-async fn timed(
-    engine: &Engine,
-    tasks: Vec<TaskSpec>,
-    opts: BatchOptions,
-) -> (Vec<(f64, f64)>, Duration, usize, PathBuf) {
-    let (tx, mut rx) = aicli::live::channel(64 << 20);
-    let collector = tokio::spawn(async move {
-        let mut started: HashMap<Arc<str>, Instant> = HashMap::new();
-        let mut first: HashMap<Arc<str>, f64> = HashMap::new();
-        let mut out = Vec::new();
-        loop {
-            match rx.recv().await {
-                Ok(BatchEvent::TaskStarted { task_id, .. }) => {
-                    started.insert(task_id, Instant::now());
-                }
-                Ok(BatchEvent::Agent { task_id, .. }) => {
-                    if let Some(s) = started.get(&task_id) {
-                        first
-                            .entry(task_id)
-                            .or_insert_with(|| s.elapsed().as_secs_f64() * 1000.0);
-                    }
-                }
-                Ok(BatchEvent::TaskFinished { task_id, .. }) => {
-                    if let (Some(s), Some(f)) = (started.get(&task_id), first.get(&task_id)) {
-                        out.push((*f, s.elapsed().as_secs_f64() * 1000.0));
-                    }
-                }
-                Ok(_) | Err(aicli::live::RecvError::Lagged(_)) => {}
-                Err(aicli::live::RecvError::Closed) => break,
-            }
-        }
-        out
-    });
-    let t0 = Instant::now();
-    let b = engine
-        .run_batch(tasks, opts, tx, CancellationToken::new())
-        .await
-        .unwrap();
-    let wall = t0.elapsed();
-    (collector.await.unwrap(), wall, b.n_succeeded, b.runs_dir)
-}
-
-/// The Docker runner's steps over every task of the batch recorded in `runs_dir`
-/// (`setup` of each attempt): per step, its p50 and mean ms, in the order they run.
-fn step_table(runs_dir: &Path) -> Vec<String> {
-    let mut by_step: Vec<(String, Vec<f64>)> = Vec::new();
-    for e in std::fs::read_dir(runs_dir.join("tasks")).unwrap().flatten() {
-        let Ok(bytes) = std::fs::read(e.path().join("task.json")) else {
-            continue;
-        };
-        let rec: aicli::TaskRecord = serde_json::from_slice(&bytes).unwrap();
-        for a in &rec.attempts {
-            for st in &a.setup {
-                match by_step.iter_mut().find(|(n, _)| *n == st.step) {
-                    Some((_, v)) => v.push(st.ms),
-                    None => by_step.push((st.step.clone(), vec![st.ms])),
-                }
-            }
-        }
-    }
-    by_step
-        .into_iter()
-        .map(|(step, mut v)| {
-            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            format!(
-                "| {step} | {:.1} | {:.1} | {} |",
-                v[v.len() / 2],
-                mean(&v),
-                v.len()
-            )
-        })
-        .collect()
-}
-
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
 /// Part 1 for one CLI: `runs` plain answers locally, then in containers.
 async fn first_event(
     vendor: Vendor,
@@ -138,108 +53,25 @@ async fn first_event(
     docker: &bollard::Docker,
 ) -> Vec<String> {
     let provider = vendor.cli_name();
-    let fake = FakeApi::start_at(vendor, Script::text("Timed."), SocketAddr::new(gateway, 0))
-        .await
-        .unwrap();
-    let model = fake_model(vendor);
-    let mut options = WiringOptions::default().with_max_retries(0);
-    if let Some(m) = model {
-        options = options.with_model(m);
-    }
-    let port = fake.addr().port();
-    let wiring_for =
-        |host: &str| CliWiring::for_fake(vendor, &format!("http://{host}:{port}"), &options);
-    let dirs =
-        RunDirs::new_in(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-docker")).unwrap();
-    wiring_for("x").write_files(&dirs.home).unwrap();
-    let mut rows = Vec::new();
-    let mut means = Vec::new();
-    let container = "host.docker.internal".to_owned();
-    for (label, runner, host, egress, warm) in [
-        ("local", RunnerKind::Local, gateway.to_string(), true, false),
-        (
-            "container",
-            RunnerKind::Docker,
-            container.clone(),
-            true,
-            false,
-        ),
-        (
-            "container, warm",
-            RunnerKind::Docker,
-            container.clone(),
-            true,
-            true,
-        ),
-        (
-            "container, egress off",
-            RunnerKind::Docker,
-            container,
-            false,
-            false,
-        ),
-    ] {
-        let wiring = wiring_for(&host);
-        let mut config = AiCliConfig::builtin().unwrap();
-        config.engine.runner = runner;
-        config.engine.docker.hosts = vec![local_host()];
-        config.engine.docker.egress.enabled = egress;
-        {
-            let p = config.providers.get_mut(provider).unwrap();
-            p.binary_path = Some(aicli_testkit::installed_cli(vendor).unwrap());
-            p.default_model = model.map(str::to_owned);
-            p.extra_args = wiring_extra_args(&wiring);
-            p.env.extend(wiring.env.clone());
-        }
-        if runner == RunnerKind::Docker {
-            provider_image(docker, &config, provider).await;
-        }
-        let repo = git_repo();
-        let cancel = CancellationToken::new();
-        let _stop = cancel.clone().drop_guard();
-        let mut mo = McpServerOptions::from_config(&config, repo.path());
-        mo.allowed_hosts
-            .extend(aicli::runner::docker::container_hosts(
-                &config.engine.docker,
-            ));
-        let server = Arc::new(McpServer::start(mo, cancel).await.unwrap());
-        let reg = ProviderRegistry::from_config(&config).unwrap();
-        let engine = Engine::new(config, reg)
-            .with_env(dirs.base_env())
-            .with_agent_server(server);
-        let mut firsts = Vec::new();
-        let mut totals = Vec::new();
-        // One warm-up run (page cache, image layers), then the measured ones, one at a time.
-        // Warm: each a batch of two at parallel 1, the second measured, its container made
-        // while the first ran.
-        for i in 0..=runs {
-            let mut opts = BatchOptions::new(repo.path());
-            opts.provider = Some(provider.to_owned());
-            opts.max_parallel = Some(1);
-            let task = |id: String| TaskSpec {
-                id,
-                prompt: "Say hello".into(),
-                ..TaskSpec::default()
-            };
-            let mut tasks = vec![task(format!("t{i}"))];
-            if warm {
-                tasks.push(task(format!("t{i}-warm")));
-            }
-            let n = tasks.len();
-            let (times, _, ok, _) = timed(&engine, tasks, opts).await;
-            assert_eq!(ok, n, "{provider} {label} run {i} failed");
-            if i > 0 {
-                firsts.push(times[n - 1].0);
-                totals.push(times[n - 1].1);
-            }
-        }
-        means.push((mean(&firsts), mean(&totals)));
-        rows.push(format!(
-            "| {provider} | {label} | {:.0} | {:.0} |",
-            mean(&firsts),
-            mean(&totals)
-        ));
-    }
+    let container = "host.docker.internal";
+    let setups = [
+        FirstEventSetup::new("local", RunnerKind::Local, &gateway.to_string()),
+        FirstEventSetup::new("container", RunnerKind::Docker, container),
+        FirstEventSetup {
+            warm: true,
+            ..FirstEventSetup::new("container, warm", RunnerKind::Docker, container)
+        },
+        FirstEventSetup {
+            egress: false,
+            ..FirstEventSetup::new("container, egress off", RunnerKind::Docker, container)
+        },
+    ];
+    let means = first_event_means(vendor, runs, gateway, docker, vec![local_host()], &setups).await;
+    let mut rows: Vec<String> = setups
+        .iter()
+        .zip(&means)
+        .map(|(s, (f, t))| format!("| {provider} | {} | {f:.0} | {t:.0} |", s.label))
+        .collect();
     let (lf, lt) = means[0];
     let (df, dt) = means[1];
     let (wf, wt) = means[2];
@@ -259,7 +91,6 @@ async fn first_event(
         df - of,
         dt - ot
     ));
-    fake.shutdown().await;
     rows
 }
 

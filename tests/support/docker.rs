@@ -167,3 +167,26 @@ pub fn adapter_fake(
     config.providers.insert("fake".into(), p.clone());
     p
 }
+
+/// Loads `image` from engine `from` into engine `to` (as `docker save | docker load`),
+/// unless `to` holds that very image already.
+pub async fn load_image(from: &Docker, to: &Docker, image: &str) {
+    use futures_util::StreamExt;
+    let want = from
+        .inspect_image(image)
+        .await
+        .unwrap_or_else(|e| panic!("{image} on the engine it is loaded from: {e}"))
+        .id;
+    if to.inspect_image(image).await.ok().and_then(|i| i.id) == want {
+        return;
+    }
+    let export = from.export_image(image);
+    let mut load = to.import_image_stream(
+        bollard::query_parameters::ImportImageOptions::default(),
+        export,
+        None,
+    );
+    while let Some(r) = load.next().await {
+        r.unwrap_or_else(|e| panic!("loading {image}: {e}"));
+    }
+}

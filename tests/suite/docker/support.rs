@@ -18,8 +18,8 @@ use crate::suite::support::{collect_events, engine_with, replay_provider, test_c
 use crate::support::fake::replay_args;
 
 pub use crate::support::docker::{
-    FIXTURES_IN_IMAGE, adapter_fake, bridge_gateway, fake_cli_image, local_host, provider_image,
-    runtime_image,
+    FIXTURES_IN_IMAGE, adapter_fake, bridge_gateway, fake_cli_image, load_image, local_host,
+    provider_image, runtime_image,
 };
 
 /// Set (to anything) where Docker must be there: the tests fail instead of skipping.
@@ -287,28 +287,5 @@ impl DockerSetup {
         if let Some(r) = &self.remote {
             assert_no_container_for_repo(&r.docker, repo).await;
         }
-    }
-}
-
-/// Loads `image` from engine `from` into engine `to` (as `docker save | docker load`),
-/// unless `to` holds that very image already.
-pub async fn load_image(from: &Docker, to: &Docker, image: &str) {
-    use futures_util::StreamExt;
-    let want = from
-        .inspect_image(image)
-        .await
-        .unwrap_or_else(|e| panic!("{image} on the engine it is loaded from: {e}"))
-        .id;
-    if to.inspect_image(image).await.ok().and_then(|i| i.id) == want {
-        return;
-    }
-    let export = from.export_image(image);
-    let mut load = to.import_image_stream(
-        bollard::query_parameters::ImportImageOptions::default(),
-        export,
-        None,
-    );
-    while let Some(r) = load.next().await {
-        r.unwrap_or_else(|e| panic!("loading {image}: {e}"));
     }
 }
