@@ -89,19 +89,19 @@ pub enum DockerError {
 }
 
 impl DockerError {
-    /// As a runner error.
+    /// As the Docker runner's error.
     pub fn into_runner_error(self) -> RunnerError {
+        self.into_error_of(NAME)
+    }
+
+    /// As the error of runner `runner` (`docker`, `swarm`: what the message starts with).
+    pub fn into_error_of(self, runner: &str) -> RunnerError {
+        let runner = runner.to_owned();
         match self {
-            DockerError::MissingImage(message) => RunnerError::Missing {
-                runner: NAME.to_owned(),
-                message,
-            },
-            DockerError::BadRequest(message) => RunnerError::BadRequest {
-                runner: NAME.to_owned(),
-                message,
-            },
+            DockerError::MissingImage(message) => RunnerError::Missing { runner, message },
+            DockerError::BadRequest(message) => RunnerError::BadRequest { runner, message },
             other => RunnerError::Backend {
-                runner: NAME.to_owned(),
+                runner,
                 message: other.to_string(),
             },
         }
@@ -282,24 +282,24 @@ impl DockerRunner {
         let host = self.hosts[idx].clone();
         let (resources, constraints) = self
             .placing(req)
-            .map_err(DockerError::into_runner_error)?;
+            .map_err(|e| e.into_error_of(self.kind()))?;
         let image_path = steps
             .time(
                 "image inspect",
                 self.image_path(idx, &image, req.provider.name()),
             )
             .await
-            .map_err(DockerError::into_runner_error)?;
+            .map_err(|e| e.into_error_of(self.kind()))?;
         let prepared = std::time::Instant::now();
         let user = container_user(
             self.config.user.as_deref(),
             host.remote || self.swarm.is_some(),
             req.workspace,
         )
-            .map_err(|e| e.into_runner_error())?;
+            .map_err(|e| e.into_error_of(self.kind()))?;
         let work = |e: std::io::Error, what: &str, p: &Path| {
             DockerError::Work(format!("cannot prepare {what} {}: {e}", p.display()))
-                .into_runner_error()
+                .into_error_of(self.kind())
         };
         if let Some(origin) = req.session_home {
             // The CLI's session lives in the home of the task that made it.
@@ -383,6 +383,11 @@ impl DockerRunner {
 }
 
 impl DockerRunner {
+    /// What its errors and placements name it: `swarm` or `docker`.
+    fn kind(&self) -> &'static str {
+        if self.swarm.is_some() { "swarm" } else { NAME }
+    }
+
     /// A run's resources (the task's over `engine.docker`'s) and, for a swarm job, its
     /// placement constraints (the provider's, then the task's); a task's constraints
     /// with a runner that cannot place by them are refused.

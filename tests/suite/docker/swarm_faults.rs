@@ -97,3 +97,56 @@ async fn resume_after_kill_9_removes_the_jobs_and_pays_for_nothing_twice() {
     })
     .await;
 }
+
+/// Placement constraints only the swarm places by: a task with some, run by the Docker
+/// runner, fails `bad_request` before anything runs, saying so; one whose reservation
+/// exceeds the engine's limit is refused the same way, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constraints_off_the_swarm_and_a_reservation_over_its_limit_are_refused() {
+    use aicli::providers::{ErrorKind, TaskResources, TaskSpec};
+    let Some((docker, repo, engine)) =
+        support::fake_in_containers("constraints_off_the_swarm").await
+    else {
+        return;
+    };
+    let tasks = vec![
+        TaskSpec {
+            id: "pinned".into(),
+            prompt: "p".into(),
+            constraints: vec!["node.labels.gpu==true".into()],
+            ..TaskSpec::default()
+        },
+        TaskSpec {
+            id: "greedy".into(),
+            prompt: "p".into(),
+            // Over the engine's memory limit (512 MiB in this config), not its own.
+            resources: Some(TaskResources {
+                reserve_memory_mb: Some(8192),
+                ..TaskResources::default()
+            }),
+            ..TaskSpec::default()
+        },
+    ];
+    let mut opts = aicli::BatchOptions::new(repo.path());
+    opts.provider = Some("fake".into());
+    let b = support::run_batch_within(
+        &engine,
+        tasks,
+        opts,
+        Duration::from_secs(120),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await;
+    for (t, says) in b.tasks.iter().zip([
+        "only the swarm runner places by",
+        "resources.reserve_memory_mb",
+    ]) {
+        assert_eq!(t.error_kind, Some(ErrorKind::BadRequest), "{t:#?}");
+        let error = t.error.as_deref().unwrap_or_default();
+        assert!(
+            error.starts_with("docker runner: ") && error.contains(says),
+            "{error}"
+        );
+    }
+    support::assert_no_container(&docker, &b.batch_id).await;
+}

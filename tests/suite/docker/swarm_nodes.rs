@@ -120,6 +120,9 @@ async fn two_nodes_constraints_send_tasks_to_their_node_and_ten_spread_each_on_i
     };
     let config = AiCliConfig::builtin().unwrap();
     let image = support::provider_image(&docker, &config, "claude").await;
+    for cli in ["codex", "gemini"] {
+        support::provider_image(&docker, &config, cli).await;
+    }
     let nodes = TwoNodes::up();
     // The worker's engine starts empty: the image is not there.
     assert!(
@@ -140,11 +143,13 @@ async fn two_nodes_constraints_send_tasks_to_their_node_and_ten_spread_each_on_i
     )
     .unwrap();
 
-    // The image onto every node: loaded into the worker, then found there.
+    // The images onto every node: loaded into the worker, then found there.
     let out = aicli(
         repo.path(),
         &cfg,
-        &["image", "build", "claude", "--swarm", "--json"],
+        &[
+            "image", "build", "claude", "codex", "gemini", "--swarm", "--json",
+        ],
     );
     assert_code(&out, 0, "aicli image build --swarm");
     let built: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("--json");
@@ -193,11 +198,14 @@ async fn two_nodes_constraints_send_tasks_to_their_node_and_ten_spread_each_on_i
         "{again}"
     );
 
-    // Ten tasks: one pinned to each node, eight placed by the swarm; and two that no
-    // node can take.
+    // Ten claude tasks: one pinned to each node, eight placed by the swarm; codex and
+    // gemini pinned to the worker; and two that no node can take.
+    let worker = "node.labels.role==worker";
     let mut tasks = vec![
-        serde_json::json!({"id": "t0", "prompt": "work", "constraints": ["node.labels.role==worker"]}),
+        serde_json::json!({"id": "t0", "prompt": "work", "constraints": [worker]}),
         serde_json::json!({"id": "t1", "prompt": "work", "constraints": ["node.role==manager"]}),
+        serde_json::json!({"id": "c0", "prompt": "work", "provider": "codex", "constraints": [worker]}),
+        serde_json::json!({"id": "g0", "prompt": "work", "provider": "gemini", "constraints": [worker]}),
     ];
     for i in 2..10 {
         tasks.push(serde_json::json!({"id": format!("t{i}"), "prompt": "work"}));
@@ -230,8 +238,8 @@ async fn two_nodes_constraints_send_tasks_to_their_node_and_ten_spread_each_on_i
     // Two tasks time out: a batch with failed tasks exits 4.
     assert_code(&out, 4, "aicli batch --runner swarm");
     let recs = tasks_of(repo.path());
-    assert_eq!(recs.len(), 12, "{}", stdout(&out));
-    let mut on_worker = 0;
+    assert_eq!(recs.len(), 14, "{}", stdout(&out));
+    let mut free_on_worker = 0;
     for (id, rec, events) in &recs {
         let place = rec["attempts"][0]["place"].as_str().unwrap_or_default();
         if id == "gpu" || id == "huge" {
@@ -254,15 +262,35 @@ async fn two_nodes_constraints_send_tasks_to_their_node_and_ten_spread_each_on_i
         assert_eq!(rec["state"], "succeeded", "{id}: {rec}");
         // The node it ran on is in its record.
         assert!(place.contains(" on node "), "{id}: {place}");
+        let pinned = ["t0", "t1", "c0", "g0"].contains(&id.as_str());
         if place.contains(WORKER_ADDR) {
-            on_worker += 1;
+            free_on_worker += usize::from(!pinned);
         } else {
             assert!(place.contains(MANAGER_ADDR), "{id}: {place}");
+        }
+        if id == "c0" || id == "g0" {
+            assert!(
+                place.contains(WORKER_ADDR),
+                "{id} was pinned to the worker: {place}"
+            );
         }
         if id == "t0" {
             assert!(
                 place.contains(WORKER_ADDR),
                 "t0 was pinned to the worker: {place}"
+            );
+            // From the worker, the CLI reached aicli's MCP server (its init line says
+            // so), at the manager's address on the link.
+            let stream: String = std::fs::read_dir(repo.path().join(".aicli/runs"))
+                .unwrap()
+                .flatten()
+                .filter_map(|b| {
+                    std::fs::read_to_string(b.path().join("tasks/t0/events.ndjson")).ok()
+                })
+                .collect();
+            assert!(
+                stream.contains(r#"{"name":"aicli","status":"connected""#),
+                "t0's CLI did not reach aicli's MCP server from the worker: {stream}"
             );
         }
         if id == "t1" {
@@ -284,8 +312,8 @@ async fn two_nodes_constraints_send_tasks_to_their_node_and_ten_spread_each_on_i
         assert_eq!(file.trim(), "/workspace", "{id}");
     }
     assert!(
-        (2..=8).contains(&on_worker),
-        "the swarm spread the ten over both nodes: {on_worker} on the worker"
+        (1..=7).contains(&free_on_worker),
+        "the swarm spread the eight free tasks over both nodes: {free_on_worker} on the worker"
     );
     super::swarm::assert_no_job_for_repo(&docker, repo.path()).await;
     let left = support::labelled(&nodes.worker, aicli::runner::docker::swarm::JOB_LABEL).await;

@@ -180,7 +180,7 @@ impl DockerPlacement {
     }
 
     fn err(&self, e: DockerError) -> RunnerError {
-        e.into_runner_error()
+        e.into_error_of(if self.spec.swarm.is_some() { "swarm" } else { "docker" })
     }
 
     /// Makes and starts a local engine's container, its first process waiting for its
