@@ -53,7 +53,7 @@ pub async fn stopped_at_the_budget(docker: bollard::Docker, runner: RunnerKind) 
         .map(|id| TaskSpec {
             id: (*id).to_owned(),
             prompt: format!("prompt of {id}"),
-            extra_args: vec!["--line-delay-ms".into(), "60".into()],
+            extra_args: vec!["--line-delay-ms".into(), "150".into()],
             ..TaskSpec::default()
         })
         .collect();
