@@ -94,12 +94,23 @@ async fn throughput(
     opts.worktrees = false;
     let (times, wall, ok, runs_dir) =
         timed(engine, fake_tasks(n, "bench", LINE_DELAY_MS), opts).await;
-    assert_eq!(ok, n, "{label}: {ok} of {n} succeeded");
-    let rate = n as f64 / wall.as_secs_f64();
+    if ok < n {
+        // Said, not fatal: the figures of the others still stand.
+        for e in std::fs::read_dir(runs_dir.join("tasks")).unwrap().flatten() {
+            let Ok(bytes) = std::fs::read(e.path().join("task.json")) else {
+                continue;
+            };
+            let rec: aicli::TaskRecord = serde_json::from_slice(&bytes).unwrap();
+            if let Some(r) = rec.latest_result().filter(|r| !r.success) {
+                eprintln!("{label}: task {} failed: {:?}", rec.task.id, r.error);
+            }
+        }
+    }
+    let rate = ok as f64 / wall.as_secs_f64();
     let mut firsts: Vec<f64> = times.iter().map(|t| t.0).collect();
     firsts.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let row = format!(
-        "| {label} | {n} | {parallel} | {:.1} | {rate:.2} | {:.0} |",
+        "| {label} | {ok} of {n} | {parallel} | {:.1} | {rate:.2} | {:.0} |",
         wall.as_secs_f64(),
         firsts[firsts.len() / 2]
     );

@@ -58,7 +58,9 @@ pub async fn timed(
                 Ok(BatchEvent::TaskStarted { task_id, .. }) => {
                     started.insert(task_id, Instant::now());
                 }
-                Ok(BatchEvent::Agent { task_id, .. }) => {
+                // The CLI's own first line: not what aicli says itself (a swarm job's
+                // placement, say), which has no raw line.
+                Ok(BatchEvent::Agent { task_id, event }) if !event.raw.is_empty() => {
                     if let Some(s) = started.get(&task_id) {
                         first
                             .entry(task_id)

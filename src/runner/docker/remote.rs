@@ -132,6 +132,10 @@ pub async fn stage(up: &Upload, scratch: &Path) -> Result<(String, PathBuf), Doc
             "--depth",
             "1",
             "--no-tags",
+            // The repository's pack-objects with no delta search over big files: a
+            // 200 MB commit of 10 MB blobs took 88 s to clone with it, 8 s without.
+            "--upload-pack",
+            "git -c core.bigFileThreshold=1m upload-pack",
             &url,
             &clone_s,
         ],
