@@ -31,7 +31,9 @@ use aicli_testkit::Vendor;
 
 #[path = "../tests/support/mod.rs"]
 mod support;
-use support::bench::{FirstEventSetup, first_event_means, step_table, timed};
+use support::bench::{
+    FirstEventSetup, first_event_means, local_docker, runs_tasks_parallel, step_table, timed,
+};
 use support::docker::{FIXTURES_IN_IMAGE, bridge_gateway, fake_cli_image};
 use support::fake::{fake_cli, fake_provider_config, fake_tasks, fixture};
 
@@ -158,20 +160,10 @@ async fn throughput(
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let runs = args.first().copied().unwrap_or(3);
-    let n = args.get(1).copied().unwrap_or(50);
-    let parallel = args.get(2).copied().unwrap_or(10);
+    let (runs, n, parallel) = runs_tasks_parallel((3, 50, 10));
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let docker = bollard::Docker::connect_with_local_defaults()
-            .unwrap()
-            .negotiate_version()
-            .await
-            .expect("a Docker engine (../shared/tools/setup-docker-engine.sh)");
+        let docker = local_docker().await;
         let gateway = bridge_gateway().await;
         println!("\nStart to first event, plain answer, mean of {runs} (after one warm-up), ms:\n");
         println!("| CLI | runner | start → first event | start → finished |");

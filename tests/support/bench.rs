@@ -30,6 +30,28 @@ pub fn tasks_and_parallels(
     (n, parallels)
 }
 
+/// A bench's positional arguments `[RUNS [TASKS [PARALLEL]]]`, with these defaults.
+pub fn runs_tasks_parallel(defaults: (usize, usize, usize)) -> (usize, usize, usize) {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    (
+        args.first().copied().unwrap_or(defaults.0),
+        args.get(1).copied().unwrap_or(defaults.1),
+        args.get(2).copied().unwrap_or(defaults.2),
+    )
+}
+
+/// The local Docker engine, its API version negotiated; a bench without one fails here.
+pub async fn local_docker() -> bollard::Docker {
+    bollard::Docker::connect_with_local_defaults()
+        .unwrap()
+        .negotiate_version()
+        .await
+        .expect("a Docker engine (../shared/tools/setup-docker-engine.sh)")
+}
+
 /// This process's own CPU (user + system) so far.
 pub fn self_cpu() -> std::time::Duration {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();

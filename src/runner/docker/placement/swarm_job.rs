@@ -124,7 +124,7 @@ impl DockerPlacement {
             if let Err(e) = remote::apply_bundle(&self.spec.workspace, &bundle, &tag).await {
                 result = Err(self.err(e));
             }
-        } else if job.service.is_some() && !slot.refuse_start() {
+        } else if job.service.is_some() && slot.start_fetched() {
             tracing::warn!(job = %key, "the swarm job sent no work back: its work since the start is not brought back");
         }
         if let Err(e) = swarm::apply_home(&scratch, &self.spec.task_home)

@@ -63,24 +63,20 @@ pub async fn spread(
     // Which configured engine is which node (an engine in another swarm, or in none, is
     // no node of this one).
     let mut engine_of: HashMap<String, &std::sync::Arc<Host>> = HashMap::new();
-    for h in hosts {
+    let mut manager_node = String::new();
+    for (i, h) in hosts.iter().enumerate() {
         let info = h
             .docker
             .info()
             .await
             .map_err(api(format!("asking {} which swarm node it is", h.name)))?;
         if let Some(id) = info.swarm.and_then(|s| s.node_id).filter(|id| !id.is_empty()) {
+            if i == 0 {
+                manager_node = id.clone();
+            }
             engine_of.entry(id).or_insert(h);
         }
     }
-    let manager_node = manager
-        .docker
-        .info()
-        .await
-        .map_err(api(format!("asking {} which swarm node it is", manager.name)))?
-        .swarm
-        .and_then(|s| s.node_id)
-        .unwrap_or_default();
     let mut out = Vec::new();
     for node in super::nodes::usable(&manager.docker).await? {
         let id = node.id.unwrap_or_default();

@@ -110,6 +110,11 @@ impl Slot {
         }
     }
 
+    /// Whether the runner fetched the start (so it ran, or runs, the CLI).
+    pub fn start_fetched(&self) -> bool {
+        self.start.load(std::sync::atomic::Ordering::Acquire) == START_FETCHED
+    }
+
     /// Says `what` on the task's live stream (once someone took the notices).
     pub fn notice(&self, what: String) {
         tracing::info!("{what}");
